@@ -1,0 +1,37 @@
+# The two commands of the quick start: `make run` and `make test`.
+# Both create .venv if absent and install the project into it; the install is
+# skipped when setup.cfg and pyproject.toml have not changed since the last one.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+SPEC   ?= examples/items.toml
+LOGDIR ?= runs/items
+
+.PHONY: run test lint bench install clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cec needs Python >= 3.11, found " + sys.version.split()[0])'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	@sh scripts/check-java.sh
+	$(BIN)/cec run pipeline $(SPEC) --log-dir $(LOGDIR)
+
+test: $(STAMP)
+	@sh scripts/check-java.sh
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	@sh scripts/check-java.sh
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) runs .mypy_cache .ruff_cache .pytest_cache

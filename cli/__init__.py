@@ -1,0 +1,1 @@
+"""The `cec` command line: a thin typer shell over the library."""

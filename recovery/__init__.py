@@ -1,0 +1,1 @@
+"""recovery: rebuild the eventual checkpoint from an output log and replay exactly."""

@@ -1,0 +1,13 @@
+"""Errors of eventual-checkpoint reconstruction and replay."""
+
+from __future__ import annotations
+
+from cec.errors import RecoveryError
+
+
+class ExtentError(RecoveryError):
+    """The log ended before N_c open windows were found (log trimmed or inconsistent)."""
+
+
+class ReplayUnavailableError(RecoveryError):
+    """The upstream log no longer holds the tuples after T (trimmed too far)."""

@@ -1,0 +1,1 @@
+"""storage_log: the checksummed, LMDB-indexed, append-only stream log."""
