@@ -11,3 +11,7 @@ class ExtentError(RecoveryError):
 
 class ReplayUnavailableError(RecoveryError):
     """The upstream log no longer holds the tuples after T (trimmed too far)."""
+
+
+class InconsistentLogError(ExtentError):
+    """Output rows that break the log's invariants (order, types, columns, counts)."""

@@ -1,0 +1,479 @@
+"""Eventual-checkpoint (EC) reconstruction: a pure backward scan over output records.
+
+The input is the output log of one aggregate operator, read newest record first (as
+``StreamLog.read_backward`` yields it; rows inside a record stay in forward order).
+The rows have the output schema of docs/ARCHITECTURE.md §3; this module needs only
+the columns ``ts seq type t_now n_open key win_start``.
+
+Rules (paper §II.B "Constructing an EC", DESIGN.md §4). The scan starts at the last
+row (or at the row given by ``at_seq``/``at_ts``, "time travel"): that row gives
+``N_c = n_open``, ``t_c = t_now`` and ``t_c_ts = ts``. Walking backwards, an ``R`` for
+window ``w = (key, win_start)`` marks ``w`` closed unless ``w`` was already found; a
+``G_open``/``G_check`` adds ``w`` (its whole row) to the EC unless ``w`` was already
+found or marked closed. The scan stops as soon as ``N_c`` windows are found;
+``T = min t_w`` over the found rows (their ``t_now``), and ``N_c = 0`` gives an empty
+EC with ``T = t_c``.
+
+Both rules together say: only the *newest* row of each window id matters; the window
+is in the EC exactly when that row is a G row. The vectorized scan uses that: per
+chunk of records it reverses the rows, keeps the first occurrence of each id (pandas
+``duplicated`` over ``key, win_start``, exact, no hashing tricks), drops ids already
+met in newer chunks, and counts the G rows among the rest until ``N_c`` is reached.
+Chunks grow with the set of ids met so far, so the scan stays linear.
+:func:`reconstruct_reference` is the per-row oracle the tests hold it against.
+
+Time travel snaps to input-tuple boundaries only through ``at_ts`` (all the rows an
+input tuple produced share its ``ts``). ``at_seq`` starts the scan at exactly that
+output row: the caller must pass the last row of an input tuple's output (see
+``recovery.replay.boundary_seq``), or the EC describes a half-processed tuple.
+
+The scan does no I/O, takes no clock, and never pickles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from recovery.errors import ExtentError, InconsistentLogError
+
+TYPE_R = 1
+TYPE_G_OPEN = 2
+TYPE_G_CHECK = 3
+TYPE_NAMES = {TYPE_R: "R", TYPE_G_OPEN: "G_open", TYPE_G_CHECK: "G_check"}
+
+REQUIRED_COLUMNS = ("ts", "seq", "type", "t_now", "n_open", "key", "win_start")
+
+#: The first chunk holds at least this many rows; later chunks at least as many rows
+#: as distinct window ids met so far, which keeps the whole scan linear.
+MIN_CHUNK_ROWS = 1 << 16
+
+#: How many of the oldest footprints the extent metrics list.
+OLDEST_LISTED = 5
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """One window's latest checkpoint in the EC, as the extent metrics list it."""
+
+    key: Any
+    win_start: int
+    kind: str  # "G_open" or "G_check"
+    t_w: int  # input position of the footprint (the row's t_now)
+    out_seq: int  # output position of the footprint row
+    age: int  # t_c - t_w, in input positions (= input tuples when seq is dense)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "win_start": self.win_start,
+            "kind": self.kind,
+            "t_w": self.t_w,
+            "out_seq": self.out_seq,
+            "age": self.age,
+        }
+
+
+@dataclass(frozen=True)
+class ExtentMetrics:
+    """What the backward scan went through.
+
+    ``records`` is the extent size ``q``: output rows from the oldest footprint up to
+    and including the start row (``last_out_seq - oldest out_seq + 1``); 1 for
+    ``N_c = 0``. ``batches`` and ``bytes`` count the log records (stream events) the
+    scan decoded and their in-memory Arrow size, including rows decoded past the stop
+    point inside the last record. ``replay_length`` is ``u = t_c - T`` in input
+    positions.
+    """
+
+    records: int
+    batches: int
+    bytes: int
+    windows_found: int
+    g_open_found: int
+    g_check_found: int
+    closed_skipped: int
+    replay_length: int
+    oldest: tuple[Footprint, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "records": self.records,
+            "batches": self.batches,
+            "bytes": self.bytes,
+            "windows_found": self.windows_found,
+            "g_open_found": self.g_open_found,
+            "g_check_found": self.g_check_found,
+            "closed_skipped": self.closed_skipped,
+            "replay_length": self.replay_length,
+            "oldest": [f.to_dict() for f in self.oldest],
+        }
+
+
+@dataclass(frozen=True)
+class EventualCheckpoint:
+    """The EC at output position ``last_out_seq`` (input position ``t_c``).
+
+    ``table`` holds the ``N_c`` footprint rows (G_open/G_check, the log's own schema),
+    in output order (ascending ``seq``). ``T`` is the replay start: the upstream must
+    replay every input tuple with ``seq > T``.
+    """
+
+    table: pa.Table
+    n_c: int
+    t_c: int
+    t_c_ts: int
+    T: int
+    last_out_seq: int
+    extent: ExtentMetrics = field(repr=False)
+
+    @property
+    def next_out_seq(self) -> int:
+        return self.last_out_seq + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n_c": self.n_c,
+            "t_c": self.t_c,
+            "t_c_ts": self.t_c_ts,
+            "T": self.T,
+            "last_out_seq": self.last_out_seq,
+            "next_out_seq": self.next_out_seq,
+            "extent": self.extent.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class NothingToRecover:
+    """The scanned log holds no output row (at or before the requested position).
+
+    The operator never emitted anything, so it never had an open window: recovery is
+    a fresh start from the beginning of the input. ``schema`` is the log's schema if
+    any record (even an empty one) was seen.
+    """
+
+    reason: str
+    schema: pa.Schema | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nothing_to_recover": True, "reason": self.reason}
+
+
+Reconstruction = EventualCheckpoint | NothingToRecover
+
+
+def _check_schema(schema: pa.Schema) -> None:
+    missing = [c for c in REQUIRED_COLUMNS if c not in schema.names]
+    if missing:
+        raise InconsistentLogError(
+            f"output records lack the column(s) {', '.join(missing)} that EC "
+            f"reconstruction needs (schema: {', '.join(schema.names)})"
+        )
+
+
+def _clip(batch: pa.RecordBatch, at_seq: int | None, at_ts: int | None) -> pa.RecordBatch:
+    """Drop the rows newer than the time-travel position (rows are in forward order)."""
+    if at_seq is None and at_ts is None:
+        return batch
+    n = batch.num_rows
+    keep = n
+    if at_seq is not None:
+        seq = batch.column("seq").to_numpy()
+        keep = min(keep, int(np.searchsorted(seq, at_seq, side="right")))
+    if at_ts is not None:
+        ts = batch.column("ts").to_numpy()
+        keep = min(keep, int(np.searchsorted(ts, at_ts, side="right")))
+    return batch if keep == n else batch.slice(0, keep)
+
+
+class _OrderCheck:
+    """Loud check that batches arrive newest first and rows ascend inside a batch."""
+
+    def __init__(self) -> None:
+        self.prev_first: int | None = None
+        self.oldest_seq: int | None = None
+
+    def see(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        seq = batch.column("seq")
+        first = seq[0].as_py()
+        last = seq[batch.num_rows - 1].as_py()
+        if last < first or (self.prev_first is not None and last >= self.prev_first):
+            raise InconsistentLogError(
+                f"output records are not newest-first with ascending rows: a record "
+                f"spanning seq {first}..{last} follows one starting at seq {self.prev_first}"
+            )
+        self.prev_first = first
+        self.oldest_seq = first
+
+
+def _start(
+    it: Iterator[pa.RecordBatch],
+    at_seq: int | None,
+    at_ts: int | None,
+    order: _OrderCheck,
+    counters: list[int],
+) -> tuple[pa.RecordBatch | None, pa.Schema | None]:
+    """Advance to the first batch with a row at or before the position."""
+    schema: pa.Schema | None = None
+    for raw in it:
+        counters[0] += 1
+        counters[1] += raw.nbytes
+        if schema is None:
+            schema = raw.schema
+            _check_schema(schema)
+        order.see(raw)
+        batch = _clip(raw, at_seq, at_ts)
+        if batch.num_rows:
+            return batch, schema
+    return None, schema
+
+
+def _nothing(
+    schema: pa.Schema | None, order: _OrderCheck, at_seq: int | None, at_ts: int | None
+) -> NothingToRecover:
+    if order.oldest_seq is not None and order.oldest_seq > 0:
+        raise ExtentError(
+            f"the output log starts at seq {order.oldest_seq} (trimmed), and holds no row "
+            f"at or before the requested position (at_seq={at_seq}, at_ts={at_ts})"
+        )
+    if order.oldest_seq is None:
+        return NothingToRecover("the output log holds no output row", schema)
+    return NothingToRecover(
+        f"no output row at or before at_seq={at_seq}, at_ts={at_ts}: "
+        "the operator had not emitted anything then",
+        schema,
+    )
+
+
+def _footprints(table: pa.Table, t_c: int) -> tuple[Footprint, ...]:
+    keys = table.column("key").to_pylist()
+    starts = table.column("win_start").to_pylist()
+    types = table.column("type").to_pylist()
+    t_ws = table.column("t_now").to_pylist()
+    seqs = table.column("seq").to_pylist()
+    return tuple(
+        Footprint(k, s, TYPE_NAMES.get(ty, str(ty)), t, q, t_c - t)
+        for k, s, ty, t, q in zip(keys, starts, types, t_ws, seqs, strict=True)
+    )
+
+
+def _finish(
+    first: pa.RecordBatch,
+    schema: pa.Schema,
+    found: pa.Table,
+    oldest_seq: int,
+    counters: list[int],
+    closed: int,
+) -> EventualCheckpoint:
+    last = first.num_rows - 1
+    n_c = int(first.column("n_open")[last].as_py())
+    t_c = int(first.column("t_now")[last].as_py())
+    t_c_ts = int(first.column("ts")[last].as_py())
+    last_out_seq = int(first.column("seq")[last].as_py())
+    found = found.take(pc.sort_indices(found, [("seq", "ascending")]))
+    if found.num_rows:
+        t_min = int(pc.min(found.column("t_now")).as_py())
+        records = last_out_seq - oldest_seq + 1
+    else:
+        t_min = t_c
+        records = 1
+    types = found.column("type").to_numpy()
+    extent = ExtentMetrics(
+        records=records,
+        batches=counters[0],
+        bytes=counters[1],
+        windows_found=found.num_rows,
+        g_open_found=int(np.count_nonzero(types == TYPE_G_OPEN)),
+        g_check_found=int(np.count_nonzero(types == TYPE_G_CHECK)),
+        closed_skipped=closed,
+        replay_length=t_c - t_min,
+        oldest=_footprints(found.slice(0, OLDEST_LISTED), t_c),
+    )
+    return EventualCheckpoint(found, n_c, t_c, t_c_ts, t_min, last_out_seq, extent)
+
+
+def _n_c_of(first: pa.RecordBatch) -> int:
+    n_c = first.column("n_open")[first.num_rows - 1].as_py()
+    if n_c is None or n_c < 0:
+        raise InconsistentLogError(f"the last output row has n_open={n_c}")
+    return int(n_c)
+
+
+def _key_values(column: pa.ChunkedArray) -> np.ndarray[Any, Any]:
+    """Keys as numpy: int64 zero-copy per chunk, strings as an object array."""
+    return np.asarray(column.to_numpy())
+
+
+def _duplicated(key: np.ndarray[Any, Any], ws: np.ndarray[Any, Any]) -> pd.Series:
+    """True for every (key, win_start) already met earlier in the arrays (exact).
+
+    Integer ids whose ranges fit are packed into one int64 (one hash pass instead of
+    two factorizations); anything else goes through pandas' multi-column path.
+    """
+    if key.dtype.kind in "iu" and key.size:
+        kmin, kmax = int(key.min()), int(key.max())
+        wmin, wmax = int(ws.min()), int(ws.max())
+        span = wmax - wmin + 1
+        if (kmax - kmin + 1) * span < (1 << 62):
+            code = (key.astype(np.int64) - kmin) * span + (ws - wmin)
+            return pd.Series(code, copy=False).duplicated(keep="first")
+    return pd.DataFrame({"k": key, "w": ws}, copy=False).duplicated(keep="first")
+
+
+def reconstruct(
+    batches_newest_first: Iterable[pa.RecordBatch],
+    *,
+    at_seq: int | None = None,
+    at_ts: int | None = None,
+) -> Reconstruction:
+    """Rebuild the EC from output records, newest record first (vectorized).
+
+    ``at_seq``/``at_ts`` move the start of the scan back to the last row with
+    ``seq <= at_seq`` and ``ts <= at_ts`` (time travel). Stops consuming the iterator
+    as soon as ``N_c`` windows are found. Raises :class:`ExtentError` if the records
+    end first, :class:`InconsistentLogError` on rows that break the log's invariants.
+    """
+    it = iter(batches_newest_first)
+    order = _OrderCheck()
+    counters = [0, 0]  # batches, bytes
+    first, schema = _start(it, at_seq, at_ts, order, counters)
+    if first is None or schema is None:
+        return _nothing(schema, order, at_seq, at_ts)
+    n_c = _n_c_of(first)
+    empty = pa.Table.from_batches([], schema=first.schema)
+    if n_c == 0:
+        return _finish(first, schema, empty, 0, counters, 0)
+
+    seen_key: np.ndarray[Any, Any] | None = None
+    seen_ws = np.empty(0, dtype=np.int64)
+    found_parts: list[pa.Table] = []
+    n_found = 0
+    closed = 0
+    pending: list[pa.RecordBatch] = [first]
+    pending_rows = first.num_rows
+    exhausted = False
+    while True:
+        target = max(MIN_CHUNK_ROWS, seen_ws.size)
+        while pending_rows < target:
+            nxt = next(it, None)
+            if nxt is None:
+                exhausted = True
+                break
+            counters[0] += 1
+            counters[1] += nxt.nbytes
+            order.see(nxt)
+            if nxt.num_rows:
+                pending.append(nxt)
+                pending_rows += nxt.num_rows
+        if pending_rows:
+            # Forward order inside the chunk: oldest record first.
+            chunk = pa.Table.from_batches(pending[::-1], schema=first.schema)
+            pending, pending_rows = [], 0
+            n = chunk.num_rows
+            key_rev = _key_values(chunk.column("key"))[::-1]
+            ws_rev = chunk.column("win_start").to_numpy()[::-1]
+            ty_rev = chunk.column("type").to_numpy()[::-1]
+            bad = (ty_rev < TYPE_R) | (ty_rev > TYPE_G_CHECK)
+            if bad.any():
+                seq_rev = chunk.column("seq").to_numpy()[::-1]
+                row = int(np.flatnonzero(bad)[0])
+                raise InconsistentLogError(
+                    f"output row seq {int(seq_rev[row])} has type {int(ty_rev[row])}; "
+                    "expected 1 (R), 2 (G_open) or 3 (G_check)"
+                )
+            if seen_key is None:
+                all_key, all_ws = key_rev, ws_rev
+            else:
+                all_key = np.concatenate([seen_key, key_rev])
+                all_ws = np.concatenate([seen_ws, ws_rev])
+            m = all_key.size - n
+            dup = _duplicated(all_key, all_ws)
+            is_new = ~dup.to_numpy()[m:]
+            is_g = ty_rev != TYPE_R
+            new_g = is_new & is_g
+            cum = np.cumsum(new_g) + n_found
+            stop = int(np.searchsorted(cum, n_c, side="left"))  # row of the N_c-th window
+            if stop < n:
+                is_new[stop + 1 :] = False
+                new_g[stop + 1 :] = False
+            rows = np.flatnonzero(new_g)
+            closed += int(np.count_nonzero(is_new & ~is_g))
+            found_parts.append(chunk.take(pa.array(n - 1 - rows)))
+            n_found += rows.size
+            if stop < n:
+                seq_rev = chunk.column("seq").to_numpy()[::-1]
+                found = pa.concat_tables(found_parts)
+                return _finish(first, schema, found, int(seq_rev[stop]), counters, closed)
+            seen_key = key_rev[is_new] if seen_key is None else np.concatenate(
+                [seen_key, key_rev[is_new]]
+            )
+            seen_ws = np.concatenate([seen_ws, ws_rev[is_new]])
+        if exhausted:
+            break
+    raise ExtentError(
+        f"the output log ended (oldest row seq {order.oldest_seq}) after finding "
+        f"{n_found} of the N_c={n_c} windows open at t_c="
+        f"{first.column('t_now')[first.num_rows - 1].as_py()}: the log was trimmed past "
+        "the extent, or it does not hold every footprint"
+    )
+
+
+def reconstruct_reference(
+    batches_newest_first: Iterable[pa.RecordBatch],
+    *,
+    at_seq: int | None = None,
+    at_ts: int | None = None,
+) -> Reconstruction:
+    """The same reconstruction, one row at a time: the oracle for :func:`reconstruct`."""
+    it = iter(batches_newest_first)
+    order = _OrderCheck()
+    counters = [0, 0]
+    first, schema = _start(it, at_seq, at_ts, order, counters)
+    if first is None or schema is None:
+        return _nothing(schema, order, at_seq, at_ts)
+    n_c = _n_c_of(first)
+    found: dict[tuple[Any, int], int] = {}
+    closed: set[tuple[Any, int]] = set()
+    rows: list[pa.Table] = []
+    oldest_seq = 0
+
+    def scan(batch: pa.RecordBatch) -> bool:
+        nonlocal oldest_seq
+        cols = {c: batch.column(c).to_pylist() for c in ("seq", "type", "key", "win_start")}
+        for i in range(batch.num_rows - 1, -1, -1):
+            if len(found) == n_c:
+                return True
+            w = (cols["key"][i], cols["win_start"][i])
+            ty = cols["type"][i]
+            if ty not in TYPE_NAMES:
+                raise InconsistentLogError(f"output row seq {cols['seq'][i]} has type {ty}")
+            if ty == TYPE_R:
+                if w not in found:
+                    closed.add(w)
+            elif w not in found and w not in closed:
+                found[w] = cols["seq"][i]
+                rows.append(pa.Table.from_batches([batch.slice(i, 1)]))
+                oldest_seq = cols["seq"][i]
+        return len(found) == n_c
+
+    done = scan(first)
+    for batch in it:
+        if done:
+            break
+        counters[0] += 1
+        counters[1] += batch.nbytes
+        order.see(batch)
+        done = scan(batch)
+    if not done:
+        raise ExtentError(f"the output log ended after {len(found)} of N_c={n_c} windows")
+    table = pa.concat_tables(rows) if rows else pa.Table.from_batches([], schema=first.schema)
+    closed_skipped = len(closed)
+    return _finish(first, schema, table, oldest_seq, counters, closed_skipped)
