@@ -412,8 +412,8 @@ def reconstruct(
                 seq_rev = chunk.column("seq").to_numpy()[::-1]
                 found = pa.concat_tables(found_parts)
                 return _finish(first, schema, found, int(seq_rev[stop]), counters, closed)
-            seen_key = key_rev[is_new] if seen_key is None else np.concatenate(
-                [seen_key, key_rev[is_new]]
+            seen_key = (
+                key_rev[is_new] if seen_key is None else np.concatenate([seen_key, key_rev[is_new]])
             )
             seen_ws = np.concatenate([seen_ws, ws_rev[is_new]])
         if exhausted:

@@ -16,7 +16,8 @@ import pyarrow as pa
 R, GO, GC = 1, 2, 3
 
 
-def output_schema(key_type: pa.DataType = pa.int64()) -> pa.Schema:
+def output_schema(key_type: pa.DataType | None = None) -> pa.Schema:
+    key_type = pa.int64() if key_type is None else key_type
     return pa.schema(
         [
             ("ts", pa.int64()),
@@ -62,7 +63,7 @@ def row(ty: int, t_now: int, n_open: int, key: Any, win_start: int, cnt: int = 1
 def rows_to_batches(
     rows: Sequence[dict[str, Any]],
     sizes: Sequence[int] | None = None,
-    key_type: pa.DataType = pa.int64(),
+    key_type: pa.DataType | None = None,
 ) -> list[pa.RecordBatch]:
     """Number the rows (seq dense from 0, ts = 10 * t_now) and cut them into records.
 
@@ -122,9 +123,7 @@ class Model:
                 self._emit(row(GC, seq, len(self.open), w[0], w[1], self.open[w]))
 
 
-def simulate(
-    n: int, keys: int, size: int, slide: int, seed: int, check_p: float = 0.1
-) -> Model:
+def simulate(n: int, keys: int, size: int, slide: int, seed: int, check_p: float = 0.1) -> Model:
     rng = random.Random(seed)
     m = Model(size, slide)
     for seq in range(n):

@@ -165,9 +165,7 @@ def truth_ids(model_rows: list[dict[str, Any]], truth: dict[tuple[Any, int], int
     return sorted((w[0], w[1], i) for w, i in truth.items())
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     n=st.integers(1, 250),
     keys=st.integers(1, 12),
