@@ -113,3 +113,41 @@ def test_ensure_dataset_reuses_matching_and_refuses_other(tmp_path: Path) -> Non
     assert again.files == first.files
     with pytest.raises(FileExistsError, match="different workload"):
         ensure_dataset(tmp_path / "w", 1_000, 6, seed=1, files=2)
+
+
+@pytest.mark.spark
+def test_spark_baseline_matches_pandas(tmp_path: Path) -> None:
+    """The anchor computes the right thing: its final state equals a pandas groupby mean."""
+    from bench.spark_baseline import get_session, read_final_state, run_stateful
+
+    ds = write_dataset(tmp_path / "data", 30_000, 500, seed=42, files=3, rate=10_000.0)
+    expected = (
+        read_dataset(ds.directory).to_pandas().groupby("item_id")["item_price"].mean()
+    )
+    spark = get_session()
+    try:
+        res = run_stateful(
+            ds.directory, tmp_path / "ck", "rocksdb",
+            sink="parquet", output_dir=tmp_path / "out", spark=spark,
+        )
+        assert res.batches == 3 and res.rows == 30_000
+        assert res.final_state_rows == 500
+        assert res.steady_rows_per_s > 0 and res.checkpoint_bytes > 0
+        got = read_final_state(tmp_path / "out").set_index("item_id")["avg_price"]
+        assert list(got.index) == list(expected.index)
+        np.testing.assert_allclose(got.to_numpy(), expected.to_numpy(), rtol=1e-12)
+
+        # The event-time variant on the other provider: one row per (window, key).
+        win = run_stateful(
+            ds.directory, tmp_path / "ckw", "hdfs", query="windowed", window="1 second",
+            sink="parquet", output_dir=tmp_path / "outw", spark=spark,
+        )
+        assert win.rows == 30_000
+        frame = read_dataset(ds.directory).to_pandas()
+        frame["window_start_us"] = frame["item_time"] // 1_000_000 * 1_000_000
+        want = frame.groupby(["window_start_us", "item_id"])["item_price"].mean()
+        have = read_final_state(tmp_path / "outw").set_index(["window_start_us", "item_id"])
+        assert list(have.index) == list(want.index)
+        np.testing.assert_allclose(have["avg_price"].to_numpy(), want.to_numpy(), rtol=1e-12)
+    finally:
+        spark.stop()
