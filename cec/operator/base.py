@@ -1,0 +1,96 @@
+"""The operator interface (docs/ARCHITECTURE.md §4) and its frozen config.
+
+Both implementations (:class:`cec.operator.reference.ReferenceOperator`, the oracle,
+and :class:`cec.operator.vector.VectorOperator`, production) follow the semantics
+written in :mod:`cec.records`, :mod:`cec.windows`, :mod:`cec.aggregates` and
+:mod:`cec.policy`, summarised here:
+
+* ``process(batch)`` consumes one input batch and returns its whole output as one
+  batch (possibly 0 rows). Per input tuple ``p``: (1) all open time windows (any key)
+  with ``win_end <= ts(p)`` close, ordered ``(win_end, tau1, win_start)``, each an
+  ``R``; (2) the windows of ``p``'s key that ``p`` belongs to, in ``win_start`` order:
+  update, update and close (``R``), or open (``G_open`` with the state after ``p``; a
+  count window of size 1 gives ``G_open`` then ``R``). ``N`` is decremented before an
+  ``R`` and incremented before a ``G_open``; rows carry ``t_now = seq(p)`` and
+  ``ts = ts(p)``. After the batch's foreground output, the background step of
+  :mod:`cec.policy` may append ``G_check`` rows (state now, ``t_now`` = last seq).
+* ``finish()``: end of bounded input: all open time windows close (``R``, same order,
+  ``t_now`` = last seq); count windows stay open.
+* ``load_ec(ec, t_c=, t_c_ts=, next_out_seq=)`` on a fresh operator: ``ec`` holds one
+  output-schema row per open window (its latest footprint: state, ``t_now`` = ``tau2``,
+  ``seq`` = footprint output seq). Afterwards tuples with ``seq <= t_c`` are consumed in
+  reconstruction mode: a tuple of key ``k`` is applied to every EC window of ``k`` whose
+  ``tau2 < seq``; nothing opens, closes or is emitted, and no background step runs
+  until a tuple with ``seq > t_c`` has been processed. ``t_now`` is ``t_c`` meanwhile;
+  replayed tuples must be in order among themselves, and the first tuple after ``t_c``
+  must not have ``ts < t_c_ts``.
+* In mode ``none`` windows have no footprint: ``tau2 = tau1``, ``fp_seq = -1``, and
+  ``q`` is 0.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import pyarrow as pa
+
+from cec.aggregates import Reducer, get_reducer
+from cec.errors import SpecError
+from cec.operator.state import OperatorState
+from cec.policy import Clock, PolicyConfig
+from cec.records import key_arrow_type
+from cec.windows import WindowSpec
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """What an aggregate operator computes and how it checkpoints (frozen)."""
+
+    window: WindowSpec
+    function: str = "avg"
+    key_column: str = "key"
+    value_column: str = "value"
+    key_type: str = "int64"
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    clock: Clock = field(default=time.monotonic, compare=False)
+
+    def __post_init__(self) -> None:
+        key_arrow_type(self.key_type)
+        get_reducer(self.function)
+        if not self.key_column or not self.value_column or self.key_column == self.value_column:
+            raise SpecError("key and value columns must be distinct non-empty names")
+
+    @property
+    def reducer(self) -> Reducer:
+        return get_reducer(self.function)
+
+
+class AggregateOperator(Protocol):
+    """The interface both implementations provide (ARCHITECTURE §4)."""
+
+    config: OperatorConfig
+
+    def process(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
+
+    def finish(self) -> pa.RecordBatch: ...
+
+    def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None: ...
+
+    def state_at(self) -> OperatorState: ...
+
+    @property
+    def n_open(self) -> int: ...
+
+    @property
+    def t_now(self) -> int | None: ...
+
+    @property
+    def next_out_seq(self) -> int: ...
+
+    @property
+    def q(self) -> int: ...
+
+    @property
+    def u(self) -> int: ...

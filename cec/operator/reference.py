@@ -1,0 +1,255 @@
+"""The reference aggregate operator: one tuple at a time, short and obviously right.
+
+It is the oracle of the property tests (the vectorized operator must produce the same
+rows) and the definition of the semantics written in :mod:`cec.operator.base`. It keeps
+every open window in a dict by id and, per key, a list ordered by ``win_start``; the
+oldest footprint is found by a scan. Speed is not a goal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from cec import aggregates
+from cec.errors import InputOrderError, UsageError
+from cec.operator.base import OperatorConfig
+from cec.operator.state import OperatorState, WindowId, WindowSnapshot
+from cec.policy import budget_for
+from cec.records import (
+    G_CHECK,
+    G_OPEN,
+    OUTPUT_COLUMNS,
+    R,
+    check_order,
+    decode_input,
+    keys_to_python,
+    output_schema,
+)
+from cec.windows import CountWindow, TimeWindow
+
+
+@dataclass
+class _Window:
+    key: Any
+    win_start: int
+    win_end: int
+    tau1: int
+    tau2: int
+    fp_seq: int
+    agg: aggregates.AggState
+
+
+class ReferenceOperator:
+    """Per-tuple implementation of the CEC aggregate operator (the oracle)."""
+
+    def __init__(self, config: OperatorConfig) -> None:
+        self.config = config
+        self._reducer = config.reducer
+        self._policy = config.policy
+        self._budget = budget_for(config.policy, config.clock)
+        self._schema = output_schema(config.key_type)
+        self._windows: dict[WindowId, _Window] = {}
+        self._by_key: dict[Any, list[_Window]] = {}
+        self._n = 0
+        self._t_now: int | None = None
+        self._ts_now: int | None = None
+        self._next_out = 0
+        self._last_ts: int | None = None
+        self._last_seq: int | None = None
+        self._recon_until: int | None = None
+        self._recon_ts: int | None = None
+        self._rows: list[tuple[Any, ...]] = []
+
+    # -- properties ---------------------------------------------------------------
+    @property
+    def n_open(self) -> int:
+        return self._n
+
+    @property
+    def t_now(self) -> int | None:
+        return self._t_now
+
+    @property
+    def next_out_seq(self) -> int:
+        return self._next_out
+
+    def _oldest(self) -> _Window | None:
+        if not self._windows:
+            return None
+        return min(self._windows.values(), key=lambda w: (w.fp_seq, w.tau2, w.win_start))
+
+    @property
+    def q(self) -> int:
+        w = self._oldest()
+        return 0 if w is None or w.fp_seq < 0 else self._next_out - w.fp_seq
+
+    @property
+    def u(self) -> int:
+        w = self._oldest()
+        return 0 if w is None or self._t_now is None else self._t_now - w.tau2
+
+    # -- output -------------------------------------------------------------------
+    def _emit(self, typ: int, w: _Window) -> int:
+        assert self._t_now is not None and self._ts_now is not None
+        seq = self._next_out
+        self._next_out += 1
+        a = w.agg
+        self._rows.append(
+            (self._ts_now, seq, typ, self._t_now, self._n, w.key, w.win_start, w.win_end,
+             w.tau1, a.cnt, a.sum, a.min, a.max, a.first_ts, a.last_ts,
+             self._reducer.result(a))
+        )
+        return seq
+
+    def _flush_rows(self) -> pa.RecordBatch:
+        rows, self._rows = self._rows, []
+        cols = list(zip(*rows, strict=True)) if rows else [()] * len(OUTPUT_COLUMNS)
+        return pa.RecordBatch.from_arrays(
+            [pa.array(c, type=f.type) for c, f in zip(cols, self._schema, strict=True)],
+            schema=self._schema,
+        )
+
+    # -- window life cycle --------------------------------------------------------
+    def _open(self, key: Any, win_start: int, win_end: int, seq: int, ts: int, v: float) -> None:
+        w = _Window(key, win_start, win_end, seq, seq, -1, aggregates.initialize(v, ts))
+        self._windows[(key, win_start)] = w
+        lst = self._by_key.setdefault(key, [])
+        lst.append(w)
+        lst.sort(key=lambda x: x.win_start)
+        self._n += 1
+        if self._policy.emits_open:
+            w.fp_seq = self._emit(G_OPEN, w)
+
+    def _close(self, w: _Window) -> None:
+        del self._windows[(w.key, w.win_start)]
+        self._by_key[w.key].remove(w)
+        if not self._by_key[w.key]:
+            del self._by_key[w.key]
+        self._n -= 1
+        self._emit(R, w)
+
+    def _close_time_windows(self, ts: int) -> None:
+        due = [w for w in self._windows.values() if w.win_end != -1 and w.win_end <= ts]
+        for w in sorted(due, key=lambda w: (w.win_end, w.tau1, w.win_start)):
+            self._close(w)
+
+    def _apply(self, key: Any, seq: int, ts: int, v: float) -> None:
+        spec = self.config.window
+        if isinstance(spec, CountWindow):
+            existing = list(self._by_key.get(key, []))
+            opens = not existing or existing[-1].agg.cnt == spec.slide
+            for w in existing:
+                aggregates.add(w.agg, v, ts)
+                if w.agg.cnt == spec.size:
+                    self._close(w)
+            if opens:
+                self._open(key, seq, -1, seq, ts, v)
+                if spec.size == 1:
+                    self._close(self._windows[(key, seq)])
+        else:
+            assert isinstance(spec, TimeWindow)
+            for start in spec.starts_containing(ts):
+                tw = self._windows.get((key, start))
+                if tw is None:
+                    self._open(key, start, start + spec.size_us, seq, ts, v)
+                else:
+                    aggregates.add(tw.agg, v, ts)
+
+    def _reconstruct(self, key: Any, seq: int, ts: int, v: float) -> None:
+        for w in self._by_key.get(key, []):
+            if w.tau2 < seq:
+                aggregates.add(w.agg, v, ts)
+
+    # -- the interface ------------------------------------------------------------
+    def process(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        cfg = self.config
+        cols = decode_input(
+            batch, key_column=cfg.key_column, value_column=cfg.value_column,
+            key_type=cfg.key_type,
+        )
+        check_order(cols.ts, cols.seq, self._last_ts, self._last_seq)
+        keys = keys_to_python(cols.keys)
+        for ts_, seq_, key, v in zip(
+            cols.ts.tolist(), cols.seq.tolist(), keys, cols.values.tolist(), strict=True
+        ):
+            self._last_ts, self._last_seq = ts_, seq_
+            if self._recon_until is not None:
+                if seq_ <= self._recon_until:
+                    self._reconstruct(key, seq_, ts_, v)
+                    continue
+                if self._recon_ts is not None and ts_ < self._recon_ts:
+                    raise InputOrderError(
+                        f"input tuple at position (ts={ts_}, seq={seq_}) does not follow the "
+                        f"recovered position (ts={self._recon_ts}, seq={self._recon_until})"
+                    )
+                self._recon_until = None
+            self._t_now, self._ts_now = seq_, ts_
+            if isinstance(cfg.window, TimeWindow):
+                self._close_time_windows(ts_)
+            self._apply(key, seq_, ts_, v)
+        self._background()
+        return self._flush_rows()
+
+    def _background(self) -> None:
+        pol = self._policy
+        if not pol.emits_check or self._recon_until is not None or self._t_now is None:
+            return
+        if not pol.wants_check(self.q, self.u, self._n):
+            return
+        allowed = self._budget.grant()
+        if allowed <= 0:
+            return
+        step_start = self._next_out
+        emitted = 0
+        while emitted < allowed and pol.wants_check(self.q, self.u, self._n):
+            w = self._oldest()
+            assert w is not None
+            if w.fp_seq >= step_start:
+                break
+            w.fp_seq = self._emit(G_CHECK, w)
+            w.tau2 = self._t_now
+            emitted += 1
+        self._budget.spend(emitted)
+
+    def finish(self) -> pa.RecordBatch:
+        if self._t_now is not None:
+            self._close_time_windows(2**63 - 1)
+        return self._flush_rows()
+
+    def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None:
+        if self._windows or self._t_now is not None or self._next_out:
+            raise UsageError("load_ec needs a fresh operator")
+        ec = ec.cast(self._schema) if ec.schema != self._schema else ec
+        for row in ec.to_pylist():
+            if row["type"] not in (G_OPEN, G_CHECK):
+                raise UsageError(f"EC row of type {row['type']} is not a footprint")
+            agg = aggregates.AggState(
+                row["cnt"], row["sum"], row["min"], row["max"], row["first_ts"], row["last_ts"]
+            )
+            w = _Window(row["key"], row["win_start"], row["win_end"], row["tau1"],
+                        row["t_now"], row["seq"], agg)
+            self._windows[w.key, w.win_start] = w
+            self._by_key.setdefault(w.key, []).append(w)
+        for lst in self._by_key.values():
+            lst.sort(key=lambda x: x.win_start)
+        self._n = len(self._windows)
+        self._t_now, self._ts_now = t_c, t_c_ts
+        self._next_out = next_out_seq
+        self._recon_until, self._recon_ts = t_c, t_c_ts
+        self._last_ts = None
+        self._last_seq = min((w.tau2 for w in self._windows.values()), default=t_c)
+
+    def state_at(self) -> OperatorState:
+        wins = {
+            wid: WindowSnapshot(
+                key=w.key, win_start=w.win_start, win_end=w.win_end, tau1=w.tau1,
+                tau2=w.tau2, fp_seq=w.fp_seq, cnt=w.agg.cnt, sum=w.agg.sum,
+                min=w.agg.min, max=w.agg.max, first_ts=w.agg.first_ts,
+                last_ts=w.agg.last_ts,
+            )
+            for wid, w in sorted(self._windows.items())
+        }
+        return OperatorState(self._n, self._t_now, self._next_out, wins)

@@ -1,0 +1,201 @@
+"""The record model of a CEC aggregate operator: its input tuples and its output rows.
+
+Input (one ``pyarrow.RecordBatch`` per call of ``process``): int64 ``ts``
+(microseconds, non-decreasing), int64 ``seq`` (strictly increasing), a key column
+(int64 or string; its name comes from the operator config, default ``key``) and a
+numeric value column (default ``value``, cast to float64). The order holds across
+batches too; a tuple that breaks it raises :class:`cec.errors.InputOrderError` naming
+its position ``(ts, seq)`` and the position before it.
+
+Output (docs/ARCHITECTURE.md §3): one row per output tuple, schema
+:func:`output_schema`. ``type`` is :data:`R` (result of a closed window),
+:data:`G_OPEN` (footprint written when a window opens, state after the opening tuple)
+or :data:`G_CHECK` (background footprint, state as of ``t_now``). ``seq`` is dense
+along the output log; ``t_now`` is the input ``seq`` of the last input tuple processed
+(for G rows: the footprint position ``tau2``); ``n_open`` is ``N`` right after the row.
+
+This module is pure: schemas, constants and input decoding, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cec.errors import InputOrderError, SpecError, UsageError
+
+R = 1
+G_OPEN = 2
+G_CHECK = 3
+
+TYPE_NAMES = {R: "R", G_OPEN: "G_open", G_CHECK: "G_check"}
+
+KeyType = Literal["int64", "string"]
+
+OUTPUT_COLUMNS = (
+    "ts",
+    "seq",
+    "type",
+    "t_now",
+    "n_open",
+    "key",
+    "win_start",
+    "win_end",
+    "tau1",
+    "cnt",
+    "sum",
+    "min",
+    "max",
+    "first_ts",
+    "last_ts",
+    "value",
+)
+
+
+def key_arrow_type(key_type: str) -> pa.DataType:
+    """The Arrow type of the ``key`` column for a key type name."""
+    if key_type == "int64":
+        return pa.int64()
+    if key_type == "string":
+        return pa.string()
+    raise SpecError(f"key type must be 'int64' or 'string', got {key_type!r}")
+
+
+def output_schema(key_type: str | pa.DataType = "int64") -> pa.Schema:
+    """The Arrow schema of the operator's output log (ARCHITECTURE §3)."""
+    kt = key_type if isinstance(key_type, pa.DataType) else key_arrow_type(key_type)
+    i64 = pa.int64()
+    f64 = pa.float64()
+    return pa.schema(
+        [
+            pa.field("ts", i64, nullable=False),
+            pa.field("seq", i64, nullable=False),
+            pa.field("type", pa.int8(), nullable=False),
+            pa.field("t_now", i64, nullable=False),
+            pa.field("n_open", i64, nullable=False),
+            pa.field("key", kt, nullable=False),
+            pa.field("win_start", i64, nullable=False),
+            pa.field("win_end", i64, nullable=False),
+            pa.field("tau1", i64, nullable=False),
+            pa.field("cnt", i64, nullable=False),
+            pa.field("sum", f64, nullable=False),
+            pa.field("min", f64, nullable=False),
+            pa.field("max", f64, nullable=False),
+            pa.field("first_ts", i64, nullable=False),
+            pa.field("last_ts", i64, nullable=False),
+            pa.field("value", f64, nullable=False),
+        ]
+    )
+
+
+def empty_output(key_type: str) -> pa.RecordBatch:
+    """An output batch with no rows."""
+    schema = output_schema(key_type)
+    return pa.RecordBatch.from_arrays(
+        [pa.array([], type=f.type) for f in schema], schema=schema
+    )
+
+
+@dataclass(frozen=True)
+class InputColumns:
+    """One decoded input batch: numpy columns, keys as numpy (int64) or Arrow (string)."""
+
+    ts: npt.NDArray[np.int64]
+    seq: npt.NDArray[np.int64]
+    keys: pa.Array
+    values: npt.NDArray[np.float64]
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+
+def decode_input(
+    batch: pa.RecordBatch, *, key_column: str, value_column: str, key_type: str
+) -> InputColumns:
+    """Check the columns of an input batch and convert them.
+
+    Values are cast to float64 and normalised (``-0.0`` becomes ``0.0``) so that min
+    and max are the same in every implementation; NaN and nulls are rejected.
+    """
+    names = batch.schema.names
+    for col in ("ts", "seq", key_column, value_column):
+        if col not in names:
+            raise UsageError(f"input batch has no column {col!r} (columns: {names})")
+    ts_col = batch.column("ts")
+    seq_col = batch.column("seq")
+    for name, col in (("ts", ts_col), ("seq", seq_col)):
+        if not pa.types.is_integer(col.type):
+            raise UsageError(f"input column {name!r} must be int64, got {col.type}")
+        if col.null_count:
+            raise UsageError(f"input column {name!r} has nulls")
+    key_col = batch.column(key_column)
+    val_col = batch.column(value_column)
+    if key_col.null_count or val_col.null_count:
+        raise UsageError(f"input columns {key_column!r}/{value_column!r} have nulls")
+    try:
+        keys = key_col.cast(key_arrow_type(key_type))
+        values_arr = val_col.cast(pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise UsageError(
+            f"input key/value columns cannot be cast ({key_col.type}, {val_col.type}): {exc}"
+        ) from exc
+    ts = np.asarray(ts_col.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+    seq = np.asarray(seq_col.cast(pa.int64()).to_numpy(zero_copy_only=False), dtype=np.int64)
+    values = np.asarray(values_arr.to_numpy(zero_copy_only=False), dtype=np.float64) + 0.0
+    if len(values) and np.isnan(values).any():
+        i = int(np.flatnonzero(np.isnan(values))[0])
+        raise UsageError(f"input value is NaN at position (ts={ts[i]}, seq={seq[i]})")
+    return InputColumns(ts=ts, seq=seq, keys=keys, values=values)
+
+
+def check_order(
+    ts: npt.NDArray[np.int64],
+    seq: npt.NDArray[np.int64],
+    last_ts: int | None,
+    last_seq: int | None,
+) -> None:
+    """Raise :class:`InputOrderError` unless ``(ts, seq)`` continue the stream in order.
+
+    ``seq`` must strictly increase and ``ts`` must not decrease, within the batch and
+    after the previous position ``(last_ts, last_seq)`` (either may be None: unknown).
+    """
+    n = len(seq)
+    if n == 0:
+        return
+    if last_seq is not None and seq[0] <= last_seq:
+        raise InputOrderError(
+            f"input tuple at position (ts={ts[0]}, seq={seq[0]}) does not follow "
+            f"(ts={last_ts}, seq={last_seq}): seq must strictly increase"
+        )
+    if last_ts is not None and ts[0] < last_ts:
+        raise InputOrderError(
+            f"input tuple at position (ts={ts[0]}, seq={seq[0]}) does not follow "
+            f"(ts={last_ts}, seq={last_seq}): ts must not decrease"
+        )
+    if n > 1:
+        bad_seq = np.diff(seq) <= 0
+        bad_ts = np.diff(ts) < 0
+        bad = bad_seq | bad_ts
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0]) + 1
+            what = "seq must strictly increase" if bad_seq[i - 1] else "ts must not decrease"
+            raise InputOrderError(
+                f"input tuple at position (ts={ts[i]}, seq={seq[i]}) does not follow "
+                f"(ts={ts[i - 1]}, seq={seq[i - 1]}): {what}"
+            )
+
+
+def keys_to_python(keys: pa.Array) -> list[int] | list[str]:
+    """Keys as a Python list (the reference operator works on Python objects)."""
+    out: list[int] | list[str] = keys.to_pylist()
+    return out
+
+
+def take_keys(keys: pa.Array, idx: npt.NDArray[np.int64]) -> pa.Array:
+    """Keys at the given positions (Arrow take)."""
+    return pc.take(keys, pa.array(idx, type=pa.int64()))

@@ -1,0 +1,116 @@
+"""Window specifications: count-based and time-based, tumbling and sliding.
+
+Pure logic, no I/O (the bytewax way): a frozen spec, and the arithmetic that says
+which windows a tuple belongs to.
+
+**Count windows** (``CountWindow(size=S, slide=L)``, ``1 <= L <= S``, ``L`` defaults to
+``S``) are per key. A tuple of key ``k`` opens a new window iff ``k`` has no open window
+or ``k``'s newest open window already holds exactly ``L`` tuples, so windows open at the
+key's ordinals 0, L, 2L, ... (``L == S`` is tumbling). A window closes when it holds
+``S`` tuples. Its id is ``(key, win_start)`` with ``win_start = tau1`` = the input
+``seq`` of the opening tuple; ``win_end = -1``. A window of size 1 opens and closes on
+the same tuple (``G_open`` then ``R``).
+
+**Time windows** (``TimeWindow(size_us=S, slide_us=L)``, ``1 <= L <= S``) are the
+half-open intervals ``[m*L, m*L + S)`` (integer ``m``, microseconds) that contain the
+tuple's ``ts``; per key, a window opens when its first tuple of that key arrives. All
+open time windows (any key) with ``win_end <= ts(p)`` close before tuple ``p`` is
+applied. Sizes are given as ints (microseconds) or strings such as ``"10s"``,
+``"500ms"``, ``"250us"``, ``"2m"``, ``"1h"``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cec.errors import SpecError
+
+_UNITS_US = {"us": 1, "ms": 1_000, "s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000}
+_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|h)?\s*$")
+
+
+def parse_duration(value: int | str) -> int:
+    """A duration in microseconds from an int (microseconds) or a string like "10s"."""
+    if isinstance(value, bool):
+        raise SpecError(f"bad duration {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        m = _DURATION.match(value)
+        if m:
+            return int(m.group(1)) * _UNITS_US[m.group(2) or "us"]
+    raise SpecError(f"bad duration {value!r}: use an int (microseconds) or e.g. '10s', '500ms'")
+
+
+@dataclass(frozen=True)
+class CountWindow:
+    """Count-based windows of ``size`` tuples per key, a new one every ``slide`` tuples."""
+
+    size: int
+    slide: int
+
+    def __post_init__(self) -> None:
+        for name, v in (("size", self.size), ("slide", self.slide)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SpecError(f"count window {name} must be an int >= 1, got {v!r}")
+        if self.slide > self.size:
+            raise SpecError(f"count window slide {self.slide} exceeds its size {self.size}")
+
+    @property
+    def max_open_per_key(self) -> int:
+        """The most windows one key can have open at once: ceil(size / slide)."""
+        return -(-self.size // self.slide)
+
+
+@dataclass(frozen=True)
+class TimeWindow:
+    """Time-based windows ``[m*slide_us, m*slide_us + size_us)`` per key."""
+
+    size_us: int
+    slide_us: int
+
+    def __post_init__(self) -> None:
+        for name, v in (("size", self.size_us), ("slide", self.slide_us)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise SpecError(f"time window {name} must be >= 1 microsecond, got {v!r}")
+        if self.slide_us > self.size_us:
+            raise SpecError(
+                f"time window slide {self.slide_us}us exceeds its size {self.size_us}us"
+            )
+
+    @property
+    def max_open_per_key(self) -> int:
+        """The most windows containing one instant: ceil(size / slide)."""
+        return -(-self.size_us // self.slide_us)
+
+    def starts_containing(self, ts: int) -> list[int]:
+        """Starts of the windows that contain ``ts``, ascending."""
+        lo = (ts - self.size_us) // self.slide_us + 1
+        hi = ts // self.slide_us
+        return [m * self.slide_us for m in range(lo, hi + 1)]
+
+
+WindowSpec = CountWindow | TimeWindow
+
+
+def count_window(size: int, slide: int | None = None) -> CountWindow:
+    """A count window spec; ``slide`` defaults to ``size`` (tumbling)."""
+    return CountWindow(size=size, slide=size if slide is None else slide)
+
+
+def time_window(size: int | str, slide: int | str | None = None) -> TimeWindow:
+    """A time window spec from durations; ``slide`` defaults to ``size`` (tumbling)."""
+    s = parse_duration(size)
+    return TimeWindow(size_us=s, slide_us=s if slide is None else parse_duration(slide))
+
+
+def window_spec(kind: str, size: int | str, slide: int | str | None = None) -> WindowSpec:
+    """A spec from its kind ("count" or "time"), size and optional slide."""
+    if kind == "count":
+        if not isinstance(size, int) or not (slide is None or isinstance(slide, int)):
+            raise SpecError(f"count window size/slide must be ints, got {size!r}/{slide!r}")
+        return count_window(size, slide)
+    if kind == "time":
+        return time_window(size, slide)
+    raise SpecError(f"window kind must be 'count' or 'time', got {kind!r}")

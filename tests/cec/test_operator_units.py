@@ -1,0 +1,219 @@
+"""Hand-computed outputs of each window kind, for every implementation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from cec.errors import InputOrderError, UsageError
+from cec.operator import OperatorConfig, ReferenceOperator, ec_from_output
+from cec.policy import PolicyConfig
+from cec.records import G_CHECK, G_OPEN, R, output_schema
+from cec.windows import count_window, time_window
+
+from .helpers import FakeClock, batch, rows
+
+IMPLS: list[Any] = [ReferenceOperator]
+try:
+    from cec.operator import VectorOperator
+
+    IMPLS.append(VectorOperator)
+except ImportError:  # pragma: no cover - before the vectorized operator lands
+    pass
+
+impls = pytest.mark.parametrize("impl", IMPLS, ids=lambda c: c.__name__)
+COLS = ("type", "t_now", "n_open", "key", "win_start", "cnt", "value")
+
+
+def cfg(window: Any, function: str = "sum", mode: str = "open-only", **kw: Any) -> OperatorConfig:
+    pol = PolicyConfig(mode=mode, **kw)  # type: ignore[arg-type]
+    return OperatorConfig(window=window, function=function, policy=pol, clock=FakeClock())
+
+
+@impls
+def test_count_tumbling(impl: Any) -> None:
+    op = impl(cfg(count_window(2)))
+    out = op.process(batch([(0, 0, 1, 1), (1, 1, 2, 2), (2, 2, 1, 3), (3, 3, 1, 4)]))
+    assert out.schema == output_schema("int64")
+    assert rows(out, *COLS) == [
+        (G_OPEN, 0, 1, 1, 0, 1, 1.0),
+        (G_OPEN, 1, 2, 2, 1, 1, 2.0),
+        (R, 2, 1, 1, 0, 2, 4.0),
+        (G_OPEN, 3, 2, 1, 3, 1, 4.0),
+    ]
+    assert rows(out, "seq", "ts", "win_end") == [(i, i, -1) for i in range(4)]
+    assert op.n_open == 2 and op.t_now == 3 and op.next_out_seq == 4
+
+
+@impls
+def test_count_sliding(impl: Any) -> None:
+    op = impl(cfg(count_window(4, 2)))
+    out = op.process(batch([(s, s, 7, s + 1) for s in range(6)]))
+    assert rows(out, *COLS) == [
+        (G_OPEN, 0, 1, 7, 0, 1, 1.0),
+        (G_OPEN, 2, 2, 7, 2, 1, 3.0),
+        (R, 3, 1, 7, 0, 4, 10.0),
+        (G_OPEN, 4, 2, 7, 4, 1, 5.0),
+        (R, 5, 1, 7, 2, 4, 18.0),
+    ]
+    st = op.state_at()
+    assert set(st.windows) == {(7, 4)}
+    assert st.windows[7, 4].cnt == 2 and st.windows[7, 4].tau2 == 4
+
+
+@impls
+def test_count_close_and_open_same_tuple(impl: Any) -> None:
+    op = impl(cfg(count_window(3, 2), function="max"))
+    out = op.process(batch([(s, 10 + s, 1, s) for s in range(3)]))
+    # seq 12: the window of seq 10 closes (R) before the new one opens (G_open)
+    assert rows(out, *COLS) == [
+        (G_OPEN, 10, 1, 1, 10, 1, 0.0),
+        (R, 12, 0, 1, 10, 3, 2.0),
+        (G_OPEN, 12, 1, 1, 12, 1, 2.0),
+    ]
+
+
+@impls
+@pytest.mark.parametrize("mode", ["none", "open-only"])
+def test_count_size_one(impl: Any, mode: str) -> None:
+    op = impl(cfg(count_window(1), function="avg", mode=mode))
+    out = op.process(batch([(0, 0, 1, 5), (0, 1, 2, 6)]))
+    if mode == "none":
+        assert rows(out, *COLS) == [(R, 0, 0, 1, 0, 1, 5.0), (R, 1, 0, 2, 1, 1, 6.0)]
+    else:
+        assert rows(out, *COLS) == [
+            (G_OPEN, 0, 1, 1, 0, 1, 5.0),
+            (R, 0, 0, 1, 0, 1, 5.0),
+            (G_OPEN, 1, 1, 2, 1, 1, 6.0),
+            (R, 1, 0, 2, 1, 1, 6.0),
+        ]
+    assert op.n_open == 0
+
+
+@impls
+def test_time_sliding_and_finish(impl: Any) -> None:
+    op = impl(cfg(time_window(10, 5), function="count"))
+    out = op.process(batch([(0, 0, 1, 1), (6, 1, 2, 2), (10, 2, 1, 3), (16, 3, 1, 4)]))
+    assert rows(out, "type", "ts", "t_now", "n_open", "key", "win_start", "win_end", "cnt") == [
+        (G_OPEN, 0, 0, 1, 1, -5, 5, 1),
+        (G_OPEN, 0, 0, 2, 1, 0, 10, 1),
+        (R, 6, 1, 1, 1, -5, 5, 1),
+        (G_OPEN, 6, 1, 2, 2, 0, 10, 1),
+        (G_OPEN, 6, 1, 3, 2, 5, 15, 1),
+        (R, 10, 2, 2, 1, 0, 10, 1),  # (win_end, tau1): key 1 opened first
+        (R, 10, 2, 1, 2, 0, 10, 1),
+        (G_OPEN, 10, 2, 2, 1, 5, 15, 1),
+        (G_OPEN, 10, 2, 3, 1, 10, 20, 1),
+        (R, 16, 3, 2, 2, 5, 15, 1),
+        (R, 16, 3, 1, 1, 5, 15, 1),
+        (G_OPEN, 16, 3, 2, 1, 15, 25, 1),
+    ]
+    fin = op.finish()
+    assert rows(fin, "type", "ts", "t_now", "n_open", "win_start", "cnt", "value") == [
+        (R, 16, 3, 1, 10, 2, 2.0),
+        (R, 16, 3, 0, 15, 1, 1.0),
+    ]
+    assert op.n_open == 0
+
+
+@impls
+def test_finish_keeps_count_windows(impl: Any) -> None:
+    op = impl(cfg(count_window(5)))
+    op.process(batch([(0, 0, 1, 1), (1, 1, 2, 1)]))
+    assert op.finish().num_rows == 0
+    assert op.n_open == 2
+
+
+@impls
+def test_targets_u(impl: Any) -> None:
+    op = impl(cfg(count_window(100), mode="targets", q=10**9, u=2))
+    out = op.process(batch([(s, s, 1, 1) for s in range(4)]))
+    assert rows(out, "type", "seq", "t_now", "n_open", "cnt") == [
+        (G_OPEN, 0, 0, 1, 1),
+        (G_CHECK, 1, 3, 1, 4),
+    ]
+    st = op.state_at()
+    assert st.windows[1, 0].tau2 == 3 and st.windows[1, 0].fp_seq == 1
+    assert op.u == 0 and op.q == 1
+
+
+@impls
+def test_targets_each_window_once_per_step(impl: Any) -> None:
+    op = impl(cfg(count_window(100), mode="targets", q=0))
+    out = op.process(batch([(0, 0, 1, 1), (1, 1, 2, 1), (2, 2, 1, 1)]))
+    assert rows(out, "type", "seq", "t_now", "key", "cnt") == [
+        (G_OPEN, 0, 0, 1, 1),
+        (G_OPEN, 1, 1, 2, 1),
+        (G_CHECK, 2, 2, 1, 2),
+        (G_CHECK, 3, 2, 2, 1),
+    ]
+
+
+@impls
+def test_targets_no_budget(impl: Any) -> None:
+    op = impl(cfg(count_window(100), mode="targets", q=0, ci_ms=0.0))
+    out = op.process(batch([(0, 0, 1, 1), (1, 1, 2, 1)]))
+    assert set(rows(out, "type")) == {(G_OPEN,)}
+
+
+@impls
+def test_order_errors(impl: Any) -> None:
+    op = impl(cfg(count_window(2)))
+    with pytest.raises(InputOrderError, match=r"ts=1, seq=1"):
+        op.process(batch([(0, 2, 1, 1), (1, 1, 1, 1)]))
+    op = impl(cfg(count_window(2)))
+    with pytest.raises(InputOrderError, match=r"ts=4, seq=9"):
+        op.process(batch([(5, 8, 1, 1), (4, 9, 1, 1)]))
+    op = impl(cfg(count_window(2)))
+    op.process(batch([(5, 8, 1, 1)]))
+    with pytest.raises(InputOrderError, match=r"seq=8"):
+        op.process(batch([(6, 8, 1, 1)]))
+    with pytest.raises(UsageError):
+        op.process(batch([(6, 9, 1, float("nan"))]))
+
+
+@impls
+def test_string_keys_and_column_names(impl: Any) -> None:
+    c = OperatorConfig(
+        window=count_window(2), function="min", key_column="item", value_column="price",
+        key_type="string", policy=PolicyConfig(mode="open-only"),
+    )
+    b = batch([(0, 0, "a", 3), (1, 1, "b", 2), (2, 2, "a", 1)], key_type="string")
+    b = b.rename_columns(["ts", "seq", "item", "price"])
+    out = impl(c).process(b)
+    assert out.schema == output_schema("string")
+    assert rows(out, "type", "key", "value") == [
+        (G_OPEN, "a", 3.0),
+        (G_OPEN, "b", 2.0),
+        (R, "a", 1.0),
+    ]
+
+
+@impls
+def test_load_ec_by_hand(impl: Any) -> None:
+    c = cfg(count_window(3), mode="open-only")
+    first = impl(c)
+    inp = [(s, s, s % 2, s) for s in range(8)]
+    outs = [first.process(batch(inp[:5]))]
+    st = first.state_at()
+    ec = ec_from_output(outs, st)
+    outs.append(first.process(batch(inp[5:])))
+    t_min = min(w.tau2 for w in st.windows.values())
+    second = impl(c)
+    second.load_ec(ec, t_c=4, t_c_ts=4, next_out_seq=st.next_out_seq)
+    assert second.n_open == st.n_open
+    assert second.process(batch([r for r in inp[:5] if r[1] > t_min])).num_rows == 0
+    assert second.state_at() == st
+    assert rows(second.process(batch(inp[5:]))) == rows(outs[1])
+    assert second.state_at() == first.state_at()
+
+
+@impls
+def test_load_ec_needs_fresh_operator(impl: Any) -> None:
+    op = impl(cfg(count_window(3)))
+    op.process(batch([(0, 0, 1, 1)]))
+    with pytest.raises(UsageError):
+        op.load_ec(pa.Table.from_batches([], schema=output_schema("int64")),
+                   t_c=0, t_c_ts=0, next_out_seq=1)

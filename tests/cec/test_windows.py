@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import pytest
+
+from cec.errors import SpecError
+from cec.policy import PolicyConfig
+from cec.windows import CountWindow, TimeWindow, count_window, parse_duration, time_window
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("10s") == 10_000_000
+    assert parse_duration("500ms") == 500_000
+    assert parse_duration("250us") == 250
+    assert parse_duration("2m") == 120_000_000
+    assert parse_duration(42) == 42
+    with pytest.raises(SpecError):
+        parse_duration("ten seconds")
+
+
+def test_specs_validate() -> None:
+    assert count_window(10) == CountWindow(10, 10)
+    assert time_window("10s", "5s") == TimeWindow(10_000_000, 5_000_000)
+    for bad in (lambda: count_window(0), lambda: count_window(3, 4),
+                lambda: time_window("1s", "2s"), lambda: count_window(2, 0)):
+        with pytest.raises(SpecError):
+            bad()
+
+
+def test_starts_containing() -> None:
+    w = TimeWindow(10, 5)
+    assert w.starts_containing(0) == [-5, 0]
+    assert w.starts_containing(7) == [0, 5]
+    assert TimeWindow(10, 3).starts_containing(9) == [0, 3, 6, 9]
+    assert TimeWindow(10, 10).starts_containing(-1) == [-10]
+
+
+def test_policy_q_target() -> None:
+    assert PolicyConfig(q="2x").q_target(50) == 100
+    assert PolicyConfig(q=7).q_target(50) == 7
+    with pytest.raises(SpecError):
+        PolicyConfig(q="two")
+    with pytest.raises(SpecError):
+        PolicyConfig(mode="sometimes")  # type: ignore[arg-type]
