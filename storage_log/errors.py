@@ -19,3 +19,23 @@ class LogLockedError(StorageLogError):
 
 class LogOrderError(UsageError, StorageLogError):
     """An appended batch whose seq/ts would break the log's ordering invariants."""
+
+
+class LogSchemaError(UsageError, StorageLogError):
+    """An appended batch whose schema differs from the log's, or cannot be logged."""
+
+
+class LogSealedError(UsageError, StorageLogError):
+    """An append or commit on a log that was sealed (its stream has ended)."""
+
+
+class LogNotFoundError(UsageError, StorageLogError):
+    """A log directory (or, for a reader, its index) that does not exist."""
+
+
+class LogTrimmedError(StorageLogError):
+    """A read that asks for records already dropped by trim."""
+
+
+class LogClosedError(UsageError, StorageLogError):
+    """Use of a closed log, or a write on a read-only or failed log."""

@@ -1,0 +1,683 @@
+"""StreamLog: the persistent, checksummed, LMDB-indexed stream log of one stream.
+
+A log is a directory::
+
+    LOG/
+      00000000000000000000.seg   segment files of frames (storage_log.segment,
+      00000000000000052311.seg   byte layout in storage_log.frame.FrameCodec)
+      index/                     LMDB environment (storage_log.index.LogIndex)
+      lock                       the writer lock; holds the writer's pid
+
+Invariants: ``seq`` strictly increases and ``ts`` never decreases along the log,
+within and across records; all records have one schema with int64 ``ts`` and
+``seq`` columns (no nulls, ``seq >= 0``); only committed records are indexed and
+visible to readers; the segments alone determine the committed state (the index is
+a cache, rebuilt or reconciled on every writable open).
+
+Commit protocol: ``commit()`` writes the pending frames (the last one flagged
+COMMIT, or a TOKEN frame carrying the token), makes the segments durable according
+to ``fsync`` and only then, in one LMDB transaction, adds the index entries and
+moves the committed end and the token. A crash at any point leaves either the old
+or the new commit visible after the next writable open.
+
+Durability modes: ``always`` (fdatasync at every commit; the default), ``interval``
+(at most every ``fsync_interval`` seconds: a commit is visible before it is durable,
+and a machine crash may lose the last interval), ``never`` (leave it to the OS).
+
+Thread safety: one thread per StreamLog object. Any number of reader objects (in
+this process or others) may read while one writer appends.
+
+Readers (``writable=False``) never modify anything; they need the ``index/``
+environment, which the writer creates and repairs (a reader on a log without
+an index gets :class:`LogNotFoundError` telling it to open the log writable once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+from cec.errors import UsageError
+from storage_log.errors import (
+    LogClosedError,
+    LogNotFoundError,
+    LogOrderError,
+    LogSchemaError,
+    LogSealedError,
+    LogTrimmedError,
+)
+from storage_log.frame import (
+    FLAG_COMMIT,
+    FrameCodec,
+    FrameError,
+    Kind,
+    PendingFrame,
+    decode_schema,
+    encode_schema,
+)
+from storage_log.index import Committed, Entry, IndexCorrupt, LogIndex, Snapshot
+from storage_log.lock import WriterLock
+from storage_log.reconcile import (
+    INDEX_DIR,
+    ReconcileReport,
+    corrupt,
+    open_index,
+    reconcile,
+)
+from storage_log.segment import SegmentReader, list_segments, segment_path
+
+FsyncMode = Literal["always", "interval", "never"]
+_FSYNC_MODES = ("always", "interval", "never")
+_FLUSH_BYTES = 8 << 20  # write appended frames to the file beyond this much
+_IOV_MAX = 512
+
+
+class StreamLog:
+    """One stream's log; see the module docstring for the directory and its rules.
+
+    Open it with :meth:`open`. Attributes ``schema``, ``first_seq``, ``last_seq``,
+    ``last_ts`` and ``sealed`` describe, for a writer, everything appended (committed
+    or not) and, for a reader, the committed log at the time of the access.
+    ``reconcile_report`` tells what a writable open cut or re-indexed (None for
+    readers).
+    """
+
+    reconcile_report: ReconcileReport | None
+
+    def __init__(self, path: Path, index: LogIndex, *, lock: WriterLock | None,
+                 fsync: FsyncMode, segment_bytes: int, fsync_interval: float,
+                 compression_level: int) -> None:
+        self.path = path
+        self._index: LogIndex | None = index
+        self._lock = lock
+        self._fsync = fsync
+        self._segment_bytes = segment_bytes
+        self._fsync_interval = fsync_interval
+        self._codec = FrameCodec(compression_level)
+        self._schemas: dict[bytes, pa.Schema] = {}
+        self.reconcile_report = None
+        # writer state
+        self._schema: pa.Schema | None = None
+        self._schema_bytes: bytes | None = None
+        self._committed = Committed(-1, 0, None, None, 0)
+        self._segments: list[int] = []
+        self._active = -1
+        self._fd = -1
+        self._size = 0
+        self._active_has_schema = False
+        self._pending: list[PendingFrame] = []
+        self._pending_bytes = 0
+        self._written: list[Entry] = []  # data frames in files, not yet committed
+        self._dirty: list[int] = []  # fds of rolled segments awaiting fsync
+        self._dir_dirty = False
+        self._last_sync = time.monotonic()
+        self._first_seq: int | None = None
+        self._last_seq: int | None = None
+        self._last_ts: int | None = None
+        self._records = 0
+        self._token: bytes | None = None
+        self._sealed = False
+        self._failed: BaseException | None = None
+
+    # -- opening and closing ------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, writable: bool = False,
+             create: bool = False, fsync: str = "always", segment_bytes: int = 64 << 20,
+             repair: bool = False, fsync_interval: float = 1.0,
+             compression_level: int = 1) -> StreamLog:
+        """Open (``create``: create if absent) the log at ``path``.
+
+        ``writable`` takes the writer lock (:class:`LogLockedError` names the holder's
+        pid) and reconciles the log with its index (see ``reconcile_report``).
+        ``repair`` lets a writable open cut a log damaged before its committed end
+        (otherwise :class:`CorruptLogError`). Readers never modify files.
+        """
+        if fsync not in _FSYNC_MODES:
+            raise UsageError(f"fsync must be one of {', '.join(_FSYNC_MODES)}, not {fsync!r}")
+        if segment_bytes < 4096:
+            raise UsageError(f"segment_bytes must be at least 4096, not {segment_bytes}")
+        directory = Path(path)
+        if not directory.is_dir():
+            if not (create and writable):
+                raise LogNotFoundError(f"no log at {directory} (open it writable with create=True)")
+            directory.mkdir(parents=True, exist_ok=True)
+        if not writable:
+            try:
+                index = LogIndex(directory / INDEX_DIR, create=False)
+            except (FileNotFoundError, IndexCorrupt) as exc:
+                raise LogNotFoundError(
+                    f"log {directory} has no usable index ({exc}); readers never modify a "
+                    "log: open it writable once to rebuild the index from the segments"
+                ) from exc
+            return cls(directory, index, lock=None, fsync="never",
+                       segment_bytes=segment_bytes, fsync_interval=fsync_interval,
+                       compression_level=compression_level)
+        lock = WriterLock(directory)
+        try:
+            report = ReconcileReport()
+            index = open_index(directory, report, force_rebuild=repair)
+            try:
+                state = reconcile(directory, index, report, repair=repair)
+            except BaseException:
+                index.close()
+                raise
+        except BaseException:
+            lock.release()
+            raise
+        log = cls(directory, index, lock=lock, fsync=fsync,  # type: ignore[arg-type]
+                  segment_bytes=segment_bytes, fsync_interval=fsync_interval,
+                  compression_level=compression_level)
+        log.reconcile_report = report
+        log._load(state.committed, state.schema, state.schema_bytes, state.token,
+                  state.sealed, state.first_seq, state.segments, state.active_has_schema)
+        return log
+
+    def _load(self, committed: Committed, schema: pa.Schema | None, schema_bytes: bytes | None,
+              token: bytes | None, sealed: bool, first_seq: int | None, segments: list[int],
+              active_has_schema: bool) -> None:
+        self._committed = committed
+        self._schema, self._schema_bytes = schema, schema_bytes
+        self._token, self._sealed = token, sealed
+        self._first_seq = first_seq
+        self._last_seq, self._last_ts = committed.last_seq, committed.last_ts
+        self._records = committed.records
+        self._segments = segments
+        if segments:
+            self._active = segments[-1]
+            self._fd = os.open(segment_path(self.path, self._active),
+                               os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            self._size = os.lseek(self._fd, 0, os.SEEK_END)
+            self._active_has_schema = active_has_schema
+
+    def close(self) -> None:
+        """Close the log. A writer drops what it appended but did not commit."""
+        if self._index is None:
+            return
+        try:
+            if self._lock is not None and self._failed is None:
+                self._discard_uncommitted()
+        finally:
+            for fd in [*self._dirty, self._fd]:
+                if fd >= 0:
+                    os.close(fd)
+            self._dirty, self._fd = [], -1
+            self._index.close()
+            self._index = None
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+
+    def __enter__(self) -> StreamLog:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        if getattr(self, "_index", None) is not None:
+            with contextlib.suppress(Exception):
+                self.close()
+
+    # -- attributes ---------------------------------------------------------------
+
+    @property
+    def writable(self) -> bool:
+        return self._lock is not None
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        if self.writable:
+            return self._schema
+        return self._decode_schema(self._snapshot().schema)
+
+    @property
+    def first_seq(self) -> int | None:
+        return self._first_seq if self.writable else self._snapshot().first_seq
+
+    @property
+    def last_seq(self) -> int | None:
+        return self._last_seq if self.writable else self._snapshot().committed.last_seq
+
+    @property
+    def last_ts(self) -> int | None:
+        return self._last_ts if self.writable else self._snapshot().committed.last_ts
+
+    @property
+    def sealed(self) -> bool:
+        return self._sealed if self.writable else self._snapshot().sealed
+
+    @property
+    def committed_seq(self) -> int | None:
+        """The last committed seq (what readers can see)."""
+        return self._snapshot().committed.last_seq
+
+    def last_token(self) -> bytes | None:
+        """The token of the last commit that carried one (None if never)."""
+        if self.writable:
+            return self._token
+        return self._snapshot().token
+
+    # -- writing ------------------------------------------------------------------
+
+    def append(self, batch: pa.RecordBatch) -> None:
+        """Append one record (not visible until :meth:`commit`). Empty batches are ignored.
+
+        Raises LogOrderError if ``ts``/``seq`` break the log's order and LogSchemaError
+        if the schema differs from the log's.
+        """
+        self._check_write()
+        if isinstance(batch, pa.Table):
+            batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
+            if batch is None:
+                return
+        if not isinstance(batch, pa.RecordBatch):
+            raise LogSchemaError(f"append takes a pyarrow.RecordBatch, not {type(batch).__name__}")
+        if batch.num_rows == 0:
+            return
+        self._check_schema(batch.schema)
+        first_seq, last_seq, first_ts, last_ts = self._check_order(batch)
+        if self._active < 0:
+            self._new_segment(first_seq)
+        elif self._active_has_schema and self._size + self._pending_bytes >= self._segment_bytes:
+            self._flush(commit=False)
+            if self._fsync == "never":
+                os.close(self._fd)
+            else:
+                self._dirty.append(self._fd)
+            self._fd = -1
+            self._new_segment(first_seq)
+        if not self._active_has_schema:
+            assert self._schema_bytes is not None
+            self._push(FrameCodec.encode_control(Kind.SCHEMA, self._schema_bytes,
+                                                 self._last_seq if self._last_seq is not None
+                                                 else -1, self._last_ts or 0))
+            self._active_has_schema = True
+        self._push(self._codec.encode_data(batch, first_seq, last_seq, first_ts, last_ts))
+        if self._first_seq is None:
+            self._first_seq = first_seq
+        self._last_seq, self._last_ts = last_seq, last_ts
+        self._records += 1
+        if self._pending_bytes >= _FLUSH_BYTES:
+            self._flush(commit=False, keep_last=True)
+
+    def commit(self, token: bytes | None = None) -> None:
+        """Make everything appended durable (per ``fsync``) and visible, with ``token``."""
+        self._check_write()
+        self._commit(token)
+
+    def seal(self) -> None:
+        """Commit what is pending and mark the end of the stream; appends then fail."""
+        self._check_write(allow_sealed=True)
+        if self._sealed:
+            return
+        self._commit(None, seal=True)
+
+    def trim(self, *, before_seq: int) -> int:
+        """Delete whole segments holding only records with ``seq < before_seq``.
+
+        Commits pending appends first. Never deletes the segment holding the
+        committed end. Returns how many segments were deleted.
+        """
+        self._check_write(allow_sealed=True)
+        if self._pending or self._written:
+            self._commit(None)
+        segs = self._segments
+        victims = [s for i, s in enumerate(segs[:-1])
+                   if segs[i + 1] <= before_seq and s < self._committed.segment]
+        if not victims:
+            return 0
+        if self._token is not None:  # keep the latest token in a kept segment
+            self._commit(self._token)
+        assert self._index is not None
+        keep = segs[len(victims)]
+        self._index.drop_before(keep)
+        for s in victims:
+            segment_path(self.path, s).unlink()
+        self._segments = segs[len(victims):]
+        _fsync_dir(self.path)
+        self._first_seq = self._index.snapshot().first_seq
+        return len(victims)
+
+    def _commit(self, token: bytes | None, *, seal: bool = False) -> None:
+        if not self._pending and token is None and not seal:
+            return
+        last_seq = self._last_seq if self._last_seq is not None else -1
+        last_ts = self._last_ts if self._last_ts is not None else 0
+        if token is not None:
+            self._push(FrameCodec.encode_control(Kind.TOKEN, bytes(token), last_seq, last_ts))
+        if seal:
+            self._push(FrameCodec.encode_control(Kind.SEAL, b"", last_seq, last_ts))
+        if self._active < 0:
+            self._new_segment(0)
+        try:
+            self._flush(commit=True)
+            self._sync(force=False)
+            committed = Committed(self._active, self._size, self._last_seq, self._last_ts,
+                                  self._records)
+            assert self._index is not None
+            self._index.commit(self._written, committed,
+                               schema=self._schema_bytes if self._committed.last_seq is None
+                               else None, token=token, sealed=seal)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        self._committed = committed
+        self._written = []
+        if token is not None:
+            self._token = bytes(token)
+        if seal:
+            self._sealed = True
+
+    def _push(self, frame: PendingFrame) -> None:
+        self._pending.append(frame)
+        self._pending_bytes += frame.size
+
+    def _flush(self, *, commit: bool, keep_last: bool = False) -> None:
+        """Write pending frames to the active segment (the last flagged COMMIT)."""
+        frames = self._pending[:-1] if keep_last else self._pending
+        if not frames:
+            return
+        parts: list[bytes | memoryview] = []
+        offset = self._size
+        last = len(frames) - 1
+        for i, f in enumerate(frames):
+            header, payload, footer = f.finish(FLAG_COMMIT if commit and i == last else 0)
+            parts += (header, payload, footer)
+            if f.kind == Kind.DATA:
+                self._written.append(Entry(self._active, offset, f.size, f.first_seq,
+                                           f.last_seq, f.first_ts, f.last_ts, f.rows))
+            offset += f.size
+        try:
+            _write_all(self._fd, parts)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        self._size = offset
+        self._pending = self._pending[-1:] if keep_last else []
+        self._pending_bytes = sum(f.size for f in self._pending)
+
+    def _sync(self, *, force: bool) -> None:
+        mode = self._fsync
+        now = time.monotonic()
+        if not force and (mode == "never" or (
+                mode == "interval" and now - self._last_sync < self._fsync_interval)):
+            return
+        for fd in self._dirty:
+            os.fdatasync(fd)
+            os.close(fd)
+        self._dirty = []
+        os.fdatasync(self._fd)
+        if self._dir_dirty:
+            _fsync_dir(self.path)
+            self._dir_dirty = False
+        if mode != "always":
+            assert self._index is not None
+            self._index.sync()
+        self._last_sync = now
+
+    def _new_segment(self, base: int) -> None:
+        path = segment_path(self.path, base)
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                           | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self._active, self._size = base, 0
+        self._active_has_schema = False
+        self._segments.append(base)
+        self._dir_dirty = True
+
+    def _discard_uncommitted(self) -> None:
+        """Cut frames written past the committed end (close without commit)."""
+        self._pending, self._pending_bytes = [], 0
+        if not self._written and self._size == self._committed.end:
+            return
+        self._written = []
+        keep = self._committed.segment
+        for s in [s for s in self._segments if s > keep]:
+            segment_path(self.path, s).unlink(missing_ok=True)
+        self._segments = [s for s in self._segments if s <= keep]
+        if keep >= 0:
+            os.truncate(segment_path(self.path, keep), self._committed.end)
+
+    def _check_write(self, *, allow_sealed: bool = False) -> None:
+        if self._index is None:
+            raise LogClosedError(f"log {self.path} is closed")
+        if self._lock is None:
+            raise LogClosedError(f"log {self.path} is open read-only")
+        if self._failed is not None:
+            raise LogClosedError(
+                f"log {self.path} failed to write ({self._failed!r}); close and reopen it"
+            ) from self._failed
+        if self._sealed and not allow_sealed:
+            raise LogSealedError(f"log {self.path} is sealed (its stream has ended)")
+
+    def _check_schema(self, schema: pa.Schema) -> None:
+        if self._schema is not None:
+            if not schema.equals(self._schema):
+                raise LogSchemaError(
+                    f"batch schema differs from the log's:\n{schema}\nlog:\n{self._schema}")
+            return
+        for name in ("ts", "seq"):
+            idx = schema.get_field_index(name)
+            if idx < 0 or schema.field(idx).type != pa.int64():
+                raise LogSchemaError(f"a logged batch needs an int64 column {name!r}: {schema}")
+        for f in schema:
+            if pa.types.is_dictionary(f.type):
+                raise LogSchemaError(f"dictionary column {f.name!r} cannot be logged")
+        self._schema = schema
+        self._schema_bytes = encode_schema(schema)
+
+    def _check_order(self, batch: pa.RecordBatch) -> tuple[int, int, int, int]:
+        seq_col = batch.column("seq")
+        ts_col = batch.column("ts")
+        if seq_col.null_count or ts_col.null_count:
+            raise LogOrderError("ts and seq must not be null")
+        seq = seq_col.to_numpy()
+        ts = ts_col.to_numpy()
+        first_seq, last_seq = int(seq[0]), int(seq[-1])
+        first_ts, last_ts = int(ts[0]), int(ts[-1])
+        if self._last_seq is not None and first_seq <= self._last_seq:
+            raise LogOrderError(
+                f"seq {first_seq} is not after the log's last seq {self._last_seq} "
+                f"(log {self.path})")
+        if first_seq < 0:
+            raise LogOrderError(f"seq {first_seq} is negative")
+        if self._last_ts is not None and first_ts < self._last_ts:
+            raise LogOrderError(
+                f"ts {first_ts} (seq {first_seq}) is before the log's last ts {self._last_ts}")
+        if len(seq) > 1:
+            bad = np.flatnonzero(seq[1:] <= seq[:-1])
+            if len(bad):
+                i = int(bad[0]) + 1
+                raise LogOrderError(f"seq does not increase inside the batch at row {i} "
+                                    f"({int(seq[i - 1])} then {int(seq[i])})")
+            bad = np.flatnonzero(ts[1:] < ts[:-1])
+            if len(bad):
+                i = int(bad[0]) + 1
+                raise LogOrderError(f"ts decreases inside the batch at row {i} "
+                                    f"(seq {int(seq[i])}: {int(ts[i - 1])} then {int(ts[i])})")
+        return first_seq, last_seq, first_ts, last_ts
+
+    # -- reading ------------------------------------------------------------------
+
+    def _snapshot(self) -> Snapshot:
+        if self._index is None:
+            raise LogClosedError(f"log {self.path} is closed")
+        return self._index.snapshot()
+
+    def _decode_schema(self, raw: bytes | None) -> pa.Schema | None:
+        if raw is None:
+            return None
+        schema = self._schemas.get(raw)
+        if schema is None:
+            schema = self._schemas[raw] = decode_schema(raw)
+        return schema
+
+    def _locate(self, **kw: int | None) -> tuple[Snapshot, Entry | None]:
+        if self._index is None:
+            raise LogClosedError(f"log {self.path} is closed")
+        return self._index.locate(**kw)
+
+    def read_forward(self, *, after_seq: int | None = None, from_ts: int | None = None
+                     ) -> Iterator[pa.RecordBatch]:
+        """Committed records with ``seq > after_seq`` (or ``ts >= from_ts``), oldest first.
+
+        The start is one index lookup; the first batch is trimmed to the exact
+        position. Raises LogTrimmedError if ``after_seq`` lies in trimmed segments.
+        """
+        if after_seq is not None and from_ts is not None:
+            raise UsageError("read_forward takes after_seq or from_ts, not both")
+        snap, entry = self._locate(after_seq=after_seq, from_ts=from_ts)
+        return self._forward(snap, entry, after_seq, from_ts)
+
+    def _forward(self, snap: Snapshot, entry: Entry | None, after_seq: int | None,
+                 from_ts: int | None) -> Iterator[pa.RecordBatch]:
+        c = snap.committed
+        schema = self._decode_schema(snap.schema)
+        if after_seq is not None and snap.trimmed is not None and after_seq < snap.trimmed:
+            raise LogTrimmedError(
+                f"log {self.path}: records up to seq {snap.trimmed} were trimmed; "
+                f"cannot read after seq {after_seq}")
+        if entry is None or c.last_seq is None or schema is None or entry.last_seq > c.last_seq:
+            return
+        segs = [s for s in list_segments(self.path) if entry.segment <= s <= c.segment]
+        if not segs or segs[0] != entry.segment:
+            raise LogTrimmedError(f"log {self.path}: segment {entry.segment} was trimmed")
+        codec = self._codec
+        first = True
+        for seg in segs:
+            path = segment_path(self.path, seg)
+            try:
+                reader = SegmentReader(path)
+            except FileNotFoundError as exc:
+                raise LogTrimmedError(f"log {self.path}: segment {path.name} was trimmed") from exc
+            with reader:
+                end = c.end if seg == c.segment else reader.size()
+                start = entry.offset if seg == entry.segment else 0
+                try:
+                    for buf, base, info in reader.forward(start, end):
+                        if info.kind != Kind.DATA:
+                            continue
+                        batch = codec.decode_data(buf, info, schema, base)
+                        if first:
+                            first = False
+                            batch = _trim_front(batch, after_seq, from_ts)
+                            if batch.num_rows == 0:
+                                continue
+                        yield batch
+                except FrameError as exc:
+                    raise corrupt(path, exc.offset, exc.invariant) from exc
+
+    def read_backward(self, *, before_seq: int | None = None, chunk_bytes: int = 256 << 10
+                      ) -> Iterator[pa.RecordBatch]:
+        """Committed records with ``seq < before_seq``, newest record first.
+
+        Rows inside a batch stay in forward order. The segments are read from the end
+        in ``chunk_bytes`` reads and walked by the frame footers; the index is used
+        only to find ``before_seq``.
+        """
+        if before_seq is not None:
+            snap, entry = self._locate(at_seq=before_seq)
+        else:
+            snap, entry = self._snapshot(), None
+        return self._backward(snap, entry, before_seq, chunk_bytes)
+
+    def _backward(self, snap: Snapshot, entry: Entry | None, before_seq: int | None,
+                  chunk_bytes: int) -> Iterator[pa.RecordBatch]:
+        c = snap.committed
+        schema = self._decode_schema(snap.schema)
+        if c.last_seq is None or schema is None:
+            return
+        if entry is not None and before_seq is not None:
+            start_seg = entry.segment
+            start = entry.offset + (entry.size if entry.first_seq < before_seq else 0)
+        else:
+            start_seg, start = c.segment, c.end
+        codec = self._codec
+        for seg in reversed([s for s in list_segments(self.path) if s <= start_seg]):
+            path = segment_path(self.path, seg)
+            try:
+                reader = SegmentReader(path)
+            except FileNotFoundError:
+                return  # trimmed under us: the log now starts later
+            with reader:
+                end = start if seg == start_seg else reader.size()
+                try:
+                    for buf, base, info in reader.backward(end, 0, chunk_bytes):
+                        if info.kind != Kind.DATA:
+                            continue
+                        batch = codec.decode_data(buf, info, schema, base)
+                        if before_seq is not None and info.last_seq >= before_seq:
+                            seq = batch.column("seq").to_numpy()
+                            batch = batch.slice(0, int(np.searchsorted(seq, before_seq, "left")))
+                            if batch.num_rows == 0:
+                                continue
+                        yield batch
+                except FrameError as exc:
+                    raise corrupt(path, exc.offset, exc.invariant) from exc
+
+    def tail(self, *, after_seq: int | None, timeout: float) -> Iterator[pa.RecordBatch]:
+        """Committed records after ``after_seq``, waiting for new commits.
+
+        Stops when the log is sealed and everything is read, or when no new record
+        was committed for ``timeout`` seconds (call again to keep following). New
+        commits are found by polling the index (1 ms, backing off to 50 ms).
+        """
+        pos = after_seq
+        deadline = time.monotonic() + timeout
+        delay = 0.001
+        while True:
+            snap, entry = self._locate(after_seq=pos)
+            got = False
+            for batch in self._forward(snap, entry, pos, None):
+                got = True
+                pos = batch.column("seq")[-1].as_py()
+                yield batch
+            if snap.sealed:
+                return
+            now = time.monotonic()
+            if got:
+                deadline, delay = now + timeout, 0.001
+                continue
+            if now >= deadline:
+                return
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, 0.05)
+
+
+def _trim_front(batch: pa.RecordBatch, after_seq: int | None, from_ts: int | None
+                ) -> pa.RecordBatch:
+    if after_seq is not None:
+        seq = batch.column("seq").to_numpy()
+        return batch.slice(int(np.searchsorted(seq, after_seq, "right")))
+    if from_ts is not None:
+        ts = batch.column("ts").to_numpy()
+        return batch.slice(int(np.searchsorted(ts, from_ts, "left")))
+    return batch
+
+
+def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
+    for i in range(0, len(parts), _IOV_MAX):
+        chunk = parts[i:i + _IOV_MAX]
+        total = sum(len(p) for p in chunk)
+        n = os.writev(fd, chunk)
+        if n < total:
+            rest = memoryview(b"".join(chunk))[n:]
+            while rest:
+                rest = rest[os.write(fd, rest):]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

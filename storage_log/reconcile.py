@@ -1,0 +1,260 @@
+"""Reconcile: the writer's open step (the paper's recovery step 1), like Kafka's LogLoader.
+
+The segments are the truth. A commit is in the segments when a frame with the COMMIT
+flag is durable; everything after the last such frame was never visible to a reader
+(readers stop at the committed end kept in LMDB, which moves only after the
+segments are durable), so it is cut. The walk:
+
+1. Start at the committed end recorded in LMDB (or at byte 0 of the first segment
+   when the index is missing, unusable, or ``repair`` is asked for: a full scan).
+   Before that, check the frame that ends at the committed end: it must be valid
+   and carry the COMMIT flag. If not, the committed part of the log is damaged:
+   :class:`CorruptLogError` (segment, offset, invariant), unless ``repair``.
+2. Walk the frames forward, validating each (magics, lengths, checksum, positions
+   strictly after the previous record, the segment name, schema before data).
+   Every COMMIT frame moves the commit point; DATA frames become index entries,
+   TOKEN/SEAL frames update the token and the sealed flag.
+3. At the first bad byte (or the end), cut the log at the last commit point:
+   truncate that segment, delete the segments after it, and report the bytes cut.
+   In a full scan a bad frame in a segment other than the last one is corruption
+   before the tail (unless ``repair``).
+4. Drop index entries past the commit point, add the new ones, and store the
+   committed end, schema, token and sealed flag in one LMDB transaction.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from storage_log.errors import CorruptLogError
+from storage_log.frame import FLAG_COMMIT, FrameCodec, FrameError, Kind, decode_schema
+from storage_log.index import EMPTY, Committed, Entry, IndexCorrupt, LogIndex
+from storage_log.segment import SegmentReader, list_segments, segment_path
+
+INDEX_DIR = "index"
+
+
+@dataclass
+class ReconcileReport:
+    """What a writable open did to make the log consistent."""
+
+    bytes_cut: int = 0
+    cut_at: tuple[str, int] | None = None  # (segment file, byte offset) of the cut
+    cut_reason: str | None = None  # the invariant that failed first, if any
+    segments_removed: list[str] = field(default_factory=list)
+    records_indexed: int = 0  # committed records that were not in the index
+    entries_dropped: int = 0  # index entries past the committed end
+    rebuilt: bool = False  # the LMDB environment was (re)built from the segments
+    rebuild_reason: str | None = None
+
+
+@dataclass
+class TailState:
+    """The committed state after reconcile, as the writer continues from it."""
+
+    committed: Committed
+    schema: pa.Schema | None
+    schema_bytes: bytes | None
+    token: bytes | None
+    sealed: bool
+    first_seq: int | None
+    segments: list[int]
+    active_has_schema: bool
+
+
+def corrupt(path: Path, offset: int, invariant: str) -> CorruptLogError:
+    return CorruptLogError(
+        f"corrupt log segment {path} at byte {offset}: {invariant}. The damage lies "
+        "before the committed end; open the log with repair=True (cec: --repair) to "
+        "truncate it there, losing the records from that byte on"
+    )
+
+
+def open_index(directory: Path, report: ReconcileReport, *, force_rebuild: bool) -> LogIndex:
+    """Open the index for writing, recreating it if it is missing or unusable."""
+    path = directory / INDEX_DIR
+    if force_rebuild and path.exists():
+        report.rebuilt, report.rebuild_reason = True, "repair requested"
+        shutil.rmtree(path)
+    elif not (path / "data.mdb").exists():
+        report.rebuilt, report.rebuild_reason = True, "index missing"
+        shutil.rmtree(path, ignore_errors=True)
+    try:
+        return LogIndex(path, create=True)
+    except IndexCorrupt as exc:
+        report.rebuilt, report.rebuild_reason = True, f"index unusable: {exc}"
+        shutil.rmtree(path, ignore_errors=True)
+        return LogIndex(path, create=True)
+
+
+def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
+              repair: bool) -> TailState:
+    segments = list_segments(directory)
+    snap = index.snapshot()
+    full = report.rebuilt
+    committed = snap.committed
+    schema_bytes = snap.schema
+    if not full and committed.segment >= 0:
+        problem = _check_commit_point(directory, committed)
+        if problem is None:
+            last = index.last_entry()
+            if (last.last_seq if last else None) != committed.last_seq:
+                problem = ("index", 0, "last index entry does not match the committed end")
+        if problem is not None:
+            seg_path, offset, invariant = problem
+            if seg_path == "index":
+                full = True
+                report.rebuilt, report.rebuild_reason = True, invariant
+            elif repair:
+                full = True
+                report.rebuilt, report.rebuild_reason = True, f"repair: {invariant}"
+            else:
+                raise corrupt(Path(seg_path), offset, invariant)
+    if full:
+        committed, schema_bytes = EMPTY, None
+        token, sealed = None, False
+    else:
+        token, sealed = snap.token, snap.sealed
+
+    schema = decode_schema(schema_bytes) if schema_bytes is not None else None
+    codec = FrameCodec()
+    point = committed  # last commit point
+    entries: list[Entry] = []  # committed, not yet in the index
+    pending: list[Entry] = []
+    p_token, p_sealed = token, sealed
+    p_schema, p_schema_bytes = schema, schema_bytes
+    last_seq, last_ts = committed.last_seq, committed.last_ts
+    records = committed.records
+    bad: tuple[int, int, str] | None = None
+    start_seg = committed.segment if committed.segment >= 0 else None
+    walk = [s for s in segments if start_seg is None or s >= start_seg]
+    has_schema_at: dict[int, bool] = {}
+    for seg in walk:
+        path = segment_path(directory, seg)
+        start = committed.end if seg == start_seg else 0
+        seg_schema = seg == start_seg and _segment_has_schema(path, start)
+        try:
+            with SegmentReader(path) as reader:
+                for buf, base, info in reader.forward(start, reader.size()):
+                    if info.kind == Kind.DATA:
+                        if not seg_schema:
+                            raise FrameError(info.offset, "data frame before the segment's schema")
+                        if last_seq is not None and info.first_seq <= last_seq:
+                            raise FrameError(info.offset, f"seq {info.first_seq} <= {last_seq}")
+                        if last_ts is not None and info.first_ts < last_ts:
+                            raise FrameError(info.offset, f"ts {info.first_ts} < {last_ts}")
+                        if info.first_seq < seg:
+                            raise FrameError(info.offset, f"seq {info.first_seq} < segment name")
+                        last_seq, last_ts = info.last_seq, info.last_ts
+                        records += 1
+                        pending.append(Entry(seg, info.offset, info.size, info.first_seq,
+                                             info.last_seq, info.first_ts, info.last_ts,
+                                             info.rows))
+                    elif info.kind == Kind.SCHEMA:
+                        raw = bytes(codec.payload(buf, info, base))
+                        try:
+                            sch = decode_schema(raw)
+                        except (pa.ArrowException, ValueError) as exc:
+                            raise FrameError(info.offset, f"bad schema frame: {exc}") from exc
+                        if p_schema is not None and not sch.equals(p_schema):
+                            raise FrameError(info.offset, "schema differs from the log's")
+                        p_schema, p_schema_bytes, seg_schema = sch, raw, True
+                    elif info.kind == Kind.TOKEN:
+                        p_token = bytes(codec.payload(buf, info, base))
+                    elif info.kind == Kind.SEAL:
+                        p_sealed = True
+                    if info.flags & FLAG_COMMIT:
+                        point = Committed(seg, info.end, last_seq, last_ts, records)
+                        entries.extend(pending)
+                        pending.clear()
+                        token, sealed = p_token, p_sealed
+                        schema, schema_bytes = p_schema, p_schema_bytes
+                        has_schema_at[seg] = seg_schema
+        except FrameError as exc:
+            bad = (seg, exc.offset, exc.invariant)
+            break
+
+    if bad is not None and full and bad[0] != segments[-1] and not repair:
+        raise corrupt(segment_path(directory, bad[0]), bad[1], bad[2])
+
+    # cut at the commit point
+    keep_seg = point.segment
+    for seg in walk:
+        path = segment_path(directory, seg)
+        size = path.stat().st_size
+        if seg > keep_seg:
+            report.bytes_cut += size
+            report.segments_removed.append(path.name)
+            if report.cut_at is None:
+                report.cut_at = (path.name, 0)
+            path.unlink()
+        elif seg == keep_seg and size > point.end:
+            report.bytes_cut += size - point.end
+            report.cut_at = (path.name, point.end)
+            os.truncate(path, point.end)
+    if report.bytes_cut:
+        report.cut_reason = bad[2] if bad is not None else "uncommitted records"
+        _fsync_dir(directory)
+
+    # the index
+    if full:
+        index.reset(point, schema=schema_bytes, token=token, sealed=sealed)
+    else:
+        report.entries_dropped = index.drop_after(snap.committed.last_seq)
+    report.records_indexed = len(entries)
+    index.commit(entries, point, schema=schema_bytes, token=token, sealed=sealed)
+    index.sync()
+    segments = [s for s in segments if s <= keep_seg]
+    snap2 = index.snapshot()
+    active_has_schema = has_schema_at.get(keep_seg, False)
+    if keep_seg >= 0 and keep_seg not in has_schema_at:
+        active_has_schema = _segment_has_schema(segment_path(directory, keep_seg), point.end)
+    return TailState(point, schema, schema_bytes, token, sealed, snap2.first_seq, segments,
+                     active_has_schema)
+
+
+def _check_commit_point(directory: Path, committed: Committed) -> tuple[str, int, str] | None:
+    """None if the frame ending at the committed end is a valid COMMIT frame."""
+    path = segment_path(directory, committed.segment)
+    if not path.exists():
+        return (str(path), 0, "segment holding the committed end is missing")
+    try:
+        with SegmentReader(path) as reader:
+            size = reader.size()
+            if size < committed.end:
+                return (str(path), size,
+                        f"segment is {size} bytes, shorter than the committed end {committed.end}")
+            for _, _, info in reader.backward(committed.end, 0, 1 << 16):
+                if not info.flags & FLAG_COMMIT:
+                    return (str(path), info.offset, "last committed frame lacks the COMMIT flag")
+                break
+    except FrameError as exc:
+        return (str(path), exc.offset, exc.invariant)
+    return None
+
+
+def _segment_has_schema(path: Path, end: int) -> bool:
+    """Whether a SCHEMA frame occurs in the first ``end`` bytes of a segment."""
+    if end <= 0:
+        return False
+    try:
+        with SegmentReader(path) as reader:
+            for _, _, info in reader.forward(0, end):
+                if info.kind in (Kind.SCHEMA, Kind.DATA):
+                    return info.kind == Kind.SCHEMA
+    except (FrameError, OSError):
+        return False
+    return False
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
