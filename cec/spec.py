@@ -31,6 +31,7 @@ SOURCE_KINDS = ("csv", "parquet", "jsonl", "generator", "stream-dir")
 FILE_FORMATS = ("csv", "parquet", "jsonl")
 FUNCTIONS = ("count", "sum", "min", "max", "avg")
 WINDOW_KINDS = ("count", "time")
+MODES = ("none", "open-only", "targets")  # cec.policy.MODES
 RESERVED_COLUMNS = ("ts", "seq")
 
 SourceKind = Literal["csv", "parquet", "jsonl", "generator", "stream-dir"]
@@ -251,6 +252,8 @@ def _window(ctx: _Ctx, raw: object) -> WindowSpec:
                 raise ctx.fail(f"{where}.{key}",
                                f"a count window needs a positive integer, got {value!r}")
             counts.append(value)
+        if counts[1] > counts[0]:
+            raise ctx.fail(f"{where}.slide", "must not exceed the window size")
         return WindowSpec("count", counts[0], counts[1])
     size_us = parse_duration_us(raw["size"])
     if size_us is None:
@@ -348,8 +351,7 @@ def _checkpoint(ctx: _Ctx, tbl: dict[str, Any]) -> CheckpointSpec:
     cp = ctx.number(tbl, name, "CP_ms", default=d.cp_ms)
     if ci > cp:
         raise ctx.fail("[checkpoint].CI_ms", f"must not exceed CP_ms ({cp:g}), got {ci:g}")
-    mode = ctx.string(tbl, name, "mode", default=d.mode)
-    assert mode is not None
+    mode = ctx.choice(tbl, name, "mode", MODES, default=d.mode)
     return CheckpointSpec(q_records, q_factor, u, ci, cp, mode)
 
 
@@ -358,7 +360,7 @@ def _run(ctx: _Ctx, tbl: dict[str, Any]) -> RunSpec:
     ctx.unknown(tbl, name, ("partitions", "master", "fsync"))
     partitions = ctx.integer(tbl, name, "partitions", default=4, minimum=1)
     master = ctx.string(tbl, name, "master")
-    fsync = ctx.choice(tbl, name, "fsync", ("always", "never", "batch"), default="always")
+    fsync = ctx.choice(tbl, name, "fsync", ("always", "interval", "never"), default="always")
     return RunSpec(partitions, master, fsync)
 
 
@@ -412,6 +414,8 @@ def _toml_value(value: object) -> str:
     if isinstance(value, str):
         escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
         return f'"{escaped}"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
     raise TypeError(f"cannot write {value!r} as TOML")

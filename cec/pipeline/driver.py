@@ -1,0 +1,282 @@
+"""The driver: starts a run (or resumes one), runs ingest and operators concurrently.
+
+Two threads of Spark jobs share one SparkSession:
+
+* the **operator job**: one job of P long-lived tasks (:func:`cec.pipeline.task.run_partition`).
+  When it aborts (a task exhausted its ``local[N,F]`` attempts, or an executor was
+  lost) the driver resubmits it, up to :data:`MAX_RESUBMITS` times; every task then
+  finds its output log and recovers;
+* the **ingest**: one job per source chunk (:mod:`cec.pipeline.ingest`), resumable.
+
+The main thread draws the progress display and handles Ctrl-C: the first one creates
+``RUN/STOP`` (tasks and ingest end at their next batch boundary, every log committed);
+a second one cancels the jobs (the logs are still consistent: the log reconciles on
+the next open). ``cec recover --from-log RUN`` resumes either way.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cec.errors import CecError, UsageError
+from cec.pipeline.ingest import (
+    IngestProgress,
+    check_filter,
+    create_upstream,
+    ingest,
+    register,
+)
+from cec.pipeline.layout import RunLayout, RunSettings, settings_for
+from cec.pipeline.progress import ProgressView
+from cec.sources import SourcePlan, plan_source
+from cec.spec import PipelineSpec, load_spec
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+MAX_RESUBMITS = 5
+STOP_GRACE_S = 30.0
+
+
+class PipelineError(CecError):
+    """The pipeline failed for a reason that is not the user's input."""
+
+
+def default_log_dir(spec_path: Path) -> Path:
+    return Path("runs") / spec_path.stem
+
+
+def _task_entry(root: str) -> Callable[[int, Iterator[int]], Iterator[str]]:
+    def run(index: int, _it: Iterator[int]) -> Iterator[str]:
+        from cec.pipeline.task import run_partition
+
+        yield json.dumps(run_partition(root, index))
+
+    return run
+
+
+@dataclass
+class _Shared:
+    stop: threading.Event = field(default_factory=threading.Event)
+    ingest: IngestProgress = field(default_factory=IngestProgress)
+    ingest_error: BaseException | None = None
+    operator_error: BaseException | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    resubmits: int = 0
+    operators_done: threading.Event = field(default_factory=threading.Event)
+    ingest_done: threading.Event = field(default_factory=threading.Event)
+
+
+def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
+                     shared: _Shared) -> None:
+    sc = spark.sparkContext
+    root = str(layout.root)
+    try:
+        while True:
+            sc.setJobGroup("cec-operators", "cec operator tasks", interruptOnCancel=True)
+            try:
+                rows = (sc.parallelize(range(partitions), partitions)
+                        .mapPartitionsWithIndex(_task_entry(root)).collect())
+                shared.results = [json.loads(r) for r in rows]
+                return
+            except Exception as exc:
+                if shared.stop.is_set():
+                    return
+                shared.resubmits += 1
+                if shared.resubmits > MAX_RESUBMITS:
+                    shared.operator_error = exc
+                    return
+                time.sleep(0.2)
+    finally:
+        shared.operators_done.set()
+
+
+def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+                   layout: RunLayout, plan: SourcePlan | None, shared: _Shared) -> None:
+    tries = 0
+    try:
+        while True:
+            try:
+                ingest(spark, spec, settings, layout, shared.ingest, shared.stop.is_set,
+                       plan)
+                return
+            except CecError as exc:
+                shared.ingest_error = exc
+                return
+            except Exception as exc:
+                if shared.stop.is_set():
+                    return
+                tries += 1
+                if tries > 3:
+                    shared.ingest_error = exc
+                    return
+                time.sleep(0.2)
+    finally:
+        shared.ingest_done.set()
+        if shared.ingest_error is not None:
+            _request_stop(layout, shared)
+
+
+def _request_stop(layout: RunLayout, shared: _Shared) -> None:
+    shared.stop.set()
+    try:
+        layout.stop_file.touch()
+    except OSError:
+        pass
+
+
+def _spark_error(exc: BaseException) -> str:
+    text = str(exc)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "Exception" in ln:
+            return ln.strip()[:500]
+    return (lines[-1] if lines else repr(exc))[:500]
+
+
+def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+            layout: RunLayout, *, plan: SourcePlan | None = None,
+            progress: bool = True) -> dict[str, Any]:
+    """Run ingest and operators of the run in ``layout`` to the end (or a stop)."""
+    partitions = spec.run.partitions
+    if layout.stop_file.exists():
+        layout.stop_file.unlink()
+    create_upstream(layout, partitions, spec.run.fsync)
+    shared = _Shared()
+    started = time.monotonic()
+    threads = [
+        threading.Thread(target=_operator_thread, args=(spark, layout, partitions, shared),
+                         name="cec-operators", daemon=True),
+        threading.Thread(target=_ingest_thread,
+                         args=(spark, spec, settings, layout, plan, shared),
+                         name="cec-ingest", daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    view = ProgressView(layout, partitions, shared.ingest, enabled=progress)
+    interrupted = False
+    previous = signal.getsignal(signal.SIGINT)
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with view:
+            while not shared.operators_done.wait(0.5):
+                view.refresh()
+                if shared.ingest_done.is_set() and shared.ingest_error is not None:
+                    break
+            view.refresh()
+    except KeyboardInterrupt:
+        interrupted = True
+        _request_stop(layout, shared)
+        view.note("stopping: waiting for every partition to commit (Ctrl-C again to cancel)")
+        try:
+            shared.operators_done.wait(STOP_GRACE_S)
+            shared.ingest_done.wait(STOP_GRACE_S)
+        except KeyboardInterrupt:
+            pass
+        if not (shared.operators_done.is_set() and shared.ingest_done.is_set()):
+            spark.sparkContext.cancelAllJobs()
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+    shared.ingest_done.wait(STOP_GRACE_S)
+    shared.operators_done.wait(STOP_GRACE_S)
+    elapsed = time.monotonic() - started
+    if shared.ingest_error is not None:
+        err = shared.ingest_error
+        if isinstance(err, CecError):
+            raise err
+        raise PipelineError(f"ingest failed: {_spark_error(err)}") from err
+    if shared.operator_error is not None:
+        raise PipelineError(f"operator job failed {shared.resubmits} times: "
+                            f"{_spark_error(shared.operator_error)}") from shared.operator_error
+    results = sorted(shared.results, key=lambda r: int(r["p"]))
+    completed = (not interrupted and len(results) == partitions
+                 and all(r.get("done") for r in results))
+    if completed and layout.stop_file.exists():
+        layout.stop_file.unlink()
+    tuples = sum(int(r.get("in_tuples", 0)) for r in results)
+    rows = shared.ingest.source_rows
+    return {
+        "run_dir": str(layout.root),
+        "partitions": partitions,
+        "completed": completed,
+        "interrupted": interrupted,
+        "source_rows": rows,
+        "ingested_tuples": shared.ingest.tuples,
+        "operator_tuples": tuples,
+        "elapsed_s": round(elapsed, 3),
+        "source_rows_per_s": round(rows / elapsed, 1) if elapsed > 0 else None,
+        "resubmits": shared.resubmits,
+        "results": sum(int(r.get("r", 0)) for r in results),
+        "per_partition": results,
+    }
+
+
+def _session(spec: PipelineSpec) -> tuple[SparkSession, bool]:
+    from pyspark.sql import SparkSession
+
+    from cec.pipeline.session import build_session
+
+    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
+    existed = SparkSession.getActiveSession() is not None
+    spark = build_session(spec.run.effective_master, spec.run.partitions)
+    register(spark)
+    return spark, not existed
+
+
+def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
+                 partitions: int | None = None, master: str | None = None,
+                 max_tuples: int | None = None, progress: bool = True) -> dict[str, Any]:
+    """``cec run pipeline``: validate, store ``run.toml``, run to the end or Ctrl-C.
+
+    Everything that can be wrong with the spec or a bounded source is found before
+    anything is written (exit status 2, nothing on disk).
+    """
+    spec_path = Path(spec_path)
+    spec = load_spec(spec_path).with_run(partitions=partitions, master=master)
+    if max_tuples is not None and max_tuples < 0:
+        raise UsageError(f"--max-tuples: must be >= 0, got {max_tuples}")
+    root = Path(log_dir) if log_dir is not None else default_log_dir(spec_path)
+    layout = RunLayout(root)
+    if layout.exists():
+        raise UsageError(f"{root}: already holds a run; resume it with "
+                         f"'cec recover --from-log {root}' or choose another --log-dir")
+    if root.exists() and any(root.iterdir()):
+        raise UsageError(f"{root}: --log-dir exists and is not empty")
+    plan = plan_source(spec, max_rows=max_tuples)
+    if spec.source.kind == "stream-dir" and not plan.columns.names:
+        raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
+                         "first file fixes the column types")
+    spark, owned = _session(spec)
+    try:
+        check_filter(spark, spec, plan)
+        settings = settings_for(spec, plan.columns, max_tuples)
+        layout.write_run_file(spec, settings)
+        return execute(spark, spec, settings, layout,
+                       plan=None if spec.source.kind == "stream-dir" else plan,
+                       progress=progress)
+    finally:
+        if owned:
+            spark.stop()
+
+
+def resume_run(root: Path | str, *, progress: bool = True) -> dict[str, Any]:
+    """Resume the run stored in ``root`` (ingest from its tokens, tasks recover)."""
+    layout = RunLayout(Path(root))
+    spec, settings = layout.read_run_file()
+    spark, owned = _session(spec)
+    try:
+        return execute(spark, spec, settings, layout, progress=progress)
+    finally:
+        if owned:
+            spark.stop()

@@ -1,0 +1,333 @@
+"""The ingest: source → Spark (read, filter, key partition) → one upstream log per partition.
+
+One Spark job per chunk (:mod:`cec.sources`), in chunk order. A chunk's job has one
+task that reads the chunk (the generator through ``spark.range`` and deterministic
+expressions; files through the Python data source ``cec_chunk``, which yields Arrow
+batches), applies ``[filter].where`` in Spark SQL, computes the key partition
+``pmod(xxhash64(key), P)`` in Spark SQL (:func:`partition_expr`, the only place the
+partition of a key is decided) and hands Arrow batches to :func:`_chunk_writer`
+(``mapInArrow``). The writer splits each batch by partition (a stable argsort, so
+each partition's rows stay in ``seq`` order), appends one record per partition per
+batch to the upstream logs and, at the end of the chunk, commits every one of the P
+logs with the token ``{"chunk": c, "next_seq": ...}``.
+
+Idempotence and resumption: a restarted ingest starts at the chunk after the oldest
+token of the P logs; while writing, a log only receives rows whose ``seq`` is above its
+``last_seq`` (records written before a crash survive reconciliation, so the check is
+by position, not by token). Nothing is read twice into a log, nothing is skipped.
+At the end of a bounded source the driver seals every upstream log.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from cec.errors import SpecError
+from cec.pipeline.layout import RunLayout, RunSettings
+from cec.sources import (
+    SEQ,
+    Chunk,
+    ColumnTypes,
+    SourcePlan,
+    StreamDirWatcher,
+    plan_source,
+    read_chunk,
+)
+from cec.spec import PipelineSpec
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+PART = "__cec_part"
+VALUE_FALLBACK = "__cec_value"  # the value column of a `count` aggregate without field
+_SPARK_TYPES = {"int64": "BIGINT", "float64": "DOUBLE", "string": "STRING", "bool": "BOOLEAN"}
+
+
+# --------------------------------------------------------------------------- data source
+
+
+class CecChunkDataSource(DataSource):
+    """Spark data source ``cec_chunk``: one chunk of a file source as Arrow batches.
+
+    Options: ``chunk`` (:meth:`Chunk.to_json`), ``columns`` (:meth:`ColumnTypes.to_json`).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "cec_chunk"
+
+    def schema(self) -> str:
+        cols = ColumnTypes.from_json(self.options["columns"])
+        fields = [f"`{n}` {_SPARK_TYPES[t]}" for n, t in zip(cols.names, cols.types,
+                                                             strict=True)]
+        return ", ".join([*fields, f"`{SEQ}` BIGINT"])
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return _ChunkReader(self.options["chunk"], self.options["columns"])
+
+
+class _ChunkReader(DataSourceReader):
+    def __init__(self, chunk: str, columns: str) -> None:
+        self.chunk = chunk
+        self.columns = columns
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(0)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        yield from read_chunk(Chunk.from_json(self.chunk), ColumnTypes.from_json(self.columns))
+
+
+def register(spark: SparkSession) -> None:
+    spark.dataSource.register(CecChunkDataSource)
+
+
+# --------------------------------------------------------------------------- frames
+
+
+def value_column(spec: PipelineSpec) -> str:
+    """The name of the value column in the upstream logs."""
+    return spec.aggregate.field if spec.aggregate.field is not None else VALUE_FALLBACK
+
+
+def partition_expr(key: Column, partitions: int) -> Column:
+    """The key partition of a key: ``pmod(xxhash64(key), P)`` (Spark SQL, seed 42)."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.xxhash64(key), F.lit(partitions)).cast("int")
+
+
+def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
+                 chunk: Chunk) -> DataFrame:
+    """The rows of one chunk with every source column plus ``SEQ``, in source order."""
+    from pyspark.sql import functions as F
+
+    if chunk.fmt == "generator":
+        gen = spec.source.generator
+        assert gen is not None
+        ids = F.col("id")
+        return spark.range(chunk.start, chunk.stop, 1, 1).select(
+            F.pmod(F.xxhash64(F.lit(gen.seed), ids), F.lit(gen.keys)).alias("item_id"),
+            (F.pmod(F.xxhash64(F.lit(gen.seed + 1), ids), F.lit(10_000)) + 1)
+            .cast("double").alias("item_price"),
+            (F.lit(gen.start_ts) + ids * F.lit(gen.interval_us)).alias("item_time"),
+            ids.alias(SEQ),
+        )
+    return (spark.read.format("cec_chunk").option("chunk", chunk.to_json())
+            .option("columns", columns.to_json()).load())
+
+
+def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
+                   chunk: Chunk) -> DataFrame:
+    """Filtered, projected and partitioned rows: ts, seq, key, value, PART."""
+    from pyspark.sql import functions as F
+
+    df = source_frame(spark, spec, columns, chunk)
+    if spec.where is not None:
+        df = df.where(spec.where)
+    agg = spec.aggregate
+    key = F.col(f"`{agg.group_by}`")
+    value = (F.col(f"`{agg.field}`").cast("double") if agg.field is not None
+             else F.lit(1.0))
+    return df.select(
+        F.col(f"`{spec.source.time_field}`").cast("long").alias("ts"),
+        F.col(SEQ).alias("seq"),
+        key.alias(agg.group_by),
+        value.alias(value_column(spec)),
+        partition_expr(key, spec.run.partitions).alias(PART),
+    )
+
+
+def check_filter(spark: SparkSession, spec: PipelineSpec, plan: SourcePlan) -> None:
+    """Analyse the query of the first chunk: a bad ``where`` is a SpecError, before any write."""
+    from pyspark.errors import AnalysisException, ParseException
+
+    chunk = plan.chunks[0] if plan.chunks else Chunk(0, "generator", "", 0, 0, 0, 0)
+    if chunk.fmt != "generator" and not plan.chunks:
+        return
+    try:
+        upstream_frame(spark, spec, plan.columns, chunk).schema  # noqa: B018
+    except (AnalysisException, ParseException) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise SpecError(f"{spec.origin}: [filter].where: {spec.where!r} is not a valid "
+                        f"Spark SQL condition over the source's columns: {first}") from exc
+
+
+# --------------------------------------------------------------------------- writer
+
+
+def _token(chunk: Chunk) -> bytes:
+    return json.dumps({"chunk": chunk.index, "next_seq": chunk.next_seq}).encode()
+
+
+def read_token(raw: bytes | None) -> int:
+    """The last chunk a token says was committed, -1 for none."""
+    if not raw:
+        return -1
+    try:
+        return int(json.loads(raw.decode())["chunk"])
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return -1
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    root: str
+    partitions: int
+    fsync: str
+    key_column: str
+    value_column: str
+
+
+def _chunk_writer(cfg: WriterConfig, chunk: Chunk
+                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The mapInArrow function that writes one chunk into the P upstream logs."""
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from storage_log.log import StreamLog
+
+        layout = RunLayout(_path(cfg.root))
+        logs = [StreamLog.open(layout.upstream(p), writable=True, create=True,
+                               fsync=cfg.fsync) for p in range(cfg.partitions)]
+        written = 0
+        try:
+            above = [-1 if log.last_seq is None else log.last_seq for log in logs]
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                part = batch.column(PART).to_numpy()
+                order = np.argsort(part, kind="stable")
+                counts = np.bincount(part, minlength=cfg.partitions)
+                body = batch.drop_columns([PART]).take(pa.array(order))
+                offset = 0
+                for p, n in enumerate(counts.tolist()):
+                    if n:
+                        sub = body.slice(offset, n)
+                        if above[p] >= 0 and sub.column(1)[0].as_py() <= above[p]:
+                            seqs = sub.column(1).to_numpy()
+                            sub = sub.slice(int(np.searchsorted(seqs, above[p], "right")))
+                        if sub.num_rows:
+                            logs[p].append(sub)
+                            written += sub.num_rows
+                    offset += n
+            token = _token(chunk)
+            for log in logs:
+                log.commit(token)
+        finally:
+            for log in logs:
+                log.close()
+        yield pa.RecordBatch.from_pydict({"rows": pa.array([written], pa.int64())})
+
+    return write
+
+
+def _path(root: str) -> Any:
+    from pathlib import Path
+
+    return Path(root)
+
+
+# --------------------------------------------------------------------------- loop
+
+
+@dataclass
+class IngestProgress:
+    chunks_done: int = 0
+    chunks_total: int | None = None
+    source_rows: int = 0  # rows of the source consumed (before the filter)
+    tuples: int = 0  # rows written into upstream logs (after the filter)
+    sealed: bool = False
+    started: float = 0.0
+    finished: float | None = None
+
+
+def committed_chunk(layout: RunLayout, partitions: int) -> int:
+    """The last chunk every upstream log has committed (-1 for none)."""
+    from storage_log.log import StreamLog
+
+    done = []
+    for p in range(partitions):
+        path = layout.upstream(p)
+        if not path.exists():
+            return -1
+        with StreamLog.open(path) as log:
+            done.append(read_token(log.last_token()))
+    return min(done) if done else -1
+
+
+def create_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
+    from storage_log.log import StreamLog
+
+    for p in range(partitions):
+        StreamLog.open(layout.upstream(p), writable=True, create=True, fsync=fsync).close()
+
+
+def seal_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
+    from storage_log.log import StreamLog
+
+    for p in range(partitions):
+        with StreamLog.open(layout.upstream(p), writable=True, create=True,
+                            fsync=fsync) as log:
+            if not log.sealed:
+                log.seal()
+
+
+def run_chunk(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+              layout: RunLayout, chunk: Chunk) -> int:
+    """Ingest one chunk (one Spark job); the number of tuples written."""
+    cfg = WriterConfig(str(layout.root), spec.run.partitions, spec.run.fsync,
+                       spec.aggregate.group_by, value_column(spec))
+    df = upstream_frame(spark, spec, settings.columns, chunk)
+    out = df.mapInArrow(_chunk_writer(cfg, chunk), "rows long").collect()
+    return int(sum(r["rows"] for r in out))
+
+
+def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layout: RunLayout,
+           progress: IngestProgress, should_stop: Callable[[], bool],
+           plan: SourcePlan | None = None) -> None:
+    """Run the ingest from where the upstream logs' tokens say it stopped."""
+    sc = spark.sparkContext
+    sc.setJobGroup("cec-ingest", "cec ingest", interruptOnCancel=False)
+    progress.started = time.monotonic()
+    resume = committed_chunk(layout, spec.run.partitions)
+    if spec.source.kind == "stream-dir":
+        watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples)
+        while not should_stop():
+            new = watcher.poll()
+            for chunk in new:
+                if should_stop():
+                    return
+                _one(spark, spec, settings, layout, chunk, resume, progress)
+            if watcher.ended:
+                break
+            if not new:
+                time.sleep(spec.source.poll_ms / 1000)
+    else:
+        if plan is None:
+            plan = plan_source(spec, max_rows=settings.max_tuples)
+        progress.chunks_total = len(plan.chunks)
+        for chunk in plan.chunks:
+            if should_stop():
+                return
+            _one(spark, spec, settings, layout, chunk, resume, progress)
+    if should_stop():
+        return
+    seal_upstream(layout, spec.run.partitions, spec.run.fsync)
+    progress.sealed = True
+    progress.finished = time.monotonic()
+
+
+def _one(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layout: RunLayout,
+         chunk: Chunk, resume: int, progress: IngestProgress) -> None:
+    if chunk.index > resume:
+        progress.tuples += run_chunk(spark, spec, settings, layout, chunk)
+    progress.chunks_done = chunk.index + 1
+    progress.source_rows = chunk.next_seq

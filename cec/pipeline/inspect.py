@@ -1,0 +1,201 @@
+"""Library functions behind ``cec recover``, ``cec inspect extent`` and ``cec inspect log``.
+
+All of them need nothing but the run directory (``RUN/run.toml`` and the logs).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cec.errors import UsageError
+from cec.pipeline.layout import RunLayout
+
+TYPE_NAMES = {1: "R", 2: "G_open", 3: "G_check"}
+
+
+def _partitions(layout: RunLayout, partition: int | None, total: int) -> list[int]:
+    if partition is None:
+        return list(range(total))
+    if not 0 <= partition < total:
+        raise UsageError(f"--partition: {partition} is not in 0..{total - 1}")
+    return [partition]
+
+
+# --------------------------------------------------------------------------- recover
+
+
+def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool = True
+                ) -> dict[str, Any]:
+    """``cec recover --from-log RUN``: reconcile, rebuild every EC, explain; then resume.
+
+    Per partition the explain has ``N`` (``n_c``), ``T``, ``t_c``, the extent (records
+    and bytes), the replay tuples and the time of each phase (reconcile, scan, load,
+    replay). With ``dry_run`` the logs are only read (nothing is reconciled, the
+    replay is estimated, not run) and nothing is resumed. Without it every partition is
+    recovered for real (the logs are reconciled, torn tails cut), then the pipeline
+    resumes from where it stopped and runs to the end of a bounded source.
+    """
+    from recovery.replay import plan, recover
+    from storage_log.log import StreamLog
+
+    from cec.pipeline.task import operator_for
+
+    layout = RunLayout(Path(from_log))
+    spec, settings = layout.read_run_file()
+    explains: list[dict[str, Any]] = []
+    for p in range(spec.run.partitions):
+        out_path, up_path = layout.output(p), layout.upstream(p)
+        entry: dict[str, Any] = {"partition": p}
+        if not out_path.exists():
+            entry.update(fresh_start=True, reason="no output log yet")
+            explains.append(entry)
+            continue
+        if dry_run:
+            try:
+                out = StreamLog.open(out_path)
+            except Exception as exc:  # e.g. no index yet: only a writable open can fix it
+                entry.update(fresh_start=None, reason=f"cannot read without reconciling: {exc}")
+                explains.append(entry)
+                continue
+            with out:
+                up = StreamLog.open(up_path) if up_path.exists() else None
+                try:
+                    explain = plan(out, up)
+                finally:
+                    if up is not None:
+                        up.close()
+                entry.update(explain.to_dict(), sealed=out.sealed)
+        else:
+            if up_path.exists():  # reconcile the upstream too (its writer may have died)
+                StreamLog.open(up_path, writable=True, fsync=spec.run.fsync).close()
+            t0 = time.perf_counter()
+            rec = recover(out_path, up_path, operator_for(spec, settings),
+                          fsync=spec.run.fsync)
+            try:
+                report = rec.output_log.reconcile_report
+                entry.update(rec.explain.to_dict(), sealed=rec.output_log.sealed,
+                             reconcile=_report(report))
+            finally:
+                rec.output_log.close()
+            entry["recover_s"] = time.perf_counter() - t0
+        explains.append(entry)
+    result: dict[str, Any] = {"run_dir": str(layout.root), "dry_run": dry_run,
+                              "partitions": explains}
+    if not dry_run:
+        from cec.pipeline.driver import resume_run
+
+        result["resumed"] = resume_run(layout.root, progress=progress)
+    return result
+
+
+def _report(report: Any) -> dict[str, Any] | None:
+    if report is None:
+        return None
+    raw = getattr(report, "__dict__", None)
+    if raw is None:
+        return {"text": str(report)}
+    return {k: v if isinstance(v, int | float | str | bool | type(None)) else str(v)
+            for k, v in raw.items()}
+
+
+# --------------------------------------------------------------------------- extent
+
+
+def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | None = None
+                   ) -> dict[str, Any]:
+    """``cec inspect extent``: q, u, T, N, the oldest windows and G_check counts.
+
+    ``at`` (a timestamp, microseconds) looks at the extent as it was when the last
+    output row with ``ts <= at`` was written.
+    """
+    from recovery.ec import NothingToRecover
+    from recovery.replay import scan
+    from storage_log.log import StreamLog
+
+    layout = RunLayout(Path(root))
+    spec, _ = layout.read_run_file()
+    parts: list[dict[str, Any]] = []
+    for p in _partitions(layout, partition, spec.run.partitions):
+        path = layout.output(p)
+        entry: dict[str, Any] = {"partition": p}
+        if not path.exists():
+            entry["empty"] = True
+            parts.append(entry)
+            continue
+        with StreamLog.open(path) as out:
+            rec = scan(out, at_ts=at)
+            counts = {name: 0 for name in TYPE_NAMES.values()}
+            for batch in out.read_forward():
+                if at is not None:
+                    ts = batch.column("ts").to_numpy()
+                    if len(ts) and ts[0] > at:
+                        break
+                    batch = batch.slice(0, int(np.searchsorted(ts, at, "right")))
+                bins = np.bincount(batch.column("type").to_numpy(), minlength=4)
+                for code, name in TYPE_NAMES.items():
+                    counts[name] += int(bins[code])
+            entry["counts"] = counts
+            entry["sealed"] = out.sealed
+        if isinstance(rec, NothingToRecover):
+            entry.update(empty=True, reason=rec.reason)
+        else:
+            ext = rec.extent
+            entry.update(N=rec.n_c, T=rec.T, t_c=rec.t_c, t_c_ts=rec.t_c_ts,
+                         q=ext.records, u=ext.replay_length, extent_bytes=ext.bytes,
+                         g_open_found=ext.g_open_found, g_check_found=ext.g_check_found,
+                         oldest=[f.to_dict() for f in ext.oldest])
+        parts.append(entry)
+    return {"run_dir": str(layout.root), "at": at, "partitions": parts}
+
+
+# --------------------------------------------------------------------------- log
+
+
+def _log_dirs(root: Path) -> list[Path]:
+    layout = RunLayout(root)
+    if layout.exists():
+        spec, _ = layout.read_run_file()
+        dirs = []
+        for p in range(spec.run.partitions):
+            dirs += [layout.upstream(p), layout.output(p)]
+        return [d for d in dirs if d.exists()]
+    if (root / "index").exists() or any(root.glob("*.seg")):
+        return [root]
+    raise UsageError(f"{root}: neither a run directory nor a log")
+
+
+def describe_log(path: Path, *, verify: bool) -> dict[str, Any]:
+    """Segments, records, index and (``verify``) every record's checksum of one log."""
+    from storage_log.log import StreamLog
+    from storage_log.segment import list_segments, segment_path
+
+    segments = [{"name": segment_path(path, s).name, "base_seq": s,
+                 "bytes": segment_path(path, s).stat().st_size} for s in list_segments(path)]
+    info: dict[str, Any] = {"path": str(path), "segments": segments}
+    with StreamLog.open(path) as log:
+        token = log.last_token()
+        info.update(first_seq=log.first_seq, last_seq=log.last_seq, last_ts=log.last_ts,
+                    sealed=log.sealed,
+                    token=token.decode("utf-8", "replace") if token is not None else None,
+                    schema=[f"{f.name}: {f.type}" for f in log.schema] if log.schema else None)
+        if verify:
+            records = rows = 0
+            t0 = time.perf_counter()
+            for batch in log.read_forward():  # decodes every frame: checksums verified
+                records += 1
+                rows += batch.num_rows
+            info["verify"] = {"ok": True, "records": records, "rows": rows,
+                              "seconds": round(time.perf_counter() - t0, 3)}
+    return info
+
+
+def inspect_log(root: Path | str, *, verify: bool = False) -> dict[str, Any]:
+    """``cec inspect log``: every log of a run directory (or one log directory)."""
+    root = Path(root)
+    if not root.exists():
+        raise UsageError(f"{root}: no such directory")
+    return {"root": str(root), "logs": [describe_log(d, verify=verify) for d in _log_dirs(root)]}

@@ -1,0 +1,100 @@
+"""The live progress display of a run (rich, on stderr).
+
+Per partition: input position and tuples/s, open windows ``N``, extent ``q`` and replay
+length ``u``, ``G_check``/s, results. Positions come from the upstream logs' committed
+``last_seq`` (a reader per refresh) and from the tasks' ``state/pNNNN.json`` counters;
+rates are differences between refreshes.
+"""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from cec.pipeline.ingest import IngestProgress
+from cec.pipeline.layout import RunLayout
+
+
+def upstream_position(layout: RunLayout, p: int) -> int | None:
+    """The committed ``last_seq`` of partition ``p``'s upstream log (None if empty)."""
+    from storage_log.log import StreamLog
+
+    path = layout.upstream(p)
+    if not path.exists():
+        return None
+    try:
+        with StreamLog.open(path) as log:
+            return log.last_seq
+    except Exception:  # a log being created: no position yet
+        return None
+
+
+class ProgressView:
+    def __init__(self, layout: RunLayout, partitions: int, ingest: IngestProgress, *,
+                 enabled: bool = True) -> None:
+        self.layout = layout
+        self.partitions = partitions
+        self.ingest = ingest
+        self.enabled = enabled
+        self.console = Console(stderr=True)
+        self.live: Live | None = None
+        self.started = time.monotonic()
+        self.prev: dict[int, tuple[float, int, int]] = {}
+        self.notes: list[str] = []
+
+    def __enter__(self) -> ProgressView:
+        if self.enabled:
+            self.live = Live(self.render(), console=self.console, refresh_per_second=2,
+                             transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self.live is not None:
+            self.live.update(self.render())
+            self.live.__exit__(et, ev, tb)
+            self.live = None
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self.live is not None:
+            self.live.update(self.render())
+
+    def render(self) -> Table:
+        elapsed = time.monotonic() - self.started
+        ing = self.ingest
+        total = f"/{ing.chunks_total}" if ing.chunks_total is not None else ""
+        title = (f"cec {self.layout.root}  {elapsed:6.1f}s  ingest: chunk {ing.chunks_done}"
+                 f"{total}, {ing.source_rows:,} source rows"
+                 f"{', sealed' if ing.sealed else ''}")
+        table = Table(title=title, title_justify="left",
+                      caption=" · ".join(self.notes) or None)
+        for col in ("p", "upstream", "processed", "tuples/s", "N open", "extent q",
+                    "replay u", "G_check/s", "R", "state"):
+            table.add_column(col, justify="right" if col != "state" else "left")
+        now = time.monotonic()
+        for p in range(self.partitions):
+            st: dict[str, Any] = self.layout.read_state(p)
+            up = upstream_position(self.layout, p)
+            tuples = int(st.get("in_tuples", 0))
+            checks = int(st.get("g_check", 0))
+            t0, n0, c0 = self.prev.get(p, (self.started, 0, 0))
+            dt = max(now - t0, 1e-6)
+            rate, crate = (tuples - n0) / dt, (checks - c0) / dt
+            self.prev[p] = (now, tuples, checks)
+            state = "done" if st.get("done") else ("recovered" if st.get("recovered")
+                                                   else ("running" if st else "starting"))
+            table.add_row(str(p), "-" if up is None else f"{up:,}", f"{tuples:,}",
+                          f"{rate:,.0f}", f"{int(st.get('n_open', 0)):,}",
+                          f"{int(st.get('q', 0)):,}", f"{int(st.get('u', 0)):,}",
+                          f"{crate:,.0f}", f"{int(st.get('r', 0)):,}", state)
+        return table

@@ -1,0 +1,188 @@
+"""One long-lived operator task: a key partition's aggregate, from upstream log to output log.
+
+The driver runs ONE Spark job of P tasks (``sc.parallelize(range(P), P)
+.mapPartitionsWithIndex``); task ``p`` calls :func:`run_partition` with nothing but
+the run directory and ``p``. It:
+
+1. opens its output log as the writer (which reconciles a torn tail);
+2. if the output log already holds records, it is *recovering* — whatever its attempt
+   number (after a whole-process ``kill -9`` attempts restart at 0, DESIGN §7): it
+   rebuilds the eventual checkpoint from the output log (:mod:`recovery`), loads it
+   into a fresh operator and asks the upstream log for every tuple after ``T``;
+3. tails the upstream log, one ``process`` per upstream record, appending the output
+   of each input batch as one record and committing it (persist before forward);
+4. when the upstream log is sealed and consumed: ``finish()``, append, commit, seal.
+
+A ``STOP`` file in the run directory ends the loop at the next batch boundary (clean
+Ctrl-C). Counters go to ``RUN/state/pNNNN.json`` for the progress display; the task
+writes its Python worker's pid there first, which is how tests find the worker to
+``kill -9``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from cec.errors import CecError
+from cec.pipeline.ingest import value_column
+from cec.pipeline.layout import RunLayout, RunSettings
+from cec.spec import PipelineSpec
+
+TAIL_TIMEOUT_S = 0.25
+STATE_EVERY_S = 0.5
+
+
+def operator_for(spec: PipelineSpec, settings: RunSettings) -> Any:
+    """A fresh vectorized operator for the spec (the reference one if vector is absent)."""
+    from cec.operator import OperatorConfig
+    from cec.policy import PolicyConfig
+    from cec.windows import window_spec
+
+    w = spec.aggregate.window
+    cp = spec.checkpoint
+    q: int | str = cp.q_records if cp.q_records is not None else cp.q_text
+    config = OperatorConfig(
+        window=window_spec(w.kind, w.size, w.slide),
+        function=spec.aggregate.function,
+        key_column=spec.aggregate.group_by,
+        value_column=value_column(spec),
+        key_type=settings.key_type,
+        policy=PolicyConfig(mode=cp.mode, q=q, u=cp.u,  # type: ignore[arg-type]
+                            ci_ms=cp.ci_ms, cp_ms=cp.cp_ms),
+    )
+    from cec.operator import VectorOperator
+
+    return VectorOperator(config)
+
+
+@dataclass
+class TaskCounters:
+    p: int
+    pid: int = field(default_factory=os.getpid)
+    attempt: int = 0
+    recovered: dict[str, Any] | None = None
+    in_batches: int = 0
+    in_tuples: int = 0
+    in_last_seq: int | None = None
+    out_rows: int = 0
+    r: int = 0
+    g_open: int = 0
+    g_check: int = 0
+    n_open: int = 0
+    q: int = 0
+    u: int = 0
+    done: bool = False
+    stopped: bool = False
+    started: float = field(default_factory=time.time)
+    updated: float = field(default_factory=time.time)
+
+    def count(self, out: pa.RecordBatch) -> None:
+        self.out_rows += out.num_rows
+        if out.num_rows:
+            types = np.bincount(out.column("type").to_numpy(), minlength=4)
+            self.r += int(types[1])
+            self.g_open += int(types[2])
+            self.g_check += int(types[3])
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _attempt() -> int:
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        return ctx.attemptNumber() if ctx is not None else 0
+    except ImportError:  # pragma: no cover
+        return 0
+
+
+def run_partition(root: str, p: int) -> dict[str, Any]:
+    """Run partition ``p`` of the run in ``root`` until its input ends or STOP."""
+    from recovery.replay import recover
+    from storage_log.log import StreamLog
+
+    layout = RunLayout(Path(root))
+    spec, settings = layout.read_run_file()
+    counters = TaskCounters(p, attempt=_attempt())
+    layout.write_state(p, counters.as_dict())
+    op = operator_for(spec, settings)
+    # Recovery is decided by the output log's content, never by the attempt number.
+    rec = recover(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync)
+    out = rec.output_log
+    try:
+        if out.sealed:
+            counters.done = True
+            layout.write_state(p, counters.as_dict())
+            return counters.as_dict()
+        if not rec.explain.fresh_start:
+            counters.recovered = rec.explain.to_dict()
+        with StreamLog.open(layout.upstream(p)) as up:
+            last_state = 0.0
+            for batch in _tail(up, rec.resume_after_seq, layout):
+                result = op.process(batch)
+                counters.in_batches += 1
+                counters.in_tuples += batch.num_rows
+                counters.in_last_seq = int(batch.column("seq")[batch.num_rows - 1].as_py())
+                if result.num_rows:
+                    out.append(result)
+                    out.commit()
+                    counters.count(result)
+                now = time.time()
+                if now - last_state >= STATE_EVERY_S:
+                    counters.n_open, counters.q, counters.u = op.n_open, op.q, op.u
+                    counters.updated = now
+                    layout.write_state(p, counters.as_dict())
+                    last_state = now
+            if layout.stop_file.exists():
+                counters.stopped = True
+            else:
+                if not _sealed(up):
+                    raise CecError(f"partition {p}: the upstream tail ended before the "
+                                   "log was sealed")
+                final = op.finish()
+                if final.num_rows:
+                    out.append(final)
+                    counters.count(final)
+                out.commit()
+                out.seal()
+                counters.done = True
+        counters.n_open, counters.q, counters.u = op.n_open, op.q, op.u
+        counters.updated = time.time()
+        layout.write_state(p, counters.as_dict())
+    finally:
+        out.close()
+    return counters.as_dict()
+
+
+def _sealed(log: Any) -> bool:
+    return bool(log.sealed)
+
+
+def _tail(up: Any, after: int | None, layout: RunLayout) -> Iterator[pa.RecordBatch]:
+    """Upstream records after ``after`` until the log is sealed and read, or STOP."""
+    last = after
+    while True:
+        got = False
+        for batch in up.tail(after_seq=last, timeout=TAIL_TIMEOUT_S):
+            if batch.num_rows == 0:
+                continue
+            got = True
+            yield batch
+            last = int(batch.column("seq")[batch.num_rows - 1].as_py())
+            if layout.stop_file.exists():
+                return
+        if layout.stop_file.exists():
+            return
+        if not got and _sealed(up) and (up.last_seq is None or
+                                        (last is not None and last >= up.last_seq)):
+            return
