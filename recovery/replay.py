@@ -50,6 +50,8 @@ import pyarrow as pa
 from cec.errors import RecoveryError
 from recovery.ec import EventualCheckpoint, NothingToRecover, Reconstruction, reconstruct
 from recovery.errors import ReplayUnavailableError
+from storage_log.errors import LogTrimmedError
+from storage_log.log import StreamLog
 
 PHASES = ("reconcile", "scan", "load", "replay")
 
@@ -301,35 +303,47 @@ def replay(
     rec: EventualCheckpoint, upstream: UpstreamLogReader, operator: RecoverableOperator
 ) -> ReplayStats:
     """Feed the upstream tuples in (T, t_c] to a loaded operator (reconstruction mode)."""
+    if rec.t_c <= rec.T:
+        return ReplayStats()
+    try:
+        return _replay(rec, upstream, operator)
+    except LogTrimmedError as exc:
+        raise ReplayUnavailableError(
+            f"the upstream log no longer holds the tuples after T={rec.T}: {exc}"
+        ) from exc
+
+
+def _replay(
+    rec: EventualCheckpoint, upstream: UpstreamLogReader, operator: RecoverableOperator
+) -> ReplayStats:
     tuples = batches = nbytes = 0
     last_seen: int | None = None
-    if rec.t_c > rec.T:
-        for batch in upstream.read_forward(after_seq=rec.T):
-            if not batch.num_rows:
-                continue
-            seq = batch.column("seq").to_numpy()
-            cut = int(np.searchsorted(seq, rec.t_c, side="right"))
-            if cut == 0:
-                break
-            part = batch if cut == batch.num_rows else batch.slice(0, cut)
-            out = operator.process(part)
-            if out.num_rows:
-                raise RecoveryError(
-                    f"the operator emitted {out.num_rows} row(s) while replaying seq "
-                    f"{int(seq[0])}..{int(seq[cut - 1])} <= t_c={rec.t_c} in reconstruction "
-                    "mode (it must emit nothing there)"
-                )
-            tuples += cut
-            batches += 1
-            nbytes += part.nbytes
-            last_seen = int(seq[cut - 1])
-            if cut < batch.num_rows:
-                break
-        if last_seen != rec.t_c:
-            raise ReplayUnavailableError(
-                f"the upstream replay after T={rec.T} ended at seq {last_seen}, but the "
-                f"last durable output is at t_c={rec.t_c} (the upstream lacks seq {rec.t_c})"
+    for batch in upstream.read_forward(after_seq=rec.T):
+        if not batch.num_rows:
+            continue
+        seq = batch.column("seq").to_numpy()
+        cut = int(np.searchsorted(seq, rec.t_c, side="right"))
+        if cut == 0:
+            break
+        part = batch if cut == batch.num_rows else batch.slice(0, cut)
+        out = operator.process(part)
+        if out.num_rows:
+            raise RecoveryError(
+                f"the operator emitted {out.num_rows} row(s) while replaying seq "
+                f"{int(seq[0])}..{int(seq[cut - 1])} <= t_c={rec.t_c} in reconstruction "
+                "mode (it must emit nothing there)"
             )
+        tuples += cut
+        batches += 1
+        nbytes += part.nbytes
+        last_seen = int(seq[cut - 1])
+        if cut < batch.num_rows:
+            break
+    if last_seen != rec.t_c:
+        raise ReplayUnavailableError(
+            f"the upstream replay after T={rec.T} ended at seq {last_seen}, but the "
+            f"last durable output is at t_c={rec.t_c} (the upstream lacks seq {rec.t_c})"
+        )
     return ReplayStats(tuples, batches, nbytes)
 
 
@@ -478,8 +492,6 @@ def recover(
     writable (the caller appends the output of ``resume_after_seq`` onwards and closes
     it). Raises :class:`ExtentError` or :class:`ReplayUnavailableError` (exit status 4).
     """
-    from storage_log.log import StreamLog  # noqa: PLC0415  (lands in parallel)
-
     t0 = time.perf_counter()
     out = StreamLog.open(output_dir, writable=True, create=True, fsync=fsync)
     reconcile_s = time.perf_counter() - t0

@@ -247,18 +247,26 @@ def continue_run(
 
 
 def check_state(
-    scn: Scenario, original: Run, rec: Any, recovered_state: OperatorState, record_batch: int | None
+    scn: Scenario,
+    original: Run,
+    rec: Any,
+    recovered_state: OperatorState,
+    record_batch: int | None,
+    finished: bool = False,
 ) -> None:
     """The recovered state at t_c equals a reference run's over exactly the input <= t_c.
 
     Footprints (tau2, fp_seq) must be the EC rows' (t_now, seq); when t_c is the last
     input tuple of the batch whose output is the last durable record, the whole state
     (footprints and next_out_seq too) equals the failure-free run's after that batch.
+    ``finished``: the last durable record is the end-of-input flush.
     """
     ref = Scenario(scn.window, scn.policy, scn.key_type, scn.function, scn.clock_step)
     ref_op = ref.operator()
     for b in upto(original.inputs, rec.t_c):
         ref_op.process(b)
+    if finished:
+        ref_op.finish()
     assert logical(recovered_state) == logical(ref_op.state_at())
     ec = rec.table
     fps = {

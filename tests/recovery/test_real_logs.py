@@ -1,0 +1,135 @@
+"""Recovery on real StreamLogs: crashes at every record boundary and at torn tails."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cec.policy import PolicyConfig
+from cec.windows import CountWindow, TimeWindow
+from recovery.ec import EventualCheckpoint, NothingToRecover
+from recovery.errors import ReplayUnavailableError
+from recovery.replay import recover
+from storage_log.log import StreamLog
+from tests.recovery.harness import (
+    OPERATORS,
+    Scenario,
+    check_state,
+    make_stream,
+    r_rows,
+    random_scenario,
+)
+from tests.recovery.logs import LoggedRun, cut_copy, read_all, run_logged, write_upstream
+
+
+def crash_at(
+    scn: Scenario, logged: LoggedRun, up_dir: Path, out_dir: Path, offset: int, dest: Path
+) -> int:
+    """Cut the output log at ``offset``, recover, finish the input; returns N_c."""
+    cut_copy(out_dir, dest, offset)
+    op = scn.operator()
+    res = recover(dest, up_dir, op, fsync="never")
+    original = logged.run
+    records = original.records()
+    if original.final.num_rows:
+        records.append((-1, original.final))
+    with res.output_log as out:
+        surviving = list(out.read_forward())
+        k = len(surviving)
+        assert [b.equals(r) for b, (_, r) in zip(surviving, records, strict=False)] == [True] * k
+        rec = res.reconstruction
+        if isinstance(rec, NothingToRecover):
+            assert k == 0
+            n_c = 0
+        else:
+            assert isinstance(rec, EventualCheckpoint)
+            last_batch = records[k - 1][0]
+            check_state(
+                scn,
+                original,
+                rec,
+                op.state_at(),
+                None if last_batch < 0 else last_batch,
+                finished=last_batch < 0,
+            )
+            n_c = rec.n_c
+        with StreamLog.open(up_dir) as up:
+            for b in up.read_forward(after_seq=res.resume_after_seq):
+                out.append(op.process(b))
+                out.commit()
+        out.append(op.finish())
+        out.commit()
+    final = read_all(dest)
+    want = [*original.outputs, original.final]
+    for types in ((1,), (2,)):
+        assert r_rows(final, types).equals(r_rows(want, types)), (offset, types)
+    return n_c
+
+
+def setup_run(tmp_path: Path, scn: Scenario, inputs: list[pa.RecordBatch]) -> LoggedRun:
+    write_upstream(tmp_path / "up", inputs)
+    return run_logged(scn, tmp_path / "up", tmp_path / "out")
+
+
+@pytest.mark.parametrize("impl", sorted(OPERATORS))
+@pytest.mark.parametrize("seed", range(3))
+def test_crash_at_every_record_boundary(tmp_path: Path, seed: int, impl: str) -> None:
+    rng = random.Random(100 + seed)
+    scn = random_scenario(rng, impl)
+    inputs = make_stream(rng.randint(40, 80), rng.randint(2, 6), seed, key_type=scn.key_type)
+    logged = setup_run(tmp_path, scn, inputs)
+    for j, offset in enumerate([0, *logged.boundaries]):
+        crash_at(scn, logged, tmp_path / "up", tmp_path / "out", offset, tmp_path / f"c{j}")
+
+
+@pytest.mark.parametrize("impl", sorted(OPERATORS))
+@pytest.mark.parametrize("seed", range(3))
+def test_torn_tails(tmp_path: Path, seed: int, impl: str) -> None:
+    rng = random.Random(200 + seed)
+    scn = random_scenario(rng, impl)
+    inputs = make_stream(600, rng.randint(5, 40), seed, key_type=scn.key_type, max_batch=12)
+    logged = setup_run(tmp_path, scn, inputs)
+    end = logged.boundaries[-1]
+    for j in range(8):
+        offset = rng.randrange(1, end)
+        crash_at(scn, logged, tmp_path / "up", tmp_path / "out", offset, tmp_path / f"t{j}")
+
+
+def test_edge_cases_on_real_logs(tmp_path: Path) -> None:
+    # Crash before the first commit, N_c = 0, only G_open footprints, time windows.
+    scn = Scenario(CountWindow(2, 2), PolicyConfig(mode="open-only"))
+    inputs = make_stream(10, 1, 4, max_batch=1)
+    logged = setup_run(tmp_path, scn, inputs)
+    seen = {
+        crash_at(scn, logged, tmp_path / "up", tmp_path / "out", off, tmp_path / f"c{j}")
+        for j, off in enumerate([0, *logged.boundaries])
+    }
+    assert seen == {0, 1}
+    scn = Scenario(TimeWindow(30, 10), PolicyConfig(mode="targets", q="1x", u=20))
+    inputs = make_stream(120, 4, 5, ts_step=5)
+    logged = setup_run(tmp_path / "time", scn, inputs)
+    for j, off in enumerate(logged.boundaries[::3]):
+        crash_at(scn, logged, tmp_path / "time/up", tmp_path / "time/out", off, tmp_path / f"t{j}")
+
+
+def test_empty_and_missing_logs_are_a_fresh_start(tmp_path: Path) -> None:
+    scn = Scenario(CountWindow(3, 3), PolicyConfig())
+    res = recover(tmp_path / "out", tmp_path / "up", scn.operator(), fsync="never")
+    res.output_log.close()
+    assert res.explain.fresh_start and res.resume_after_seq is None
+
+
+def test_trimmed_upstream_is_replay_unavailable(tmp_path: Path) -> None:
+    scn = Scenario(CountWindow(1000, 1000), PolicyConfig(mode="open-only"))
+    inputs = make_stream(400, 3, 6, max_batch=10)
+    logged = setup_run(tmp_path, scn, inputs)
+    assert logged.boundaries
+    with StreamLog.open(tmp_path / "up", writable=True, segment_bytes=4096) as up:
+        assert up.trim(before_seq=int(inputs[-1].column("seq")[0].as_py())) > 0
+    with pytest.raises(ReplayUnavailableError, match="T="):
+        recover(tmp_path / "out", tmp_path / "up", scn.operator(), fsync="never")
+    # The failed recovery released the output log's writer lock.
+    StreamLog.open(tmp_path / "out", writable=True).close()
