@@ -132,7 +132,7 @@ class ReferenceOperator:
         self._emit(R, w)
 
     def _close_time_windows(self, ts: int) -> None:
-        due = [w for w in self._windows.values() if w.win_end != -1 and w.win_end <= ts]
+        due = [w for w in self._windows.values() if w.win_end <= ts]
         for w in sorted(due, key=lambda w: (w.win_end, w.tau1, w.win_start)):
             self._close(w)
 
@@ -215,7 +215,7 @@ class ReferenceOperator:
         self._budget.spend(emitted)
 
     def finish(self) -> pa.RecordBatch:
-        if self._t_now is not None:
+        if self._t_now is not None and isinstance(self.config.window, TimeWindow):
             self._close_time_windows(2**63 - 1)
         return self._flush_rows()
 

@@ -1,0 +1,508 @@
+"""The vectorized aggregate operator: a whole input batch per handful of numpy calls.
+
+Same semantics and output as :class:`cec.operator.reference.ReferenceOperator` (see
+:mod:`cec.operator.base`), row for row; this is the production hot path.
+
+How a batch is processed:
+
+* keys become dense indices through a hashed lookup (:class:`~.store.KeyRegistry`),
+  open windows live in slots of parallel arrays (:class:`~.store.WindowSlots`);
+* each (tuple, window) membership is computed arithmetically: for **count windows**
+  from the tuple's ordinal within its key (a sort by ``(key, position)``) and the
+  key's phase (the newest window's count; ``kslots[key, age]`` holds the key's open
+  windows, newest first); for **time windows** from ``floor(ts / slide)``, matched to
+  open windows by a hashed ``(key, start)`` code;
+* aggregates are updated with unbuffered ``ufunc.at`` calls in input order, so float
+  sums are bit-identical to the reference's sequential additions;
+* the output rows (opens, closes, time closes ordered ``(win_end, tau1, win_start)``)
+  are ordered by one flat mask or one ``lexsort``, ``N`` is a cumulative sum;
+* the background step orders the windows by footprint once and finds in one pass how
+  many ``G_check`` rows the loop of the reference would emit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+
+from cec.errors import InputOrderError, UsageError
+from cec.operator.base import OperatorConfig
+from cec.operator.state import OperatorState, WindowSnapshot
+from cec.operator.store import F64, I64, KeyRegistry, WindowSlots
+from cec.policy import budget_for
+from cec.records import G_CHECK, G_OPEN, R, check_order, decode_input, output_schema
+from cec.windows import CountWindow
+
+Block = dict[str, npt.NDArray[np.generic]]
+_BLOCK_FIELDS = ("ts", "seq", "type", "t_now", "n_open", "key_idx", "win_start", "win_end",
+                 "tau1", "cnt", "sum", "min", "max", "first_ts", "last_ts")
+_EMPTY_I64: I64 = np.empty(0, dtype=np.int64)
+
+
+class VectorOperator:
+    """Batch-at-a-time implementation of the CEC aggregate operator."""
+
+    def __init__(self, config: OperatorConfig) -> None:
+        self.config = config
+        self._reducer = config.reducer
+        self._policy = config.policy
+        self._budget = budget_for(config.policy, config.clock)
+        self._schema = output_schema(config.key_type)
+        spec = config.window
+        self._is_count = isinstance(spec, CountWindow)
+        if isinstance(spec, CountWindow):
+            self._S, self._L = spec.size, spec.slide
+        else:
+            self._S, self._L = spec.size_us, spec.slide_us
+        self._M = spec.max_open_per_key
+        self._keys = KeyRegistry(config.key_type)
+        self._slots = WindowSlots()
+        self._kslots: I64 = np.full((1024, self._M), -1, dtype=np.int64)
+        self._n = 0
+        self._t_now: int | None = None
+        self._ts_now: int | None = None
+        self._next_out = 0
+        self._last_ts: int | None = None
+        self._last_seq: int | None = None
+        self._recon_until: int | None = None
+        self._recon_ts: int | None = None
+
+    # -- properties ---------------------------------------------------------------
+    @property
+    def n_open(self) -> int:
+        return self._n
+
+    @property
+    def t_now(self) -> int | None:
+        return self._t_now
+
+    @property
+    def next_out_seq(self) -> int:
+        return self._next_out
+
+    def _oldest(self) -> tuple[int, int] | None:
+        """(fp_seq, tau2) of the window with the oldest footprint."""
+        sl = self._slots
+        if sl.n_live == 0:
+            return None
+        live = sl.live_slots()
+        fp = sl.fp_seq[live]
+        fpmin = int(fp.min())
+        return fpmin, int(sl.tau2[live][fp == fpmin].min())
+
+    @property
+    def q(self) -> int:
+        o = self._oldest()
+        return 0 if o is None or o[0] < 0 else self._next_out - o[0]
+
+    @property
+    def u(self) -> int:
+        o = self._oldest()
+        return 0 if o is None or self._t_now is None else self._t_now - o[1]
+
+    # -- helpers ------------------------------------------------------------------
+    def _ensure_kslots(self) -> None:
+        need = len(self._keys)
+        cap = self._kslots.shape[0]
+        if need > cap:
+            grown = np.full((max(need, 2 * cap), self._M), -1, dtype=np.int64)
+            grown[:cap] = self._kslots
+            self._kslots = grown
+
+    def _init_slots(self, slots: I64, kidx: I64, start: I64, end: I64 | int,
+                    seq: I64, ts: I64) -> None:
+        sl = self._slots
+        sl.key_idx[slots] = kidx
+        sl.win_start[slots] = start
+        sl.win_end[slots] = end
+        sl.tau1[slots] = seq
+        sl.tau2[slots] = seq
+        sl.fp_seq[slots] = -1
+        sl.cnt[slots] = 0
+        sl.sum[slots] = 0.0
+        sl.min[slots] = np.inf
+        sl.max[slots] = -np.inf
+        sl.first_ts[slots] = ts
+        sl.last_ts[slots] = ts
+
+    def _accumulate(self, ms: I64, v: F64, t: I64) -> None:
+        sl = self._slots
+        np.add.at(sl.cnt, ms, 1)
+        np.add.at(sl.sum, ms, v)
+        np.minimum.at(sl.min, ms, v)
+        np.maximum.at(sl.max, ms, v)
+        np.maximum.at(sl.last_ts, ms, t)
+
+    def _block(self, slots: I64, typ: npt.NDArray[np.int8], ts: I64, t_now: I64,
+               n_open: I64) -> Block:
+        """Rows with the slots' current state; seq numbers assigned here."""
+        sl = self._slots
+        k = len(slots)
+        seqs = np.arange(self._next_out, self._next_out + k, dtype=np.int64)
+        self._next_out += k
+        return {
+            "ts": ts, "seq": seqs, "type": typ, "t_now": t_now, "n_open": n_open,
+            "key_idx": sl.key_idx[slots], "win_start": sl.win_start[slots],
+            "win_end": sl.win_end[slots], "tau1": sl.tau1[slots], "cnt": sl.cnt[slots],
+            "sum": sl.sum[slots], "min": sl.min[slots], "max": sl.max[slots],
+            "first_ts": sl.first_ts[slots], "last_ts": sl.last_ts[slots],
+        }
+
+    def _to_batch(self, blocks: list[Block]) -> pa.RecordBatch:
+        blocks = [b for b in blocks if len(b["seq"])]
+        if not blocks:
+            cols: Block = {
+                f: np.empty(0, dtype=np.float64 if f in ("sum", "min", "max")
+                            else np.int8 if f == "type" else np.int64)
+                for f in _BLOCK_FIELDS
+            }
+        elif len(blocks) == 1:
+            cols = blocks[0]
+        else:
+            cols = {f: np.concatenate([b[f] for b in blocks]) for f in _BLOCK_FIELDS}
+        cnt = np.asarray(cols["cnt"], dtype=np.int64)
+        value = self._reducer.result_array(
+            cnt, np.asarray(cols["sum"], np.float64), np.asarray(cols["min"], np.float64),
+            np.asarray(cols["max"], np.float64),
+        )
+        arrays = [
+            pa.array(cols["ts"], pa.int64()),
+            pa.array(cols["seq"], pa.int64()),
+            pa.array(np.asarray(cols["type"], dtype=np.int8), pa.int8()),
+            pa.array(cols["t_now"], pa.int64()),
+            pa.array(cols["n_open"], pa.int64()),
+            self._keys.values(np.asarray(cols["key_idx"], dtype=np.int64)),
+            pa.array(cols["win_start"], pa.int64()),
+            pa.array(cols["win_end"], pa.int64()),
+            pa.array(cols["tau1"], pa.int64()),
+            pa.array(cnt, pa.int64()),
+            pa.array(cols["sum"], pa.float64()),
+            pa.array(cols["min"], pa.float64()),
+            pa.array(cols["max"], pa.float64()),
+            pa.array(cols["first_ts"], pa.int64()),
+            pa.array(cols["last_ts"], pa.int64()),
+            pa.array(value, pa.float64()),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
+
+    def _rows(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, n_open: I64,
+              ts: I64, seq: I64, vals: F64) -> Block:
+        """Foreground rows: R with the slot's state, G_open with the opening tuple's."""
+        k = len(slots)
+        typ = np.where(is_close, R, G_OPEN).astype(np.int8)
+        blk = self._block(slots, typ, ts[tuples], seq[tuples], n_open)
+        is_open = ~is_close
+        if is_open.any():
+            v = vals[tuples]
+            t = ts[tuples]
+            blk["cnt"][is_open] = 1
+            for f in ("sum", "min", "max"):
+                blk[f][is_open] = v[is_open]
+            for f in ("first_ts", "last_ts"):
+                blk[f][is_open] = t[is_open]
+            if self._policy.emits_open:
+                op_slots = slots[is_open]
+                self._slots.fp_seq[op_slots] = blk["seq"][is_open]
+        assert len(blk["seq"]) == k
+        return blk
+
+    # -- count windows ------------------------------------------------------------
+    def _count_batch(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> Block:
+        n = len(seq)
+        S, L, M = self._S, self._L, self._M
+        sl = self._slots
+        self._ensure_kslots()
+        ar = np.arange(n, dtype=np.int64)
+        order = np.argsort(kidx * n + ar)
+        ks = kidx[order]
+        first = np.empty(n, dtype=np.bool_)
+        first[0] = True
+        np.not_equal(ks[1:], ks[:-1], out=first[1:])
+        gs_sorted = np.maximum.accumulate(np.where(first, ar, 0))
+        r = np.empty(n, dtype=np.int64)
+        r[order] = ar - gs_sorted
+        gstart = np.empty(n, dtype=np.int64)
+        gstart[order] = gs_sorted
+        old_rows = self._kslots[kidx]  # (n, M), newest first
+        newest = old_rows[:, 0]
+        phi = np.where(newest >= 0, sl.cnt[newest], L)
+        g = phi + r
+        base = (g // L) * L
+        # open one window per tuple whose key ordinal is a multiple of L
+        open_idx = np.flatnonzero(g == base)
+        new_slots = sl.alloc(len(open_idx))
+        self._init_slots(new_slots, kidx[open_idx], seq[open_idx], -1, seq[open_idx],
+                         ts[open_idx])
+        open_slot = np.full(n, -1, dtype=np.int64)
+        open_slot[open_idx] = new_slots
+        if M == 1:
+            existing = base <= 0
+            opener = order[np.where(existing, gstart, gstart + base - phi)]
+            ms = np.where(existing, newest, open_slot[opener])
+            mi = ar
+            pos = g - base
+        else:
+            ages = np.arange(M - 1, -1, -1, dtype=np.int64)  # oldest window first
+            o = base[:, None] - ages[None, :] * L
+            valid = o > (g - S)[:, None]
+            existing = o <= 0
+            a = np.clip((-o) // L, 0, M - 1)
+            slot_ex = np.take_along_axis(old_rows, a, axis=1)
+            rel = np.where(existing, 0, o - phi[:, None])
+            slot_new = open_slot[order[gstart[:, None] + rel]]
+            slot = np.where(existing, slot_ex, slot_new)
+            valid &= slot >= 0
+            vm = valid.ravel()
+            mi = np.repeat(ar, M)[vm]
+            ms = slot.ravel()[vm]
+            pos = (g[:, None] - o).ravel()[vm]
+        self._accumulate(ms, vals[mi], ts[mi])
+        # events: per membership G_open (pos 0) before R (pos S-1), in membership order
+        ev = np.empty((len(ms), 2), dtype=np.bool_)
+        np.equal(pos, 0, out=ev[:, 0])
+        np.equal(pos, S - 1, out=ev[:, 1])
+        flat = np.flatnonzero(ev.ravel())
+        em = flat >> 1
+        is_close = (flat & 1).astype(np.bool_)
+        n_after = self._n + np.cumsum(np.where(is_close, -1, 1))
+        if len(n_after):
+            self._n = int(n_after[-1])
+        if not self._policy.emits_open:
+            em, n_after = em[is_close], n_after[is_close]
+            is_close = np.ones(len(em), dtype=np.bool_)
+        ev_slots = ms[em]
+        blk = self._rows(ev_slots, is_close, mi[em], n_after, ts, seq, vals)
+        # the keys' open windows after the batch, newest first
+        ends = np.flatnonzero(np.append(first[1:], True))
+        kb = ks[ends]
+        il = order[ends]
+        gl, phl, gsl = g[il], phi[il], gstart[il]
+        o2 = ((gl // L) * L)[:, None] - np.arange(M, dtype=np.int64)[None, :] * L
+        alive = o2 > (gl - S + 1)[:, None]
+        ex2 = o2 <= 0
+        a2 = np.clip((-o2) // L, 0, M - 1)
+        s_ex = np.take_along_axis(self._kslots[kb], a2, axis=1)
+        rel2 = np.where(ex2, 0, o2 - phl[:, None])
+        s_new = open_slot[order[gsl[:, None] + np.clip(rel2, 0, None)]]
+        self._kslots[kb] = np.where(alive, np.where(ex2, s_ex, s_new), -1)
+        sl.release(ms[flat[(flat & 1) == 1] >> 1])
+        return blk
+
+    # -- time windows -------------------------------------------------------------
+    def _codes(self, k1: I64, m1: I64, k2: I64, m2: I64) -> tuple[I64, I64]:
+        """Equal-iff-same (key, m) integer codes for two sets of pairs."""
+        allm = np.concatenate([m1, m2])
+        if len(allm) == 0:
+            return k1.copy(), k2.copy()
+        base = int(allm.min())
+        span = int(allm.max()) - base + 1
+        if span * (len(self._keys) + 1) < 2**62:
+            return k1 * span + (m1 - base), k2 * span + (m2 - base)
+        mi = pd.MultiIndex.from_arrays([np.concatenate([k1, k2]), allm])
+        codes = np.asarray(pd.factorize(mi)[0], dtype=np.int64)
+        return codes[: len(k1)], codes[len(k1) :]
+
+    def _time_batch(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> Block:
+        n = len(seq)
+        S, L, M = self._S, self._L, self._M
+        sl = self._slots
+        ar = np.arange(n, dtype=np.int64)
+        m = (ts // L)[:, None] - np.arange(M - 1, -1, -1, dtype=np.int64)[None, :]
+        valid = (m * L > (ts - S)[:, None]).ravel()
+        mi = np.repeat(ar, M)[valid]
+        mm = m.ravel()[valid]
+        live = sl.live_slots()
+        ex_code, mem_code = self._codes(sl.key_idx[live], sl.win_start[live] // L,
+                                        kidx[mi], mm)
+        pos = np.asarray(pd.Index(ex_code).get_indexer(mem_code), dtype=np.int64)
+        ms = np.full(len(pos), -1, dtype=np.int64)
+        found = pos >= 0
+        ms[found] = live[pos[found]]
+        newm = np.flatnonzero(pos < 0)
+        if len(newm):
+            fac, uniq = pd.factorize(mem_code[newm])
+            first_at = np.unique(fac, return_index=True)[1]
+            op = newm[first_at]  # opening memberships, in order
+            new_slots = sl.alloc(len(uniq))
+            ti = mi[op]
+            self._init_slots(new_slots, kidx[ti], mm[op] * L, mm[op] * L + S, seq[ti], ts[ti])
+            ms[newm] = new_slots[fac]
+        else:
+            op = _EMPTY_I64
+            new_slots = _EMPTY_I64
+        self._accumulate(ms, vals[mi], ts[mi])
+        cand = np.concatenate([live, new_slots])
+        c = np.searchsorted(ts, sl.win_end[cand], side="left")
+        closing = c < n
+        cs, cc = cand[closing], c[closing]
+        ev_slot = np.concatenate([cs, new_slots])
+        ev_tuple = np.concatenate([cc, mi[op]])
+        ev_phase = np.concatenate([np.zeros(len(cs), np.int64), np.ones(len(op), np.int64)])
+        order = np.lexsort((sl.win_start[ev_slot], sl.tau1[ev_slot], sl.win_end[ev_slot],
+                            ev_phase, ev_tuple))
+        ev_slot, ev_tuple = ev_slot[order], ev_tuple[order]
+        is_close = ev_phase[order] == 0
+        n_after = self._n + np.cumsum(np.where(is_close, -1, 1))
+        if len(n_after):
+            self._n = int(n_after[-1])
+        if not self._policy.emits_open:
+            ev_slot, ev_tuple, n_after = ev_slot[is_close], ev_tuple[is_close], n_after[is_close]
+            is_close = np.ones(len(ev_slot), dtype=np.bool_)
+        blk = self._rows(ev_slot, is_close, ev_tuple, n_after, ts, seq, vals)
+        sl.release(cs)
+        return blk
+
+    def _close_all_time(self) -> Block:
+        sl = self._slots
+        live = sl.live_slots()
+        order = np.lexsort((sl.win_start[live], sl.tau1[live], sl.win_end[live]))
+        slots = live[order]
+        k = len(slots)
+        n_after = self._n - np.arange(1, k + 1, dtype=np.int64)
+        self._n -= k
+        assert self._t_now is not None and self._ts_now is not None
+        blk = self._block(slots, np.full(k, R, np.int8), np.full(k, self._ts_now, np.int64),
+                          np.full(k, self._t_now, np.int64), n_after)
+        sl.release(slots)
+        return blk
+
+    # -- reconstruction and background --------------------------------------------
+    def _reconstruct(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> None:
+        sl = self._slots
+        live = sl.live_slots()
+        o = np.argsort(sl.key_idx[live], kind="stable")
+        sk, sslots = sl.key_idx[live][o], live[o]
+        lo = np.searchsorted(sk, kidx, side="left")
+        cnts = np.searchsorted(sk, kidx, side="right") - lo
+        rep = np.repeat(np.arange(len(seq), dtype=np.int64), cnts)
+        offs = np.arange(len(rep), dtype=np.int64) - np.repeat(np.cumsum(cnts) - cnts, cnts)
+        ms = sslots[lo[rep] + offs]
+        keep = sl.tau2[ms] < seq[rep]
+        ms, mi = ms[keep], rep[keep]
+        self._accumulate(ms, vals[mi], ts[mi])
+
+    def _background(self) -> Block | None:
+        pol = self._policy
+        if not pol.emits_check or self._recon_until is not None or self._t_now is None:
+            return None
+        if not pol.wants_check(self.q, self.u, self._n):
+            return None
+        allowed = self._budget.grant()
+        if allowed <= 0:
+            return None
+        sl = self._slots
+        live = sl.live_slots()
+        order = np.lexsort((sl.win_start[live], sl.tau2[live], sl.fp_seq[live]))
+        kmax = min(allowed, len(live))
+        cand = live[order[:kmax]]
+        j = np.arange(kmax, dtype=np.int64)
+        fpj = sl.fp_seq[cand]
+        qj = self._next_out + j - fpj
+        uj = self._t_now - sl.tau2[cand]
+        ok = (fpj < self._next_out) & ((qj > pol.q_target(self._n)) | (uj > pol.u))
+        emitted = kmax if ok.all() else int(np.argmin(ok))
+        slots = cand[:emitted]
+        blk = self._block(slots, np.full(emitted, G_CHECK, np.int8),
+                          np.full(emitted, self._ts_now, np.int64),
+                          np.full(emitted, self._t_now, np.int64),
+                          np.full(emitted, self._n, np.int64))
+        sl.fp_seq[slots] = blk["seq"]
+        sl.tau2[slots] = self._t_now
+        self._budget.spend(emitted)
+        return blk
+
+    # -- the interface ------------------------------------------------------------
+    def process(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        cfg = self.config
+        cols = decode_input(batch, key_column=cfg.key_column, value_column=cfg.value_column,
+                            key_type=cfg.key_type)
+        ts, seq, vals = cols.ts, cols.seq, cols.values
+        n = len(seq)
+        check_order(ts, seq, self._last_ts, self._last_seq)
+        blocks: list[Block] = []
+        if n:
+            self._last_ts, self._last_seq = int(ts[-1]), int(seq[-1])
+            kidx = self._keys.lookup(cols.keys)
+            start = 0
+            if self._recon_until is not None:
+                start = int(np.searchsorted(seq, self._recon_until, side="right"))
+                if start:
+                    self._reconstruct(ts[:start], seq[:start], vals[:start], kidx[:start])
+                if start < n:
+                    if self._recon_ts is not None and ts[start] < self._recon_ts:
+                        raise InputOrderError(
+                            f"input tuple at position (ts={ts[start]}, seq={seq[start]}) does "
+                            f"not follow the recovered position (ts={self._recon_ts}, "
+                            f"seq={self._recon_until})"
+                        )
+                    self._recon_until = None
+            if start < n:
+                ts, seq, vals, kidx = ts[start:], seq[start:], vals[start:], kidx[start:]
+                if self._is_count:
+                    blocks.append(self._count_batch(ts, seq, vals, kidx))
+                else:
+                    blocks.append(self._time_batch(ts, seq, vals, kidx))
+                self._t_now, self._ts_now = int(seq[-1]), int(ts[-1])
+        bg = self._background()
+        if bg is not None:
+            blocks.append(bg)
+        return self._to_batch(blocks)
+
+    def finish(self) -> pa.RecordBatch:
+        if self._is_count or self._t_now is None:
+            return self._to_batch([])
+        return self._to_batch([self._close_all_time()])
+
+    def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None:
+        if self._slots.n_live or self._t_now is not None or self._next_out:
+            raise UsageError("load_ec needs a fresh operator")
+        ec = ec.cast(self._schema) if ec.schema != self._schema else ec
+        k = ec.num_rows
+        if k:
+            col = {name: np.asarray(ec.column(name).to_numpy(), dtype=None)
+                   for name in ec.schema.names if name != "key"}
+            if not np.isin(col["type"], (G_OPEN, G_CHECK)).all():
+                raise UsageError("EC rows must all be G_open or G_check footprints")
+            kidx = self._keys.lookup(ec.column("key").combine_chunks())
+            slots = self._slots.alloc(k)
+            sl = self._slots
+            sl.key_idx[slots] = kidx
+            for f in ("win_start", "win_end", "tau1", "cnt", "first_ts", "last_ts"):
+                getattr(sl, f)[slots] = col[f]
+            for f in ("sum", "min", "max"):
+                getattr(sl, f)[slots] = col[f]
+            sl.tau2[slots] = col["t_now"]
+            sl.fp_seq[slots] = col["seq"]
+            if self._is_count:
+                self._ensure_kslots()
+                order = np.lexsort((-sl.win_start[slots], kidx))
+                so, ko = slots[order], kidx[order]
+                first = np.ones(k, dtype=np.bool_)
+                first[1:] = ko[1:] != ko[:-1]
+                gs = np.maximum.accumulate(np.where(first, np.arange(k), 0))
+                age = np.arange(k) - gs
+                if (age >= self._M).any():
+                    raise UsageError("EC has more open windows for one key than the spec allows")
+                self._kslots[ko, age] = so
+        self._n = k
+        self._t_now, self._ts_now = t_c, t_c_ts
+        self._next_out = next_out_seq
+        self._recon_until, self._recon_ts = t_c, t_c_ts
+        self._last_ts = None
+        self._last_seq = int(self._slots.tau2[self._slots.live_slots()].min()) if k else t_c
+
+    def state_at(self) -> OperatorState:
+        sl = self._slots
+        wins = {}
+        for s in sl.live_slots().tolist():
+            key = self._keys.value(int(sl.key_idx[s]))
+            w = WindowSnapshot(
+                key=key, win_start=int(sl.win_start[s]), win_end=int(sl.win_end[s]),
+                tau1=int(sl.tau1[s]), tau2=int(sl.tau2[s]), fp_seq=int(sl.fp_seq[s]),
+                cnt=int(sl.cnt[s]), sum=float(sl.sum[s]), min=float(sl.min[s]),
+                max=float(sl.max[s]), first_ts=int(sl.first_ts[s]), last_ts=int(sl.last_ts[s]),
+            )
+            wins[w.id] = w
+        return OperatorState(self._n, self._t_now, self._next_out, dict(sorted(wins.items())))
