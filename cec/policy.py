@@ -19,8 +19,11 @@ footprint).
 The background step runs only at input-batch boundaries, after the batch's foreground
 output: while ``q > Q or u > U`` and the budget allows, emit a ``G_check`` for the
 window with the oldest footprint (state as of now, ``t_now`` = current), which moves its
-footprint to now. A step checkpoints each window at most once (it stops when the oldest
-footprint was written by this very step), so ``Q < N`` cannot loop forever.
+footprint to now. A step checkpoints each window at most once and never a window whose
+footprint is already at ``t_now`` (it stops when the oldest footprint was written by
+this very step or has ``tau2 == t_now``), so ``Q < N`` cannot loop forever and an empty
+batch does not repeat the previous step's work. No clock is read unless the oldest
+footprint is older than ``t_now`` and a target is exceeded.
 
 Budget (``CI`` ms of checkpointing per ``CP`` ms), deterministic given the clock
 readings: :class:`CheckpointBudget` is a token bucket of checkpoint time. Its credit

@@ -197,6 +197,9 @@ class ReferenceOperator:
         pol = self._policy
         if not pol.emits_check or self._recon_until is not None or self._t_now is None:
             return
+        oldest = self._oldest()
+        if oldest is None or oldest.tau2 >= self._t_now:
+            return
         if not pol.wants_check(self.q, self.u, self._n):
             return
         allowed = self._budget.grant()
@@ -207,7 +210,7 @@ class ReferenceOperator:
         while emitted < allowed and pol.wants_check(self.q, self.u, self._n):
             w = self._oldest()
             assert w is not None
-            if w.fp_seq >= step_start:
+            if w.fp_seq >= step_start or w.tau2 >= self._t_now:
                 break
             w.fp_seq = self._emit(G_CHECK, w)
             w.tau2 = self._t_now

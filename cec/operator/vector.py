@@ -387,6 +387,9 @@ class VectorOperator:
         pol = self._policy
         if not pol.emits_check or self._recon_until is not None or self._t_now is None:
             return None
+        oldest = self._oldest()
+        if oldest is None or oldest[1] >= self._t_now:
+            return None
         if not pol.wants_check(self.q, self.u, self._n):
             return None
         allowed = self._budget.grant()
@@ -401,7 +404,7 @@ class VectorOperator:
         fpj = sl.fp_seq[cand]
         qj = self._next_out + j - fpj
         uj = self._t_now - sl.tau2[cand]
-        ok = (fpj < self._next_out) & ((qj > pol.q_target(self._n)) | (uj > pol.u))
+        ok = (fpj < self._next_out) & (uj > 0) & ((qj > pol.q_target(self._n)) | (uj > pol.u))
         emitted = kmax if ok.all() else int(np.argmin(ok))
         slots = cand[:emitted]
         blk = self._block(slots, np.full(emitted, G_CHECK, np.int8),
