@@ -8,14 +8,17 @@ impossible).
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
-from cec.errors import CecError, NotImplementedYetError
+from cec import pipeline
+from cec.errors import CecError
 
 app = typer.Typer(
     name="cec",
@@ -32,12 +35,35 @@ app.add_typer(run_app, name="run")
 app.add_typer(inspect_app, name="inspect")
 
 err_console = Console(stderr=True)
+out_console = Console()
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
 
-def _not_yet(command: str) -> None:
-    raise NotImplementedYetError(f"'cec {command}' is not implemented yet")
+def _emit(result: dict[str, Any], json_out: bool, rows: list[dict[str, Any]] | None = None,
+          columns: tuple[str, ...] = ()) -> None:
+    """Print a library result: JSON, or a short human summary (+ a table of ``rows``)."""
+    if json_out:
+        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+        return
+    for key, value in result.items():
+        if not isinstance(value, dict | list):
+            out_console.print(f"[bold]{key}[/]: {value}", highlight=False)
+    if rows:
+        table = Table(*columns)
+        for row in rows:
+            table.add_row(*(_cell(row.get(c)) for c in columns))
+        out_console.print(table)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)[:60]
+    return str(value)
 
 
 @run_app.command("pipeline")
@@ -50,7 +76,12 @@ def run_pipeline(
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
-    _not_yet("run pipeline")
+    result = pipeline.run_pipeline(spec, log_dir, partitions=partitions, master=master,
+                                   max_tuples=max_tuples, progress=not json_out)
+    _emit(result, json_out, result["per_partition"],
+          ("p", "in_tuples", "r", "g_open", "g_check", "n_open", "q", "u", "done"))
+    if result["interrupted"]:
+        raise typer.Exit(130)
 
 
 @app.command("recover")
@@ -60,7 +91,21 @@ def recover(
     json_out: JsonOpt = False,
 ) -> None:
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
-    _not_yet("recover")
+    result = pipeline.recover_run(from_log, dry_run=dry_run, progress=not json_out)
+    rows = [{**e, "extent_records": e.get("extent", {}).get("records"),
+             "extent_bytes": e.get("extent", {}).get("bytes"),
+             "replay_tuples": e.get("replay", {}).get("tuples"),
+             **{f"{ph['name']}_s": ph["measured_s"] if ph["measured_s"] is not None
+                else ph["estimated_s"] for ph in e.get("phases", [])}}
+            for e in result["partitions"]]
+    _emit(result, json_out, rows, ("partition", "n_c", "T", "t_c", "extent_records",
+                                   "extent_bytes", "replay_tuples", "reconcile_s", "scan_s",
+                                   "load_s", "replay_s"))
+    resumed = result.get("resumed")
+    if resumed is not None and not json_out:
+        _emit(resumed, False)
+    if resumed is not None and resumed.get("interrupted"):
+        raise typer.Exit(130)
 
 
 @inspect_app.command("extent")
@@ -71,7 +116,10 @@ def inspect_extent(
     json_out: JsonOpt = False,
 ) -> None:
     """The extent of the eventual checkpoint, now or as of a timestamp."""
-    _not_yet("inspect extent")
+    result = pipeline.inspect_extent(log_dir, partition=partition, at=at)
+    rows = [{**e, **e.get("counts", {})} for e in result["partitions"]]
+    _emit(result, json_out, rows, ("partition", "q", "u", "T", "N", "t_c", "R", "G_open",
+                                   "G_check", "oldest"))
 
 
 @inspect_app.command("log")
@@ -81,7 +129,12 @@ def inspect_log(
     json_out: JsonOpt = False,
 ) -> None:
     """Segments, records, index and checksums of a log."""
-    _not_yet("inspect log")
+    result = pipeline.inspect_log(log_dir, verify=verify)
+    rows = [{**e, "segments": len(e["segments"]),
+             "records": e.get("verify", {}).get("records"),
+             "checksums": "ok" if e.get("verify") else "-"} for e in result["logs"]]
+    _emit(result, json_out, rows, ("path", "segments", "first_seq", "last_seq", "sealed",
+                                   "records", "checksums", "token"))
 
 
 @app.command("export")
@@ -92,7 +145,7 @@ def export(
     json_out: JsonOpt = False,
 ) -> None:
     """Every result (R) of every partition, control records dropped."""
-    _not_yet("export")
+    _emit(pipeline.export(log_dir, out, fmt), json_out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,15 +16,18 @@ the next open). ``cec recover --from-log RUN`` resumes either way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
 from cec.pipeline.ingest import (
@@ -36,11 +39,10 @@ from cec.pipeline.ingest import (
 )
 from cec.pipeline.layout import RunLayout, RunSettings, settings_for
 from cec.pipeline.progress import ProgressView
+from cec.pipeline.session import build_session
+from cec.pipeline.task import run_partition
 from cec.sources import SourcePlan, plan_source
 from cec.spec import PipelineSpec, load_spec
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
 
 MAX_RESUBMITS = 5
 STOP_GRACE_S = 30.0
@@ -54,10 +56,8 @@ def default_log_dir(spec_path: Path) -> Path:
     return Path("runs") / spec_path.stem
 
 
-def _task_entry(root: str) -> Callable[[int, Iterator[int]], Iterator[str]]:
-    def run(index: int, _it: Iterator[int]) -> Iterator[str]:
-        from cec.pipeline.task import run_partition
-
+def _task_entry(root: str) -> Callable[[int, Iterable[int]], Iterable[str]]:
+    def run(index: int, _it: Iterable[int]) -> Iterable[str]:
         yield json.dumps(run_partition(root, index))
 
     return run
@@ -127,10 +127,8 @@ def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSetting
 
 def _request_stop(layout: RunLayout, shared: _Shared) -> None:
     shared.stop.set()
-    try:
+    with contextlib.suppress(OSError):
         layout.stop_file.touch()
-    except OSError:
-        pass
 
 
 def _spark_error(exc: BaseException) -> str:
@@ -223,10 +221,6 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
 
 
 def _session(spec: PipelineSpec) -> tuple[SparkSession, bool]:
-    from pyspark.sql import SparkSession
-
-    from cec.pipeline.session import build_session
-
     warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
     existed = SparkSession.getActiveSession() is not None
     spark = build_session(spec.run.effective_master, spec.run.partitions)

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from cec.errors import UsageError
 from cec.pipeline.layout import RunLayout
+from storage_log.log import StreamLog
 
 TYPE_R = 1
 COLUMNS = ("key", "window_start", "window_end", "count", "value")
@@ -26,8 +27,6 @@ COLUMNS = ("key", "window_start", "window_end", "count", "value")
 
 def results_table(root: Path | str) -> pa.Table:
     """The sorted results of a run (see the module docstring)."""
-    from storage_log.log import StreamLog
-
     layout = RunLayout(Path(root))
     spec, settings = layout.read_run_file()
     count_window = spec.aggregate.window.kind == "count"

@@ -24,10 +24,14 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from cec.errors import SpecError
@@ -42,9 +46,7 @@ from cec.sources import (
     read_chunk,
 )
 from cec.spec import PipelineSpec
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+from storage_log.log import StreamLog
 
 PART = "__cec_part"
 VALUE_FALLBACK = "__cec_value"  # the value column of a `count` aggregate without field
@@ -82,7 +84,7 @@ class _ChunkReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(0)]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         yield from read_chunk(Chunk.from_json(self.chunk), ColumnTypes.from_json(self.columns))
 
 
@@ -100,16 +102,12 @@ def value_column(spec: PipelineSpec) -> str:
 
 def partition_expr(key: Column, partitions: int) -> Column:
     """The key partition of a key: ``pmod(xxhash64(key), P)`` (Spark SQL, seed 42)."""
-    from pyspark.sql import functions as F
-
     return F.pmod(F.xxhash64(key), F.lit(partitions)).cast("int")
 
 
 def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
                  chunk: Chunk) -> DataFrame:
     """The rows of one chunk with every source column plus ``SEQ``, in source order."""
-    from pyspark.sql import functions as F
-
     if chunk.fmt == "generator":
         gen = spec.source.generator
         assert gen is not None
@@ -128,8 +126,6 @@ def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
 def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
                    chunk: Chunk) -> DataFrame:
     """Filtered, projected and partitioned rows: ts, seq, key, value, PART."""
-    from pyspark.sql import functions as F
-
     df = source_frame(spark, spec, columns, chunk)
     if spec.where is not None:
         df = df.where(spec.where)
@@ -148,8 +144,6 @@ def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes
 
 def check_filter(spark: SparkSession, spec: PipelineSpec, plan: SourcePlan) -> None:
     """Analyse the query of the first chunk: a bad ``where`` is a SpecError, before any write."""
-    from pyspark.errors import AnalysisException, ParseException
-
     chunk = plan.chunks[0] if plan.chunks else Chunk(0, "generator", "", 0, 0, 0, 0)
     if chunk.fmt != "generator" and not plan.chunks:
         return
@@ -192,9 +186,7 @@ def _chunk_writer(cfg: WriterConfig, chunk: Chunk
     """The mapInArrow function that writes one chunk into the P upstream logs."""
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from storage_log.log import StreamLog
-
-        layout = RunLayout(_path(cfg.root))
+        layout = RunLayout(Path(cfg.root))
         logs = [StreamLog.open(layout.upstream(p), writable=True, create=True,
                                fsync=cfg.fsync) for p in range(cfg.partitions)]
         written = 0
@@ -229,12 +221,6 @@ def _chunk_writer(cfg: WriterConfig, chunk: Chunk
     return write
 
 
-def _path(root: str) -> Any:
-    from pathlib import Path
-
-    return Path(root)
-
-
 # --------------------------------------------------------------------------- loop
 
 
@@ -251,8 +237,6 @@ class IngestProgress:
 
 def committed_chunk(layout: RunLayout, partitions: int) -> int:
     """The last chunk every upstream log has committed (-1 for none)."""
-    from storage_log.log import StreamLog
-
     done = []
     for p in range(partitions):
         path = layout.upstream(p)
@@ -264,15 +248,11 @@ def committed_chunk(layout: RunLayout, partitions: int) -> int:
 
 
 def create_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
-    from storage_log.log import StreamLog
-
     for p in range(partitions):
         StreamLog.open(layout.upstream(p), writable=True, create=True, fsync=fsync).close()
 
 
 def seal_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
-    from storage_log.log import StreamLog
-
     for p in range(partitions):
         with StreamLog.open(layout.upstream(p), writable=True, create=True,
                             fsync=fsync) as log:

@@ -12,7 +12,14 @@ from typing import Any
 import numpy as np
 
 from cec.errors import UsageError
+from cec.pipeline.driver import resume_run
 from cec.pipeline.layout import RunLayout
+from cec.pipeline.task import operator_for
+from recovery.ec import NothingToRecover
+from recovery.replay import plan, recover, scan
+from storage_log.errors import CorruptLogError
+from storage_log.log import StreamLog
+from storage_log.segment import list_segments, segment_path
 
 TYPE_NAMES = {1: "R", 2: "G_open", 3: "G_check"}
 
@@ -39,11 +46,6 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     recovered for real (the logs are reconciled, torn tails cut), then the pipeline
     resumes from where it stopped and runs to the end of a bounded source.
     """
-    from recovery.replay import plan, recover
-    from storage_log.log import StreamLog
-
-    from cec.pipeline.task import operator_for
-
     layout = RunLayout(Path(from_log))
     spec, settings = layout.read_run_file()
     explains: list[dict[str, Any]] = []
@@ -73,8 +75,18 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
             if up_path.exists():  # reconcile the upstream too (its writer may have died)
                 StreamLog.open(up_path, writable=True, fsync=spec.run.fsync).close()
             t0 = time.perf_counter()
-            rec = recover(out_path, up_path, operator_for(spec, settings),
-                          fsync=spec.run.fsync)
+            try:
+                rec = recover(out_path, up_path, operator_for(spec, settings),
+                              fsync=spec.run.fsync)
+            except CorruptLogError as exc:
+                # An output log is derived data: cut it at the first bad record and let
+                # EC + replay produce the lost records again, exactly.
+                with StreamLog.open(out_path, writable=True, repair=True,
+                                    fsync=spec.run.fsync) as log:
+                    entry["repaired"] = {"error": str(exc),
+                                         **(_report(log.reconcile_report) or {})}
+                rec = recover(out_path, up_path, operator_for(spec, settings),
+                              fsync=spec.run.fsync)
             try:
                 report = rec.output_log.reconcile_report
                 entry.update(rec.explain.to_dict(), sealed=rec.output_log.sealed,
@@ -86,8 +98,6 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     result: dict[str, Any] = {"run_dir": str(layout.root), "dry_run": dry_run,
                               "partitions": explains}
     if not dry_run:
-        from cec.pipeline.driver import resume_run
-
         result["resumed"] = resume_run(layout.root, progress=progress)
     return result
 
@@ -112,10 +122,6 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
     ``at`` (a timestamp, microseconds) looks at the extent as it was when the last
     output row with ``ts <= at`` was written.
     """
-    from recovery.ec import NothingToRecover
-    from recovery.replay import scan
-    from storage_log.log import StreamLog
-
     layout = RunLayout(Path(root))
     spec, _ = layout.read_run_file()
     parts: list[dict[str, Any]] = []
@@ -130,12 +136,13 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
             rec = scan(out, at_ts=at)
             counts = {name: 0 for name in TYPE_NAMES.values()}
             for batch in out.read_forward():
+                types = batch.column("type").to_numpy()
                 if at is not None:
                     ts = batch.column("ts").to_numpy()
                     if len(ts) and ts[0] > at:
                         break
-                    batch = batch.slice(0, int(np.searchsorted(ts, at, "right")))
-                bins = np.bincount(batch.column("type").to_numpy(), minlength=4)
+                    types = types[: int(np.searchsorted(ts, at, "right"))]
+                bins = np.bincount(types, minlength=4)
                 for code, name in TYPE_NAMES.items():
                     counts[name] += int(bins[code])
             entry["counts"] = counts
@@ -170,9 +177,6 @@ def _log_dirs(root: Path) -> list[Path]:
 
 def describe_log(path: Path, *, verify: bool) -> dict[str, Any]:
     """Segments, records, index and (``verify``) every record's checksum of one log."""
-    from storage_log.log import StreamLog
-    from storage_log.segment import list_segments, segment_path
-
     segments = [{"name": segment_path(path, s).name, "base_seq": s,
                  "bytes": segment_path(path, s).stat().st_size} for s in list_segments(path)]
     info: dict[str, Any] = {"path": str(path), "segments": segments}

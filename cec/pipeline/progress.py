@@ -18,12 +18,11 @@ from rich.table import Table
 
 from cec.pipeline.ingest import IngestProgress
 from cec.pipeline.layout import RunLayout
+from storage_log.log import StreamLog
 
 
 def upstream_position(layout: RunLayout, p: int) -> int | None:
     """The committed ``last_seq`` of partition ``p``'s upstream log (None if empty)."""
-    from storage_log.log import StreamLog
-
     path = layout.upstream(p)
     if not path.exists():
         return None

@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession
 
 ARROW_BATCH_ROWS = 1 << 18
 
@@ -29,7 +27,6 @@ def build_session(master: str, partitions: int, *, app_name: str = "cec") -> Spa
     """A (possibly already running) SparkSession for ``master`` with cec's settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
 
     builder = (
         SparkSession.builder.master(master)

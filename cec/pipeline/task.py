@@ -30,22 +30,24 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from pyspark import TaskContext
 
 from cec.errors import CecError
+from cec.operator import OperatorConfig, VectorOperator
 from cec.pipeline.ingest import value_column
 from cec.pipeline.layout import RunLayout, RunSettings
+from cec.policy import PolicyConfig
 from cec.spec import PipelineSpec
+from cec.windows import window_spec
+from recovery.replay import recover
+from storage_log.log import StreamLog
 
 TAIL_TIMEOUT_S = 0.25
 STATE_EVERY_S = 0.5
 
 
-def operator_for(spec: PipelineSpec, settings: RunSettings) -> Any:
-    """A fresh vectorized operator for the spec (the reference one if vector is absent)."""
-    from cec.operator import OperatorConfig
-    from cec.policy import PolicyConfig
-    from cec.windows import window_spec
-
+def operator_for(spec: PipelineSpec, settings: RunSettings) -> VectorOperator:
+    """A fresh vectorized operator for the spec."""
     w = spec.aggregate.window
     cp = spec.checkpoint
     q: int | str = cp.q_records if cp.q_records is not None else cp.q_text
@@ -58,8 +60,6 @@ def operator_for(spec: PipelineSpec, settings: RunSettings) -> Any:
         policy=PolicyConfig(mode=cp.mode, q=q, u=cp.u,  # type: ignore[arg-type]
                             ci_ms=cp.ci_ms, cp_ms=cp.cp_ms),
     )
-    from cec.operator import VectorOperator
-
     return VectorOperator(config)
 
 
@@ -97,20 +97,12 @@ class TaskCounters:
 
 
 def _attempt() -> int:
-    try:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        return ctx.attemptNumber() if ctx is not None else 0
-    except ImportError:  # pragma: no cover
-        return 0
+    ctx = TaskContext.get()
+    return ctx.attemptNumber() if ctx is not None else 0
 
 
 def run_partition(root: str, p: int) -> dict[str, Any]:
     """Run partition ``p`` of the run in ``root`` until its input ends or STOP."""
-    from recovery.replay import recover
-    from storage_log.log import StreamLog
-
     layout = RunLayout(Path(root))
     spec, settings = layout.read_run_file()
     counters = TaskCounters(p, attempt=_attempt())

@@ -1,0 +1,118 @@
+"""Shared helpers of the pipeline and CLI tests: input files, specs, pandas references."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def write_items_csv(path: Path, rows: int, *, keys: int = 50, seed: int = 7,
+                    negative: bool = True) -> pd.DataFrame:
+    """The paper's workload as a CSV with non-decreasing int64 microsecond times."""
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({
+        "item_id": rng.integers(0, keys, rows),
+        "item_price": np.round(rng.uniform(-5.0 if negative else 0.0, 100.0, rows), 2),
+        "item_time": 1_700_000_000_000_000 + np.cumsum(rng.integers(0, 20_000, rows)),
+    })
+    df.to_csv(path, index=False)
+    return df
+
+
+def spec_text(source: str, *, where: str | None = "item_price >= 0",
+              window: str = '{ kind = "count", size = 10 }', function: str = "avg",
+              partitions: int = 3, extra_run: str = "", q: str = '"2x"') -> str:
+    filt = f'[filter]\nwhere = "{where}"\n' if where else ""
+    return f"""
+[source]
+{source}
+{filt}
+[aggregate]
+group_by = "item_id"
+field = "item_price"
+function = "{function}"
+window = {window}
+
+[checkpoint]
+Q = {q}
+U = 1000000
+CI_ms = 5
+CP_ms = 100
+
+[run]
+partitions = {partitions}
+{extra_run}
+"""
+
+
+def reference_count_windows(df: pd.DataFrame, size: int, where_nonneg: bool = True
+                            ) -> pd.DataFrame:
+    """Closed tumbling count windows of ``size`` per key: the export's columns."""
+    if where_nonneg:
+        df = df[df.item_price >= 0]
+    df = df.reset_index(drop=True).copy()
+    df["w"] = df.groupby("item_id").cumcount() // size
+    g = df.groupby(["item_id", "w"], sort=False)
+    out = pd.DataFrame({
+        "key": g.item_id.first(), "window_start": g.item_time.first(),
+        "window_end": g.item_time.last(), "count": g.item_price.size(),
+        "value": g.item_price.mean()}).reset_index(drop=True)
+    out = out[out["count"] == size]
+    return out.sort_values(["key", "window_start", "window_end"]).reset_index(drop=True)
+
+
+def reference_time_windows(df: pd.DataFrame, size_us: int, slide_us: int,
+                           function: str = "sum") -> pd.DataFrame:
+    """Sliding time windows per key (all flushed at the end of the input)."""
+    df = df[df.item_price >= 0]
+    ts = df.item_time.to_numpy()
+    lo = (ts - size_us) // slide_us + 1
+    hi = ts // slide_us
+    reps = (hi - lo + 1).astype(int)
+    idx = np.repeat(np.arange(len(df)), reps)
+    offs = np.arange(reps.sum()) - np.repeat(np.cumsum(reps) - reps, reps)
+    starts = (np.repeat(lo, reps) + offs) * slide_us
+    ex = pd.DataFrame({"key": df.item_id.to_numpy()[idx], "window_start": starts,
+                       "v": df.item_price.to_numpy()[idx]})
+    g = ex.groupby(["key", "window_start"])
+    out = g.v.agg(["size", function]).reset_index()
+    out.columns = ["key", "window_start", "count", "value"]
+    out["window_end"] = out.window_start + size_us
+    out = out[["key", "window_start", "window_end", "count", "value"]]
+    return out.sort_values(["key", "window_start"]).reset_index(drop=True)
+
+
+def cec(args: Sequence[str], *, timeout: float = 300, check: bool = False
+        ) -> subprocess.CompletedProcess[str]:
+    """Run the ``cec`` command in a subprocess."""
+    proc = subprocess.run([sys.executable, "-m", "cli.app", *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"cec {' '.join(args)} -> {proc.returncode}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def start_cec(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    """Start ``cec`` in its own process group (so the test can kill -9 all of it)."""
+    fh = log.open("wb")
+    return subprocess.Popen([sys.executable, "-m", "cli.app", *args], stdout=fh,
+                            stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def wait_for(cond: object, timeout: float, what: str, step: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

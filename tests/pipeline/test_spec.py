@@ -1,0 +1,113 @@
+"""Spec parsing and validation (no Spark)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cec.errors import SpecError
+from cec.spec import (
+    default_master,
+    dump_spec,
+    load_spec,
+    parse_duration_us,
+    parse_spec,
+    parse_stored_spec,
+)
+from tests.pipeline.helpers import REPO, spec_text
+
+CSV_SOURCE = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"'
+
+
+def test_the_contract_example_parses_verbatim() -> None:
+    spec = load_spec(REPO / "examples" / "items_csv.toml")
+    assert spec.source.kind == "csv"
+    assert spec.source.path == (REPO / "examples" / "items.csv").resolve()
+    assert spec.where == "item_price >= 0"
+    agg = spec.aggregate
+    assert (agg.group_by, agg.field, agg.function) == ("item_id", "item_price", "avg")
+    assert (agg.window.kind, agg.window.size, agg.window.slide) == ("count", 10, 10)
+    cp = spec.checkpoint
+    assert (cp.q_factor, cp.q_records, cp.u, cp.ci_ms, cp.cp_ms, cp.mode) == (
+        2.0, None, 1_000_000, 5.0, 100.0, "targets")
+    assert spec.run.partitions == 4
+    assert spec.run.effective_master == "local[6,3]"
+
+
+def test_builtin_default_is_the_generator() -> None:
+    spec = load_spec(REPO / "examples" / "items.toml")
+    assert spec.source.kind == "generator"
+    assert spec.source.generator is not None and spec.source.generator.keys == 100_000
+
+
+def test_time_window_and_overrides() -> None:
+    spec = parse_spec(spec_text(CSV_SOURCE, window='{ kind = "time", size = "10s", '
+                                'slide = "5s" }', q="500"), origin="t.toml", base=Path("/d"))
+    w = spec.aggregate.window
+    assert (w.kind, w.size, w.slide) == ("time", 10_000_000, 5_000_000)
+    assert spec.checkpoint.q_records == 500 and spec.checkpoint.q_factor is None
+    assert spec.source.path == Path("/d/items.csv")
+    over = spec.with_run(partitions=8, master="local[2]")
+    assert over.run.partitions == 8 and over.run.effective_master == "local[2]"
+    assert default_master(8) == "local[10,3]"
+
+
+def test_dump_roundtrip() -> None:
+    spec = parse_spec(spec_text(CSV_SOURCE, window='{ kind = "time", size = "10s", '
+                                'slide = "5s" }'), origin="t.toml", base=Path("/d"))
+    back = parse_stored_spec(dump_spec(spec, {"cec": {"max_tuples": 3}}), "run.toml")
+    assert back.source == spec.source and back.aggregate == spec.aggregate
+    assert back.checkpoint == spec.checkpoint and back.where == spec.where
+    assert back.run.effective_master == spec.run.effective_master
+
+
+@pytest.mark.parametrize("value,expected", [("10s", 10_000_000), ("500ms", 500_000),
+                                            (7, 7), ("1m", 60_000_000), ("x", None),
+                                            (0, None), (True, None)])
+def test_durations(value: object, expected: int | None) -> None:
+    assert parse_duration_us(value) == expected
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    (spec_text(CSV_SOURCE, function="median"),
+     "[aggregate].function: 'median' is not one of count|sum|min|max|avg"),
+    (spec_text(CSV_SOURCE, window='{ kind = "session", size = 3 }'),
+     "[aggregate].window.kind"),
+    (spec_text(CSV_SOURCE, window='{ kind = "count", size = 0 }'),
+     "[aggregate].window.size"),
+    (spec_text(CSV_SOURCE, window='{ kind = "count", size = 5, slide = 6 }'),
+     "[aggregate].window.slide"),
+    (spec_text(CSV_SOURCE, window='{ kind = "time", size = "ten seconds" }'),
+     "[aggregate].window.size"),
+    (spec_text(CSV_SOURCE, q='"two"'), "[checkpoint].Q"),
+    (spec_text(CSV_SOURCE, extra_run="master = 3"), "[run].master"),
+    (spec_text(CSV_SOURCE).replace("partitions = 3", "partitions = 0"),
+     "[run].partitions: must be >= 1"),
+    (spec_text('kind = "kafka"\npath = "x"\ntime_field = "t"'),
+     "[source].kind: 'kafka' is not one of"),
+    (spec_text('kind = "csv"\ntime_field = "t"'), "[source].path: missing field"),
+    (spec_text('kind = "csv"\npath = "x.csv"'), "[source].time_field: missing field"),
+    (spec_text(CSV_SOURCE).replace("CI_ms = 5", "CI_ms = 500"), "[checkpoint].CI_ms"),
+    (spec_text(CSV_SOURCE).replace('group_by = "item_id"', 'group_by = "seq"'),
+     "[aggregate].group_by: 'seq' is reserved"),
+    (spec_text(CSV_SOURCE).replace("[run]", "[runn]"), "[runn]: unknown table"),
+    (spec_text(CSV_SOURCE).replace("U = 1000000", "U = 1000000\nR = 3"),
+     "[checkpoint].R: unknown field"),
+    (spec_text('kind = "generator"\nrows = -1'), "[source].rows: must be >= 0"),
+    ("[source\nkind=1", "not valid TOML"),
+    (spec_text(CSV_SOURCE).replace('[aggregate]\ngroup_by = "item_id"',
+                                   '[aggregate]\ngroup_by = "item_id"\n'
+                                   'mode = "x"'), "[aggregate].mode: unknown field"),
+])
+def test_bad_specs_name_file_and_field(text: str, needle: str) -> None:
+    with pytest.raises(SpecError) as exc:
+        parse_spec(text, origin="items.toml")
+    msg = str(exc.value)
+    assert msg.startswith("items.toml"), msg
+    assert needle in msg, msg
+
+
+def test_missing_spec_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="spec file not found"):
+        load_spec(tmp_path / "nope.toml")
