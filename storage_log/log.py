@@ -116,6 +116,7 @@ class StreamLog:
         self._pending: list[PendingFrame] = []
         self._pending_bytes = 0
         self._written: list[Entry] = []  # data frames in files, not yet committed
+        self._unsynced_written = 0  # bytes written to files since the last commit
         self._dirty: list[int] = []  # fds of rolled segments awaiting fsync
         self._dir_dirty = False
         self._last_sync = time.monotonic()
@@ -261,6 +262,11 @@ class StreamLog:
         """The last committed seq (what readers can see)."""
         return self._snapshot().committed.last_seq
 
+    @property
+    def uncommitted_bytes(self) -> int:
+        """Encoded bytes appended since the last commit (for commit-by-size policies)."""
+        return self._unsynced_written + self._pending_bytes if self.writable else 0
+
     def last_token(self) -> bytes | None:
         """The token of the last commit that carried one (None if never)."""
         if self.writable:
@@ -373,6 +379,7 @@ class StreamLog:
             raise
         self._committed = committed
         self._written = []
+        self._unsynced_written = 0
         if token is not None:
             self._token = bytes(token)
         if seal:
@@ -402,6 +409,7 @@ class StreamLog:
         except BaseException as exc:
             self._failed = exc
             raise
+        self._unsynced_written += offset - self._size
         self._size = offset
         self._pending = self._pending[-1:] if keep_last else []
         self._pending_bytes = sum(f.size for f in self._pending)
@@ -437,6 +445,7 @@ class StreamLog:
     def _discard_uncommitted(self) -> None:
         """Cut frames written past the committed end (close without commit)."""
         self._pending, self._pending_bytes = [], 0
+        self._unsynced_written = 0
         if not self._written and self._size == self._committed.end:
             return
         self._written = []

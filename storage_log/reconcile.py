@@ -85,7 +85,9 @@ def open_index(directory: Path, report: ReconcileReport, *, force_rebuild: bool)
         report.rebuilt, report.rebuild_reason = True, "index missing"
         shutil.rmtree(path, ignore_errors=True)
     try:
-        return LogIndex(path, create=True)
+        index = LogIndex(path, create=True)
+        index.env.reader_check()  # free reader slots of dead processes
+        return index
     except IndexCorrupt as exc:
         report.rebuilt, report.rebuild_reason = True, f"index unusable: {exc}"
         shutil.rmtree(path, ignore_errors=True)
