@@ -21,7 +21,6 @@ import json
 import signal
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -221,7 +220,6 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
 
 
 def _session(spec: PipelineSpec) -> tuple[SparkSession, bool]:
-    warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\..*")
     existed = SparkSession.getActiveSession() is not None
     spark = build_session(spec.run.effective_master, spec.run.partitions)
     register(spark)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 from pyspark.sql import SparkSession
 
@@ -25,6 +26,9 @@ ARROW_BATCH_ROWS = 1 << 18
 
 def build_session(master: str, partitions: int, *, app_name: str = "cec") -> SparkSession:
     """A (possibly already running) SparkSession for ``master`` with cec's settings."""
+    # PySpark 4.3 warns about pandas 3 on every Arrow UDF; cec moves Arrow, not pandas.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
+                            category=FutureWarning)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 

@@ -1,0 +1,125 @@
+"""Failure-free runs on a real local Spark, checked against independent pandas computations."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cec.pipeline import (
+    export,
+    inspect_extent,
+    inspect_log,
+    recover_run,
+    resume_run,
+    results_table,
+    run_pipeline,
+)
+from cec.pipeline.session import build_session
+from tests.pipeline.helpers import (
+    reference_count_windows,
+    reference_time_windows,
+    spec_text,
+    write_items_csv,
+)
+
+pytestmark = pytest.mark.spark
+
+P = 3
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[object]:
+    session = build_session(f"local[{P + 2},3]", P)
+    yield session
+    session.stop()
+
+
+def _assert_matches(got: pd.DataFrame, ref: pd.DataFrame) -> None:
+    assert len(got) == len(ref)
+    for col in ("key", "window_start", "window_end", "count"):
+        assert got[col].tolist() == ref[col].tolist(), col
+    np.testing.assert_allclose(got["value"].to_numpy(), ref["value"].to_numpy(), rtol=1e-9)
+
+
+def test_csv_count_windows_equal_pandas(spark: object, tmp_path: Path) -> None:
+    df = write_items_csv(tmp_path / "items.csv", 20_000, keys=200)
+    src = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"\nchunk_rows = 6000'
+    (tmp_path / "s.toml").write_text(spec_text(src, partitions=P))
+    run = tmp_path / "run"
+    summary = run_pipeline(tmp_path / "s.toml", run, progress=False)
+    assert summary["completed"] and summary["source_rows"] == 20_000
+    kept = int((df.item_price >= 0).sum())
+    assert summary["ingested_tuples"] == kept == summary["operator_tuples"]
+    ref = reference_count_windows(df, 10)
+    assert summary["results"] == len(ref)
+    out = export(run, tmp_path / "out.csv")
+    assert out["rows"] == len(ref)
+    _assert_matches(pd.read_csv(tmp_path / "out.csv"), ref)
+    # the stored run.toml is enough to resume; a finished run resumes to the same output
+    again = resume_run(run, progress=False)
+    assert again["completed"] and again["ingested_tuples"] == 0
+    export(run, tmp_path / "again.csv")
+    assert (tmp_path / "again.csv").read_bytes() == (tmp_path / "out.csv").read_bytes()
+    # the inspection commands read the same directory
+    logs = inspect_log(run, verify=True)
+    assert len(logs["logs"]) == 2 * P and all(lg["verify"]["ok"] for lg in logs["logs"])
+    assert all(lg["sealed"] for lg in logs["logs"])
+    extent = inspect_extent(run)
+    opened = sum(p["counts"]["G_open"] for p in extent["partitions"])
+    assert opened >= len(ref)
+    assert sum(p["counts"]["R"] for p in extent["partitions"]) == len(ref)
+    assert sum(p["N"] for p in extent["partitions"]) == opened - len(ref)
+    t_mid = int(df.item_time.iloc[10_000])
+    past = inspect_extent(run, partition=1, at=t_mid)
+    assert past["partitions"][0]["t_c_ts"] <= t_mid
+    dry = recover_run(run, dry_run=True)
+    assert [p["partition"] for p in dry["partitions"]] == list(range(P))
+    assert all(p["sealed"] for p in dry["partitions"])
+    json.dumps(dry)
+
+
+def test_jsonl_sliding_time_windows_equal_pandas(spark: object, tmp_path: Path) -> None:
+    df = write_items_csv(tmp_path / "x.csv", 8_000, keys=30)
+    with (tmp_path / "items.jsonl").open("w") as fh:
+        for rec in df.to_dict(orient="records"):
+            fh.write(json.dumps(rec) + "\n")
+    src = 'kind = "jsonl"\npath = "items.jsonl"\ntime_field = "item_time"\nchunk_rows = 3000'
+    (tmp_path / "s.toml").write_text(spec_text(
+        src, window='{ kind = "time", size = "2s", slide = "500ms" }', function="sum",
+        partitions=P))
+    run = tmp_path / "run"
+    assert run_pipeline(tmp_path / "s.toml", run, progress=False)["completed"]
+    got = results_table(run).to_pandas()
+    ref = reference_time_windows(df, 2_000_000, 500_000, "sum")
+    _assert_matches(got, ref)
+
+
+def test_generator_stream_dir_and_max_tuples(spark: object, tmp_path: Path) -> None:
+    from pyspark.sql import functions as F
+
+    src = 'kind = "generator"\nrows = 60000\nkeys = 500\nseed = 3\nchunk_rows = 25000'
+    (tmp_path / "g.toml").write_text(spec_text(src, where=None, partitions=P))
+    summary = run_pipeline(tmp_path / "g.toml", tmp_path / "g", progress=False,
+                           max_tuples=50_000)
+    assert summary["completed"] and summary["source_rows"] == 50_000
+    ids = spark.range(50_000).select(  # type: ignore[attr-defined]
+        F.pmod(F.xxhash64(F.lit(3), F.col("id")), F.lit(500)).alias("k"))
+    expected = sum(int(r["n"]) // 10 for r in ids.groupBy("k").agg(F.count("*").alias("n"))
+                   .collect())
+    assert summary["results"] == expected
+    # a stream folder whose files and _END are all there runs like a bounded source
+    folder = tmp_path / "in"
+    folder.mkdir()
+    df = write_items_csv(tmp_path / "all.csv", 3_000, keys=20)
+    for i, lo in enumerate(range(0, 3_000, 1_000)):
+        df.iloc[lo:lo + 1_000].to_csv(folder / f"f{i}.csv", index=False)
+    (folder / "_END").touch()
+    src = 'kind = "stream-dir"\npath = "in"\ntime_field = "item_time"\npoll_ms = 20'
+    (tmp_path / "d.toml").write_text(spec_text(src, partitions=P))
+    assert run_pipeline(tmp_path / "d.toml", tmp_path / "d", progress=False)["completed"]
+    _assert_matches(results_table(tmp_path / "d").to_pandas(), reference_count_windows(df, 10))
