@@ -15,8 +15,8 @@ from cec.pipeline import (
     inspect_extent,
     inspect_log,
     recover_run,
-    resume_run,
     results_table,
+    resume_run,
     run_pipeline,
 )
 from cec.pipeline.session import build_session
