@@ -1,8 +1,9 @@
 """A task process for the kill -9 test: ingest + operator + logs, recovering on start.
 
-``python -m tests.recovery.crash_child RUN SEED N`` runs scenario ``SEED`` over the
-``N``-tuple stream of that seed. The upstream log's commit token is the number of
-source batches ingested, so a restarted child appends idempotently. On start the child
+``python -m tests.recovery.crash_child RUN SEED N IMPL`` runs scenario ``SEED`` with
+operator ``IMPL`` over the ``N``-tuple stream of that seed. The upstream log's commit
+token is the number of source batches ingested, so a restarted child appends
+idempotently. On start the child
 recovers the operator from its output log (fresh start if empty), catches up on the
 ingested input after ``t_c``, then ingests and processes the rest, one committed
 output record per input batch, and seals both logs at the end. It prints ``started``
@@ -23,17 +24,17 @@ from storage_log.log import StreamLog
 from tests.recovery.harness import Scenario, make_stream, random_scenario
 
 
-def scenario(seed: int, n: int) -> tuple[Scenario, list[pa.RecordBatch]]:
+def scenario(seed: int, n: int, impl: str) -> tuple[Scenario, list[pa.RecordBatch]]:
     """The scenario and input stream of ``seed`` (the parent builds the same)."""
     rng = random.Random(seed)
-    scn = random_scenario(rng)
+    scn = random_scenario(rng, impl)
     keys = rng.randint(20, 200)
     return scn, make_stream(n, keys, seed, key_type=scn.key_type, max_batch=25)
 
 
 def main(argv: list[str]) -> int:
-    run_dir, seed, n = Path(argv[0]), int(argv[1]), int(argv[2])
-    scn, inputs = scenario(seed, n)
+    run_dir, seed, n, impl = Path(argv[0]), int(argv[1]), int(argv[2]), argv[3]
+    scn, inputs = scenario(seed, n, impl)
     up_dir, out_dir = run_dir / "up", run_dir / "out"
     with StreamLog.open(up_dir, writable=True, create=True, fsync="never") as up:
         token = up.last_token()

@@ -18,15 +18,16 @@ from pathlib import Path
 import pytest
 
 from tests.recovery.crash_child import scenario
-from tests.recovery.harness import r_rows, run
+from tests.recovery.harness import OPERATORS, r_rows, run
 from tests.recovery.logs import read_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def start(run_dir: Path, seed: int, n: int) -> subprocess.Popen[str]:
+def start(run_dir: Path, seed: int, n: int, impl: str) -> subprocess.Popen[str]:
+    args = [str(run_dir), str(seed), str(n), impl]
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.recovery.crash_child", str(run_dir), str(seed), str(n)],
+        [sys.executable, "-m", "tests.recovery.crash_child", *args],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -36,15 +37,17 @@ def start(run_dir: Path, seed: int, n: int) -> subprocess.Popen[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", [1, 2])
-def test_kill_9_at_random_moments(tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "impl"), [(1, "reference"), (2, "vector" if "vector" in OPERATORS else "reference")]
+)
+def test_kill_9_at_random_moments(tmp_path: Path, seed: int, impl: str) -> None:
     n = 6000
     rng = random.Random(seed)
-    scn, inputs = scenario(seed, n)
+    scn, inputs = scenario(seed, n, impl)
     kills = 0
     cut_points: list[int] = []  # durable output records at each kill
     for _ in range(3):
-        child = start(tmp_path, seed, n)
+        child = start(tmp_path, seed, n, impl)
         assert child.stdout is not None
         line = child.stdout.readline()
         assert line.strip() == "started", child.communicate()[1]
@@ -60,7 +63,7 @@ def test_kill_9_at_random_moments(tmp_path: Path, seed: int) -> None:
         if "done" in out:
             break
         cut_points.append(len(read_all(tmp_path / "out")))
-    child = start(tmp_path, seed, n)
+    child = start(tmp_path, seed, n, impl)
     out, err = child.communicate(timeout=300)
     assert child.returncode == 0, err
     assert out.split()[0] == "started" and out.split()[-1] == "done"
