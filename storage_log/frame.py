@@ -9,6 +9,8 @@ trailing magic).
 from __future__ import annotations
 
 import struct
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import NamedTuple
@@ -108,7 +110,9 @@ class PendingFrame:
     """An encoded frame whose flags (the commit bit) are fixed only when it is written.
 
     The checksum covers the payload first, so the payload is hashed once at append
-    time and the hash state is copied to finish the header and footer later.
+    time and the hash state is copied to finish the header and footer later. A DATA
+    frame may still be compressing on a worker thread (``future``); :meth:`resolve`
+    waits for it, and until then :attr:`size` is an estimate.
     """
 
     kind: int
@@ -119,14 +123,26 @@ class PendingFrame:
     first_ts: int
     last_ts: int
     rows: int
-    payload_hash: xxhash.xxh64
+    payload_hash: xxhash.xxh64 | None
+    future: Future[tuple[bytes, xxhash.xxh64]] | None = None
+    estimate: int = 0
+    raw_size: int = 0
 
     @property
     def size(self) -> int:
+        if self.future is not None:
+            return self.estimate
         return OVERHEAD + len(self.payload)
+
+    def resolve(self) -> None:
+        if self.future is not None:
+            self.payload, self.payload_hash = self.future.result()
+            self.future = None
 
     def finish(self, flags: int) -> tuple[bytes, bytes | memoryview, bytes]:
         """Return (header, payload, footer) ready to be written."""
+        self.resolve()
+        assert self.payload_hash is not None
         n = len(self.payload)
         header = HEADER.pack(HEADER_MAGIC, FORMAT_VERSION, self.kind, flags, self.codec, n)
         prefix = FOOTER_PREFIX.pack(
@@ -175,23 +191,51 @@ class FrameCodec:
     codec, equal lengths in header and footer, the checksum, and for DATA
     ``first_seq <= last_seq``, ``first_ts <= last_ts``, ``rows > 0``.
 
-    Thread safety: an instance holds one zstd (de)compressor, so use one instance
-    per thread.
+    Thread safety: encoding may run on the instance's worker threads (``threads``),
+    each with its own zstd compressor; call the methods from one thread.
     """
 
-    def __init__(self, level: int = 1) -> None:
-        self._cctx = zstandard.ZstdCompressor(level=level)
+    def __init__(self, level: int = 1, threads: int = 0) -> None:
+        self._level = level
+        self._local = threading.local()
         self._dctx = zstandard.ZstdDecompressor()
         self._arrow_zstd = pa.Codec("zstd")
+        self._pool = ThreadPoolExecutor(threads, "storage_log-zstd") if threads > 1 else None
+        self.ratio = 4.0  # running compressed/raw estimate, for sizes of pending frames
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     # -- encode -----------------------------------------------------------------
 
+    def _compress(self, batch: pa.RecordBatch) -> tuple[bytes, xxhash.xxh64]:
+        cctx = getattr(self._local, "cctx", None)
+        if cctx is None:
+            cctx = self._local.cctx = zstandard.ZstdCompressor(level=self._level)
+        payload = cctx.compress(batch.serialize())
+        if len(payload) > MAX_PAYLOAD:
+            raise ValueError(f"record payload of {len(payload)} bytes exceeds 4 GiB")
+        return payload, xxhash.xxh64(payload)
+
     def encode_data(self, batch: pa.RecordBatch, first_seq: int, last_seq: int,
                     first_ts: int, last_ts: int) -> PendingFrame:
-        raw = batch.serialize()
-        payload = self._cctx.compress(raw)
-        return _pending(Kind.DATA, Codec.ZSTD, payload, first_seq, last_seq,
-                        first_ts, last_ts, batch.num_rows)
+        """Encode one record; with worker threads, compression runs in the background."""
+        raw_size = batch.nbytes
+        frame = PendingFrame(int(Kind.DATA), int(Codec.ZSTD), b"", first_seq, last_seq,
+                             first_ts, last_ts, batch.num_rows, None, raw_size=raw_size)
+        if self._pool is None:
+            frame.payload, frame.payload_hash = self._compress(batch)
+        else:
+            frame.future = self._pool.submit(self._compress, batch)
+            frame.estimate = OVERHEAD + int(raw_size / self.ratio)
+        return frame
+
+    def observe(self, frame: PendingFrame) -> None:
+        """Learn the compression ratio from a resolved frame (for size estimates)."""
+        if frame.raw_size and frame.payload:
+            self.ratio = 0.8 * self.ratio + 0.2 * (frame.raw_size / len(frame.payload))
 
     @staticmethod
     def encode_control(kind: Kind, payload: bytes, last_seq: int, last_ts: int

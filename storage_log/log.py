@@ -94,14 +94,14 @@ class StreamLog:
 
     def __init__(self, path: Path, index: LogIndex, *, lock: WriterLock | None,
                  fsync: FsyncMode, segment_bytes: int, fsync_interval: float,
-                 compression_level: int) -> None:
+                 compression_level: int, compress_threads: int = 0) -> None:
         self.path = path
         self._index: LogIndex | None = index
         self._lock = lock
         self._fsync = fsync
         self._segment_bytes = segment_bytes
         self._fsync_interval = fsync_interval
-        self._codec = FrameCodec(compression_level)
+        self._codec = FrameCodec(compression_level, compress_threads)
         self._schemas: dict[bytes, pa.Schema] = {}
         self.reconcile_report = None
         # writer state
@@ -134,14 +134,23 @@ class StreamLog:
     def open(cls, path: str | os.PathLike[str], *, writable: bool = False,
              create: bool = False, fsync: str = "always", segment_bytes: int = 64 << 20,
              repair: bool = False, fsync_interval: float = 1.0,
-             compression_level: int = 1) -> StreamLog:
+             compression_level: int = 1, compress_threads: int | None = None) -> StreamLog:
         """Open (``create``: create if absent) the log at ``path``.
 
         ``writable`` takes the writer lock (:class:`LogLockedError` names the holder's
         pid) and reconciles the log with its index (see ``reconcile_report``).
         ``repair`` lets a writable open cut a log damaged before its committed end
         (otherwise :class:`CorruptLogError`). Readers never modify files.
+
+        Extra knobs (not in the architecture contract): ``fsync_interval`` for
+        ``fsync="interval"``; ``compression_level`` (zstd, 1-3);
+        ``compress_threads``, worker threads that compress appended records in the
+        background (default: 2 if the machine has 2 cores or more, else inline).
         """
+        if compress_threads is None:
+            compress_threads = 2 if (os.cpu_count() or 1) >= 2 else 0
+        if not 1 <= compression_level <= 19:
+            raise UsageError(f"compression_level must be 1..19, not {compression_level}")
         if fsync not in _FSYNC_MODES:
             raise UsageError(f"fsync must be one of {', '.join(_FSYNC_MODES)}, not {fsync!r}")
         if segment_bytes < 4096:
@@ -176,7 +185,7 @@ class StreamLog:
             raise
         log = cls(directory, index, lock=lock, fsync=fsync,  # type: ignore[arg-type]
                   segment_bytes=segment_bytes, fsync_interval=fsync_interval,
-                  compression_level=compression_level)
+                  compression_level=compression_level, compress_threads=compress_threads)
         log.reconcile_report = report
         log._load(state.committed, state.schema, state.schema_bytes, state.token,
                   state.sealed, state.first_seq, state.segments, state.active_has_schema)
@@ -211,6 +220,7 @@ class StreamLog:
                 if fd >= 0:
                     os.close(fd)
             self._dirty, self._fd = [], -1
+            self._codec.close()
             self._index.close()
             self._index = None
             if self._lock is not None:
@@ -292,6 +302,9 @@ class StreamLog:
             return
         self._check_schema(batch.schema)
         first_seq, last_seq, first_ts, last_ts = self._check_order(batch)
+        if self._schema is None:
+            self._schema = batch.schema
+            self._schema_bytes = encode_schema(batch.schema)
         if self._active < 0:
             self._new_segment(first_seq)
         elif self._active_has_schema and self._size + self._pending_bytes >= self._segment_bytes:
@@ -394,6 +407,14 @@ class StreamLog:
         frames = self._pending[:-1] if keep_last else self._pending
         if not frames:
             return
+        try:
+            for f in frames:
+                if f.future is not None:
+                    f.resolve()
+                    self._codec.observe(f)
+        except BaseException as exc:
+            self._failed = exc
+            raise
         parts: list[bytes | memoryview] = []
         offset = self._size
         last = len(frames) - 1
@@ -481,8 +502,6 @@ class StreamLog:
         for f in schema:
             if pa.types.is_dictionary(f.type):
                 raise LogSchemaError(f"dictionary column {f.name!r} cannot be logged")
-        self._schema = schema
-        self._schema_bytes = encode_schema(schema)
 
     def _check_order(self, batch: pa.RecordBatch) -> tuple[int, int, int, int]:
         seq_col = batch.column("seq")
