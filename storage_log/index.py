@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import lmdb
 
 FORMAT = 1
-MAP_SIZE = 1 << 34  # sparse; 16 GiB of address space covers ~300 M records
+MAP_SIZE = 1 << 30  # initial map; doubled when full (about 5 M records per GiB)
 
 _KEY = struct.Struct(">Q")
 _KEY2 = struct.Struct(">QQ")
@@ -202,8 +202,16 @@ class LogIndex:
 
     # -- reads ------------------------------------------------------------------
 
+    def _begin(self) -> Any:
+        """A read transaction; adopts a map grown by the writer in another process."""
+        try:
+            return self.env.begin()
+        except lmdb.MapResizedError:
+            self.env.set_mapsize(0)
+            return self.env.begin()
+
     def snapshot(self) -> Snapshot:
-        with self.env.begin() as txn:
+        with self._begin() as txn:
             return self._snapshot(txn)
 
     def _snapshot(self, txn: Any) -> Snapshot:
@@ -227,7 +235,7 @@ class LogIndex:
                at_seq: int | None = None) -> tuple[Snapshot, Entry | None]:
         """A snapshot and the first record ending after ``after_seq`` / at or after
         ``from_ts`` / at or after ``at_seq`` (None if there is none), one transaction."""
-        with self.env.begin() as txn:
+        with self._begin() as txn:
             snap = self._snapshot(txn)
             if after_seq is not None:
                 db, key = self._seq, key_i64(after_seq + 1) if after_seq < (1 << 63) - 1 else None
@@ -263,6 +271,15 @@ class LogIndex:
                schema: bytes | None = None, token: bytes | None = None,
                sealed: bool = False) -> None:
         """Add index entries and move the committed end, in one transaction."""
+        while True:
+            try:
+                self._commit(entries, committed, schema, token, sealed)
+                return
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
+
+    def _commit(self, entries: list[Entry], committed: Committed, schema: bytes | None,
+                token: bytes | None, sealed: bool) -> None:
         with self.env.begin(write=True) as txn:
             for e in entries:
                 v = e.encode()

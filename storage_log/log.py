@@ -300,6 +300,7 @@ class StreamLog:
             raise LogSchemaError(f"append takes a pyarrow.RecordBatch, not {type(batch).__name__}")
         if batch.num_rows == 0:
             return
+        batch = self._conform(batch)
         self._check_schema(batch.schema)
         first_seq, last_seq, first_ts, last_ts = self._check_order(batch)
         if self._schema is None:
@@ -489,11 +490,25 @@ class StreamLog:
         if self._sealed and not allow_sealed:
             raise LogSealedError(f"log {self.path} is sealed (its stream has ended)")
 
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """The batch with the log's schema: same names and types are required;
+        nullability flags and metadata may differ (Spark varies them) and are taken
+        from the log's schema."""
+        log_schema = self._schema
+        schema = batch.schema
+        if log_schema is None or schema.equals(log_schema):
+            return batch
+        if schema.names == log_schema.names and schema.types == log_schema.types:
+            for f, lf in zip(schema, log_schema, strict=True):
+                if f.nullable and not lf.nullable and batch.column(f.name).null_count:
+                    raise LogSchemaError(f"column {f.name!r} has nulls; the log's field is "
+                                         "not nullable")
+            return pa.RecordBatch.from_arrays(batch.columns, schema=log_schema)
+        raise LogSchemaError(
+            f"batch schema differs from the log's:\n{schema}\nlog:\n{log_schema}")
+
     def _check_schema(self, schema: pa.Schema) -> None:
         if self._schema is not None:
-            if not schema.equals(self._schema):
-                raise LogSchemaError(
-                    f"batch schema differs from the log's:\n{schema}\nlog:\n{self._schema}")
             return
         for name in ("ts", "seq"):
             idx = schema.get_field_index(name)

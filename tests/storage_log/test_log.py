@@ -217,3 +217,79 @@ def test_large_record_bigger_than_chunks(log_dir: Path) -> None:
         assert rows(w.read_backward(chunk_bytes=4096)) == [200_000, 200_001, 200_002,
                                                            *range(200_000)]
         assert rows(w.read_forward(after_seq=199_998)) == [199_999, 200_000, 200_001, 200_002]
+
+
+def test_nullability_and_metadata_may_differ(log_dir: Path) -> None:
+    with StreamLog.open(log_dir, writable=True, create=True) as w:
+        strict = pa.schema([pa.field("ts", pa.int64(), nullable=False),
+                            pa.field("seq", pa.int64(), nullable=False)])
+        w.append(pa.record_batch({"ts": [1], "seq": [1]}, schema=strict))
+        w.append(pa.record_batch({"ts": [2], "seq": [2]}).replace_schema_metadata({b"k": b"v"}))
+        w.commit()
+        assert w.schema == strict
+        assert [b.schema for b in w.read_forward()] == [strict, strict]
+
+
+def test_failed_first_append_fixes_nothing(log_dir: Path) -> None:
+    with StreamLog.open(log_dir, writable=True, create=True) as w:
+        with pytest.raises(LogOrderError):
+            w.append(pa.record_batch({"ts": [1], "seq": [-3]}))
+        assert w.schema is None
+        w.append(make_batch(0, 3))
+        w.commit()
+        assert w.schema == SCHEMA
+
+
+def test_index_map_grows(log_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import storage_log.index as index_mod
+
+    monkeypatch.setattr(index_mod, "MAP_SIZE", 1 << 16)
+    with StreamLog.open(log_dir, writable=True, create=True) as w:
+        for i in range(600):
+            w.append(make_batch(i * 2, 2))
+        w.commit()
+        assert w._index is not None and w._index.env.info()["map_size"] > 1 << 16
+        assert rows(w.read_forward(after_seq=1000)) == list(range(1001, 1200))
+
+
+def test_crash_before_first_commit_leaves_an_empty_log(log_dir: Path) -> None:
+    w = StreamLog.open(log_dir, writable=True, create=True, segment_bytes=4096)
+    for i in range(20):
+        w.append(make_batch(i * 50, 50))
+    w._flush(commit=False)
+    w._failed = RuntimeError("simulated crash")  # close must not tidy up
+    w.close()
+    assert list(log_dir.glob("*.seg"))
+    with StreamLog.open(log_dir, writable=True) as w:
+        assert w.reconcile_report is not None and w.reconcile_report.bytes_cut > 0
+        assert w.last_seq is None and w.schema is None and not list(log_dir.glob("*.seg"))
+        w.append(make_batch(7, 3))
+        w.commit()
+    with StreamLog.open(log_dir) as r:
+        assert rows(r.read_forward()) == [7, 8, 9] and r.first_seq == 7
+
+
+def test_fsync_modes_and_bad_options(log_dir: Path) -> None:
+    from cec.errors import UsageError
+
+    for mode in ("always", "interval", "never"):
+        with StreamLog.open(log_dir, writable=True, create=True, fsync=mode,
+                            fsync_interval=0.0) as w:
+            w.append(make_batch((w.last_seq or -1) + 1, 5))
+            w.commit()
+    with StreamLog.open(log_dir) as r:
+        assert rows(r.read_forward()) == list(range(15))
+    with pytest.raises(UsageError):
+        StreamLog.open(log_dir, writable=True, fsync="sometimes")
+
+
+def test_uncommitted_bytes(log_dir: Path) -> None:
+    with StreamLog.open(log_dir, writable=True, create=True, compress_threads=0) as w:
+        assert w.uncommitted_bytes == 0
+        w.append(make_batch(0, 100))
+        first = w.uncommitted_bytes
+        assert first > 64
+        w.append(make_batch(100, 100))
+        assert w.uncommitted_bytes > first
+        w.commit()
+        assert w.uncommitted_bytes == 0
