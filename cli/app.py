@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cec import pipeline
@@ -48,11 +49,11 @@ def _emit(result: dict[str, Any], json_out: bool, rows: list[dict[str, Any]] | N
         return
     for key, value in result.items():
         if not isinstance(value, dict | list):
-            out_console.print(f"[bold]{key}[/]: {value}", highlight=False)
+            out_console.print(f"[bold]{key}[/]: {escape(str(value))}", highlight=False)
     if rows:
         table = Table(*columns)
         for row in rows:
-            table.add_row(*(_cell(row.get(c)) for c in columns))
+            table.add_row(*(escape(_cell(row.get(c))) for c in columns))
         out_console.print(table)
 
 
@@ -156,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, prog_name="cec")
     except CecError as exc:
-        err_console.print(f"[bold red]cec:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(f"[bold red]cec:[/] {escape(str(exc))}", highlight=False,
+                          soft_wrap=True)
         return exc.exit_code
     return 0
 

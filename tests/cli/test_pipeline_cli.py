@@ -1,0 +1,205 @@
+"""The `cec` commands end to end, in real processes, with real crashes.
+
+A failure-free run of a CSV pipeline is the reference. Each crash test produces the
+same export after: kill -9 of the whole `cec run` process group at a random moment and
+`cec recover --from-log`; SIGKILL of one operator task's Python worker (Spark retries
+the task, which recovers from its output log); a torn or corrupted output-log tail
+healed by `cec recover`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cli.app import main
+from tests.pipeline.helpers import (
+    cec,
+    reference_count_windows,
+    spec_text,
+    start_cec,
+    wait_for,
+    write_items_csv,
+)
+
+pytestmark = pytest.mark.spark
+
+ROWS = 150_000
+P = 3
+SOURCE = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"\nchunk_rows = 6000'
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(spec, reference export) of a failure-free run."""
+    d = tmp_path_factory.mktemp("workload")
+    df = write_items_csv(d / "items.csv", ROWS, keys=3000, seed=11)
+    spec = d / "items.toml"
+    spec.write_text(spec_text(SOURCE, partitions=P))
+    run = cec(["run", "pipeline", str(spec), "--log-dir", str(d / "ref"), "--json"],
+              check=True)
+    summary = json.loads(run.stdout)
+    assert summary["completed"] and summary["source_rows"] == ROWS
+    cec(["export", str(d / "ref"), "--out", str(d / "ref.csv")], check=True)
+    got = pd.read_csv(d / "ref.csv")
+    ref = reference_count_windows(df, 10)
+    assert got[["key", "window_start", "window_end", "count"]].values.tolist() == \
+        ref[["key", "window_start", "window_end", "count"]].values.tolist()
+    return spec, d / "ref.csv"
+
+
+def _states(run: Path) -> list[dict[str, object]]:
+    out = []
+    for p in range(P):
+        try:
+            out.append(json.loads((run / "state" / f"p{p:04d}.json").read_text()))
+        except (OSError, ValueError):
+            out.append({})
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _export_equals(run: Path, tmp: Path, reference: Path) -> None:
+    out = tmp / "export.csv"
+    cec(["export", str(run), "--out", str(out)], check=True)
+    assert out.read_bytes() == reference.read_bytes()
+
+
+def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path],
+                                             tmp_path: Path) -> None:
+    spec, reference = workload
+    run = tmp_path / "run"
+    seed = random.randrange(1 << 30)
+    delay = random.Random(seed).uniform(0.0, 2.0)
+    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
+                     tmp_path / "run.log")
+    wait_for(lambda: any(int(s.get("in_tuples", 0)) > 0 for s in _states(run)), 180,
+             "the first processed batch")
+    time.sleep(delay)
+    pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    # Spark's Python workers leave with their JVM (SIGHUP from the worker daemon)
+    wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    done = [bool(s.get("done")) for s in _states(run)]
+    rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
+    result = json.loads(rec.stdout)
+    assert result["resumed"]["completed"], (seed, delay, result)
+    assert len(result["partitions"]) == P
+    print(f"seed={seed} delay={delay:.2f}s partitions done at the kill: {done}")
+    _export_equals(run, tmp_path, reference)
+
+
+def test_sigkill_of_one_operator_worker_is_retried(workload: tuple[Path, Path],
+                                                   tmp_path: Path) -> None:
+    spec, reference = workload
+    run = tmp_path / "run"
+    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
+                     tmp_path / "run.log")
+    victim = 1
+
+    def busy() -> bool:
+        s = _states(run)[victim]
+        return int(s.get("in_tuples", 0)) > 0 and not s.get("done")  # type: ignore[call-overload]
+
+    wait_for(busy, 180, f"partition {victim} to process a batch")
+    pid = int(_states(run)[victim]["pid"])  # type: ignore[call-overload]
+    os.kill(pid, signal.SIGKILL)
+    assert proc.wait(300) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    state = _states(run)[victim]
+    assert int(state["pid"]) != pid  # type: ignore[call-overload]
+    assert state["recovered"], state  # the retried task rebuilt its EC from the log
+    _export_equals(run, tmp_path, reference)
+
+
+def test_torn_and_corrupted_output_tails_are_healed(workload: tuple[Path, Path],
+                                                    tmp_path: Path) -> None:
+    _spec, reference = workload
+    run = tmp_path / "run"
+    shutil.copytree(reference.parent / "ref", run)
+
+    def last_segment(p: int) -> Path:
+        return sorted((run / "output" / f"p{p:04d}").glob("*.seg"))[-1]
+
+    with last_segment(0).open("ab") as fh:  # a torn append after the committed end
+        fh.write(os.urandom(333))
+    seg = last_segment(1)  # a flipped byte inside the last records
+    data = bytearray(seg.read_bytes())
+    data[int(len(data) * 0.97)] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    seg = last_segment(2)  # a tail torn off inside a committed record
+    os.truncate(seg, int(seg.stat().st_size * 0.9))
+    rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
+    result = json.loads(rec.stdout)
+    assert result["resumed"]["completed"]
+    assert [bool(p.get("repaired")) for p in result["partitions"]][1:] == [True, True]
+    _export_equals(run, tmp_path, reference)
+
+
+@pytest.mark.parametrize(("spec", "data", "needle"), [
+    ("function", None, "s.toml: [aggregate].function: 'median' is not one of"),
+    ("missing", None, "[source].path: no such file"),
+    ("ok", "item_id,item_price,item_time\n1,1.0,5\n2,2.0,4\n",
+     "items.csv: line 3: item_time: 4 is before the previous row's 5"),
+    ("ok", "item_id,item_price,item_time\n1,1.0,5\n2,2.0\n",
+     "items.csv: line 3: expected 3 fields"),
+    ("ok", "item_id,item_price,item_time\n1,1.0,5\n2,x,6\n",
+     "items.csv: line 3: item_price: 'x' is not a number"),
+    ("ok", "id,item_price,item_time\n1,1.0,5\n", "items.csv: line 1: missing column 'item_id'"),
+])
+def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str],
+                                              spec: str, data: str | None, needle: str) -> None:
+    text = spec_text(SOURCE, partitions=P)
+    if spec == "function":
+        text = text.replace('function = "avg"', 'function = "median"')
+    if spec == "missing":
+        text = text.replace('path = "items.csv"', 'path = "nope.csv"')
+    if data is not None:
+        (tmp_path / "items.csv").write_text(data)
+    (tmp_path / "s.toml").write_text(text)
+    run = tmp_path / "run"
+    code = main(["run", "pipeline", str(tmp_path / "s.toml"), "--log-dir", str(run)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert needle in " ".join(err.split()), err
+    assert not run.exists()
+
+
+def test_bad_filter_and_reused_log_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    write_items_csv(tmp_path / "items.csv", 100)
+    (tmp_path / "s.toml").write_text(spec_text(SOURCE, where="no_such_col > 1", partitions=P))
+    proc = cec(["run", "pipeline", str(tmp_path / "s.toml"), "--log-dir",
+                str(tmp_path / "run")])
+    assert proc.returncode == 2, proc.stderr
+    assert "[filter].where" in proc.stderr and not (tmp_path / "run").exists()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.toml").write_text("")
+    assert main(["run", "pipeline", str(tmp_path / "s.toml"), "--log-dir",
+                 str(tmp_path / "run")]) == 2
+    assert "already holds a run" in capsys.readouterr().err
+    for args in (["recover", "--from-log", str(tmp_path)], ["export", str(tmp_path),
+                                                            "--out", str(tmp_path / "x")],
+                 ["inspect", "extent", str(tmp_path)], ["inspect", "log", str(tmp_path)]):
+        assert main(args) == 2, args
+        assert "not a cec run directory" in capsys.readouterr().err or args[1] == "log"
