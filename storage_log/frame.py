@@ -198,15 +198,14 @@ class FrameCodec:
     def __init__(self, level: int = 1, threads: int = 0) -> None:
         self._level = level
         self._local = threading.local()
-        self._dctx = zstandard.ZstdDecompressor()
         self._arrow_zstd = pa.Codec("zstd")
-        self._pool = ThreadPoolExecutor(threads, "storage_log-zstd") if threads > 1 else None
+        self.pool = ThreadPoolExecutor(threads, "storage_log-zstd") if threads > 1 else None
         self.ratio = 4.0  # running compressed/raw estimate, for sizes of pending frames
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool = None
 
     # -- encode -----------------------------------------------------------------
 
@@ -225,10 +224,10 @@ class FrameCodec:
         raw_size = batch.nbytes
         frame = PendingFrame(int(Kind.DATA), int(Codec.ZSTD), b"", first_seq, last_seq,
                              first_ts, last_ts, batch.num_rows, None, raw_size=raw_size)
-        if self._pool is None:
+        if self.pool is None:
             frame.payload, frame.payload_hash = self._compress(batch)
         else:
-            frame.future = self._pool.submit(self._compress, batch)
+            frame.future = self.pool.submit(self._compress, batch)
             frame.estimate = OVERHEAD + int(raw_size / self.ratio)
         return frame
 
@@ -257,7 +256,7 @@ class FrameCodec:
             try:
                 size = zstandard.frame_content_size(raw)
                 if size < 0:
-                    return pa.py_buffer(self._dctx.decompress(raw))
+                    return pa.py_buffer(zstandard.ZstdDecompressor().decompress(raw))
                 return self._arrow_zstd.decompress(raw, size, asbytes=False)
             except (zstandard.ZstdError, pa.ArrowException) as exc:
                 raise FrameError(info.offset, f"zstd payload does not decompress: {exc}") from exc

@@ -37,7 +37,9 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -58,6 +60,7 @@ from storage_log.frame import (
     FLAG_COMMIT,
     FrameCodec,
     FrameError,
+    FrameInfo,
     Kind,
     PendingFrame,
     decode_schema,
@@ -76,6 +79,8 @@ from storage_log.segment import SegmentReader, list_segments, segment_path
 
 FsyncMode = Literal["always", "interval", "never"]
 _FSYNC_MODES = ("always", "interval", "never")
+_READ_AHEAD = 4  # records decoded ahead of the consumer on the worker threads
+_Frame = tuple[memoryview, int, FrameInfo, Path]
 _FLUSH_BYTES = 8 << 20  # write appended frames to the file beyond this much
 _IOV_MAX = 512
 
@@ -94,14 +99,14 @@ class StreamLog:
 
     def __init__(self, path: Path, index: LogIndex, *, lock: WriterLock | None,
                  fsync: FsyncMode, segment_bytes: int, fsync_interval: float,
-                 compression_level: int, compress_threads: int = 0) -> None:
+                 compression_level: int, threads: int = 0) -> None:
         self.path = path
         self._index: LogIndex | None = index
         self._lock = lock
         self._fsync = fsync
         self._segment_bytes = segment_bytes
         self._fsync_interval = fsync_interval
-        self._codec = FrameCodec(compression_level, compress_threads)
+        self._codec = FrameCodec(compression_level, threads)
         self._schemas: dict[bytes, pa.Schema] = {}
         self.reconcile_report = None
         # writer state
@@ -134,7 +139,7 @@ class StreamLog:
     def open(cls, path: str | os.PathLike[str], *, writable: bool = False,
              create: bool = False, fsync: str = "always", segment_bytes: int = 64 << 20,
              repair: bool = False, fsync_interval: float = 1.0,
-             compression_level: int = 1, compress_threads: int | None = None) -> StreamLog:
+             compression_level: int = 1, threads: int | None = None) -> StreamLog:
         """Open (``create``: create if absent) the log at ``path``.
 
         ``writable`` takes the writer lock (:class:`LogLockedError` names the holder's
@@ -144,11 +149,12 @@ class StreamLog:
 
         Extra knobs (not in the architecture contract): ``fsync_interval`` for
         ``fsync="interval"``; ``compression_level`` (zstd, 1-3);
-        ``compress_threads``, worker threads that compress appended records in the
-        background (default: 2 if the machine has 2 cores or more, else inline).
+        ``threads``, worker threads that compress appended records in the
+        background and decode records ahead of a reader (default: 2 if the machine
+        has 2 cores or more; 0 or 1: everything on the calling thread).
         """
-        if compress_threads is None:
-            compress_threads = 2 if (os.cpu_count() or 1) >= 2 else 0
+        if threads is None:
+            threads = 2 if (os.cpu_count() or 1) >= 2 else 0
         if not 1 <= compression_level <= 19:
             raise UsageError(f"compression_level must be 1..19, not {compression_level}")
         if fsync not in _FSYNC_MODES:
@@ -170,7 +176,7 @@ class StreamLog:
                 ) from exc
             return cls(directory, index, lock=None, fsync="never",
                        segment_bytes=segment_bytes, fsync_interval=fsync_interval,
-                       compression_level=compression_level)
+                       compression_level=compression_level, threads=threads)
         lock = WriterLock(directory)
         try:
             report = ReconcileReport()
@@ -185,7 +191,7 @@ class StreamLog:
             raise
         log = cls(directory, index, lock=lock, fsync=fsync,  # type: ignore[arg-type]
                   segment_bytes=segment_bytes, fsync_interval=fsync_interval,
-                  compression_level=compression_level, compress_threads=compress_threads)
+                  compression_level=compression_level, threads=threads)
         log.reconcile_report = report
         log._load(state.committed, state.schema, state.schema_bytes, state.token,
                   state.sealed, state.first_seq, state.segments, state.active_has_schema)
@@ -594,8 +600,18 @@ class StreamLog:
         segs = [s for s in list_segments(self.path) if entry.segment <= s <= c.segment]
         if not segs or segs[0] != entry.segment:
             raise LogTrimmedError(f"log {self.path}: segment {entry.segment} was trimmed")
-        codec = self._codec
         first = True
+        for decoded in self._decode(self._frames_forward(segs, entry, c), schema):
+            batch = decoded
+            if first:
+                first = False
+                batch = _trim_front(decoded, after_seq, from_ts)
+                if batch.num_rows == 0:
+                    continue
+            yield batch
+
+    def _frames_forward(self, segs: list[int], entry: Entry, c: Committed) -> Iterator[_Frame]:
+        """The DATA frames from ``entry`` to the committed end ``c``."""
         for seg in segs:
             path = segment_path(self.path, seg)
             try:
@@ -607,17 +623,50 @@ class StreamLog:
                 start = entry.offset if seg == entry.segment else 0
                 try:
                     for buf, base, info in reader.forward(start, end):
-                        if info.kind != Kind.DATA:
-                            continue
-                        batch = codec.decode_data(buf, info, schema, base)
-                        if first:
-                            first = False
-                            batch = _trim_front(batch, after_seq, from_ts)
-                            if batch.num_rows == 0:
-                                continue
-                        yield batch
+                        if info.kind == Kind.DATA:
+                            yield buf, base, info, path
                 except FrameError as exc:
                     raise corrupt(path, exc.offset, exc.invariant) from exc
+
+    def _decode(self, frames: Iterator[_Frame], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Decode DATA frames in order, up to ``_READ_AHEAD`` at a time on the pool.
+
+        Frames already read are still returned before an error met further on.
+        """
+        codec = self._codec
+        pool = codec.pool
+        if pool is None:
+            for buf, base, info, path in frames:
+                try:
+                    batch = codec.decode_data(buf, info, schema, base)
+                except FrameError as exc:
+                    raise corrupt(path, exc.offset, exc.invariant) from exc
+                yield batch
+            return
+        window: deque[tuple[Future[pa.RecordBatch], Path]] = deque()
+
+        def result(item: tuple[Future[pa.RecordBatch], Path]) -> pa.RecordBatch:
+            fut, path = item
+            try:
+                return fut.result()
+            except FrameError as exc:
+                raise corrupt(path, exc.offset, exc.invariant) from exc
+
+        try:
+            for buf, base, info, path in frames:
+                window.append((pool.submit(codec.decode_data, buf, info, schema, base), path))
+                if len(window) > _READ_AHEAD:
+                    yield result(window.popleft())
+        except GeneratorExit:
+            for fut, _ in window:
+                fut.cancel()
+            raise
+        except BaseException:
+            while window:
+                yield result(window.popleft())
+            raise
+        while window:
+            yield result(window.popleft())
 
     def read_backward(self, *, before_seq: int | None = None, chunk_bytes: int = 256 << 10
                       ) -> Iterator[pa.RecordBatch]:
@@ -644,8 +693,22 @@ class StreamLog:
             start = entry.offset + (entry.size if entry.first_seq < before_seq else 0)
         else:
             start_seg, start = c.segment, c.end
-        codec = self._codec
-        for seg in reversed([s for s in list_segments(self.path) if s <= start_seg]):
+        segs = [s for s in list_segments(self.path) if s <= start_seg]
+        for decoded in self._decode(self._frames_backward(segs, start_seg, start, chunk_bytes),
+                                  schema):
+            batch = decoded
+            if before_seq is not None:
+                seq = decoded.column("seq").to_numpy()
+                if int(seq[-1]) >= before_seq:
+                    batch = decoded.slice(0, int(np.searchsorted(seq, before_seq, "left")))
+                    if batch.num_rows == 0:
+                        continue
+            yield batch
+
+    def _frames_backward(self, segs: list[int], start_seg: int, start: int,
+                         chunk_bytes: int) -> Iterator[_Frame]:
+        """The DATA frames ending at or before ``start`` in ``start_seg``, newest first."""
+        for seg in reversed(segs):
             path = segment_path(self.path, seg)
             try:
                 reader = SegmentReader(path)
@@ -655,15 +718,8 @@ class StreamLog:
                 end = start if seg == start_seg else reader.size()
                 try:
                     for buf, base, info in reader.backward(end, 0, chunk_bytes):
-                        if info.kind != Kind.DATA:
-                            continue
-                        batch = codec.decode_data(buf, info, schema, base)
-                        if before_seq is not None and info.last_seq >= before_seq:
-                            seq = batch.column("seq").to_numpy()
-                            batch = batch.slice(0, int(np.searchsorted(seq, before_seq, "left")))
-                            if batch.num_rows == 0:
-                                continue
-                        yield batch
+                        if info.kind == Kind.DATA:
+                            yield buf, base, info, path
                 except FrameError as exc:
                     raise corrupt(path, exc.offset, exc.invariant) from exc
 

@@ -284,7 +284,7 @@ def test_fsync_modes_and_bad_options(log_dir: Path) -> None:
 
 
 def test_uncommitted_bytes(log_dir: Path) -> None:
-    with StreamLog.open(log_dir, writable=True, create=True, compress_threads=0) as w:
+    with StreamLog.open(log_dir, writable=True, create=True, threads=0) as w:
         assert w.uncommitted_bytes == 0
         w.append(make_batch(0, 100))
         first = w.uncommitted_bytes
