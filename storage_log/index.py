@@ -1,31 +1,4 @@
-"""The LMDB index of a log: a rebuildable cache over the segments.
-
-Layout of the environment (directory ``index/`` of the log, four named databases):
-
-``seq``   key: ``last_seq`` of a DATA record as 8 bytes big-endian offset binary
-          (``v + 2**63``, so keys sort like the signed values); value: ENTRY.
-``ts``    key: (``last_ts``, ``last_seq``) in the same encoding (16 bytes); value: ENTRY.
-          ``set_range`` on either answers "the first record ending at or after x".
-``meta``  ``format`` (uint32), ``committed`` (COMMITTED), ``schema`` (IPC schema
-          message), ``token`` (the last commit token; absent = None), ``sealed``
-          (present = sealed), ``trimmed`` (int64 last seq dropped by trim).
-
-ENTRY (little-endian, 52 bytes): segment base int64, frame offset uint64, frame size
-uint32, first_seq, last_seq, first_ts, last_ts int64, rows uint32.
-
-COMMITTED (little-endian, 41 bytes): segment base int64, end offset uint64, last_seq
-int64, last_ts int64, records uint64, has_data uint8 — the committed end of the log.
-
-Only committed DATA records are indexed, and the index, the committed end and the
-token change together in one write transaction after the segments are durable, so
-any reader transaction sees a consistent committed prefix. The environment runs
-without its own fsync (``sync=False, metasync=False``): the segments hold every
-commit (the COMMIT flag and TOKEN frames), so a lost or stale index is rebuilt or
-reconciled from them on the next writable open.
-
-LMDB forbids opening one environment twice in a process, so environments are shared
-per path with a reference count (:func:`acquire_env` / :func:`release_env`).
-"""
+"""The LMDB index of a log: a rebuildable cache over the segments (see LogIndex)."""
 
 from __future__ import annotations
 
@@ -160,7 +133,36 @@ def release_env(path: Path, env: lmdb.Environment) -> None:
 
 
 class LogIndex:
-    """The LMDB index and metadata of one log (see the module docstring for the layout).
+    """The LMDB index and metadata of one log.
+
+    Layout of the environment (directory ``index/`` of the log, three named databases):
+
+    ``seq``   key: ``last_seq`` of a DATA record as 8 bytes big-endian offset binary
+              (``v + 2**63``, so keys sort like the signed values); value: ENTRY.
+    ``ts``    key: (``last_ts``, ``last_seq``) in the same encoding (16 bytes); value: ENTRY.
+              ``set_range`` on either answers "the first record ending at or after x".
+    ``meta``  ``format`` (uint32), ``committed`` (COMMITTED), ``schema`` (IPC schema
+              message), ``token`` (the last commit token; absent = None), ``sealed``
+              (present = sealed), ``trimmed`` (int64 last seq dropped by trim).
+
+    ENTRY (little-endian, 52 bytes): segment base int64, frame offset uint64, frame size
+    uint32, first_seq, last_seq, first_ts, last_ts int64, rows uint32.
+
+    COMMITTED (little-endian, 41 bytes): segment base int64, end offset uint64, last_seq
+    int64, last_ts int64, records uint64, has_data uint8 — the committed end of the log.
+
+    Only committed DATA records are indexed, and the index, the committed end and the
+    token change together in one write transaction after the segments are durable, so
+    any reader transaction sees a consistent committed prefix. The environment runs
+    without its own fsync (``sync=False, metasync=False``): the segments hold every
+    commit (the COMMIT flag and TOKEN frames), so a lost or stale index is rebuilt or
+    reconciled from them on the next writable open.
+
+    The map starts at 1 GiB and doubles when full; readers in other processes adopt
+    the new size on their next transaction.
+
+    LMDB forbids opening one environment twice in a process, so environments are shared
+    per path with a reference count (:func:`acquire_env` / :func:`release_env`).
 
     Thread safety: LMDB transactions are per call; one writer at a time (the log's
     writer lock guarantees that across processes).

@@ -221,6 +221,8 @@ class StreamLog:
         try:
             if self._lock is not None and self._failed is None:
                 self._discard_uncommitted()
+                if self._fsync == "interval" and self._fd >= 0:
+                    self._sync(force=True)
         finally:
             for fd in [*self._dirty, self._fd]:
                 if fd >= 0:
@@ -339,6 +341,8 @@ class StreamLog:
     def commit(self, token: bytes | None = None) -> None:
         """Make everything appended durable (per ``fsync``) and visible, with ``token``."""
         self._check_write()
+        if token is not None and not isinstance(token, bytes | bytearray | memoryview):
+            raise UsageError(f"a commit token is bytes, not {type(token).__name__}")
         self._commit(token)
 
     def seal(self) -> None:
@@ -366,7 +370,11 @@ class StreamLog:
             self._commit(self._token)
         assert self._index is not None
         keep = segs[len(victims)]
-        self._index.drop_before(keep)
+        dropped = self._index.drop_before(keep)
+        c = self._committed
+        self._records -= dropped
+        self._committed = Committed(c.segment, c.end, c.last_seq, c.last_ts, c.records - dropped)
+        self._index.commit([], self._committed)
         for s in victims:
             segment_path(self.path, s).unlink()
         self._segments = segs[len(victims):]

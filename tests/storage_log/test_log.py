@@ -195,6 +195,8 @@ def test_segments_roll_and_trim(log_dir: Path) -> None:
         with pytest.raises(LogTrimmedError):
             list(w.read_forward(after_seq=5))
         assert sorted(rows(w.read_backward())) == list(range(bases[2], 1800))
+        assert w._index is not None
+        entries, committed = list(w._index.entries()), w._index.snapshot().committed
     # everything, token included, survives a rebuild from the remaining segments
     import shutil
 
@@ -203,6 +205,9 @@ def test_segments_roll_and_trim(log_dir: Path) -> None:
         assert w.reconcile_report is not None and w.reconcile_report.rebuilt
         assert w.last_token() == b"t" and w.first_seq == bases[2]
         assert rows(w.read_forward()) == list(range(bases[2], 1800))
+        assert w._index is not None
+        assert list(w._index.entries()) == entries
+        assert w._index.snapshot().committed == committed
 
 
 def test_large_record_bigger_than_chunks(log_dir: Path) -> None:
