@@ -19,8 +19,9 @@ What is measured (issue 7), on the parquet dataset written by ``bench/workload.p
   snapshots are uploaded by the maintenance task (every 60 s), so a short run's
   RocksDB checkpoint is mostly changelog files — that is Spark's default behaviour.
 - recovery (``measure_restart``): the query runs in a child process that is SIGKILLed
-  (its whole process group: Python driver and JVM) once ``kill_after`` batches have
-  committed; a fresh child restarts on the same checkpoint. Reported: SparkSession
+  (its whole process group: Python driver and JVM) in the middle of a micro-batch once
+  ``kill_after`` batches (half, by default) have committed; a fresh child restarts on
+  the same checkpoint. Reported: SparkSession
   start (not counted), time from ``start()`` until the first batch after the restart
   has committed (Spark re-runs the batch that was in flight, so state must be loaded
   first), and time until the rest of the input has been processed.
@@ -497,6 +498,7 @@ def measure_restart(
     *,
     query: str = "keyed",
     kill_after: int | None = None,
+    kill_delay_s: float = 0.2,
     shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
     max_files_per_trigger: int = 1,
     window: str = DEFAULT_WINDOW,
@@ -505,7 +507,11 @@ def measure_restart(
     driver_memory: str = DEFAULT_DRIVER_MEMORY,
     timeout_s: float = 600.0,
 ) -> RestartResult:
-    """SIGKILL a running query after ``kill_after`` committed batches, restart, time it.
+    """SIGKILL a running query mid-batch, restart it on its checkpoint, time the restart.
+
+    The kill comes ``kill_delay_s`` after batch ``kill_after`` (0-based) has been
+    planned, i.e. while it runs with ``kill_after`` batches committed before it; the
+    restarted query re-runs that batch first.
 
     Both runs are child processes (each its own JVM). ``kill_after`` defaults to half
     the micro-batches, so the restart has about half the keys' state to load and half
@@ -535,7 +541,8 @@ def measure_restart(
         "master": master,
         "driver_memory": driver_memory,
     }
-    # Phase 1: run until kill_after batches committed, then kill the whole process group.
+    # Phase 1: run until kill_after batches committed and the next one is under way
+    # (its offsets are logged), then kill the whole process group mid-batch.
     cfg_path, result_path, log_path = _child_files(work, "victim")
     cfg_path.write_text(json.dumps({**base, "mode": "victim", "result_path": str(result_path)}))
     with open(log_path, "w") as log:
@@ -544,8 +551,15 @@ def measure_restart(
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
         deadline = time.monotonic() + timeout_s
+
+        def ready() -> bool:
+            done = committed_batches(checkpoint_dir)
+            if len(done) < kill_after:
+                return False
+            return any(b > done[-1] for b in offset_batches(checkpoint_dir))
+
         try:
-            while len(committed_batches(checkpoint_dir)) < kill_after:
+            while not ready():
                 if victim.poll() is not None:
                     raise RuntimeError(
                         f"the query ended before {kill_after} batches committed "
@@ -554,6 +568,7 @@ def measure_restart(
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"no {kill_after} committed batches in {timeout_s} s")
                 time.sleep(_POLL_S)
+            time.sleep(kill_delay_s)
         finally:
             if victim.poll() is None:
                 os.killpg(victim.pid, signal.SIGKILL)
@@ -568,8 +583,8 @@ def measure_restart(
         (b.trigger_ms / 1e3 for b in victim_progress if b.input_rows > 0), float("nan")
     )
     last_committed = committed[-1]
-    state_rows_at_kill = next(
-        (b.state_rows for b in victim_progress if b.batch_id == last_committed), -1
+    state_rows_at_kill = max(
+        (b.state_rows for b in victim_progress if b.batch_id <= last_committed), default=-1
     )
 
     # Phase 2: restart on the same checkpoint.
@@ -771,6 +786,101 @@ def markdown_table(runs: Sequence[BaselineResult], restarts: Sequence[RestartRes
     return "\n".join(lines)
 
 
+@dataclass
+class AnchorReport:
+    """Every run and restart of one ``run_anchor`` call, with the Markdown summary."""
+
+    rows: int
+    keys: int
+    files: int
+    shuffle_partitions: int
+    repeats: int
+    runs: list[BaselineResult] = field(default_factory=list)
+    restarts: list[RestartResult] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "keys": self.keys,
+            "files": self.files,
+            "shuffle_partitions": self.shuffle_partitions,
+            "repeats": self.repeats,
+            "runs": [r.to_dict() for r in self.runs],
+            "restarts": [s.to_dict() for s in self.restarts],
+        }
+
+    def to_markdown(self) -> str:
+        version = self.runs[0].spark_version if self.runs else "?"
+        head = (
+            f"Spark {version}, {DEFAULT_MASTER}, {self.rows:,} rows, {self.keys:,} keys, "
+            f"{self.files} files (1 per micro-batch), shuffle partitions "
+            f"{self.shuffle_partitions}, {self.repeats} repetition(s), medians"
+        )
+        loads = [r.load_avg_1m for r in self.runs] + [s.load_avg_1m for s in self.restarts]
+        loads = [x for x in loads if not math.isnan(x)]
+        if loads:
+            cpus = os.cpu_count()
+            head += f"; 1-min load average {min(loads):.1f}–{max(loads):.1f} on {cpus} CPUs"
+        return head + "\n\n" + markdown_table(self.runs, self.restarts)
+
+
+def run_anchor(
+    input_dir: str | os.PathLike[str],
+    workdir: str | os.PathLike[str],
+    providers: Sequence[str] = ("rocksdb", "hdfs"),
+    queries: Sequence[str] = ("keyed",),
+    *,
+    repeats: int = 1,
+    restart: bool = True,
+    shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
+    window: str = DEFAULT_WINDOW,
+    watermark: str = DEFAULT_WATERMARK,
+    log: Callable[[str], None] | None = None,
+) -> AnchorReport:
+    """The whole anchor on one dataset: each (query, provider) run and restarted, repeated.
+
+    Every run is a fresh child process; checkpoints go under ``workdir``. Repetitions
+    are interleaved (all configurations once, then again) so that background load
+    spreads over them.
+    """
+    from bench.workload import load_dataset
+
+    ds = load_dataset(input_dir)
+    report = AnchorReport(
+        rows=ds.n_rows, keys=ds.spec.n_keys, files=len(ds.files),
+        shuffle_partitions=shuffle_partitions, repeats=repeats,
+    )
+    for rep in range(repeats):
+        for query in queries:
+            for provider in providers:
+                tag = f"{query}-{provider}-{rep}-{time.time_ns()}"
+                run = run_stateful(
+                    input_dir, Path(workdir) / tag / "run" / "checkpoint", provider,
+                    query=query, shuffle_partitions=shuffle_partitions, window=window,
+                    watermark=watermark, isolated=True,
+                )
+                report.runs.append(run)
+                if log is not None:
+                    log(
+                        f"[{tag}] steady {run.steady_rows_per_s:,.0f} rows/s, wall "
+                        f"{run.wall_s:.1f} s, {run.checkpoint_bytes_per_tuple:.1f} B/tuple"
+                    )
+                if not restart:
+                    continue
+                rst = measure_restart(
+                    input_dir, Path(workdir) / tag / "restart" / "checkpoint", provider,
+                    query=query, shuffle_partitions=shuffle_partitions, window=window,
+                    watermark=watermark,
+                )
+                report.restarts.append(rst)
+                if log is not None:
+                    log(
+                        f"[{tag}] restart → first batch {rst.restart_first_batch_s:.2f} s, "
+                        f"catch-up {rst.catch_up_s:.2f} s"
+                    )
+    return report
+
+
 @contextmanager
 def _workdir(path: str | None) -> Iterator[Path]:
     if path is not None:
@@ -806,52 +916,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     providers = ["rocksdb", "hdfs"] if args.provider == "both" else [args.provider]
     queries = ["keyed", "windowed"] if args.windowed else ["keyed"]
-    runs: list[BaselineResult] = []
-    restarts: list[RestartResult] = []
     with _workdir(args.workdir) as work:
         data = work / f"data-{args.rows}-{args.keys}-{args.seed}-{args.files}"
         ensure_dataset(data, args.rows, args.keys, args.seed, args.files)
-        for rep in range(args.repeats):
-            for query in queries:
-                for provider in providers:
-                    tag = f"{query}-{provider}-{rep}-{time.time_ns()}"
-                    run = run_stateful(
-                        data, work / tag / "run" / "checkpoint", provider, query=query,
-                        shuffle_partitions=args.shuffle_partitions, window=args.window,
-                        watermark=args.watermark, isolated=True,
-                    )
-                    runs.append(run)
-                    print(
-                        f"[{tag}] steady {run.steady_rows_per_s:,.0f} rows/s, wall "
-                        f"{run.wall_s:.1f} s, {run.checkpoint_bytes_per_tuple:.1f} B/tuple",
-                        file=sys.stderr,
-                    )
-                    if args.no_restart:
-                        continue
-                    rst = measure_restart(
-                        data, work / tag / "restart" / "checkpoint", provider, query=query,
-                        shuffle_partitions=args.shuffle_partitions, window=args.window,
-                        watermark=args.watermark,
-                    )
-                    restarts.append(rst)
-                    print(
-                        f"[{tag}] restart → first batch {rst.restart_first_batch_s:.2f} s, "
-                        f"catch-up {rst.catch_up_s:.2f} s",
-                        file=sys.stderr,
-                    )
-    print(
-        f"Spark {runs[0].spark_version if runs else '?'}, {DEFAULT_MASTER}, "
-        f"{args.rows:,} rows, {args.keys:,} keys, {args.files} files (1 per micro-batch), "
-        f"shuffle partitions {args.shuffle_partitions}, {args.repeats} repetition(s), medians\n"
-    )
-    print(markdown_table(runs, restarts))
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {"runs": [r.to_dict() for r in runs], "restarts": [s.to_dict() for s in restarts]},
-                indent=2,
-            )
+        report = run_anchor(
+            data, work, providers, queries, repeats=args.repeats,
+            restart=not args.no_restart, shuffle_partitions=args.shuffle_partitions,
+            window=args.window, watermark=args.watermark,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
         )
+    print(report.to_markdown())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     return 0
 
 
