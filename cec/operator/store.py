@@ -20,15 +20,25 @@ F64 = npt.NDArray[np.float64]
 
 
 class KeyRegistry:
-    """Dense indices for the keys seen so far."""
+    """Dense indices for the keys seen so far.
+
+    Int keys that stay in ``[0, DIRECT_LIMIT)`` (item ids, the usual case) are mapped
+    through a direct table (one gather); other keys through a hashed
+    ``pandas.Index.get_indexer``. String keys are dictionary-encoded by Arrow first,
+    so only the distinct keys of a batch are hashed.
+    """
+
+    DIRECT_LIMIT = 1 << 22
 
     def __init__(self, key_type: str) -> None:
         self.key_type = key_type
         self._n = 0
         self._ints: I64 = np.empty(1024, dtype=np.int64)
         self._strs: npt.NDArray[np.object_] = np.empty(1024, dtype=object)
-        empty = np.empty(0, dtype=np.int64 if key_type == "int64" else object)
-        self._index: pd.Index = pd.Index(empty)
+        self._index: pd.Index | None = None
+        self._direct: I64 | None = (
+            np.full(1024, -1, dtype=np.int64) if key_type == "int64" else None
+        )
 
     def __len__(self) -> int:
         return self._n
@@ -44,21 +54,49 @@ class KeyRegistry:
         strs[: self._n] = self._strs[: self._n]
         self._ints, self._strs = ints, strs
 
-    def _lookup_values(self, values: npt.NDArray[np.generic]) -> I64:
+    def _register(self, new: npt.NDArray[np.generic]) -> None:
+        start = self._n
+        self._grow(start + len(new))
+        if self.key_type == "int64":
+            self._ints[start : start + len(new)] = new
+        else:
+            self._strs[start : start + len(new)] = new
+        self._n = start + len(new)
+        self._index = None
+
+    def _hashed(self, values: npt.NDArray[np.generic]) -> I64:
+        if self._index is None:
+            if self.key_type == "int64":
+                self._index = pd.Index(self._ints[: self._n].copy())
+            else:
+                self._index = pd.Index(self._strs[: self._n].copy(), dtype=object)
         idx = np.asarray(self._index.get_indexer(values), dtype=np.int64)
         missing = idx < 0
         if missing.any():
-            new = pd.unique(values[missing])
+            self._register(pd.unique(values[missing]))
+            return self._hashed(values)
+        return idx
+
+    def _direct_map(self, values: I64) -> I64 | None:
+        table = self._direct
+        if table is None:
+            return None
+        lo, hi = int(values.min()), int(values.max())
+        if lo < 0 or hi >= self.DIRECT_LIMIT:
+            self._direct = None  # keys outside the table's range: hash from now on
+            return None
+        if hi >= len(table):
+            grown = np.full(min(self.DIRECT_LIMIT, max(hi + 1, 2 * len(table))), -1, np.int64)
+            grown[: len(table)] = table
+            self._direct = table = grown
+        idx: I64 = table[values]
+        missing = idx < 0
+        if missing.any():
+            new = np.asarray(pd.unique(values[missing]), dtype=np.int64)
             start = self._n
-            self._grow(start + len(new))
-            if self.key_type == "int64":
-                self._ints[start : start + len(new)] = new
-                self._index = pd.Index(self._ints[: start + len(new)].copy())
-            else:
-                self._strs[start : start + len(new)] = new
-                self._index = pd.Index(self._strs[: start + len(new)].copy(), dtype=object)
-            self._n = start + len(new)
-            idx[missing] = self._index.get_indexer(values[missing])
+            self._register(new)
+            table[new] = np.arange(start, start + len(new), dtype=np.int64)
+            idx = table[values]
         return idx
 
     def lookup(self, keys: pa.Array) -> I64:
@@ -66,11 +104,13 @@ class KeyRegistry:
         if len(keys) == 0:
             return np.empty(0, dtype=np.int64)
         if self.key_type == "int64":
-            return self._lookup_values(np.asarray(keys.to_numpy(zero_copy_only=False)))
+            values = np.asarray(keys.to_numpy(zero_copy_only=False), dtype=np.int64)
+            direct = self._direct_map(values)
+            return direct if direct is not None else self._hashed(values)
         enc = pc.dictionary_encode(keys)
         if isinstance(enc, pa.ChunkedArray):  # pragma: no cover - arrays stay arrays
             enc = enc.combine_chunks()
-        dict_idx = self._lookup_values(
+        dict_idx = self._hashed(
             np.asarray(enc.dictionary.to_numpy(zero_copy_only=False), dtype=object)
         )
         codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)

@@ -190,25 +190,86 @@ class VectorOperator:
     def _rows(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, n_open: I64,
               ts: I64, seq: I64, vals: F64) -> Block:
         """Foreground rows: R with the slot's state, G_open with the opening tuple's."""
+        sl = self._slots
         k = len(slots)
-        typ = np.where(is_close, R, G_OPEN).astype(np.int8)
-        blk = self._block(slots, typ, ts[tuples], seq[tuples], n_open)
-        is_open = ~is_close
-        if is_open.any():
-            v = vals[tuples]
-            t = ts[tuples]
-            blk["cnt"][is_open] = 1
-            for f in ("sum", "min", "max"):
-                blk[f][is_open] = v[is_open]
-            for f in ("first_ts", "last_ts"):
-                blk[f][is_open] = t[is_open]
-            if self._policy.emits_open:
-                op_slots = slots[is_open]
-                self._slots.fp_seq[op_slots] = blk["seq"][is_open]
-        assert len(blk["seq"]) == k
+        t = ts[tuples]
+        if k and is_close.all():
+            return self._block(slots, np.full(k, R, np.int8), t, seq[tuples], n_open)
+        seqs = np.arange(self._next_out, self._next_out + k, dtype=np.int64)
+        self._next_out += k
+        v = vals[tuples]
+        blk: Block = {
+            "ts": t, "seq": seqs, "type": np.where(is_close, np.int8(R), np.int8(G_OPEN)),
+            "t_now": seq[tuples], "n_open": n_open, "key_idx": sl.key_idx[slots],
+            "win_start": sl.win_start[slots], "win_end": sl.win_end[slots],
+            "tau1": sl.tau1[slots], "cnt": np.where(is_close, sl.cnt[slots], 1),
+            "sum": np.where(is_close, sl.sum[slots], v),
+            "min": np.where(is_close, sl.min[slots], v),
+            "max": np.where(is_close, sl.max[slots], v),
+            "first_ts": np.where(is_close, sl.first_ts[slots], t),
+            "last_ts": np.where(is_close, sl.last_ts[slots], t),
+        }
+        if self._policy.emits_open:
+            oi = np.flatnonzero(~is_close)
+            sl.fp_seq[slots[oi]] = seqs[oi]
         return blk
 
     # -- count windows ------------------------------------------------------------
+    def _count_tumbling(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> Block:
+        """Count windows with slide == size: one window per tuple, the hot path.
+
+        Works in the key-sorted domain (tuples sorted by (key, position)), where a
+        window's tuples are adjacent: the opener of a tuple's window is ``pos`` places
+        before it.
+        """
+        n = len(seq)
+        S = self._S
+        sl = self._slots
+        self._ensure_kslots()
+        kslot = self._kslots[:, 0]
+        ar = np.arange(n, dtype=np.int64)
+        order = np.argsort(kidx * n + ar)
+        ks = kidx[order]
+        first = np.empty(n, dtype=np.bool_)
+        first[0] = True
+        np.not_equal(ks[1:], ks[:-1], out=first[1:])
+        gs = np.maximum.accumulate(np.where(first, ar, 0))
+        newest = kslot[ks]
+        g = np.where(newest >= 0, sl.cnt[newest], S) + (ar - gs)
+        pos = g % S
+        open_s = np.flatnonzero(pos == 0)
+        new_slots = sl.alloc(len(open_s))
+        ti = order[open_s]
+        self._init_slots(new_slots, ks[open_s], seq[ti], -1, seq[ti], ts[ti])
+        slot_of_opener = np.empty(n, dtype=np.int64)
+        slot_of_opener[open_s] = new_slots
+        ms = np.where(g < S, newest, slot_of_opener[np.maximum(ar - pos, 0)])
+        self._accumulate(ms, vals[order], ts[order])
+        # the keys' newest windows after the batch (the last tuple's, unless it closed)
+        ends = np.flatnonzero(np.append(first[1:], True))
+        kslot[ks[ends]] = np.where(pos[ends] < S - 1, ms[ends], -1)
+        # events in input order: G_open (pos 0) before R (pos S-1)
+        pos_t = np.empty(n, dtype=np.int64)
+        pos_t[order] = pos
+        ms_t = np.empty(n, dtype=np.int64)
+        ms_t[order] = ms
+        closes = pos_t == S - 1
+        if S == 1:
+            ev_t = np.repeat(ar, 2)
+            is_close = np.tile(np.array([False, True]), n)
+        else:
+            ev_t = np.flatnonzero(closes | (pos_t == 0))
+            is_close = closes[ev_t]
+        n_after = self._n + np.cumsum(np.where(is_close, -1, 1))
+        if len(n_after):
+            self._n = int(n_after[-1])
+        if not self._policy.emits_open:
+            ev_t, n_after = ev_t[is_close], n_after[is_close]
+            is_close = np.ones(len(ev_t), dtype=np.bool_)
+        blk = self._rows(ms_t[ev_t], is_close, ev_t, n_after, ts, seq, vals)
+        sl.release(ms_t[closes])
+        return blk
+
     def _count_batch(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> Block:
         n = len(seq)
         S, L, M = self._S, self._L, self._M
@@ -443,7 +504,9 @@ class VectorOperator:
                     self._recon_until = None
             if start < n:
                 ts, seq, vals, kidx = ts[start:], seq[start:], vals[start:], kidx[start:]
-                if self._is_count:
+                if self._is_count and self._M == 1:
+                    blocks.append(self._count_tumbling(ts, seq, vals, kidx))
+                elif self._is_count:
                     blocks.append(self._count_batch(ts, seq, vals, kidx))
                 else:
                     blocks.append(self._time_batch(ts, seq, vals, kidx))
