@@ -27,9 +27,10 @@ and a machine crash may lose the last interval), ``never`` (leave it to the OS).
 Thread safety: one thread per StreamLog object. Any number of reader objects (in
 this process or others) may read while one writer appends.
 
-Readers (``writable=False``) never modify anything; they need the ``index/``
-environment, which the writer creates and repairs (a reader on a log without
-an index gets :class:`LogNotFoundError` telling it to open the log writable once).
+Readers (``writable=False``) never modify anything. They use the ``index/``
+environment, which the writer creates and repairs; if it is missing or unusable a
+reader walks the segments into an in-memory index instead (:class:`ScanIndex`,
+slower to open, and it stops at the first invalid frame).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from storage_log.reconcile import (
     open_index,
     reconcile,
 )
+from storage_log.scan import ScanIndex
 from storage_log.segment import SegmentReader, list_segments, segment_path
 
 FsyncMode = Literal["always", "interval", "never"]
@@ -97,11 +99,11 @@ class StreamLog:
 
     reconcile_report: ReconcileReport | None
 
-    def __init__(self, path: Path, index: LogIndex, *, lock: WriterLock | None,
+    def __init__(self, path: Path, index: LogIndex | ScanIndex, *, lock: WriterLock | None,
                  fsync: FsyncMode, segment_bytes: int, fsync_interval: float,
                  compression_level: int, threads: int = 0) -> None:
         self.path = path
-        self._index: LogIndex | None = index
+        self._index: LogIndex | ScanIndex | None = index
         self._lock = lock
         self._fsync = fsync
         self._segment_bytes = segment_bytes
@@ -167,13 +169,11 @@ class StreamLog:
                 raise LogNotFoundError(f"no log at {directory} (open it writable with create=True)")
             directory.mkdir(parents=True, exist_ok=True)
         if not writable:
+            index: LogIndex | ScanIndex
             try:
                 index = LogIndex(directory / INDEX_DIR, create=False)
-            except (FileNotFoundError, IndexCorrupt) as exc:
-                raise LogNotFoundError(
-                    f"log {directory} has no usable index ({exc}); readers never modify a "
-                    "log: open it writable once to rebuild the index from the segments"
-                ) from exc
+            except (FileNotFoundError, IndexCorrupt):
+                index = ScanIndex(directory)  # no usable index: walk the segments read-only
             return cls(directory, index, lock=None, fsync="never",
                        segment_bytes=segment_bytes, fsync_interval=fsync_interval,
                        compression_level=compression_level, threads=threads)
@@ -368,18 +368,18 @@ class StreamLog:
             return 0
         if self._token is not None:  # keep the latest token in a kept segment
             self._commit(self._token)
-        assert self._index is not None
+        index = self._writer_index()
         keep = segs[len(victims)]
-        dropped = self._index.drop_before(keep)
+        dropped = index.drop_before(keep)
         c = self._committed
         self._records -= dropped
         self._committed = Committed(c.segment, c.end, c.last_seq, c.last_ts, c.records - dropped)
-        self._index.commit([], self._committed)
+        index.commit([], self._committed)
         for s in victims:
             segment_path(self.path, s).unlink()
         self._segments = segs[len(victims):]
         _fsync_dir(self.path)
-        self._first_seq = self._index.snapshot().first_seq
+        self._first_seq = index.snapshot().first_seq
         return len(victims)
 
     def _commit(self, token: bytes | None, *, seal: bool = False) -> None:
@@ -398,8 +398,7 @@ class StreamLog:
             self._sync(force=False)
             committed = Committed(self._active, self._size, self._last_seq, self._last_ts,
                                   self._records)
-            assert self._index is not None
-            self._index.commit(self._written, committed,
+            self._writer_index().commit(self._written, committed,
                                schema=self._schema_bytes if self._committed.last_seq is None
                                else None, token=token, sealed=seal)
         except BaseException as exc:
@@ -465,8 +464,7 @@ class StreamLog:
             _fsync_dir(self.path)
             self._dir_dirty = False
         if mode != "always":
-            assert self._index is not None
-            self._index.sync()
+            self._writer_index().sync()
         self._last_sync = now
 
     def _new_segment(self, base: int) -> None:
@@ -564,6 +562,11 @@ class StreamLog:
         return first_seq, last_seq, first_ts, last_ts
 
     # -- reading ------------------------------------------------------------------
+
+    def _writer_index(self) -> LogIndex:
+        if not isinstance(self._index, LogIndex):
+            raise LogClosedError(f"log {self.path} is not open for writing")
+        return self._index
 
     def _snapshot(self) -> Snapshot:
         if self._index is None:

@@ -32,8 +32,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from storage_log.errors import CorruptLogError
-from storage_log.frame import FLAG_COMMIT, FrameCodec, FrameError, Kind, decode_schema
-from storage_log.index import EMPTY, Committed, Entry, IndexCorrupt, LogIndex
+from storage_log.frame import FLAG_COMMIT, FrameError, decode_schema
+from storage_log.index import EMPTY, Committed, IndexCorrupt, LogIndex
+from storage_log.scan import segment_has_schema, walk
 from storage_log.segment import SegmentReader, list_segments, segment_path
 
 INDEX_DIR = "index"
@@ -123,70 +124,20 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
     else:
         token, sealed = snap.token, snap.sealed
 
-    schema = decode_schema(schema_bytes) if schema_bytes is not None else None
-    codec = FrameCodec()
-    point = committed  # last commit point
-    entries: list[Entry] = []  # committed, not yet in the index
-    pending: list[Entry] = []
-    p_token, p_sealed = token, sealed
-    p_schema, p_schema_bytes = schema, schema_bytes
-    last_seq, last_ts = committed.last_seq, committed.last_ts
-    records = committed.records
-    bad: tuple[int, int, str] | None = None
     start_seg = committed.segment if committed.segment >= 0 else None
-    walk = [s for s in segments if start_seg is None or s >= start_seg]
-    has_schema_at: dict[int, bool] = {}
-    for seg in walk:
-        path = segment_path(directory, seg)
-        start = committed.end if seg == start_seg else 0
-        seg_schema = seg == start_seg and _segment_has_schema(path, start)
-        try:
-            with SegmentReader(path) as reader:
-                for buf, base, info in reader.forward(start, reader.size()):
-                    if info.kind == Kind.DATA:
-                        if not seg_schema:
-                            raise FrameError(info.offset, "data frame before the segment's schema")
-                        if last_seq is not None and info.first_seq <= last_seq:
-                            raise FrameError(info.offset, f"seq {info.first_seq} <= {last_seq}")
-                        if last_ts is not None and info.first_ts < last_ts:
-                            raise FrameError(info.offset, f"ts {info.first_ts} < {last_ts}")
-                        if info.first_seq < seg:
-                            raise FrameError(info.offset, f"seq {info.first_seq} < segment name")
-                        last_seq, last_ts = info.last_seq, info.last_ts
-                        records += 1
-                        pending.append(Entry(seg, info.offset, info.size, info.first_seq,
-                                             info.last_seq, info.first_ts, info.last_ts,
-                                             info.rows))
-                    elif info.kind == Kind.SCHEMA:
-                        raw = bytes(codec.payload(buf, info, base))
-                        try:
-                            sch = decode_schema(raw)
-                        except (pa.ArrowException, ValueError) as exc:
-                            raise FrameError(info.offset, f"bad schema frame: {exc}") from exc
-                        if p_schema is not None and not sch.equals(p_schema):
-                            raise FrameError(info.offset, "schema differs from the log's")
-                        p_schema, p_schema_bytes, seg_schema = sch, raw, True
-                    elif info.kind == Kind.TOKEN:
-                        p_token = bytes(codec.payload(buf, info, base))
-                    elif info.kind == Kind.SEAL:
-                        p_sealed = True
-                    if info.flags & FLAG_COMMIT:
-                        point = Committed(seg, info.end, last_seq, last_ts, records)
-                        entries.extend(pending)
-                        pending.clear()
-                        token, sealed = p_token, p_sealed
-                        schema, schema_bytes = p_schema, p_schema_bytes
-                        has_schema_at[seg] = seg_schema
-        except FrameError as exc:
-            bad = (seg, exc.offset, exc.invariant)
-            break
+    walked = [s for s in segments if start_seg is None or s >= start_seg]
+    res = walk(directory, walked, committed, schema_bytes=schema_bytes, token=token,
+               sealed=sealed)
+    point, bad, entries = res.point, res.bad, res.entries
+    schema_bytes, token, sealed = res.schema_bytes, res.token, res.sealed
+    schema = decode_schema(schema_bytes) if schema_bytes is not None else None
 
     if bad is not None and full and bad[0] != segments[-1] and not repair:
         raise corrupt(segment_path(directory, bad[0]), bad[1], bad[2])
 
     # cut at the commit point
     keep_seg = point.segment
-    for seg in walk:
+    for seg in walked:
         path = segment_path(directory, seg)
         size = path.stat().st_size
         if seg > keep_seg:
@@ -213,9 +164,9 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
     index.sync()
     segments = [s for s in segments if s <= keep_seg]
     snap2 = index.snapshot()
-    active_has_schema = has_schema_at.get(keep_seg, False)
-    if keep_seg >= 0 and keep_seg not in has_schema_at:
-        active_has_schema = _segment_has_schema(segment_path(directory, keep_seg), point.end)
+    active_has_schema = res.has_schema.get(keep_seg, False)
+    if keep_seg >= 0 and keep_seg not in res.has_schema:
+        active_has_schema = segment_has_schema(segment_path(directory, keep_seg), point.end)
     return TailState(point, schema, schema_bytes, token, sealed, snap2.first_seq, segments,
                      active_has_schema)
 
@@ -238,20 +189,6 @@ def _check_commit_point(directory: Path, committed: Committed) -> tuple[str, int
     except FrameError as exc:
         return (str(path), exc.offset, exc.invariant)
     return None
-
-
-def _segment_has_schema(path: Path, end: int) -> bool:
-    """Whether a SCHEMA frame occurs in the first ``end`` bytes of a segment."""
-    if end <= 0:
-        return False
-    try:
-        with SegmentReader(path) as reader:
-            for _, _, info in reader.forward(0, end):
-                if info.kind in (Kind.SCHEMA, Kind.DATA):
-                    return info.kind == Kind.SCHEMA
-    except (FrameError, OSError):
-        return False
-    return False
 
 
 def _fsync_dir(directory: Path) -> None:
