@@ -202,9 +202,8 @@ class _OrderCheck:
     def see(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
-        seq = batch.column("seq")
-        first = seq[0].as_py()
-        last = seq[batch.num_rows - 1].as_py()
+        seq = batch.column("seq").to_numpy()
+        first, last = int(seq[0]), int(seq[-1])
         if last < first or (self.prev_first is not None and last >= self.prev_first):
             raise InconsistentLogError(
                 f"output records are not newest-first with ascending rows: a record "
@@ -225,7 +224,7 @@ def _start(
     schema: pa.Schema | None = None
     for raw in it:
         counters[0] += 1
-        counters[1] += raw.nbytes
+        counters[1] += raw.get_total_buffer_size()
         if schema is None:
             schema = raw.schema
             _check_schema(schema)
@@ -272,13 +271,16 @@ def _finish(
     oldest_seq: int,
     counters: list[int],
     closed: int,
+    *,
+    sort: bool = True,
 ) -> EventualCheckpoint:
     last = first.num_rows - 1
     n_c = int(first.column("n_open")[last].as_py())
     t_c = int(first.column("t_now")[last].as_py())
     t_c_ts = int(first.column("ts")[last].as_py())
     last_out_seq = int(first.column("seq")[last].as_py())
-    found = found.take(pc.sort_indices(found, [("seq", "ascending")]))
+    if sort:
+        found = found.take(pc.sort_indices(found, [("seq", "ascending")]))
     if found.num_rows:
         t_min = int(pc.min(found.column("t_now")).as_py())
         records = last_out_seq - oldest_seq + 1
@@ -307,9 +309,34 @@ def _n_c_of(first: pa.RecordBatch) -> int:
     return int(n_c)
 
 
-def _key_values(column: pa.ChunkedArray) -> np.ndarray[Any, Any]:
-    """Keys as numpy: int64 zero-copy per chunk, strings as an object array."""
-    return np.asarray(column.to_numpy())
+def _check_chunk_order(seq: np.ndarray[Any, Any], newer_first_seq: int | None) -> None:
+    """Rows ascend inside a chunk, and the chunk is older than the one scanned before."""
+    if seq.size > 1 and not bool(np.all(seq[1:] > seq[:-1])):
+        row = int(np.flatnonzero(seq[1:] <= seq[:-1])[0])
+        raise InconsistentLogError(
+            f"output records are not newest-first with ascending rows: seq {int(seq[row + 1])} "
+            f"follows seq {int(seq[row])} in the scan"
+        )
+    if newer_first_seq is not None and seq.size and int(seq[-1]) >= newer_first_seq:
+        raise InconsistentLogError(
+            f"output records are not newest-first with ascending rows: a record ending at "
+            f"seq {int(seq[-1])} follows one starting at seq {newer_first_seq}"
+        )
+
+
+def _check_types(ty_rev: np.ndarray[Any, Any], seq: np.ndarray[Any, Any]) -> None:
+    bad = (ty_rev < TYPE_R) | (ty_rev > TYPE_G_CHECK)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InconsistentLogError(
+            f"output row seq {int(seq[seq.size - 1 - row])} has type {int(ty_rev[row])}; "
+            "expected 1 (R), 2 (G_open) or 3 (G_check)"
+        )
+
+
+def _key_values(column: pa.Array) -> np.ndarray[Any, Any]:
+    """Keys as numpy: int64 zero-copy, strings as an object array."""
+    return np.asarray(column.to_numpy(zero_copy_only=False))
 
 
 def _duplicated(key: np.ndarray[Any, Any], ws: np.ndarray[Any, Any]) -> pd.Series:
@@ -354,13 +381,14 @@ def reconstruct(
 
     seen_key: np.ndarray[Any, Any] | None = None
     seen_ws = np.empty(0, dtype=np.int64)
-    found_parts: list[pa.Table] = []
+    found_parts: list[pa.RecordBatch] = []  # newest chunk first, rows ascending
     n_found = 0
     closed = 0
     pending: list[pa.RecordBatch] = [first]
     pending_rows = first.num_rows
+    newer_first_seq: int | None = None  # first seq of the chunk scanned before
     exhausted = False
-    while True:
+    while not exhausted:
         target = max(MIN_CHUNK_ROWS, seen_ws.size)
         while pending_rows < target:
             nxt = next(it, None)
@@ -368,56 +396,49 @@ def reconstruct(
                 exhausted = True
                 break
             counters[0] += 1
-            counters[1] += nxt.nbytes
-            order.see(nxt)
+            counters[1] += nxt.get_total_buffer_size()
             if nxt.num_rows:
                 pending.append(nxt)
                 pending_rows += nxt.num_rows
-        if pending_rows:
-            # Forward order inside the chunk: oldest record first.
-            chunk = pa.Table.from_batches(pending[::-1], schema=first.schema)
-            pending, pending_rows = [], 0
-            n = chunk.num_rows
-            key_rev = _key_values(chunk.column("key"))[::-1]
-            ws_rev = chunk.column("win_start").to_numpy()[::-1]
-            ty_rev = chunk.column("type").to_numpy()[::-1]
-            bad = (ty_rev < TYPE_R) | (ty_rev > TYPE_G_CHECK)
-            if bad.any():
-                seq_rev = chunk.column("seq").to_numpy()[::-1]
-                row = int(np.flatnonzero(bad)[0])
-                raise InconsistentLogError(
-                    f"output row seq {int(seq_rev[row])} has type {int(ty_rev[row])}; "
-                    "expected 1 (R), 2 (G_open) or 3 (G_check)"
-                )
-            if seen_key is None:
-                all_key, all_ws = key_rev, ws_rev
-            else:
-                all_key = np.concatenate([seen_key, key_rev])
-                all_ws = np.concatenate([seen_ws, ws_rev])
-            m = all_key.size - n
-            dup = _duplicated(all_key, all_ws)
-            is_new = ~dup.to_numpy()[m:]
-            is_g = ty_rev != TYPE_R
-            new_g = is_new & is_g
-            cum = np.cumsum(new_g) + n_found
-            stop = int(np.searchsorted(cum, n_c, side="left"))  # row of the N_c-th window
-            if stop < n:
-                is_new[stop + 1 :] = False
-                new_g[stop + 1 :] = False
-            rows = np.flatnonzero(new_g)
-            closed += int(np.count_nonzero(is_new & ~is_g))
-            found_parts.append(chunk.take(pa.array(n - 1 - rows)))
-            n_found += rows.size
-            if stop < n:
-                seq_rev = chunk.column("seq").to_numpy()[::-1]
-                found = pa.concat_tables(found_parts)
-                return _finish(first, schema, found, int(seq_rev[stop]), counters, closed)
-            seen_key = (
-                key_rev[is_new] if seen_key is None else np.concatenate([seen_key, key_rev[is_new]])
-            )
-            seen_ws = np.concatenate([seen_ws, ws_rev[is_new]])
-        if exhausted:
+        if not pending_rows:
             break
+        # The chunk in forward order (oldest record first) as one contiguous batch:
+        # zero-copy numpy views, one fast take for the footprint rows.
+        chunk = pa.concat_batches(pending[::-1])
+        pending, pending_rows = [], 0
+        n = chunk.num_rows
+        seq = chunk.column("seq").to_numpy()
+        _check_chunk_order(seq, newer_first_seq)
+        newer_first_seq = int(seq[0])
+        order.oldest_seq = newer_first_seq
+        key_rev = _key_values(chunk.column("key"))[::-1]
+        ws_rev = chunk.column("win_start").to_numpy()[::-1]
+        ty_rev = chunk.column("type").to_numpy()[::-1]
+        _check_types(ty_rev, seq)
+        if seen_key is None:
+            all_key, all_ws = key_rev, ws_rev
+        else:
+            all_key = np.concatenate([seen_key, key_rev])
+            all_ws = np.concatenate([seen_ws, ws_rev])
+        is_new = ~_duplicated(all_key, all_ws).to_numpy()[all_key.size - n :]
+        is_g = ty_rev != TYPE_R
+        new_g = is_new & is_g
+        cum = np.cumsum(new_g) + n_found
+        stop = int(np.searchsorted(cum, n_c, side="left"))  # row of the N_c-th window
+        if stop < n:
+            is_new[stop + 1 :] = False
+            new_g[stop + 1 :] = False
+        rows = np.flatnonzero(new_g)
+        closed += int(np.count_nonzero(is_new & ~is_g))
+        found_parts.append(chunk.take(pa.array(n - 1 - rows[::-1])))
+        n_found += rows.size
+        if stop < n:
+            found = pa.Table.from_batches(found_parts[::-1], schema=first.schema)
+            oldest = int(seq[n - 1 - stop])
+            return _finish(first, schema, found, oldest, counters, closed, sort=False)
+        new_key = key_rev[is_new]
+        seen_key = new_key if seen_key is None else np.concatenate([seen_key, new_key])
+        seen_ws = np.concatenate([seen_ws, ws_rev[is_new]])
     raise ExtentError(
         f"the output log ended (oldest row seq {order.oldest_seq}) after finding "
         f"{n_found} of the N_c={n_c} windows open at t_c="
@@ -469,7 +490,7 @@ def reconstruct_reference(
         if done:
             break
         counters[0] += 1
-        counters[1] += batch.nbytes
+        counters[1] += batch.get_total_buffer_size()
         order.see(batch)
         done = scan(batch)
     if not done:
