@@ -120,7 +120,7 @@ def test_spark_baseline_matches_pandas(tmp_path: Path) -> None:
     """The anchor computes the right thing: its final state equals a pandas groupby mean."""
     from bench.spark_baseline import get_session, read_final_state, run_stateful
 
-    ds = write_dataset(tmp_path / "data", 30_000, 500, seed=42, files=3, rate=10_000.0)
+    ds = write_dataset(tmp_path / "data", 20_000, 500, seed=42, files=2, rate=10_000.0)
     expected = (
         read_dataset(ds.directory).to_pandas().groupby("item_id")["item_price"].mean()
     )
@@ -130,7 +130,7 @@ def test_spark_baseline_matches_pandas(tmp_path: Path) -> None:
             ds.directory, tmp_path / "ck", "rocksdb",
             sink="parquet", output_dir=tmp_path / "out", spark=spark,
         )
-        assert res.batches == 3 and res.rows == 30_000
+        assert res.batches == 2 and res.rows == 20_000
         assert res.final_state_rows == 500
         assert res.steady_rows_per_s > 0 and res.checkpoint_bytes > 0
         got = read_final_state(tmp_path / "out").set_index("item_id")["avg_price"]
@@ -142,7 +142,7 @@ def test_spark_baseline_matches_pandas(tmp_path: Path) -> None:
             ds.directory, tmp_path / "ckw", "hdfs", query="windowed", window="1 second",
             sink="parquet", output_dir=tmp_path / "outw", spark=spark,
         )
-        assert win.rows == 30_000
+        assert win.rows == 20_000
         frame = read_dataset(ds.directory).to_pandas()
         frame["window_start_us"] = frame["item_time"] // 1_000_000 * 1_000_000
         want = frame.groupby(["window_start_us", "item_id"])["item_price"].mean()
@@ -151,3 +151,72 @@ def test_spark_baseline_matches_pandas(tmp_path: Path) -> None:
         np.testing.assert_allclose(have["avg_price"].to_numpy(), want.to_numpy(), rtol=1e-12)
     finally:
         spark.stop()
+
+
+def test_progress_summary_and_table_without_spark(tmp_path: Path) -> None:
+    """The arithmetic of the anchor: steady rate excludes the cold first batch."""
+    from bench.spark_baseline import (
+        AnchorReport,
+        BatchStat,
+        RestartResult,
+        _summarize,
+        committed_batches,
+        offset_batches,
+    )
+
+    ck = tmp_path / "ck"
+    (ck / "commits").mkdir(parents=True)
+    (ck / "offsets").mkdir()
+    for i in range(2):
+        (ck / "commits" / str(i)).write_text("v1\n{}\n")
+        (ck / "commits" / f".{i}.crc").write_text("")
+    for i in range(3):
+        (ck / "offsets" / str(i)).write_text("v1\n")
+    assert committed_batches(ck) == [0, 1]
+    assert offset_batches(ck) == [0, 1, 2]
+
+    def progress(batch: int, rows: int, ms: int) -> dict[str, object]:
+        return {
+            "batchId": batch,
+            "numInputRows": rows,
+            "durationMs": {"triggerExecution": ms, "addBatch": ms // 2},
+            "stateOperators": [{"numRowsTotal": 7, "memoryUsedBytes": 9, "commitTimeMs": 1}],
+        }
+
+    stat = BatchStat.from_progress(progress(0, 10, 100))
+    assert (stat.input_rows, stat.trigger_ms, stat.add_batch_ms, stat.state_rows) == (
+        10, 100, 50, 7,
+    )
+    res = _summarize(
+        [progress(0, 1_000, 5_000), progress(1, 1_000, 500), progress(2, 1_000, 500),
+         progress(3, 0, 100)],
+        provider="rocksdb", query="keyed", rows=3_000, keys=10, files=3,
+        max_files_per_trigger=1, shuffle_partitions=2, sink="noop", wall_s=6.0,
+        checkpoint_dir=ck, session_start_s=None, spark_version="test",
+    )
+    assert res.batches == 3
+    assert res.steady_rows_per_s == pytest.approx(2_000.0)
+    assert res.first_batch_s == pytest.approx(5.0)
+    assert res.wall_rows_per_s == pytest.approx(500.0)
+    assert res.checkpoint_bytes > 0
+    assert res.checkpoint_bytes_per_tuple == pytest.approx(res.checkpoint_bytes / 3_000)
+    with pytest.raises(RuntimeError, match="read 1000 rows"):
+        _summarize(
+            [progress(0, 1_000, 10)], provider="hdfs", query="keyed", rows=3_000, keys=1,
+            files=1, max_files_per_trigger=1, shuffle_partitions=2, sink="noop", wall_s=1.0,
+            checkpoint_dir=ck, session_start_s=None, spark_version="test",
+        )
+    rst = RestartResult(
+        provider="rocksdb", query="keyed", rows=3_000, keys=10, files=3,
+        shuffle_partitions=2, committed_before_kill=1, inflight_at_kill=True,
+        checkpoint_bytes_at_kill=1, state_rows_at_kill=7, session_start_s=4.0,
+        restart_first_batch_s=3.25, first_batch_id=1, first_batch_rows=1_000,
+        first_batch_trigger_ms=3_000, catch_up_s=4.5, rows_after_restart=2_000,
+        cold_first_batch_s=2.0, load_avg_1m=0.5,
+    )
+    report = AnchorReport(rows=3_000, keys=10, files=3, shuffle_partitions=2, repeats=1,
+                          runs=[res], restarts=[rst])
+    table = report.to_markdown()
+    assert "| keyed | rocksdb | 1 | 3 | 2,000 | 500 | 5.00 |" in table
+    assert "| 3.25 | 4.50 |" in table
+    assert report.to_dict()["restarts"][0]["restart_first_batch_s"] == 3.25
