@@ -1,13 +1,46 @@
 """storage_log: the checksummed, LMDB-indexed, append-only stream log.
 
-The public API is :class:`storage_log.log.StreamLog` (see docs/ARCHITECTURE.md §2);
-the byte layout of a record is in :class:`storage_log.frame.FrameCodec`.
+The public API is :class:`storage_log.log.StreamLog` (docs/ARCHITECTURE.md §2). The
+package is a flat set of nouns, like Kafka's log layer:
+
+=============  ==============================================================
+``frame``      a record on disk: byte layout (:class:`FrameCodec`), encode/parse
+``segment``    segment files: naming, listing, chunked forward/backward walks
+``index``      the LMDB index and metadata (:class:`LogIndex`), a rebuildable cache
+``scan``       walking segments to find commits; the index-less reader's index
+``reconcile``  the writable open: cut a torn tail, re-index, rebuild (Kafka LogLoader)
+``lock``       the single-writer lock (``flock`` + pid)
+``log``        :class:`StreamLog`, the API the other packages use
+``errors``     the log's errors (all under ``cec.errors.CecError``)
+=============  ==============================================================
+
+Choices the architecture leaves open, made here:
+
+* A record is one zstd-compressed Arrow IPC record-batch message; the schema is
+  written once per segment (a SCHEMA frame) and kept in the LMDB metadata, so
+  framing costs exactly 64 bytes per record.
+* A commit is marked in the segments themselves (a COMMIT flag on the last frame,
+  a TOKEN frame for the token, a SEAL frame for the end of stream), so the
+  segments alone determine the committed log, token and seal; the index is only a
+  cache. Records written but never committed are cut on the next writable open.
+* ``seq`` must be >= 0 (segment files are named by it).
+* Readers of a log without a usable index walk the segments read-only.
+* ``close()`` does not commit: a writer's uncommitted appends are dropped.
+* Extras beyond the contract: ``StreamLog.open(..., fsync_interval=, threads=,
+  compression_level=)``, ``StreamLog.verify()``, ``uncommitted_bytes``,
+  ``committed_seq``, ``reconcile_report``; errors ``LogSchemaError``,
+  ``LogSealedError``, ``LogNotFoundError``, ``LogTrimmedError``, ``LogClosedError``.
 """
 
 from storage_log.errors import (
     CorruptLogError,
+    LogClosedError,
     LogLockedError,
+    LogNotFoundError,
     LogOrderError,
+    LogSchemaError,
+    LogSealedError,
+    LogTrimmedError,
     StorageLogError,
 )
 from storage_log.log import StreamLog
@@ -15,8 +48,13 @@ from storage_log.reconcile import ReconcileReport
 
 __all__ = [
     "CorruptLogError",
+    "LogClosedError",
     "LogLockedError",
+    "LogNotFoundError",
     "LogOrderError",
+    "LogSchemaError",
+    "LogSealedError",
+    "LogTrimmedError",
     "ReconcileReport",
     "StorageLogError",
     "StreamLog",

@@ -168,6 +168,7 @@ class StreamLog:
             if not (create and writable):
                 raise LogNotFoundError(f"no log at {directory} (open it writable with create=True)")
             directory.mkdir(parents=True, exist_ok=True)
+            _fsync_dir(directory.parent)
         if not writable:
             index: LogIndex | ScanIndex
             try:
