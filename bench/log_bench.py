@@ -1,6 +1,6 @@
 """Stream log benchmark: append, forward replay and backward scan of 100-byte tuples.
 
-Usage: ``python bench/log_bench.py [--tuples N] [--per-record R] [--dir DIR]``
+Usage: ``python bench/log_bench.py [--tuples N] [--per-record R] [--repeat K] [--dir DIR]``
 
 Everything is measured in one run on the same disk, side by side:
 
@@ -146,44 +146,56 @@ def sizes(path: Path, records: int, batches: list[pa.RecordBatch]) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tuples", type=int, default=4_000_000)
+    ap.add_argument("--tuples", type=int, default=3_000_000)
+    ap.add_argument("--repeat", type=int, default=2,
+                    help="rounds; each measure reports its best round (default 2)")
     ap.add_argument("--per-record", type=int, default=4096)
     ap.add_argument("--dir", type=Path, default=None,
                     help="directory on the disk to measure (default: a temporary one)")
     args = ap.parse_args(argv)
     batches = make_batches(args.tuples, args.per_record)
     n = sum(b.num_rows for b in batches)
-    tmp = Path(tempfile.mkdtemp(prefix="log_bench-", dir=args.dir))
-    results: list[tuple[str, float, float, str, str]] = []
-    try:
-        c0 = time.process_time()
-        plain = bench_plain(tmp / "plain.bin", batches)
-        plain_cpu = time.process_time() - c0
-        results.append(("plain write, fdatasync per 1 MiB", plain, plain_cpu,
-                        f"{-(-n * TUPLE_BYTES // COMMIT_BYTES)}", ""))
-        for name, fsync, cadence, target in [
-            ("append, commit per ~1 MiB of log bytes", "always", "log", ">= 2 M/s"),
-            ("append, commit per ~1 MiB of tuples", "always", "tuples", ""),
-            ("append, commit per ~1 MiB of log bytes, fsync=never", "never", "log", ""),
-        ]:
-            wall, cpu, commits = bench_append(tmp / f"log-{fsync}-{cadence}", batches, fsync,
-                                              cadence)
-            results.append((name, wall, cpu, str(commits), target))
-        log_path = tmp / "log-always-log"
-        wall, cpu, n_fwd = bench_read(log_path, backward=False)
-        results.append(("forward replay, decoded", wall, cpu, "", ">= 5 M/s"))
-        wall, cpu, n_bwd = bench_read(log_path, backward=True)
-        results.append(("backward scan, decoded", wall, cpu, "", ">= 5 M/s"))
-        if not n_fwd == n_bwd == n:
-            raise RuntimeError(f"read {n_fwd} / {n_bwd} tuples of {n}")
-        sz = sizes(log_path, len(batches), batches)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    # best (shortest) of --repeat rounds per measure: the machine may be shared
+    best: dict[str, tuple[float, float, str, str]] = {}
+
+    def keep(name: str, wall: float, cpu: float, fsyncs: str, target: str) -> None:
+        if name not in best or wall < best[name][0]:
+            best[name] = (wall, cpu, fsyncs, target)
+
+    sz: dict[str, float] = {}
+    for _ in range(max(1, args.repeat)):
+        tmp = Path(tempfile.mkdtemp(prefix="log_bench-", dir=args.dir))
+        try:
+            c0 = time.process_time()
+            plain = bench_plain(tmp / "plain.bin", batches)
+            keep("plain write, fdatasync per 1 MiB", plain, time.process_time() - c0,
+                 f"{-(-n * TUPLE_BYTES // COMMIT_BYTES)}", "")
+            for name, fsync, cadence, target in [
+                ("append, commit per ~1 MiB of log bytes", "always", "log", ">= 2 M/s"),
+                ("append, commit per ~1 MiB of tuples", "always", "tuples", ""),
+                ("append, commit per ~1 MiB of log bytes, fsync=never", "never", "log", ""),
+            ]:
+                wall, cpu, commits = bench_append(tmp / f"log-{fsync}-{cadence}", batches,
+                                                  fsync, cadence)
+                keep(name, wall, cpu, str(commits), target)
+            log_path = tmp / "log-always-log"
+            wall, cpu, n_fwd = bench_read(log_path, backward=False)
+            keep("forward replay, decoded", wall, cpu, "", ">= 5 M/s")
+            wall, cpu, n_bwd = bench_read(log_path, backward=True)
+            keep("backward scan, decoded", wall, cpu, "", ">= 5 M/s")
+            if not n_fwd == n_bwd == n:
+                raise RuntimeError(f"read {n_fwd} / {n_bwd} tuples of {n}")
+            sz = sizes(log_path, len(batches), batches)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    plain = best["plain write, fdatasync per 1 MiB"][0]
+    results = [(name, *v) for name, v in best.items()]
 
     print(f"# storage_log benchmark: {n:,} tuples of {TUPLE_BYTES} B, "
           f"{args.per_record} tuples per record\n")
-    print("Wall-clock rates on a shared machine; the CPU column divides by this process's "
-          "CPU time (all its threads), the rate if the cores were not contended.\n")
+    print(f"Wall-clock rates, best of {max(1, args.repeat)} rounds; the CPU column divides by "
+          "this process's CPU time (all its threads): the rate if the cores were not "
+          "contended.\n")
     print("| measure | tuples/s | vs plain write | tuples/CPU-s | fsyncs | target |")
     print("|---|---:|---:|---:|---:|---|")
     for name, wall, cpu, commits, target in results:
