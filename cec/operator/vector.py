@@ -22,6 +22,8 @@ How a batch is processed:
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
@@ -188,33 +190,83 @@ class VectorOperator:
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
     def _rows(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, n_open: I64,
-              ts: I64, seq: I64, vals: F64) -> Block:
-        """Foreground rows: R with the slot's state, G_open with the opening tuple's."""
+              ts: I64, seq: I64, vals: F64, kidx: I64 | None = None) -> Block:
+        """Foreground rows: R with the slot's state, G_open with the opening tuple's.
+
+        Only the R rows read the (large, randomly accessed) slot arrays; a G_open row is
+        built from its tuple, and for count windows (``kidx`` given) so is its identity.
+        """
         sl = self._slots
         k = len(slots)
-        t = ts[tuples]
-        if k and is_close.all():
-            return self._block(slots, np.full(k, R, np.int8), t, seq[tuples], n_open)
+        ci = np.flatnonzero(is_close)
+        if len(ci) == k:
+            return self._block(slots, np.full(k, R, np.int8), ts[tuples], seq[tuples], n_open)
+        oi = np.flatnonzero(~is_close)
         seqs = np.arange(self._next_out, self._next_out + k, dtype=np.int64)
         self._next_out += k
-        v = vals[tuples]
+        cs, to = slots[ci], tuples[oi]
+        v_o, ts_o = vals[to], ts[to]
+
+        def merge(close: npt.ArrayLike, opened: npt.ArrayLike, dtype: type) -> npt.NDArray[Any]:
+            out: npt.NDArray[Any] = np.empty(k, dtype=dtype)
+            out[ci] = close
+            out[oi] = opened
+            return out
+
+        typ = np.full(k, G_OPEN, dtype=np.int8)
+        typ[ci] = R
         blk: Block = {
-            "ts": t, "seq": seqs, "type": np.where(is_close, np.int8(R), np.int8(G_OPEN)),
-            "t_now": seq[tuples], "n_open": n_open, "key_idx": sl.key_idx[slots],
-            "win_start": sl.win_start[slots], "win_end": sl.win_end[slots],
-            "tau1": sl.tau1[slots], "cnt": np.where(is_close, sl.cnt[slots], 1),
-            "sum": np.where(is_close, sl.sum[slots], v),
-            "min": np.where(is_close, sl.min[slots], v),
-            "max": np.where(is_close, sl.max[slots], v),
-            "first_ts": np.where(is_close, sl.first_ts[slots], t),
-            "last_ts": np.where(is_close, sl.last_ts[slots], t),
+            "ts": ts[tuples], "seq": seqs, "type": typ, "t_now": seq[tuples], "n_open": n_open,
+            "cnt": merge(sl.cnt[cs], 1, np.int64),
+            "sum": merge(sl.sum[cs], v_o, np.float64),
+            "min": merge(sl.min[cs], v_o, np.float64),
+            "max": merge(sl.max[cs], v_o, np.float64),
+            "first_ts": merge(sl.first_ts[cs], ts_o, np.int64),
+            "last_ts": merge(sl.last_ts[cs], ts_o, np.int64),
         }
+        if kidx is not None:  # count windows: id (key, seq of the opening tuple), end -1
+            seq_o = seq[to]
+            blk["key_idx"] = merge(sl.key_idx[cs], kidx[to], np.int64)
+            blk["win_start"] = merge(sl.win_start[cs], seq_o, np.int64)
+            blk["win_end"] = merge(sl.win_end[cs], -1, np.int64)
+            blk["tau1"] = merge(sl.tau1[cs], seq_o, np.int64)
+        else:
+            for f in ("key_idx", "win_start", "win_end", "tau1"):
+                blk[f] = getattr(sl, f)[slots]
         if self._policy.emits_open:
-            oi = np.flatnonzero(~is_close)
             sl.fp_seq[slots[oi]] = seqs[oi]
         return blk
 
     # -- count windows ------------------------------------------------------------
+    def _count_size_one(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> Block:
+        """Count windows of size 1: every tuple opens and closes its own window.
+
+        No window outlives its tuple, so the rows come straight from the tuples:
+        ``G_open`` (N + 1) then ``R`` (N) per tuple, or only ``R`` in mode ``none``.
+        """
+        n = len(seq)
+        per = 2 if self._policy.emits_open else 1
+        k = n * per
+
+        def rep(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
+            return np.repeat(a, per) if per > 1 else a
+
+        if per == 2:
+            typ = np.tile(np.array([G_OPEN, R], dtype=np.int8), n)
+            n_open = np.tile(np.array([self._n + 1, self._n], dtype=np.int64), n)
+        else:
+            typ = np.full(n, R, dtype=np.int8)
+            n_open = np.full(n, self._n, dtype=np.int64)
+        seqs = np.arange(self._next_out, self._next_out + k, dtype=np.int64)
+        self._next_out += k
+        ts_r, seq_r, v_r = rep(ts), rep(seq), rep(vals)
+        return {
+            "ts": ts_r, "seq": seqs, "type": typ, "t_now": seq_r, "n_open": n_open,
+            "key_idx": rep(kidx), "win_start": seq_r, "win_end": np.full(k, -1, np.int64),
+            "tau1": seq_r, "cnt": np.ones(k, dtype=np.int64), "sum": v_r, "min": v_r,
+            "max": v_r, "first_ts": ts_r, "last_ts": ts_r,
+        }
+
     def _count_tumbling(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> Block:
         """Count windows with slide == size: one window per tuple, the hot path.
 
@@ -266,7 +318,7 @@ class VectorOperator:
         if not self._policy.emits_open:
             ev_t, n_after = ev_t[is_close], n_after[is_close]
             is_close = np.ones(len(ev_t), dtype=np.bool_)
-        blk = self._rows(ms_t[ev_t], is_close, ev_t, n_after, ts, seq, vals)
+        blk = self._rows(ms_t[ev_t], is_close, ev_t, n_after, ts, seq, vals, kidx)
         sl.release(ms_t[closes])
         return blk
 
@@ -334,7 +386,7 @@ class VectorOperator:
             em, n_after = em[is_close], n_after[is_close]
             is_close = np.ones(len(em), dtype=np.bool_)
         ev_slots = ms[em]
-        blk = self._rows(ev_slots, is_close, mi[em], n_after, ts, seq, vals)
+        blk = self._rows(ev_slots, is_close, mi[em], n_after, ts, seq, vals, kidx)
         # the keys' open windows after the batch, newest first
         ends = np.flatnonzero(np.append(first[1:], True))
         kb = ks[ends]
@@ -448,19 +500,29 @@ class VectorOperator:
         pol = self._policy
         if not pol.emits_check or self._recon_until is not None or self._t_now is None:
             return None
-        oldest = self._oldest()
-        if oldest is None or oldest[1] >= self._t_now:
+        sl = self._slots
+        live = sl.live_slots()
+        if len(live) == 0:
             return None
-        if not pol.wants_check(self.q, self.u, self._n):
+        fp, tau2 = sl.fp_seq[live], sl.tau2[live]
+        fp_min = int(fp.min())
+        tau2_oldest = int(tau2[fp == fp_min].min())
+        q = self._next_out - fp_min if fp_min >= 0 else 0
+        if tau2_oldest >= self._t_now:
+            return None
+        if not pol.wants_check(q, self._t_now - tau2_oldest, self._n):
             return None
         allowed = self._budget.grant()
         if allowed <= 0:
             return None
-        sl = self._slots
-        live = sl.live_slots()
-        order = np.lexsort((sl.win_start[live], sl.tau2[live], sl.fp_seq[live]))
         kmax = min(allowed, len(live))
-        cand = live[order[:kmax]]
+        if fp_min >= 0 and kmax < len(live) // 2:
+            # footprint seqs are unique: the kmax oldest by a partition, then sort those
+            part = np.argpartition(fp, kmax - 1)[:kmax]
+            cand = live[part[np.argsort(fp[part])]]
+        else:
+            order = np.lexsort((sl.win_start[live], tau2, fp))
+            cand = live[order[:kmax]]
         j = np.arange(kmax, dtype=np.int64)
         fpj = sl.fp_seq[cand]
         qj = self._next_out + j - fpj
@@ -504,7 +566,9 @@ class VectorOperator:
                     self._recon_until = None
             if start < n:
                 ts, seq, vals, kidx = ts[start:], seq[start:], vals[start:], kidx[start:]
-                if self._is_count and self._M == 1:
+                if self._is_count and self._S == 1:
+                    blocks.append(self._count_size_one(ts, seq, vals, kidx))
+                elif self._is_count and self._M == 1:
                     blocks.append(self._count_tumbling(ts, seq, vals, kidx))
                 elif self._is_count:
                     blocks.append(self._count_batch(ts, seq, vals, kidx))
