@@ -19,7 +19,8 @@ is in the EC exactly when that row is a G row. The vectorized scan uses that: pe
 chunk of records it reverses the rows, keeps the first occurrence of each id (pandas
 ``duplicated`` over ``key, win_start``, exact, no hashing tricks), drops ids already
 met in newer chunks, and counts the G rows among the rest until ``N_c`` is reached.
-Chunks grow with the set of ids met so far, so the scan stays linear.
+Chunk sizes follow the windows still missing and the ids met so far
+(:data:`MIN_CHUNK_ROWS`), so the scan reads little past the extent.
 :func:`reconstruct_reference` is the per-row oracle the tests hold it against.
 
 Time travel snaps to input-tuple boundaries only through ``at_ts`` (all the rows an
@@ -50,9 +51,11 @@ TYPE_NAMES = {TYPE_R: "R", TYPE_G_OPEN: "G_open", TYPE_G_CHECK: "G_check"}
 
 REQUIRED_COLUMNS = ("ts", "seq", "type", "t_now", "n_open", "key", "win_start")
 
-#: The first chunk holds at least this many rows; later chunks at least as many rows
-#: as distinct window ids met so far, which keeps the whole scan linear.
-MIN_CHUNK_ROWS = 1 << 16
+#: A chunk holds at least this many rows, at least as many as windows still missing
+#: (each needs a row), and at least 1/8 of the ids met so far (bounds the rehashing of
+#: those ids). Decoding a log record costs far more than hashing an id, so chunks
+#: stay small enough not to read much past the extent.
+MIN_CHUNK_ROWS = 1 << 12
 
 #: How many of the oldest footprints the extent metrics list.
 OLDEST_LISTED = 5
@@ -389,7 +392,7 @@ def reconstruct(
     newer_first_seq: int | None = None  # first seq of the chunk scanned before
     exhausted = False
     while not exhausted:
-        target = max(MIN_CHUNK_ROWS, seen_ws.size)
+        target = max(MIN_CHUNK_ROWS, n_c - n_found, seen_ws.size // 8)
         while pending_rows < target:
             nxt = next(it, None)
             if nxt is None:
