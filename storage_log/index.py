@@ -179,16 +179,16 @@ class LogIndex:
             self._meta = self.env.open_db(b"meta", create=create)
             with self.env.begin(db=self._meta) as txn:
                 fmt = txn.get(b"format")
-            if fmt is None and create:
-                with self.env.begin(db=self._meta, write=True) as txn:
-                    txn.put(b"format", _U32.pack(FORMAT))
-                    txn.put(b"committed", EMPTY.encode())
-            elif fmt is None or _U32.unpack(fmt)[0] != FORMAT:
-                raise IndexCorrupt(f"{path}: missing or unknown index format")
-            with self.env.begin(db=self._meta) as txn:
                 raw = txn.get(b"committed")
-                if raw is None or len(raw) != COMMITTED.size:
-                    raise IndexCorrupt(f"{path}: committed end missing or malformed")
+            #: a new (or half-built) environment: no ``format`` key until :meth:`reset`
+            #: has stored a complete index, so readers never trust it before that
+            self.fresh = fmt is None
+            if fmt is None and not create:
+                raise IndexCorrupt(f"{path}: index incomplete (never finished building)")
+            if fmt is not None and _U32.unpack(fmt)[0] != FORMAT:
+                raise IndexCorrupt(f"{path}: unknown index format {_U32.unpack(fmt)[0]}")
+            if fmt is not None and (raw is None or len(raw) != COMMITTED.size):
+                raise IndexCorrupt(f"{path}: committed end missing or malformed")
         except (lmdb.Error, struct.error) as exc:
             self.close()
             raise IndexCorrupt(f"{path}: {exc}") from exc
@@ -218,7 +218,8 @@ class LogIndex:
 
     def _snapshot(self, txn: Any) -> Snapshot:
         meta = self._meta
-        committed = Committed.decode(txn.get(b"committed", db=meta))
+        raw = txn.get(b"committed", db=meta)
+        committed = Committed.decode(raw) if raw is not None else EMPTY
         first_seq = None
         with txn.cursor(db=self._seq) as cur:
             if cur.first():
@@ -283,18 +284,22 @@ class LogIndex:
     def _commit(self, entries: list[Entry], committed: Committed, schema: bytes | None,
                 token: bytes | None, sealed: bool) -> None:
         with self.env.begin(write=True) as txn:
-            for e in entries:
-                v = e.encode()
-                txn.put(key_i64(e.last_seq), v, db=self._seq)
-                txn.put(key_ts_seq(e.last_ts, e.last_seq), v, db=self._ts)
-            meta = self._meta
-            txn.put(b"committed", committed.encode(), db=meta)
-            if schema is not None:
-                txn.put(b"schema", schema, db=meta)
-            if token is not None:
-                txn.put(b"token", token, db=meta)
-            if sealed:
-                txn.put(b"sealed", b"\x01", db=meta)
+            self._put(txn, entries, committed, schema, token, sealed)
+
+    def _put(self, txn: Any, entries: list[Entry], committed: Committed, schema: bytes | None,
+             token: bytes | None, sealed: bool) -> None:
+        for e in entries:
+            v = e.encode()
+            txn.put(key_i64(e.last_seq), v, db=self._seq)
+            txn.put(key_ts_seq(e.last_ts, e.last_seq), v, db=self._ts)
+        meta = self._meta
+        txn.put(b"committed", committed.encode(), db=meta)
+        if schema is not None:
+            txn.put(b"schema", schema, db=meta)
+        if token is not None:
+            txn.put(b"token", token, db=meta)
+        if sealed:
+            txn.put(b"sealed", b"\x01", db=meta)
 
     def drop_after(self, last_seq: int | None) -> int:
         """Delete entries of records ending after ``last_seq`` (all if None)."""
@@ -328,22 +333,22 @@ class LogIndex:
                 txn.put(b"trimmed", _I64.pack(victims[-1].last_seq), db=self._meta)
         return len(victims)
 
-    def reset(self, committed: Committed, *, schema: bytes | None, token: bytes | None,
-              sealed: bool) -> None:
-        """Replace everything with a fresh committed state (entries added separately)."""
-        with self.env.begin(write=True) as txn:
-            txn.drop(self._seq, delete=False)
-            txn.drop(self._ts, delete=False)
-            txn.drop(self._meta, delete=False)
-            meta = self._meta
-            txn.put(b"format", _U32.pack(FORMAT), db=meta)
-            txn.put(b"committed", committed.encode(), db=meta)
-            if schema is not None:
-                txn.put(b"schema", schema, db=meta)
-            if token is not None:
-                txn.put(b"token", token, db=meta)
-            if sealed:
-                txn.put(b"sealed", b"\x01", db=meta)
+    def reset(self, entries: list[Entry], committed: Committed, *, schema: bytes | None,
+              token: bytes | None, sealed: bool) -> None:
+        """Replace everything with a rebuilt index, in one transaction; stores the
+        ``format`` key last, which marks the index complete."""
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    txn.drop(self._seq, delete=False)
+                    txn.drop(self._ts, delete=False)
+                    txn.drop(self._meta, delete=False)
+                    self._put(txn, entries, committed, schema, token, sealed)
+                    txn.put(b"format", _U32.pack(FORMAT), db=self._meta)
+                self.fresh = False
+                return
+            except lmdb.MapFullError:
+                self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
     def sync(self) -> None:
         self.env.sync(True)

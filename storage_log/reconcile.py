@@ -88,11 +88,13 @@ def open_index(directory: Path, report: ReconcileReport, *, force_rebuild: bool)
     try:
         index = LogIndex(path, create=True)
         index.env.reader_check()  # free reader slots of dead processes
-        return index
     except IndexCorrupt as exc:
         report.rebuilt, report.rebuild_reason = True, f"index unusable: {exc}"
         shutil.rmtree(path, ignore_errors=True)
-        return LogIndex(path, create=True)
+        index = LogIndex(path, create=True)
+    if index.fresh and not report.rebuilt:
+        report.rebuilt, report.rebuild_reason = True, "index never finished building"
+    return index
 
 
 def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
@@ -155,12 +157,12 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
         _fsync_dir(directory)
 
     # the index
+    report.records_indexed = len(entries)
     if full:
-        index.reset(point, schema=schema_bytes, token=token, sealed=sealed)
+        index.reset(entries, point, schema=schema_bytes, token=token, sealed=sealed)
     else:
         report.entries_dropped = index.drop_after(snap.committed.last_seq)
-    report.records_indexed = len(entries)
-    index.commit(entries, point, schema=schema_bytes, token=token, sealed=sealed)
+        index.commit(entries, point, schema=schema_bytes, token=token, sealed=sealed)
     index.sync()
     segments = [s for s in segments if s <= keep_seg]
     snap2 = index.snapshot()

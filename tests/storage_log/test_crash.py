@@ -292,3 +292,25 @@ def test_tailing_reader_in_another_process(tmp_path: Path) -> None:
             proc.wait()
             proc.stdout.close()
     assert sealed and seqs == list(range(600))
+
+
+def test_rebuild_refuses_corruption_in_an_older_segment(tmp_path: Path) -> None:
+    log_dir = tmp_path / "log"
+    with StreamLog.open(log_dir, writable=True, create=True, segment_bytes=4096) as w:
+        for i in range(40):
+            w.append(make_batch(i * 10, 10))
+            w.commit()
+        entries = list(w._index.entries())  # type: ignore[union-attr]
+    victim = [e for e in entries if e.segment == 0][2]
+    seg0 = sorted(log_dir.glob("*.seg"))[0]
+    _flip(seg0, victim.offset + 20, 5)
+    shutil.rmtree(log_dir / "index")
+    with pytest.raises(CorruptLogError, match=f"{seg0.name} at byte {victim.offset}"):
+        StreamLog.open(log_dir, writable=True)
+    with StreamLog.open(log_dir) as r:  # an index-less reader stops before the bad record
+        assert rows(r.read_forward()) == list(range(victim.first_seq))
+    with StreamLog.open(log_dir, writable=True, repair=True) as w:
+        assert w.reconcile_report is not None and w.reconcile_report.cut_at == (
+            seg0.name, victim.offset)
+        assert len(list(log_dir.glob("*.seg"))) == 1
+        assert rows(w.read_forward()) == list(range(victim.first_seq))
