@@ -1,21 +1,22 @@
 """The ingest: source → Spark (read, filter, key partition) → one upstream log per partition.
 
-One Spark job per chunk (:mod:`cec.sources`), in chunk order. A chunk's job has one
-task that reads the chunk (the generator through ``spark.range`` and deterministic
-expressions; files through the Python data source ``cec_chunk``, which yields Arrow
-batches), applies ``[filter].where`` in Spark SQL, computes the key partition
-``pmod(xxhash64(key), P)`` in Spark SQL (:func:`partition_expr`, the only place the
-partition of a key is decided) and hands Arrow batches to :func:`_chunk_writer`
-(``mapInArrow``). The writer splits each batch by partition (a stable argsort, so
-each partition's rows stay in ``seq`` order), appends one record per partition per
-batch to the upstream logs and, at the end of the chunk, commits every one of the P
-logs with the token ``{"chunk": c, "next_seq": ...}``.
+The source is cut into chunks (:mod:`cec.sources`); a Spark **job** ingests a run of
+consecutive chunks (up to :data:`JOB_ROWS` source rows) with a single task, so the
+order of the stream is kept without any sort. The task reads the chunks (the generator
+through ``spark.range`` and deterministic expressions; files through the Python data
+source ``cec_chunk``, which yields Arrow batches), applies ``[filter].where`` in Spark
+SQL, computes the key partition ``pmod(xxhash64(key), P)`` in Spark SQL
+(:func:`partition_expr`, the only place the partition of a key is decided) and hands
+Arrow batches to :func:`_chunk_writer` (``mapInArrow``). The writer splits each batch
+by partition (a stable argsort, so each partition's rows stay in ``seq`` order),
+appends one record per partition per batch and, as soon as it has passed the end of a
+chunk, commits every one of the P logs with the token ``{"chunk": c, "next_seq": ...}``.
 
 Idempotence and resumption: a restarted ingest starts at the chunk after the oldest
 token of the P logs; while writing, a log only receives rows whose ``seq`` is above its
-``last_seq`` (records written before a crash survive reconciliation, so the check is
-by position, not by token). Nothing is read twice into a log, nothing is skipped.
-At the end of a bounded source the driver seals every upstream log.
+``last_seq`` (a crash between the commits of two logs leaves them at different
+chunks). Nothing is read twice into a log, nothing is skipped. At the end of a bounded
+source the driver seals every upstream log.
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ _SPARK_TYPES = {"int64": "BIGINT", "float64": "DOUBLE", "string": "STRING", "boo
 
 
 class CecChunkDataSource(DataSource):
-    """Spark data source ``cec_chunk``: one chunk of a file source as Arrow batches.
+    """Spark data source ``cec_chunk``: consecutive chunks of a file source, Arrow batches.
 
-    Options: ``chunk`` (:meth:`Chunk.to_json`), ``columns`` (:meth:`ColumnTypes.to_json`).
+    Options: ``chunks`` (a JSON list of :meth:`Chunk.to_json`), ``columns``
+    (:meth:`ColumnTypes.to_json`). One input partition: the chunks are read in order.
     """
 
     @classmethod
@@ -73,19 +75,21 @@ class CecChunkDataSource(DataSource):
         return ", ".join([*fields, f"`{SEQ}` BIGINT"])
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _ChunkReader(self.options["chunk"], self.options["columns"])
+        return _ChunkReader(self.options["chunks"], self.options["columns"])
 
 
 class _ChunkReader(DataSourceReader):
-    def __init__(self, chunk: str, columns: str) -> None:
-        self.chunk = chunk
+    def __init__(self, chunks: str, columns: str) -> None:
+        self.chunks = chunks
         self.columns = columns
 
     def partitions(self) -> list[InputPartition]:
         return [InputPartition(0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        yield from read_chunk(Chunk.from_json(self.chunk), ColumnTypes.from_json(self.columns))
+        columns = ColumnTypes.from_json(self.columns)
+        for raw in json.loads(self.chunks):
+            yield from read_chunk(Chunk.from_json(raw), columns)
 
 
 def register(spark: SparkSession) -> None:
@@ -106,27 +110,29 @@ def partition_expr(key: Column, partitions: int) -> Column:
 
 
 def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
-                 chunk: Chunk) -> DataFrame:
-    """The rows of one chunk with every source column plus ``SEQ``, in source order."""
+                 chunks: list[Chunk]) -> DataFrame:
+    """The rows of consecutive chunks with every source column plus ``SEQ``, in order."""
+    chunk = chunks[0]
     if chunk.fmt == "generator":
         gen = spec.source.generator
         assert gen is not None
         ids = F.col("id")
-        return spark.range(chunk.start, chunk.stop, 1, 1).select(
+        return spark.range(chunk.start, chunks[-1].stop, 1, 1).select(
             F.pmod(F.xxhash64(F.lit(gen.seed), ids), F.lit(gen.keys)).alias("item_id"),
             (F.pmod(F.xxhash64(F.lit(gen.seed + 1), ids), F.lit(10_000)) + 1)
             .cast("double").alias("item_price"),
             (F.lit(gen.start_ts) + ids * F.lit(gen.interval_us)).alias("item_time"),
             ids.alias(SEQ),
         )
-    return (spark.read.format("cec_chunk").option("chunk", chunk.to_json())
+    return (spark.read.format("cec_chunk")
+            .option("chunks", json.dumps([c.to_json() for c in chunks]))
             .option("columns", columns.to_json()).load())
 
 
 def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
-                   chunk: Chunk) -> DataFrame:
+                   chunks: list[Chunk]) -> DataFrame:
     """Filtered, projected and partitioned rows: ts, seq, key, value, PART."""
-    df = source_frame(spark, spec, columns, chunk)
+    df = source_frame(spark, spec, columns, chunks)
     if spec.where is not None:
         df = df.where(spec.where)
     agg = spec.aggregate
@@ -148,7 +154,7 @@ def check_filter(spark: SparkSession, spec: PipelineSpec, plan: SourcePlan) -> N
     if chunk.fmt != "generator" and not plan.chunks:
         return
     try:
-        upstream_frame(spark, spec, plan.columns, chunk).schema  # noqa: B018
+        upstream_frame(spark, spec, plan.columns, [chunk]).schema  # noqa: B018
     except (AnalysisException, ParseException) as exc:
         first = str(exc).strip().splitlines()[0]
         raise SpecError(f"{spec.origin}: [filter].where: {spec.where!r} is not a valid "
@@ -181,44 +187,72 @@ class WriterConfig:
     value_column: str
 
 
-def _chunk_writer(cfg: WriterConfig, chunk: Chunk
+def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The mapInArrow function that writes one chunk into the P upstream logs."""
+    """The mapInArrow function that writes consecutive chunks into the P upstream logs."""
+    ends = [c.next_seq for c in chunks]
+    tokens = [_token(c) for c in chunks]
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         layout = RunLayout(Path(cfg.root))
         logs = [StreamLog.open(layout.upstream(p), writable=True, create=True,
                                fsync=cfg.fsync) for p in range(cfg.partitions)]
         written = 0
+        nxt = 0  # the next chunk to commit
+
+        def commit_through(upto: int) -> None:  # commit every chunk ending at or before
+            nonlocal nxt
+            while nxt < len(ends) and ends[nxt] <= upto:
+                for log in logs:
+                    log.commit(tokens[nxt])
+                nxt += 1
+
         try:
             above = [-1 if log.last_seq is None else log.last_seq for log in logs]
             for batch in batches:
                 if batch.num_rows == 0:
                     continue
-                part = batch.column(PART).to_numpy()
-                order = np.argsort(part, kind="stable")
-                counts = np.bincount(part, minlength=cfg.partitions)
-                body = batch.drop_columns([PART]).take(pa.array(order))
-                offset = 0
-                for p, n in enumerate(counts.tolist()):
-                    if n:
-                        sub = body.slice(offset, n)
-                        if above[p] >= 0 and sub.column(1)[0].as_py() <= above[p]:
-                            seqs = sub.column(1).to_numpy()
-                            sub = sub.slice(int(np.searchsorted(seqs, above[p], "right")))
-                        if sub.num_rows:
-                            logs[p].append(sub)
-                            written += sub.num_rows
-                    offset += n
-            token = _token(chunk)
-            for log in logs:
-                log.commit(token)
+                seqs = batch.column(1).to_numpy()
+                lo = 0
+                while lo < batch.num_rows:
+                    # rows of the chunk being written; commit when a chunk is complete
+                    cut = batch.num_rows
+                    if nxt < len(ends):
+                        cut = max(lo, int(np.searchsorted(seqs, ends[nxt], "left")))
+                    if cut > lo:
+                        written += _append_split(logs, batch.slice(lo, cut - lo), above,
+                                                 cfg.partitions)
+                    if cut < batch.num_rows:
+                        commit_through(int(seqs[cut]))
+                    lo = cut
+            commit_through(ends[-1])
         finally:
             for log in logs:
                 log.close()
         yield pa.RecordBatch.from_pydict({"rows": pa.array([written], pa.int64())})
 
     return write
+
+
+def _append_split(logs: list[StreamLog], batch: pa.RecordBatch, above: list[int],
+                  partitions: int) -> int:
+    """Append the rows of ``batch`` to their partitions' logs (one record each)."""
+    part = batch.column(PART).to_numpy()
+    order = np.argsort(part, kind="stable")
+    counts = np.bincount(part, minlength=partitions)
+    body = batch.drop_columns([PART]).take(pa.array(order))
+    offset = written = 0
+    for p, n in enumerate(counts.tolist()):
+        if n:
+            sub = body.slice(offset, n)
+            if above[p] >= 0 and sub.column(1)[0].as_py() <= above[p]:
+                seqs = sub.column(1).to_numpy()
+                sub = sub.slice(int(np.searchsorted(seqs, above[p], "right")))
+            if sub.num_rows:
+                logs[p].append(sub)
+                written += sub.num_rows
+        offset += n
+    return written
 
 
 # --------------------------------------------------------------------------- loop
@@ -260,14 +294,33 @@ def seal_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
                 log.seal()
 
 
-def run_chunk(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-              layout: RunLayout, chunk: Chunk) -> int:
-    """Ingest one chunk (one Spark job); the number of tuples written."""
+JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each)
+
+
+def run_chunks(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+               layout: RunLayout, chunks: list[Chunk]) -> int:
+    """Ingest consecutive chunks (one Spark job); the number of tuples written."""
     cfg = WriterConfig(str(layout.root), spec.run.partitions, spec.run.fsync,
                        spec.aggregate.group_by, value_column(spec))
-    df = upstream_frame(spark, spec, settings.columns, chunk)
-    out = df.mapInArrow(_chunk_writer(cfg, chunk), "rows long").collect()
+    df = upstream_frame(spark, spec, settings.columns, chunks)
+    out = df.mapInArrow(_chunk_writer(cfg, chunks), "rows long").collect()
     return int(sum(r["rows"] for r in out))
+
+
+def _jobs(chunks: list[Chunk], resume: int) -> Iterator[list[Chunk]]:
+    """Runs of consecutive chunks after ``resume`` of at most JOB_ROWS rows each."""
+    job: list[Chunk] = []
+    rows = 0
+    for chunk in chunks:
+        if chunk.index <= resume:
+            continue
+        if job and rows + chunk.rows > JOB_ROWS:
+            yield job
+            job, rows = [], 0
+        job.append(chunk)
+        rows += chunk.rows
+    if job:
+        yield job
 
 
 def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layout: RunLayout,
@@ -282,10 +335,7 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
         watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples)
         while not should_stop():
             new = watcher.poll()
-            for chunk in new:
-                if should_stop():
-                    return
-                _one(spark, spec, settings, layout, chunk, resume, progress)
+            _run_jobs(spark, spec, settings, layout, new, resume, progress, should_stop)
             if watcher.ended:
                 break
             if not new:
@@ -294,10 +344,7 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
         if plan is None:
             plan = plan_source(spec, max_rows=settings.max_tuples)
         progress.chunks_total = len(plan.chunks)
-        for chunk in plan.chunks:
-            if should_stop():
-                return
-            _one(spark, spec, settings, layout, chunk, resume, progress)
+        _run_jobs(spark, spec, settings, layout, plan.chunks, resume, progress, should_stop)
     if should_stop():
         return
     seal_upstream(layout, spec.run.partitions, spec.run.fsync)
@@ -305,9 +352,15 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
     progress.finished = time.monotonic()
 
 
-def _one(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layout: RunLayout,
-         chunk: Chunk, resume: int, progress: IngestProgress) -> None:
-    if chunk.index > resume:
-        progress.tuples += run_chunk(spark, spec, settings, layout, chunk)
-    progress.chunks_done = chunk.index + 1
-    progress.source_rows = chunk.next_seq
+def _run_jobs(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+              layout: RunLayout, chunks: list[Chunk], resume: int, progress: IngestProgress,
+              should_stop: Callable[[], bool]) -> None:
+    for job in _jobs(chunks, resume):
+        if should_stop():
+            return
+        progress.tuples += run_chunks(spark, spec, settings, layout, job)
+        progress.chunks_done = job[-1].index + 1
+        progress.source_rows = job[-1].next_seq
+    if chunks and chunks[-1].index <= resume:
+        progress.chunks_done = chunks[-1].index + 1
+        progress.source_rows = chunks[-1].next_seq

@@ -79,6 +79,8 @@ class TaskCounters:
     n_open: int = 0
     q: int = 0
     u: int = 0
+    process_s: float = 0.0  # time inside operator.process/finish
+    write_s: float = 0.0  # time appending + committing output records
     done: bool = False
     stopped: bool = False
     started: float = field(default_factory=time.time)
@@ -121,7 +123,10 @@ def run_partition(root: str, p: int) -> dict[str, Any]:
         with StreamLog.open(layout.upstream(p)) as up:
             last_state = 0.0
             for batch in _tail(up, rec.resume_after_seq, layout):
+                t0 = time.perf_counter()
                 result = op.process(batch)
+                t1 = time.perf_counter()
+                counters.process_s += t1 - t0
                 counters.in_batches += 1
                 counters.in_tuples += batch.num_rows
                 counters.in_last_seq = int(batch.column("seq")[batch.num_rows - 1].as_py())
@@ -129,6 +134,7 @@ def run_partition(root: str, p: int) -> dict[str, Any]:
                     out.append(result)
                     out.commit()
                     counters.count(result)
+                counters.write_s += time.perf_counter() - t1
                 now = time.time()
                 if now - last_state >= STATE_EVERY_S:
                     counters.n_open, counters.q, counters.u = op.n_open, op.q, op.u
