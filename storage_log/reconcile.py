@@ -77,12 +77,14 @@ def corrupt(path: Path, offset: int, invariant: str) -> CorruptLogError:
 
 
 def open_index(directory: Path, report: ReconcileReport, *, force_rebuild: bool) -> LogIndex:
-    """Open the index for writing, recreating it if it is missing or unusable."""
+    """Open the index for writing, recreating it if it is missing or unusable.
+
+    ``report.rebuilt`` tells the caller to rebuild it from the segments; a usable
+    environment is rebuilt in place (one transaction), so readers that have it open
+    keep working.
+    """
     path = directory / INDEX_DIR
-    if force_rebuild and path.exists():
-        report.rebuilt, report.rebuild_reason = True, "repair requested"
-        shutil.rmtree(path)
-    elif not (path / "data.mdb").exists():
+    if not (path / "data.mdb").exists():
         report.rebuilt, report.rebuild_reason = True, "index missing"
         shutil.rmtree(path, ignore_errors=True)
     try:
@@ -92,6 +94,8 @@ def open_index(directory: Path, report: ReconcileReport, *, force_rebuild: bool)
         report.rebuilt, report.rebuild_reason = True, f"index unusable: {exc}"
         shutil.rmtree(path, ignore_errors=True)
         index = LogIndex(path, create=True)
+    if force_rebuild and not report.rebuilt:  # rebuilt in place: open readers stay valid
+        report.rebuilt, report.rebuild_reason = True, "repair requested"
     if index.fresh and not report.rebuilt:
         report.rebuilt, report.rebuild_reason = True, "index never finished building"
     return index
