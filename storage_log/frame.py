@@ -204,7 +204,9 @@ class FrameCodec:
 
     def close(self) -> None:
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            # never wait for ourselves (a last reference dropped on a worker thread)
+            own = threading.current_thread().name.startswith("storage_log-zstd")
+            self.pool.shutdown(wait=not own, cancel_futures=True)
             self.pool = None
 
     # -- encode -----------------------------------------------------------------

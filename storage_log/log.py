@@ -68,7 +68,7 @@ from storage_log.frame import (
     encode_schema,
 )
 from storage_log.index import Committed, Entry, IndexCorrupt, LogIndex, Snapshot
-from storage_log.lock import WriterLock
+from storage_log.lock import LOCK_NAME, WriterLock
 from storage_log.reconcile import (
     INDEX_DIR,
     ReconcileReport,
@@ -173,7 +173,11 @@ class StreamLog:
             index: LogIndex | ScanIndex
             try:
                 index = LogIndex(directory / INDEX_DIR, create=False)
-            except (FileNotFoundError, IndexCorrupt):
+            except (FileNotFoundError, IndexCorrupt) as exc:
+                if not ((directory / INDEX_DIR).exists() or (directory / LOCK_NAME).exists()
+                        or list_segments(directory)):
+                    raise LogNotFoundError(f"{directory} is not a log (no index, lock or "
+                                           "segment files)") from exc
                 index = ScanIndex(directory)  # no usable index: walk the segments read-only
             return cls(directory, index, lock=None, fsync="never",
                        segment_bytes=segment_bytes, fsync_interval=fsync_interval,
@@ -235,6 +239,10 @@ class StreamLog:
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
+
+    def __repr__(self) -> str:
+        mode = "closed" if self._index is None else ("writer" if self.writable else "reader")
+        return f"StreamLog({str(self.path)!r}, {mode})"
 
     def __enter__(self) -> StreamLog:
         return self

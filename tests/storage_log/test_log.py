@@ -41,6 +41,13 @@ def test_empty_log(log_dir: Path) -> None:
 def test_reader_needs_existing_log(log_dir: Path) -> None:
     with pytest.raises(LogNotFoundError):
         StreamLog.open(log_dir)
+    log_dir.mkdir()
+    with pytest.raises(LogNotFoundError, match="not a log"):
+        StreamLog.open(log_dir)
+    with StreamLog.open(log_dir, writable=True) as w:  # an existing empty directory is fine
+        assert repr(w).endswith("writer)")
+    with StreamLog.open(log_dir) as r:
+        assert r.last_seq is None
 
 
 def test_append_commit_read(log_dir: Path) -> None:
