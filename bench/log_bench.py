@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"# storage_log benchmark: {n:,} tuples of {TUPLE_BYTES} B, "
           f"{args.per_record} tuples per record\n")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"Machine: {os.cpu_count()} cores, load average {load:.1f} at the end of the run.\n")
     print(f"Wall-clock rates, best of {max(1, args.repeat)} rounds; the CPU column divides by "
           "this process's CPU time (all its threads): the rate if the cores were not "
           "contended.\n")

@@ -305,3 +305,18 @@ def test_uncommitted_bytes(log_dir: Path) -> None:
         assert w.uncommitted_bytes > first
         w.commit()
         assert w.uncommitted_bytes == 0
+
+
+def test_seal_an_empty_log(log_dir: Path) -> None:
+    with StreamLog.open(log_dir, writable=True, create=True) as w:
+        w.seal()
+        with pytest.raises(LogSealedError):
+            w.commit(token=b"x")
+    with StreamLog.open(log_dir) as r:
+        assert r.sealed and r.schema is None and r.last_seq is None
+        assert list(r.tail(after_seq=None, timeout=30)) == []
+    import shutil
+
+    shutil.rmtree(log_dir / "index")
+    with StreamLog.open(log_dir, writable=True) as w:  # the seal lives in the segments
+        assert w.sealed
