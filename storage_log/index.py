@@ -95,16 +95,32 @@ class IndexCorrupt(Exception):
     """The environment cannot be used; the caller rebuilds it from the segments."""
 
 
-_envs: dict[str, tuple[lmdb.Environment, int]] = {}
-_envs_lock = threading.Lock()
+class _EnvCache:
+    """The environments open in this process, with reference counts."""
+
+    def __init__(self) -> None:
+        self.envs: dict[str, tuple[lmdb.Environment, int]] = {}
+        self.lock = threading.Lock()
+
+    def forget(self) -> None:
+        self.envs = {}
+        self.lock = threading.Lock()
+
+
+_cache = _EnvCache()
+
+if hasattr(os, "register_at_fork"):
+    # an LMDB environment must not be used across fork: a child opens its own
+    os.register_at_fork(after_in_child=_cache.forget)
 
 
 def acquire_env(path: Path, *, create: bool) -> lmdb.Environment:
     key = os.path.realpath(path)
-    with _envs_lock:
-        if key in _envs:
-            env, n = _envs[key]
-            _envs[key] = (env, n + 1)
+    with _cache.lock:
+        envs = _cache.envs
+        if key in envs:
+            env, n = envs[key]
+            envs[key] = (env, n + 1)
             return env
         if not create and not (path / "data.mdb").exists():
             raise FileNotFoundError(path / "data.mdb")
@@ -114,21 +130,22 @@ def acquire_env(path: Path, *, create: bool) -> lmdb.Environment:
                             readahead=False, max_readers=256)
         except lmdb.Error as exc:
             raise IndexCorrupt(f"cannot open LMDB environment {path}: {exc}") from exc
-        _envs[key] = (env, 1)
+        envs[key] = (env, 1)
         return env
 
 
 def release_env(path: Path, env: lmdb.Environment) -> None:
     key = os.path.realpath(path)
-    with _envs_lock:
-        held = _envs.get(key)
+    with _cache.lock:
+        envs = _cache.envs
+        held = envs.get(key)
         if held is None or held[0] is not env:
             env.close()
             return
         if held[1] > 1:
-            _envs[key] = (env, held[1] - 1)
+            envs[key] = (env, held[1] - 1)
             return
-        del _envs[key]
+        del envs[key]
         env.close()
 
 

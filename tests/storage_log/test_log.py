@@ -320,3 +320,23 @@ def test_seal_an_empty_log(log_dir: Path) -> None:
     shutil.rmtree(log_dir / "index")
     with StreamLog.open(log_dir, writable=True) as w:  # the seal lives in the segments
         assert w.sealed
+
+
+def test_forked_child_opens_its_own_environment(log_dir: Path) -> None:
+    import os
+
+    with StreamLog.open(log_dir, writable=True, create=True) as w:
+        w.append(make_batch(0, 3))
+        w.commit()
+        with StreamLog.open(log_dir) as r:
+            pid = os.fork()
+            if pid == 0:  # child: the parent's environment is not reused
+                code = 1
+                try:
+                    with StreamLog.open(log_dir) as child:
+                        code = 0 if rows(child.read_forward()) == [0, 1, 2] else 2
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            assert r.last_seq == 2
