@@ -93,7 +93,8 @@ def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
                 if shared.resubmits > MAX_RESUBMITS:
                     shared.operator_error = exc
                     return
-                time.sleep(0.2)
+                # e.g. a dying worker of a killed run still holds a log's writer lock
+                time.sleep(min(2.0 ** shared.resubmits, 10.0))
     finally:
         shared.operators_done.set()
 
@@ -114,10 +115,10 @@ def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSetting
                 if shared.stop.is_set():
                     return
                 tries += 1
-                if tries > 3:
+                if tries > MAX_RESUBMITS:
                     shared.ingest_error = exc
                     return
-                time.sleep(0.2)
+                time.sleep(min(2.0 ** tries, 10.0))
     finally:
         shared.ingest_done.set()
         if shared.ingest_error is not None:

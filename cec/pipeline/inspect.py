@@ -17,11 +17,12 @@ from cec.pipeline.layout import RunLayout
 from cec.pipeline.task import operator_for
 from recovery.ec import NothingToRecover
 from recovery.replay import plan, recover, scan
-from storage_log.errors import CorruptLogError
+from storage_log.errors import CorruptLogError, LogLockedError
 from storage_log.log import StreamLog
 from storage_log.segment import list_segments, segment_path
 
 TYPE_NAMES = {1: "R", 2: "G_open", 3: "G_check"}
+LOCK_WAIT_S = 30.0
 
 
 def _partitions(layout: RunLayout, partition: int | None, total: int) -> list[int]:
@@ -73,7 +74,9 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
                 entry.update(explain.to_dict(), sealed=out.sealed)
         else:
             if up_path.exists():  # reconcile the upstream too (its writer may have died)
+                _wait_for_lock(up_path)
                 StreamLog.open(up_path, writable=True, fsync=spec.run.fsync).close()
+            _wait_for_lock(out_path)
             t0 = time.perf_counter()
             try:
                 rec = recover(out_path, up_path, operator_for(spec, settings),
@@ -100,6 +103,22 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     if not dry_run:
         result["resumed"] = resume_run(layout.root, progress=progress)
     return result
+
+
+def _wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S) -> None:
+    """Wait until no process holds the writer lock of ``path`` (a killed run's workers
+    leave with their JVM, a moment after it); LogLockedError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            StreamLog.open(path, writable=True).close()
+            return
+        except LogLockedError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+        except CorruptLogError:
+            return  # the caller repairs it
 
 
 def _report(report: Any) -> dict[str, Any] | None:
