@@ -166,6 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="tuples for the reference operator")
     ap.add_argument("--batch", type=int, default=65_536, help="input batch size")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (best CPU time kept)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed tuples before the recovery workload (default 1,000,000)")
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
     unknown = [n for n in names if n not in WORKLOADS]
@@ -174,7 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[Result] = []
     t0 = time.perf_counter()
     for n in names:
-        results += bench_workload(WORKLOADS[n], tuples=args.tuples, ref_tuples=args.ref_tuples,
+        w = WORKLOADS[n]
+        if args.warmup is not None and w.warmup:
+            w = Workload(w.name, w.window_size, w.n_keys, args.warmup)
+        results += bench_workload(w, tuples=args.tuples, ref_tuples=args.ref_tuples,
                                   batch_rows=args.batch, reps=args.reps)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"# cec operator benchmark (batch {args.batch:,} tuples, best of {args.reps}; "

@@ -16,7 +16,7 @@ import pyarrow as pa
 from cec import aggregates
 from cec.errors import InputOrderError, UsageError
 from cec.operator.base import OperatorConfig
-from cec.operator.state import OperatorState, WindowId, WindowSnapshot
+from cec.operator.state import OperatorState, WindowId, WindowSnapshot, ec_rows
 from cec.policy import budget_for
 from cec.records import (
     G_CHECK,
@@ -225,7 +225,7 @@ class ReferenceOperator:
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None:
         if self._windows or self._t_now is not None or self._next_out:
             raise UsageError("load_ec needs a fresh operator")
-        ec = ec.cast(self._schema) if ec.schema != self._schema else ec
+        ec = ec_rows(ec, self._schema)
         for row in ec.to_pylist():
             if row["type"] not in (G_OPEN, G_CHECK):
                 raise UsageError(f"EC row of type {row['type']} is not a footprint")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cec.errors import UsageError
+
 WindowId = tuple[int | str, int]
 
 
@@ -69,6 +71,21 @@ class OperatorState:
         if not self.windows or self.t_now is None:
             return 0
         return self.t_now - min(w.tau2 for w in self.windows.values())
+
+
+def ec_rows(ec: pa.Table | pa.RecordBatch, schema: pa.Schema) -> pa.Table:
+    """EC rows in exactly the output ``schema`` (columns picked by name, then cast)."""
+    table = ec if isinstance(ec, pa.Table) else pa.Table.from_batches([ec])
+    missing = [n for n in schema.names if n not in table.schema.names]
+    if missing:
+        raise UsageError(f"EC rows lack the output columns {missing}")
+    table = table.select(schema.names)
+    if table.schema != schema:
+        try:
+            table = table.cast(schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise UsageError(f"EC rows do not fit the output schema: {exc}") from exc
+    return table
 
 
 def ec_from_output(

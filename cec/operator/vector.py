@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from cec.errors import InputOrderError, UsageError
 from cec.operator.base import OperatorConfig
-from cec.operator.state import OperatorState, WindowSnapshot
+from cec.operator.state import OperatorState, WindowSnapshot, ec_rows
 from cec.operator.store import F64, I64, KeyRegistry, WindowSlots
 from cec.policy import budget_for
 from cec.records import G_CHECK, G_OPEN, R, check_order, decode_input, output_schema
@@ -588,7 +588,7 @@ class VectorOperator:
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None:
         if self._slots.n_live or self._t_now is not None or self._next_out:
             raise UsageError("load_ec needs a fresh operator")
-        ec = ec.cast(self._schema) if ec.schema != self._schema else ec
+        ec = ec_rows(ec, self._schema)
         k = ec.num_rows
         if k:
             col = {name: np.asarray(ec.column(name).to_numpy(), dtype=None)
