@@ -9,6 +9,8 @@ package is a flat set of nouns, like Kafka's log layer:
 ``index``      the LMDB index and metadata (:class:`LogIndex`), a rebuildable cache
 ``scan``       walking segments to find commits; the index-less reader's index
 ``reconcile``  the writable open: cut a torn tail, re-index, rebuild (Kafka LogLoader)
+``appender``   the write side: pending frames, segment roll, fsync
+``reader``     the read side: forward, backward, verify, read-ahead decoding
 ``lock``       the single-writer lock (``flock`` + pid)
 ``log``        :class:`StreamLog`, the API the other packages use
 ``errors``     the log's errors (all under ``cec.errors.CecError``)

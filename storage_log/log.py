@@ -38,53 +38,31 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 
 from cec.errors import UsageError
+from storage_log.appender import FsyncMode, SegmentAppender, fsync_dir
 from storage_log.errors import (
     LogClosedError,
     LogNotFoundError,
     LogOrderError,
     LogSchemaError,
     LogSealedError,
-    LogTrimmedError,
 )
-from storage_log.frame import (
-    FLAG_COMMIT,
-    FrameCodec,
-    FrameError,
-    FrameInfo,
-    Kind,
-    PendingFrame,
-    decode_schema,
-    encode_schema,
-)
+from storage_log.frame import FrameCodec, Kind, encode_schema
 from storage_log.index import Committed, Entry, IndexCorrupt, LogIndex, Snapshot
 from storage_log.lock import LOCK_NAME, WriterLock
-from storage_log.reconcile import (
-    INDEX_DIR,
-    ReconcileReport,
-    corrupt,
-    open_index,
-    reconcile,
-)
+from storage_log.reader import RecordReader
+from storage_log.reconcile import INDEX_DIR, ReconcileReport, TailState, open_index, reconcile
 from storage_log.scan import ScanIndex
-from storage_log.segment import SegmentReader, list_segments, segment_path
+from storage_log.segment import list_segments
 
-FsyncMode = Literal["always", "interval", "never"]
 _FSYNC_MODES = ("always", "interval", "never")
-_READ_AHEAD = 4  # records decoded ahead of the consumer on the worker threads
-_Frame = tuple[memoryview, int, FrameInfo, Path]
-_FLUSH_BYTES = 8 << 20  # write appended frames to the file beyond this much
-_IOV_MAX = 512
 
 
 class StreamLog:
@@ -94,7 +72,9 @@ class StreamLog:
     ``last_ts`` and ``sealed`` describe, for a writer, everything appended (committed
     or not) and, for a reader, the committed log at the time of the access.
     ``reconcile_report`` tells what a writable open cut or re-indexed (None for
-    readers).
+    readers). The files are written by a :class:`SegmentAppender` and read by a
+    :class:`RecordReader`; this class checks positions and schemas and runs the
+    commit protocol.
     """
 
     reconcile_report: ReconcileReport | None
@@ -105,35 +85,22 @@ class StreamLog:
         self.path = path
         self._index: LogIndex | ScanIndex | None = index
         self._lock = lock
-        self._fsync = fsync
         self._segment_bytes = segment_bytes
-        self._fsync_interval = fsync_interval
         self._codec = FrameCodec(compression_level, threads)
-        self._schemas: dict[bytes, pa.Schema] = {}
+        self._reader = RecordReader(path, self._codec)
+        self._appender = SegmentAppender(path, self._codec, fsync=fsync,
+                                         fsync_interval=fsync_interval)
         self.reconcile_report = None
-        # writer state
+        # the writer's view: everything appended, committed or not
         self._schema: pa.Schema | None = None
         self._schema_bytes: bytes | None = None
         self._committed = Committed(-1, 0, None, None, 0)
-        self._segments: list[int] = []
-        self._active = -1
-        self._fd = -1
-        self._size = 0
-        self._active_has_schema = False
-        self._pending: list[PendingFrame] = []
-        self._pending_bytes = 0
-        self._written: list[Entry] = []  # data frames in files, not yet committed
-        self._unsynced_written = 0  # bytes written to files since the last commit
-        self._dirty: list[int] = []  # fds of rolled segments awaiting fsync
-        self._dir_dirty = False
-        self._last_sync = time.monotonic()
         self._first_seq: int | None = None
         self._last_seq: int | None = None
         self._last_ts: int | None = None
         self._records = 0
         self._token: bytes | None = None
         self._sealed = False
-        self._failed: BaseException | None = None
 
     # -- opening and closing ------------------------------------------------------
 
@@ -168,7 +135,7 @@ class StreamLog:
             if not (create and writable):
                 raise LogNotFoundError(f"no log at {directory} (open it writable with create=True)")
             directory.mkdir(parents=True, exist_ok=True)
-            _fsync_dir(directory.parent)
+            fsync_dir(directory.parent)
         if not writable:
             index: LogIndex | ScanIndex
             try:
@@ -198,41 +165,30 @@ class StreamLog:
                   segment_bytes=segment_bytes, fsync_interval=fsync_interval,
                   compression_level=compression_level, threads=threads)
         log.reconcile_report = report
-        log._load(state.committed, state.schema, state.schema_bytes, state.token,
-                  state.sealed, state.first_seq, state.segments, state.active_has_schema)
+        log._load(state)
         return log
 
-    def _load(self, committed: Committed, schema: pa.Schema | None, schema_bytes: bytes | None,
-              token: bytes | None, sealed: bool, first_seq: int | None, segments: list[int],
-              active_has_schema: bool) -> None:
-        self._committed = committed
-        self._schema, self._schema_bytes = schema, schema_bytes
-        self._token, self._sealed = token, sealed
-        self._first_seq = first_seq
-        self._last_seq, self._last_ts = committed.last_seq, committed.last_ts
-        self._records = committed.records
-        self._segments = segments
-        if segments:
-            self._active = segments[-1]
-            self._fd = os.open(segment_path(self.path, self._active),
-                               os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-            self._size = os.lseek(self._fd, 0, os.SEEK_END)
-            self._active_has_schema = active_has_schema
+    def _load(self, state: TailState) -> None:
+        self._committed = state.committed
+        self._schema, self._schema_bytes = state.schema, state.schema_bytes
+        self._token, self._sealed = state.token, state.sealed
+        self._first_seq = state.first_seq
+        self._last_seq, self._last_ts = state.committed.last_seq, state.committed.last_ts
+        self._records = state.committed.records
+        self._appender.open_active(state.segments, state.active_has_schema)
 
     def close(self) -> None:
         """Close the log. A writer drops what it appended but did not commit."""
         if self._index is None:
             return
+        appender = self._appender
         try:
-            if self._lock is not None and self._failed is None:
-                self._discard_uncommitted()
-                if self._fsync == "interval" and self._fd >= 0:
-                    self._sync(force=True)
+            if self._lock is not None and appender.failed is None:
+                appender.discard(self._committed)
+                if appender.fsync == "interval":
+                    appender.sync(force=True)
         finally:
-            for fd in [*self._dirty, self._fd]:
-                if fd >= 0:
-                    os.close(fd)
-            self._dirty, self._fd = [], -1
+            appender.close()
             self._codec.close()
             self._index.close()
             self._index = None
@@ -266,7 +222,7 @@ class StreamLog:
     def schema(self) -> pa.Schema | None:
         if self.writable:
             return self._schema
-        return self._decode_schema(self._snapshot().schema)
+        return self._reader.schema(self._snapshot().schema)
 
     @property
     def first_seq(self) -> int | None:
@@ -292,7 +248,7 @@ class StreamLog:
     @property
     def uncommitted_bytes(self) -> int:
         """Encoded bytes appended since the last commit (for commit-by-size policies)."""
-        return self._unsynced_written + self._pending_bytes if self.writable else 0
+        return self._appender.uncommitted_bytes if self.writable else 0
 
     def last_token(self) -> bytes | None:
         """The token of the last commit that carried one (None if never)."""
@@ -323,29 +279,21 @@ class StreamLog:
         if self._schema is None:
             self._schema = batch.schema
             self._schema_bytes = encode_schema(batch.schema)
-        if self._active < 0:
-            self._new_segment(first_seq)
-        elif self._active_has_schema and self._size + self._pending_bytes >= self._segment_bytes:
-            self._flush(commit=False)
-            if self._fsync == "never":
-                os.close(self._fd)
-            else:
-                self._dirty.append(self._fd)
-            self._fd = -1
-            self._new_segment(first_seq)
-        if not self._active_has_schema:
+        out = self._appender
+        if out.active < 0 or (out.has_schema and
+                              out.size + out.pending_bytes >= self._segment_bytes):
+            out.new_segment(first_seq)
+        if not out.has_schema:
             assert self._schema_bytes is not None
-            self._push(FrameCodec.encode_control(Kind.SCHEMA, self._schema_bytes,
-                                                 self._last_seq if self._last_seq is not None
-                                                 else -1, self._last_ts or 0))
-            self._active_has_schema = True
-        self._push(self._codec.encode_data(batch, first_seq, last_seq, first_ts, last_ts))
+            out.push(FrameCodec.encode_control(
+                Kind.SCHEMA, self._schema_bytes,
+                self._last_seq if self._last_seq is not None else -1, self._last_ts or 0))
+            out.has_schema = True
+        out.push(self._codec.encode_data(batch, first_seq, last_seq, first_ts, last_ts))
         if self._first_seq is None:
             self._first_seq = first_seq
         self._last_seq, self._last_ts = last_seq, last_ts
         self._records += 1
-        if self._pending_bytes >= _FLUSH_BYTES:
-            self._flush(commit=False, keep_last=True)
 
     def commit(self, token: bytes | None = None) -> None:
         """Make everything appended durable (per ``fsync``) and visible, with ``token``."""
@@ -368,9 +316,10 @@ class StreamLog:
         committed end. Returns how many segments were deleted.
         """
         self._check_write(allow_sealed=True)
-        if self._pending or self._written:
+        out = self._appender
+        if out.pending or out.written:
             self._commit(None)
-        segs = self._segments
+        segs = out.segments
         victims = [s for i, s in enumerate(segs[:-1])
                    if segs[i + 1] <= before_seq and s < self._committed.segment]
         if not victims:
@@ -378,136 +327,58 @@ class StreamLog:
         if self._token is not None:  # keep the latest token in a kept segment
             self._commit(self._token)
         index = self._writer_index()
-        keep = segs[len(victims)]
-        dropped = index.drop_before(keep)
+        dropped = index.drop_before(segs[len(victims)])
         c = self._committed
         self._records -= dropped
         self._committed = Committed(c.segment, c.end, c.last_seq, c.last_ts, c.records - dropped)
         index.commit([], self._committed)
-        for s in victims:
-            segment_path(self.path, s).unlink()
-        self._segments = segs[len(victims):]
-        _fsync_dir(self.path)
+        out.drop_segments(victims)
         self._first_seq = index.snapshot().first_seq
         return len(victims)
 
     def _commit(self, token: bytes | None, *, seal: bool = False) -> None:
-        if not self._pending and token is None and not seal:
+        """The commit protocol: frames, fsync, then one index transaction."""
+        out = self._appender
+        if not out.pending and token is None and not seal:
             return
         last_seq = self._last_seq if self._last_seq is not None else -1
         last_ts = self._last_ts if self._last_ts is not None else 0
         if token is not None:
-            self._push(FrameCodec.encode_control(Kind.TOKEN, bytes(token), last_seq, last_ts))
+            out.push(FrameCodec.encode_control(Kind.TOKEN, bytes(token), last_seq, last_ts))
         if seal:
-            self._push(FrameCodec.encode_control(Kind.SEAL, b"", last_seq, last_ts))
-        if self._active < 0:
-            self._new_segment(0)
+            out.push(FrameCodec.encode_control(Kind.SEAL, b"", last_seq, last_ts))
+        if out.active < 0:
+            out.new_segment(0)
+        out.flush(commit=True)
+        index = self._writer_index()
+        if out.sync() and out.fsync != "always":
+            index.sync()
+        committed = Committed(out.active, out.size, self._last_seq, self._last_ts,
+                              self._records)
         try:
-            self._flush(commit=True)
-            self._sync(force=False)
-            committed = Committed(self._active, self._size, self._last_seq, self._last_ts,
-                                  self._records)
-            self._writer_index().commit(self._written, committed,
-                               schema=self._schema_bytes if self._committed.last_seq is None
-                               else None, token=token, sealed=seal)
+            index.commit(out.written, committed,
+                         schema=self._schema_bytes if self._committed.last_seq is None
+                         else None, token=token, sealed=seal)
         except BaseException as exc:
-            self._failed = exc
+            out.failed = exc
             raise
+        out.committed()
         self._committed = committed
-        self._written = []
-        self._unsynced_written = 0
         if token is not None:
             self._token = bytes(token)
         if seal:
             self._sealed = True
-
-    def _push(self, frame: PendingFrame) -> None:
-        self._pending.append(frame)
-        self._pending_bytes += frame.size
-
-    def _flush(self, *, commit: bool, keep_last: bool = False) -> None:
-        """Write pending frames to the active segment (the last flagged COMMIT)."""
-        frames = self._pending[:-1] if keep_last else self._pending
-        if not frames:
-            return
-        try:
-            for f in frames:
-                if f.future is not None:
-                    f.resolve()
-                    self._codec.observe(f)
-        except BaseException as exc:
-            self._failed = exc
-            raise
-        parts: list[bytes | memoryview] = []
-        offset = self._size
-        last = len(frames) - 1
-        for i, f in enumerate(frames):
-            header, payload, footer = f.finish(FLAG_COMMIT if commit and i == last else 0)
-            parts += (header, payload, footer)
-            if f.kind == Kind.DATA:
-                self._written.append(Entry(self._active, offset, f.size, f.first_seq,
-                                           f.last_seq, f.first_ts, f.last_ts, f.rows))
-            offset += f.size
-        try:
-            _write_all(self._fd, parts)
-        except BaseException as exc:
-            self._failed = exc
-            raise
-        self._unsynced_written += offset - self._size
-        self._size = offset
-        self._pending = self._pending[-1:] if keep_last else []
-        self._pending_bytes = sum(f.size for f in self._pending)
-
-    def _sync(self, *, force: bool) -> None:
-        mode = self._fsync
-        now = time.monotonic()
-        if not force and (mode == "never" or (
-                mode == "interval" and now - self._last_sync < self._fsync_interval)):
-            return
-        for fd in self._dirty:
-            os.fdatasync(fd)
-            os.close(fd)
-        self._dirty = []
-        os.fdatasync(self._fd)
-        if self._dir_dirty:
-            _fsync_dir(self.path)
-            self._dir_dirty = False
-        if mode != "always":
-            self._writer_index().sync()
-        self._last_sync = now
-
-    def _new_segment(self, base: int) -> None:
-        path = segment_path(self.path, base)
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                           | getattr(os, "O_CLOEXEC", 0), 0o644)
-        self._active, self._size = base, 0
-        self._active_has_schema = False
-        self._segments.append(base)
-        self._dir_dirty = True
-
-    def _discard_uncommitted(self) -> None:
-        """Cut frames written past the committed end (close without commit)."""
-        self._pending, self._pending_bytes = [], 0
-        self._unsynced_written = 0
-        if not self._written and self._size == self._committed.end:
-            return
-        self._written = []
-        keep = self._committed.segment
-        for s in [s for s in self._segments if s > keep]:
-            segment_path(self.path, s).unlink(missing_ok=True)
-        self._segments = [s for s in self._segments if s <= keep]
-        if keep >= 0:
-            os.truncate(segment_path(self.path, keep), self._committed.end)
 
     def _check_write(self, *, allow_sealed: bool = False) -> None:
         if self._index is None:
             raise LogClosedError(f"log {self.path} is closed")
         if self._lock is None:
             raise LogClosedError(f"log {self.path} is open read-only")
-        if self._failed is not None:
+        failed = self._appender.failed
+        if failed is not None:
             raise LogClosedError(
-                f"log {self.path} failed to write ({self._failed!r}); close and reopen it"
-            ) from self._failed
+                f"log {self.path} failed to write ({failed!r}); close and reopen it"
+            ) from failed
         if self._sealed and not allow_sealed:
             raise LogSealedError(f"log {self.path} is sealed (its stream has ended)")
 
@@ -572,6 +443,8 @@ class StreamLog:
 
     # -- reading ------------------------------------------------------------------
 
+    # -- reading ------------------------------------------------------------------
+
     def _writer_index(self) -> LogIndex:
         if not isinstance(self._index, LogIndex):
             raise LogClosedError(f"log {self.path} is not open for writing")
@@ -581,14 +454,6 @@ class StreamLog:
         if self._index is None:
             raise LogClosedError(f"log {self.path} is closed")
         return self._index.snapshot()
-
-    def _decode_schema(self, raw: bytes | None) -> pa.Schema | None:
-        if raw is None:
-            return None
-        schema = self._schemas.get(raw)
-        if schema is None:
-            schema = self._schemas[raw] = decode_schema(raw)
-        return schema
 
     def _locate(self, **kw: int | None) -> tuple[Snapshot, Entry | None]:
         if self._index is None:
@@ -600,93 +465,13 @@ class StreamLog:
         """Committed records with ``seq > after_seq`` (or ``ts >= from_ts``), oldest first.
 
         The start is one index lookup; the first batch is trimmed to the exact
-        position. Raises LogTrimmedError if ``after_seq`` lies in trimmed segments.
+        position. Raises LogTrimmedError if ``after_seq`` lies in trimmed segments
+        (``from_ts`` before the first kept record starts at that record).
         """
         if after_seq is not None and from_ts is not None:
             raise UsageError("read_forward takes after_seq or from_ts, not both")
         snap, entry = self._locate(after_seq=after_seq, from_ts=from_ts)
-        return self._forward(snap, entry, after_seq, from_ts)
-
-    def _forward(self, snap: Snapshot, entry: Entry | None, after_seq: int | None,
-                 from_ts: int | None) -> Iterator[pa.RecordBatch]:
-        c = snap.committed
-        schema = self._decode_schema(snap.schema)
-        if after_seq is not None and snap.trimmed is not None and after_seq < snap.trimmed:
-            raise LogTrimmedError(
-                f"log {self.path}: records up to seq {snap.trimmed} were trimmed; "
-                f"cannot read after seq {after_seq}")
-        if entry is None or c.last_seq is None or schema is None or entry.last_seq > c.last_seq:
-            return
-        segs = [s for s in list_segments(self.path) if entry.segment <= s <= c.segment]
-        if not segs or segs[0] != entry.segment:
-            raise LogTrimmedError(f"log {self.path}: segment {entry.segment} was trimmed")
-        first = True
-        for decoded in self._decode(self._frames_forward(segs, entry, c), schema):
-            batch = decoded
-            if first:
-                first = False
-                batch = _trim_front(decoded, after_seq, from_ts)
-                if batch.num_rows == 0:
-                    continue
-            yield batch
-
-    def _frames_forward(self, segs: list[int], entry: Entry, c: Committed) -> Iterator[_Frame]:
-        """The DATA frames from ``entry`` to the committed end ``c``."""
-        for seg in segs:
-            path = segment_path(self.path, seg)
-            try:
-                reader = SegmentReader(path)
-            except FileNotFoundError as exc:
-                raise LogTrimmedError(f"log {self.path}: segment {path.name} was trimmed") from exc
-            with reader:
-                end = c.end if seg == c.segment else reader.size()
-                start = entry.offset if seg == entry.segment else 0
-                try:
-                    for buf, base, info in reader.forward(start, end):
-                        if info.kind == Kind.DATA:
-                            yield buf, base, info, path
-                except FrameError as exc:
-                    raise corrupt(path, exc.offset, exc.invariant) from exc
-
-    def _decode(self, frames: Iterator[_Frame], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """Decode DATA frames in order, up to ``_READ_AHEAD`` at a time on the pool.
-
-        Frames already read are still returned before an error met further on.
-        """
-        codec = self._codec
-        pool = codec.pool
-        if pool is None:
-            for buf, base, info, path in frames:
-                try:
-                    batch = codec.decode_data(buf, info, schema, base)
-                except FrameError as exc:
-                    raise corrupt(path, exc.offset, exc.invariant) from exc
-                yield batch
-            return
-        window: deque[tuple[Future[pa.RecordBatch], Path]] = deque()
-
-        def result(item: tuple[Future[pa.RecordBatch], Path]) -> pa.RecordBatch:
-            fut, path = item
-            try:
-                return fut.result()
-            except FrameError as exc:
-                raise corrupt(path, exc.offset, exc.invariant) from exc
-
-        try:
-            for buf, base, info, path in frames:
-                window.append((pool.submit(codec.decode_data, buf, info, schema, base), path))
-                if len(window) > _READ_AHEAD:
-                    yield result(window.popleft())
-        except GeneratorExit:
-            for fut, _ in window:
-                fut.cancel()
-            raise
-        except BaseException:
-            while window:
-                yield result(window.popleft())
-            raise
-        while window:
-            yield result(window.popleft())
+        return self._reader.forward(snap, entry, after_seq=after_seq, from_ts=from_ts)
 
     def read_backward(self, *, before_seq: int | None = None, chunk_bytes: int = 256 << 10
                       ) -> Iterator[pa.RecordBatch]:
@@ -700,48 +485,8 @@ class StreamLog:
             snap, entry = self._locate(at_seq=before_seq)
         else:
             snap, entry = self._snapshot(), None
-        return self._backward(snap, entry, before_seq, chunk_bytes)
-
-    def _backward(self, snap: Snapshot, entry: Entry | None, before_seq: int | None,
-                  chunk_bytes: int) -> Iterator[pa.RecordBatch]:
-        c = snap.committed
-        schema = self._decode_schema(snap.schema)
-        if c.last_seq is None or schema is None:
-            return
-        if entry is not None and before_seq is not None:
-            start_seg = entry.segment
-            start = entry.offset + (entry.size if entry.first_seq < before_seq else 0)
-        else:
-            start_seg, start = c.segment, c.end
-        segs = [s for s in list_segments(self.path) if s <= start_seg]
-        for decoded in self._decode(self._frames_backward(segs, start_seg, start, chunk_bytes),
-                                  schema):
-            batch = decoded
-            if before_seq is not None:
-                seq = decoded.column("seq").to_numpy()
-                if int(seq[-1]) >= before_seq:
-                    batch = decoded.slice(0, int(np.searchsorted(seq, before_seq, "left")))
-                    if batch.num_rows == 0:
-                        continue
-            yield batch
-
-    def _frames_backward(self, segs: list[int], start_seg: int, start: int,
-                         chunk_bytes: int) -> Iterator[_Frame]:
-        """The DATA frames ending at or before ``start`` in ``start_seg``, newest first."""
-        for seg in reversed(segs):
-            path = segment_path(self.path, seg)
-            try:
-                reader = SegmentReader(path)
-            except FileNotFoundError:
-                return  # trimmed under us: the log now starts later
-            with reader:
-                end = start if seg == start_seg else reader.size()
-                try:
-                    for buf, base, info in reader.backward(end, 0, chunk_bytes):
-                        if info.kind == Kind.DATA:
-                            yield buf, base, info, path
-                except FrameError as exc:
-                    raise corrupt(path, exc.offset, exc.invariant) from exc
+        return self._reader.backward(snap, entry, before_seq=before_seq,
+                                     chunk_bytes=chunk_bytes)
 
     def verify(self) -> int:
         """Check every committed frame of every segment; return the number of records.
@@ -750,37 +495,7 @@ class StreamLog:
         across records, and decodes every record, checking its rows against its
         footer. Raises CorruptLogError naming the segment, byte and invariant.
         """
-        snap = self._snapshot()
-        c = snap.committed
-        schema = self._decode_schema(snap.schema)
-        n = 0
-        last_seq: int | None = None
-        last_ts: int | None = None
-        for seg in [s for s in list_segments(self.path) if s <= c.segment]:
-            path = segment_path(self.path, seg)
-            with SegmentReader(path) as reader:
-                end = c.end if seg == c.segment else reader.size()
-                try:
-                    for buf, base, info in reader.forward(0, end):
-                        if info.kind != Kind.DATA:
-                            continue
-                        if last_seq is not None and info.first_seq <= last_seq:
-                            raise FrameError(info.offset, f"seq {info.first_seq} <= {last_seq}")
-                        if last_ts is not None and info.first_ts < last_ts:
-                            raise FrameError(info.offset, f"ts {info.first_ts} < {last_ts}")
-                        if schema is None:
-                            raise FrameError(info.offset, "data frame but no schema")
-                        batch = self._codec.decode_data(buf, info, schema, base)
-                        seq = batch.column("seq").to_numpy()
-                        ts = batch.column("ts").to_numpy()
-                        if (int(seq[0]), int(seq[-1]), int(ts[0]), int(ts[-1])) != (
-                                info.first_seq, info.last_seq, info.first_ts, info.last_ts):
-                            raise FrameError(info.offset, "rows disagree with the footer")
-                        last_seq, last_ts = info.last_seq, info.last_ts
-                        n += 1
-                except FrameError as exc:
-                    raise corrupt(path, exc.offset, exc.invariant) from exc
-        return n
+        return self._reader.verify(self._snapshot())
 
     def tail(self, *, after_seq: int | None, timeout: float) -> Iterator[pa.RecordBatch]:
         """Committed records after ``after_seq``, waiting for new commits.
@@ -795,7 +510,7 @@ class StreamLog:
         while True:
             snap, entry = self._locate(after_seq=pos)
             got = False
-            for batch in self._forward(snap, entry, pos, None):
+            for batch in self._reader.forward(snap, entry, after_seq=pos):
                 got = True
                 pos = batch.column("seq")[-1].as_py()
                 yield batch
@@ -811,31 +526,3 @@ class StreamLog:
             delay = min(delay * 2, 0.05)
 
 
-def _trim_front(batch: pa.RecordBatch, after_seq: int | None, from_ts: int | None
-                ) -> pa.RecordBatch:
-    if after_seq is not None:
-        seq = batch.column("seq").to_numpy()
-        return batch.slice(int(np.searchsorted(seq, after_seq, "right")))
-    if from_ts is not None:
-        ts = batch.column("ts").to_numpy()
-        return batch.slice(int(np.searchsorted(ts, from_ts, "left")))
-    return batch
-
-
-def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
-    for i in range(0, len(parts), _IOV_MAX):
-        chunk = parts[i:i + _IOV_MAX]
-        total = sum(len(p) for p in chunk)
-        n = os.writev(fd, chunk)
-        if n < total:
-            rest = memoryview(b"".join(chunk))[n:]
-            while rest:
-                rest = rest[os.write(fd, rest):]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -66,9 +66,9 @@ def test_uncommitted_but_written_records_are_cut(tmp_path: Path) -> None:
     with StreamLog.open(log_dir, writable=True) as w:
         w.append(make_batch(4, 4))
         w.append(make_batch(8, 4))
-        w._flush(commit=False)  # written to the file, never committed
+        w._appender.flush(commit=False)  # written to the file, never committed
         seg_bytes = _segment(log_dir).read_bytes()
-        w._failed = RuntimeError("simulated crash")  # close must not tidy up
+        w._appender.failed = RuntimeError("simulated crash")  # close must not tidy up
     assert len(seg_bytes) > len(clean)
     with StreamLog.open(log_dir, writable=True) as w:
         assert w.reconcile_report is not None

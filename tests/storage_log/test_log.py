@@ -268,8 +268,8 @@ def test_crash_before_first_commit_leaves_an_empty_log(log_dir: Path) -> None:
     w = StreamLog.open(log_dir, writable=True, create=True, segment_bytes=4096)
     for i in range(20):
         w.append(make_batch(i * 50, 50))
-    w._flush(commit=False)
-    w._failed = RuntimeError("simulated crash")  # close must not tidy up
+    w._appender.flush(commit=False)
+    w._appender.failed = RuntimeError("simulated crash")  # close must not tidy up
     w.close()
     assert list(log_dir.glob("*.seg"))
     with StreamLog.open(log_dir, writable=True) as w:

@@ -1,0 +1,228 @@
+"""The read side: committed records forward, backward, and a full verification.
+
+:class:`RecordReader` turns an index snapshot (the committed end) and a start
+position into decoded record batches, walking the segment files in large reads.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from storage_log.errors import LogTrimmedError
+from storage_log.frame import FrameCodec, FrameError, FrameInfo, Kind, decode_schema
+from storage_log.index import Committed, Entry, Snapshot
+from storage_log.reconcile import corrupt
+from storage_log.segment import SegmentReader, list_segments, segment_path
+
+READ_AHEAD = 4  # records decoded ahead of the consumer on the codec's worker threads
+_Frame = tuple[memoryview, int, FrameInfo, Path]
+
+
+class RecordReader:
+    """Reads committed records of the log in ``directory``.
+
+    Every read is bounded by the snapshot's committed end, so it never returns a
+    record that is not committed, and checks every frame it touches (a bad one raises
+    CorruptLogError naming the segment, byte and invariant; the records before it
+    are still returned first). With worker threads in the codec, up to
+    :data:`READ_AHEAD` records are decoded ahead of the consumer.
+
+    Thread safety: one thread per instance.
+    """
+
+    def __init__(self, directory: Path, codec: FrameCodec) -> None:
+        self.directory = directory
+        self.codec = codec
+        self._schemas: dict[bytes, pa.Schema] = {}
+
+    def schema(self, raw: bytes | None) -> pa.Schema | None:
+        if raw is None:
+            return None
+        schema = self._schemas.get(raw)
+        if schema is None:
+            schema = self._schemas[raw] = decode_schema(raw)
+        return schema
+
+    # -- forward ------------------------------------------------------------------
+
+    def forward(self, snap: Snapshot, entry: Entry | None, *, after_seq: int | None = None,
+                from_ts: int | None = None) -> Iterator[pa.RecordBatch]:
+        """Records from ``entry`` (the first ending after the position) to the end."""
+        c = snap.committed
+        schema = self.schema(snap.schema)
+        if after_seq is not None and snap.trimmed is not None and after_seq < snap.trimmed:
+            raise LogTrimmedError(
+                f"log {self.directory}: records up to seq {snap.trimmed} were trimmed; "
+                f"cannot read after seq {after_seq}")
+        if entry is None or c.last_seq is None or schema is None or entry.last_seq > c.last_seq:
+            return
+        segs = [s for s in list_segments(self.directory) if entry.segment <= s <= c.segment]
+        if not segs or segs[0] != entry.segment:
+            raise LogTrimmedError(f"log {self.directory}: segment {entry.segment} was trimmed")
+        first = True
+        for decoded in self._decode(self._frames_forward(segs, entry, c), schema):
+            batch = decoded
+            if first:
+                first = False
+                batch = _trim_front(decoded, after_seq, from_ts)
+                if batch.num_rows == 0:
+                    continue
+            yield batch
+
+    def _frames_forward(self, segs: list[int], entry: Entry, c: Committed) -> Iterator[_Frame]:
+        """The DATA frames from ``entry`` to the committed end ``c``."""
+        for seg in segs:
+            path = segment_path(self.directory, seg)
+            try:
+                reader = SegmentReader(path)
+            except FileNotFoundError as exc:
+                raise LogTrimmedError(
+                    f"log {self.directory}: segment {path.name} was trimmed") from exc
+            with reader:
+                end = c.end if seg == c.segment else reader.size()
+                start = entry.offset if seg == entry.segment else 0
+                try:
+                    for buf, base, info in reader.forward(start, end):
+                        if info.kind == Kind.DATA:
+                            yield buf, base, info, path
+                except FrameError as exc:
+                    raise corrupt(path, exc.offset, exc.invariant) from exc
+
+    # -- backward -----------------------------------------------------------------
+
+    def backward(self, snap: Snapshot, entry: Entry | None, *, before_seq: int | None,
+                 chunk_bytes: int) -> Iterator[pa.RecordBatch]:
+        """Records before ``before_seq`` (``entry``: the first ending at or after it),
+        newest first, walking the frame footers from the end in ``chunk_bytes`` reads."""
+        c = snap.committed
+        schema = self.schema(snap.schema)
+        if c.last_seq is None or schema is None:
+            return
+        if entry is not None and before_seq is not None:
+            start_seg = entry.segment
+            start = entry.offset + (entry.size if entry.first_seq < before_seq else 0)
+        else:
+            start_seg, start = c.segment, c.end
+        segs = [s for s in list_segments(self.directory) if s <= start_seg]
+        for decoded in self._decode(self._frames_backward(segs, start_seg, start, chunk_bytes),
+                                    schema):
+            batch = decoded
+            if before_seq is not None:
+                seq = decoded.column("seq").to_numpy()
+                if int(seq[-1]) >= before_seq:
+                    batch = decoded.slice(0, int(np.searchsorted(seq, before_seq, "left")))
+                    if batch.num_rows == 0:
+                        continue
+            yield batch
+
+    def _frames_backward(self, segs: list[int], start_seg: int, start: int,
+                         chunk_bytes: int) -> Iterator[_Frame]:
+        """The DATA frames ending at or before ``start`` in ``start_seg``, newest first."""
+        for seg in reversed(segs):
+            path = segment_path(self.directory, seg)
+            try:
+                reader = SegmentReader(path)
+            except FileNotFoundError:
+                return  # trimmed under us: the log now starts later
+            with reader:
+                end = start if seg == start_seg else reader.size()
+                try:
+                    for buf, base, info in reader.backward(end, 0, chunk_bytes):
+                        if info.kind == Kind.DATA:
+                            yield buf, base, info, path
+                except FrameError as exc:
+                    raise corrupt(path, exc.offset, exc.invariant) from exc
+
+    # -- decoding -----------------------------------------------------------------
+
+    def _decode(self, frames: Iterator[_Frame], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Decode DATA frames in order, up to READ_AHEAD at a time on the codec's pool.
+
+        Frames already read are still returned before an error met further on.
+        """
+        codec = self.codec
+        pool = codec.pool
+        if pool is None:
+            for buf, base, info, path in frames:
+                try:
+                    batch = codec.decode_data(buf, info, schema, base)
+                except FrameError as exc:
+                    raise corrupt(path, exc.offset, exc.invariant) from exc
+                yield batch
+            return
+        window: deque[tuple[Future[pa.RecordBatch], Path]] = deque()
+
+        def result(item: tuple[Future[pa.RecordBatch], Path]) -> pa.RecordBatch:
+            fut, path = item
+            try:
+                return fut.result()
+            except FrameError as exc:
+                raise corrupt(path, exc.offset, exc.invariant) from exc
+
+        try:
+            for buf, base, info, path in frames:
+                window.append((pool.submit(codec.decode_data, buf, info, schema, base), path))
+                if len(window) > READ_AHEAD:
+                    yield result(window.popleft())
+        except GeneratorExit:
+            for fut, _ in window:
+                fut.cancel()
+            raise
+        except BaseException:
+            while window:
+                yield result(window.popleft())
+            raise
+        while window:
+            yield result(window.popleft())
+
+    # -- verification ---------------------------------------------------------------
+
+    def verify(self, snap: Snapshot) -> int:
+        """Check every committed frame of every segment; return the number of records."""
+        c = snap.committed
+        schema = self.schema(snap.schema)
+        n = 0
+        last_seq: int | None = None
+        last_ts: int | None = None
+        for seg in [s for s in list_segments(self.directory) if s <= c.segment]:
+            path = segment_path(self.directory, seg)
+            with SegmentReader(path) as reader:
+                end = c.end if seg == c.segment else reader.size()
+                try:
+                    for buf, base, info in reader.forward(0, end):
+                        if info.kind != Kind.DATA:
+                            continue
+                        if last_seq is not None and info.first_seq <= last_seq:
+                            raise FrameError(info.offset, f"seq {info.first_seq} <= {last_seq}")
+                        if last_ts is not None and info.first_ts < last_ts:
+                            raise FrameError(info.offset, f"ts {info.first_ts} < {last_ts}")
+                        if schema is None:
+                            raise FrameError(info.offset, "data frame but no schema")
+                        batch = self.codec.decode_data(buf, info, schema, base)
+                        seq = batch.column("seq").to_numpy()
+                        ts = batch.column("ts").to_numpy()
+                        if (int(seq[0]), int(seq[-1]), int(ts[0]), int(ts[-1])) != (
+                                info.first_seq, info.last_seq, info.first_ts, info.last_ts):
+                            raise FrameError(info.offset, "rows disagree with the footer")
+                        last_seq, last_ts = info.last_seq, info.last_ts
+                        n += 1
+                except FrameError as exc:
+                    raise corrupt(path, exc.offset, exc.invariant) from exc
+        return n
+
+
+def _trim_front(batch: pa.RecordBatch, after_seq: int | None, from_ts: int | None
+                ) -> pa.RecordBatch:
+    if after_seq is not None:
+        seq = batch.column("seq").to_numpy()
+        return batch.slice(int(np.searchsorted(seq, after_seq, "right")))
+    if from_ts is not None:
+        ts = batch.column("ts").to_numpy()
+        return batch.slice(int(np.searchsorted(ts, from_ts, "left")))
+    return batch
