@@ -141,14 +141,24 @@ class RateModel:
 
 @dataclass(frozen=True)
 class Phase:
-    """One recovery phase: estimated and measured wall time (None: not run)."""
+    """One recovery phase: estimated and measured wall time (None: not run).
+
+    ``cpu_s`` is the process CPU time of the phase (all threads, e.g. the log's
+    decoders): unlike wall time it does not grow when the machine is oversubscribed.
+    """
 
     name: str
     estimated_s: float
     measured_s: float | None
+    cpu_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "estimated_s": self.estimated_s, "measured_s": self.measured_s}
+        return {
+            "name": self.name,
+            "estimated_s": self.estimated_s,
+            "measured_s": self.measured_s,
+            "cpu_s": self.cpu_s,
+        }
 
 
 @dataclass(frozen=True)
@@ -184,6 +194,10 @@ class RecoveryExplain:
         return sum(p.measured_s or 0.0 for p in self.phases)
 
     @property
+    def cpu_s(self) -> float:
+        return sum(p.cpu_s or 0.0 for p in self.phases)
+
+    @property
     def estimated_s(self) -> float:
         return sum(p.estimated_s for p in self.phases)
 
@@ -213,6 +227,7 @@ class RecoveryExplain:
             "phases": [p.to_dict() for p in self.phases],
             "estimated_s": self.estimated_s,
             "measured_s": self.measured_s,
+            "cpu_s": self.cpu_s,
             "rates": self.rates.to_dict(),
         }
 
@@ -310,12 +325,21 @@ def scan(
     at_ts: int | None = None,
     chunk_bytes: int = 256 << 10,
 ) -> Reconstruction:
-    """Reconstruct the EC of an open output log (now, or as of ``at_seq``/``at_ts``)."""
+    """Reconstruct the EC of an open output log (now, or as of ``at_seq``/``at_ts``).
+
+    Time travel starts the backward read at the position (one forward lookup finds
+    it), so going back far costs the extent there, not the log after it.
+    """
+    before: int | None = None
     if at_seq is not None:
         at_seq = boundary_seq(output_log, at_seq)
-        batches = output_log.read_backward(before_seq=at_seq + 1, chunk_bytes=chunk_bytes)
-    else:
-        batches = output_log.read_backward(chunk_bytes=chunk_bytes)
+        before = at_seq + 1
+    if at_ts is not None:
+        nxt = next(iter(output_log.read_forward(from_ts=at_ts + 1)), None)
+        if nxt is not None and nxt.num_rows:
+            first_newer = int(nxt.column("seq")[0].as_py())
+            before = first_newer if before is None else min(before, first_newer)
+    batches = output_log.read_backward(before_seq=before, chunk_bytes=chunk_bytes)
     return reconstruct(batches, at_seq=at_seq, at_ts=at_ts)
 
 
@@ -349,9 +373,9 @@ def replay(
 ) -> ReplayStats:
     """Feed the upstream tuples in (T, t_c] to a loaded operator (reconstruction mode).
 
-    With ``key_column`` (the input's key column) only the tuples a
-    :class:`ReplayFilter` keeps reach the operator, in batches of at least
-    ``REPLAY_BATCH_ROWS``; without it, every tuple in upstream batches.
+    Upstream records are coalesced into batches of at least ``REPLAY_BATCH_ROWS``
+    tuples; with ``key_column`` (the input's key column) only the tuples a
+    :class:`ReplayFilter` keeps reach the operator.
     """
     if rec.t_c <= rec.T:
         return ReplayStats()
@@ -363,10 +387,20 @@ def replay(
         ) from exc
 
 
-def _feed(operator: RecoverableOperator, parts: list[pa.RecordBatch], t_c: int) -> None:
+def _feed(
+    operator: RecoverableOperator,
+    parts: list[pa.RecordBatch],
+    keep: ReplayFilter | None,
+    t_c: int,
+) -> int:
+    """Concatenate, filter and process replayed batches; returns the tuples applied."""
     if not parts:
-        return
+        return 0
     batch = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+    if keep is not None:
+        batch = batch.filter(pa.array(keep.needed(batch)))
+        if not batch.num_rows:
+            return 0
     out = operator.process(batch)
     if out.num_rows:
         seq = batch.column("seq").to_numpy()
@@ -375,6 +409,7 @@ def _feed(operator: RecoverableOperator, parts: list[pa.RecordBatch], t_c: int) 
             f"{int(seq[0])}..{int(seq[-1])} <= t_c={t_c} in reconstruction mode (it must "
             "emit nothing there)"
         )
+    return int(batch.num_rows)
 
 
 def _replay(
@@ -395,23 +430,18 @@ def _replay(
         cut = int(np.searchsorted(seq, rec.t_c, side="right"))
         if cut == 0:
             break
-        part = batch if cut == batch.num_rows else batch.slice(0, cut)
+        parts.append(batch if cut == batch.num_rows else batch.slice(0, cut))
+        rows += cut
         tuples += cut
         batches += 1
         nbytes += batch.get_total_buffer_size() * cut // batch.num_rows
         last_seen = int(seq[cut - 1])
-        if keep is not None:
-            part = part.filter(pa.array(keep.needed(part)))
-        if part.num_rows:
-            parts.append(part)
-            rows += part.num_rows
-            applied += part.num_rows
-        if keep is None or rows >= REPLAY_BATCH_ROWS:
-            _feed(operator, parts, rec.t_c)
+        if rows >= REPLAY_BATCH_ROWS:
+            applied += _feed(operator, parts, keep, rec.t_c)
             parts, rows = [], 0
         if cut < batch.num_rows:
             break
-    _feed(operator, parts, rec.t_c)
+    applied += _feed(operator, parts, keep, rec.t_c)
     if last_seen != rec.t_c:
         raise ReplayUnavailableError(
             f"the upstream replay after T={rec.T} ended at seq {last_seen}, but the "
@@ -420,10 +450,11 @@ def _replay(
     return ReplayStats(tuples, batches, nbytes, applied)
 
 
-def _timed(fn: Any, *args: Any, **kw: Any) -> tuple[Any, float]:
-    t0 = time.perf_counter()
+def _timed(fn: Any, *args: Any, **kw: Any) -> tuple[Any, float, float]:
+    """``fn(*args, **kw)``, its wall time and its process CPU time."""
+    t0, c0 = time.perf_counter(), time.process_time()
     res = fn(*args, **kw)
-    return res, time.perf_counter() - t0
+    return res, time.perf_counter() - t0, time.process_time() - c0
 
 
 def recover_from_logs(
@@ -436,6 +467,7 @@ def recover_from_logs(
     rates: RateModel | None = None,
     chunk_bytes: int = 256 << 10,
     reconcile_s: float | None = None,
+    reconcile_cpu: float | None = None,
     key_column: str | None = None,
     filter_replay: bool = True,
 ) -> Recovered:
@@ -451,14 +483,16 @@ def recover_from_logs(
         key_column = getattr(getattr(operator, "config", None), "key_column", None)
     if not filter_replay:
         key_column = None
-    rec, scan_s = _timed(scan, output_log, at_seq=at_seq, at_ts=at_ts, chunk_bytes=chunk_bytes)
+    rec, scan_s, scan_cpu = _timed(
+        scan, output_log, at_seq=at_seq, at_ts=at_ts, chunk_bytes=chunk_bytes
+    )
     est = rates.estimate(rec)
     if isinstance(rec, NothingToRecover):
         phases = (
-            Phase("reconcile", est["reconcile"], reconcile_s),
-            Phase("scan", est["scan"], scan_s),
-            Phase("load", 0.0, 0.0),
-            Phase("replay", 0.0, 0.0),
+            Phase("reconcile", est["reconcile"], reconcile_s, reconcile_cpu),
+            Phase("scan", est["scan"], scan_s, scan_cpu),
+            Phase("load", 0.0, 0.0, 0.0),
+            Phase("replay", 0.0, 0.0, 0.0),
         )
         explain = RecoveryExplain(
             fresh_start=True,
@@ -478,15 +512,15 @@ def recover_from_logs(
         )
         return Recovered(operator, rec, explain)
     check_upstream(rec, upstream)
-    _, load_s = _timed(
+    _, load_s, load_cpu = _timed(
         operator.load_ec, rec.table, t_c=rec.t_c, t_c_ts=rec.t_c_ts, next_out_seq=rec.next_out_seq
     )
-    stats, replay_s = _timed(replay, rec, upstream, operator, key_column=key_column)
+    stats, replay_s, replay_cpu = _timed(replay, rec, upstream, operator, key_column=key_column)
     phases = (
-        Phase("reconcile", est["reconcile"], reconcile_s),
-        Phase("scan", est["scan"], scan_s),
-        Phase("load", est["load"], load_s),
-        Phase("replay", est["replay"], replay_s),
+        Phase("reconcile", est["reconcile"], reconcile_s, reconcile_cpu),
+        Phase("scan", est["scan"], scan_s, scan_cpu),
+        Phase("load", est["load"], load_s, load_cpu),
+        Phase("replay", est["replay"], replay_s, replay_cpu),
     )
     explain = RecoveryExplain(
         fresh_start=False,
@@ -518,7 +552,7 @@ def plan(
 ) -> RecoveryExplain:
     """Dry run: scan only (read-only), estimate the other phases; checks the upstream."""
     rates = rates or RateModel()
-    rec, scan_s = _timed(scan, output_log, at_seq=at_seq, at_ts=at_ts)
+    rec, scan_s, scan_cpu = _timed(scan, output_log, at_seq=at_seq, at_ts=at_ts)
     est = rates.estimate(rec)
     if isinstance(rec, NothingToRecover):
         return RecoveryExplain(
@@ -536,7 +570,7 @@ def plan(
             replay_bytes=0,
             phases=(
                 Phase("reconcile", est["reconcile"], None),
-                Phase("scan", 0.0, scan_s),
+                Phase("scan", 0.0, scan_s, scan_cpu),
                 Phase("load", 0.0, None),
                 Phase("replay", 0.0, None),
             ),
@@ -557,7 +591,10 @@ def plan(
         replay_tuples=0,
         replay_batches=0,
         replay_bytes=0,
-        phases=tuple(Phase(name, est[name], scan_s if name == "scan" else None) for name in PHASES),
+        phases=tuple(
+            Phase(name, est[name], *((scan_s, scan_cpu) if name == "scan" else (None, None)))
+            for name in PHASES
+        ),
         rates=rates,
     )
 
@@ -590,20 +627,22 @@ def recover(
     writable (the caller appends the output of ``resume_after_seq`` onwards and closes
     it). Raises :class:`ExtentError` or :class:`ReplayUnavailableError` (exit status 4).
     """
-    t0 = time.perf_counter()
-    out = StreamLog.open(output_dir, writable=True, create=True, fsync=fsync)
-    reconcile_s = time.perf_counter() - t0
+    out, reconcile_s, reconcile_cpu = _timed(
+        StreamLog.open, output_dir, writable=True, create=True, fsync=fsync
+    )
     try:
         if Path(upstream_dir).exists():
             with StreamLog.open(upstream_dir) as up:
                 res = recover_from_logs(
                     out, up, operator, rates=rates, chunk_bytes=chunk_bytes,
-                    reconcile_s=reconcile_s, filter_replay=filter_replay,
+                    reconcile_s=reconcile_s, reconcile_cpu=reconcile_cpu,
+                    filter_replay=filter_replay,
                 )  # fmt: skip
         else:
             res = recover_from_logs(
                 out, _NoUpstream(), operator, rates=rates, chunk_bytes=chunk_bytes,
-                reconcile_s=reconcile_s, filter_replay=filter_replay,
+                reconcile_s=reconcile_s, reconcile_cpu=reconcile_cpu,
+                filter_replay=filter_replay,
             )  # fmt: skip
     except BaseException:
         out.close()

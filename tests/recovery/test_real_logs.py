@@ -133,3 +133,27 @@ def test_trimmed_upstream_is_replay_unavailable(tmp_path: Path) -> None:
         recover(tmp_path / "out", tmp_path / "up", scn.operator(), fsync="never")
     # The failed recovery released the output log's writer lock.
     StreamLog.open(tmp_path / "out", writable=True).close()
+
+
+def test_time_travel_on_a_real_log(tmp_path: Path) -> None:
+    from recovery.replay import plan, recover_from_logs
+    from tests.recovery.harness import MemLog
+
+    scn = Scenario(CountWindow(4, 2), PolicyConfig(mode="targets", q=6, u=15))
+    inputs = make_stream(300, 6, 21, max_batch=9)
+    logged = setup_run(tmp_path, scn, inputs)
+    records = [b for _, b in logged.run.records()]
+    mem = MemLog(records)
+    with StreamLog.open(tmp_path / "out") as out, StreamLog.open(tmp_path / "up") as up:
+        for i, b in logged.run.records()[::5]:
+            ts = int(b.column("ts")[-1].as_py())
+            seq = int(b.column("seq")[0].as_py())
+            assert (
+                plan(out, up, at_ts=ts).to_dict()["extent"]
+                == plan(mem, at_ts=ts).to_dict()["extent"]
+            )
+            op = scn.operator()
+            res = recover_from_logs(out, up, op, at_seq=seq)
+            assert isinstance(res.reconstruction, EventualCheckpoint)
+            assert res.explain.to_dict()["extent"] == plan(mem, at_seq=seq).to_dict()["extent"]
+            check_state(scn, logged.run, res.reconstruction, op.state_at(), i)
