@@ -23,9 +23,11 @@ class KeyRegistry:
     """Dense indices for the keys seen so far.
 
     Int keys that stay in ``[0, DIRECT_LIMIT)`` (item ids, the usual case) are mapped
-    through a direct table (one gather); other keys through a hashed
-    ``pandas.Index.get_indexer``. String keys are dictionary-encoded by Arrow first,
-    so only the distinct keys of a batch are hashed.
+    through a direct table (one gather); other int keys through a hashed
+    ``pandas.Index.get_indexer``. String keys stay in Arrow: a batch is
+    dictionary-encoded, its distinct keys are found in the registry (an Arrow string
+    array) with ``pyarrow.compute.index_in``, and output keys are an Arrow ``take``, so
+    no Python string objects are made on the hot path.
     """
 
     DIRECT_LIMIT = 1 << 22
@@ -34,47 +36,37 @@ class KeyRegistry:
         self.key_type = key_type
         self._n = 0
         self._ints: I64 = np.empty(1024, dtype=np.int64)
-        self._strs: npt.NDArray[np.object_] = np.empty(1024, dtype=object)
         self._index: pd.Index | None = None
         self._direct: I64 | None = (
             np.full(1024, -1, dtype=np.int64) if key_type == "int64" else None
         )
+        self._arrow: pa.Array = pa.array([], type=pa.string())
 
     def __len__(self) -> int:
         return self._n
 
-    def _grow(self, need: int) -> None:
-        cap = len(self._ints)
-        if need <= cap:
-            return
-        new_cap = max(need, 2 * cap)
-        ints = np.empty(new_cap, dtype=np.int64)
-        ints[: self._n] = self._ints[: self._n]
-        strs = np.empty(new_cap, dtype=object)
-        strs[: self._n] = self._strs[: self._n]
-        self._ints, self._strs = ints, strs
-
-    def _register(self, new: npt.NDArray[np.generic]) -> None:
+    def _register(self, new: I64) -> None:
+        """Append new int keys (indices ``n, n+1, ...`` in the given order)."""
         start = self._n
-        self._grow(start + len(new))
-        if self.key_type == "int64":
-            self._ints[start : start + len(new)] = new
-        else:
-            self._strs[start : start + len(new)] = new
-        self._n = start + len(new)
+        need = start + len(new)
+        if need > len(self._ints):
+            ints = np.empty(max(need, 2 * len(self._ints)), dtype=np.int64)
+            ints[:start] = self._ints[:start]
+            self._ints = ints
+        self._ints[start:need] = new
+        self._n = need
         self._index = None
 
-    def _hashed(self, values: npt.NDArray[np.generic]) -> I64:
+    def _hashed(self, values: I64) -> I64:
         if self._index is None:
-            if self.key_type == "int64":
-                self._index = pd.Index(self._ints[: self._n].copy())
-            else:
-                self._index = pd.Index(self._strs[: self._n].copy(), dtype=object)
+            self._index = pd.Index(self._ints[: self._n].copy())
         idx = np.asarray(self._index.get_indexer(values), dtype=np.int64)
         missing = idx < 0
         if missing.any():
-            self._register(pd.unique(values[missing]))
-            return self._hashed(values)
+            new = np.asarray(pd.unique(values[missing]), dtype=np.int64)
+            start = self._n
+            self._register(new)
+            idx[missing] = start + np.asarray(pd.Index(new).get_indexer(values[missing]))
         return idx
 
     def _direct_map(self, values: I64) -> I64 | None:
@@ -110,9 +102,16 @@ class KeyRegistry:
         enc = pc.dictionary_encode(keys)
         if isinstance(enc, pa.ChunkedArray):  # pragma: no cover - arrays stay arrays
             enc = enc.combine_chunks()
-        dict_idx = self._hashed(
-            np.asarray(enc.dictionary.to_numpy(zero_copy_only=False), dtype=object)
-        )
+        distinct = enc.dictionary
+        pos = pc.fill_null(pc.index_in(distinct, value_set=self._arrow), -1)
+        dict_idx = np.asarray(pos.to_numpy(zero_copy_only=False), dtype=np.int64)
+        missing = dict_idx < 0
+        if missing.any():
+            new = distinct.filter(pa.array(missing))  # distinct, in order of appearance
+            start = self._n
+            self._arrow = pa.concat_arrays([self._arrow, new])
+            self._n = start + len(new)
+            dict_idx[missing] = np.arange(start, self._n, dtype=np.int64)
         codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
         out: I64 = dict_idx[codes]
         return out
@@ -121,12 +120,12 @@ class KeyRegistry:
         """The keys of the given indices, as an Arrow array of the key type."""
         if self.key_type == "int64":
             return pa.array(self._ints[idx], type=pa.int64())
-        return pa.array(self._strs[idx], type=pa.string())
+        return pc.take(self._arrow, pa.array(idx, type=pa.int64()))
 
     def value(self, i: int) -> int | str:
         if self.key_type == "int64":
             return int(self._ints[i])
-        return str(self._strs[i])
+        return str(self._arrow[i].as_py())
 
 
 class WindowSlots:
