@@ -206,7 +206,7 @@ def test_corrupt_committed_tail_needs_repair(tmp_path: Path) -> None:
 
 
 WRITER = """
-import sys
+import sys, time
 from storage_log.log import StreamLog
 from tests.storage_log.conftest import make_batch
 log = StreamLog.open(sys.argv[1], writable=True, create=True, fsync=sys.argv[2],
@@ -219,6 +219,8 @@ while True:
         seq += 50
     log.commit(token=str(seq - 1).encode())
     print(seq - 1, flush=True)
+    if len(sys.argv) > 3:
+        time.sleep(float(sys.argv[3]))
 """
 
 
@@ -314,3 +316,37 @@ def test_rebuild_refuses_corruption_in_an_older_segment(tmp_path: Path) -> None:
             seg0.name, victim.offset)
         assert len(list(log_dir.glob("*.seg"))) == 1
         assert rows(w.read_forward()) == list(range(victim.first_seq))
+
+
+def test_readers_during_appends_and_rolls_in_another_process(tmp_path: Path) -> None:
+    import threading
+
+    log_dir = tmp_path / "log"
+    proc = _spawn(WRITER, str(log_dir), "never", "0.003")
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        int(proc.stdout.readline())  # a first commit
+        drain = threading.Thread(target=proc.stdout.read, daemon=True)
+        drain.start()
+        with StreamLog.open(log_dir) as r:
+            deadline = time.monotonic() + 1.0
+            checks = 0
+            while (time.monotonic() < deadline or checks < 3
+                   or len(list(log_dir.glob("*.seg"))) < 3) and time.monotonic() < deadline + 20:
+                fwd = rows(r.read_forward())
+                assert fwd == list(range(len(fwd)))  # a committed prefix, whole records
+                back: list[int] = []
+                for b in r.read_backward(chunk_bytes=4096):
+                    back = b.column("seq").to_pylist() + back
+                assert back == list(range(len(back))) and len(back) >= len(fwd)
+                tail_from = fwd[-1] - 75
+                assert rows(r.read_forward(after_seq=tail_from))[:1] == [tail_from + 1]
+                checks += 1
+                time.sleep(0.01)
+    finally:
+        proc.kill()
+        proc.wait()
+    drain.join(5)
+    proc.stdout.close()
+    assert checks >= 3 and len(list(log_dir.glob("*.seg"))) >= 3
