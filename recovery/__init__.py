@@ -1,1 +1,16 @@
-"""recovery: rebuild the eventual checkpoint from an output log and replay exactly."""
+"""recovery: rebuild the eventual checkpoint from an output log and replay exactly.
+
+Modules, one concept each:
+
+* :mod:`recovery.ec`: EC reconstruction, a pure backward scan (vectorized, plus the
+  per-row oracle :func:`~recovery.ec.reconstruct_reference`); time travel.
+* :mod:`recovery.checkpoint`: its result (``EventualCheckpoint``, ``ExtentMetrics``,
+  ``Footprint``, ``NothingToRecover``).
+* :mod:`recovery.upstream`: the replay of ``(T, t_c]`` from the upstream log through
+  a loaded operator (reconstruction mode), with the exact replay filter.
+* :mod:`recovery.replay`: recovery of one partition: reconcile, scan, load, replay
+  (``recover``, ``recover_from_logs``, ``plan``, ``scan``, ``boundary_seq``).
+* :mod:`recovery.explain`: the recovery explain and the phase-time model.
+* :mod:`recovery.errors`: ``ExtentError``, ``InconsistentLogError``,
+  ``ReplayUnavailableError`` (all exit status 4).
+"""

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import recovery.replay as replay_mod
+import recovery.upstream as upstream_mod
 from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow
 from recovery.ec import EventualCheckpoint, NothingToRecover
@@ -61,7 +61,7 @@ SEEDS = range(24)
 def test_replay_filter_and_coalescing_are_exact(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     # Tiny replay batches (every upstream record its own operator call, or several
     # coalesced), filter on and off: the recovered state and output are the same.
-    monkeypatch.setattr(replay_mod, "REPLAY_BATCH_ROWS", 1 + seed % 3 * 4)
+    monkeypatch.setattr(upstream_mod, "REPLAY_BATCH_ROWS", 1 + seed % 3 * 4)
     rng = random.Random(500 + seed)
     scn = random_scenario(rng, "reference")
     inputs = make_stream(rng.randint(40, 90), rng.randint(1, 6), seed, key_type=scn.key_type)
