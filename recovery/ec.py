@@ -68,7 +68,7 @@ __all__ = [
 REQUIRED_COLUMNS = ("ts", "seq", "type", "t_now", "n_open", "key", "win_start")
 
 #: A chunk holds at least this many rows, at least as many as windows still missing
-#: (each needs a row), and at least 1/8 of the ids met so far (bounds the rehashing of
+#: (each needs a row), and at least half the ids met so far (bounds the rehashing of
 #: those ids). Decoding a log record costs far more than hashing an id, so chunks
 #: stay small enough not to read much past the extent.
 MIN_CHUNK_ROWS = 1 << 12
@@ -295,7 +295,7 @@ def reconstruct(
     newer_first_seq: int | None = None  # first seq of the chunk scanned before
     exhausted = False
     while not exhausted:
-        target = max(MIN_CHUNK_ROWS, n_c - n_found, seen_ws.size // 8)
+        target = max(MIN_CHUNK_ROWS, n_c - n_found, seen_ws.size // 2)
         while pending_rows < target:
             nxt = next(it, None)
             if nxt is None:

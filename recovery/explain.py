@@ -5,8 +5,11 @@ over a rate. reconcile = ``reconcile_s``; scan = ``q / scan_records_per_s`` (``q
 extent in output rows); load = ``N_c / load_windows_per_s``; replay =
 ``u / replay_positions_per_s`` where ``u = t_c - T`` input positions (exact tuple
 count for dense sequence numbers, an upper bound after a filter). The default rates
-are what ``bench/recovery_bench.py`` measured on a 2-core machine; pass your own
-(:meth:`RateModel.from_explain` derives them from a measured recovery).
+are what ``bench/recovery_bench.py`` measured on the shared 2-core development
+machine (100 000 keys, window 10; the scan rate includes decoding the log records,
+the replay rate the replay filter, which hands the operator about a third of the
+tuples); pass your own (:meth:`RateModel.from_explain` derives them from a measured
+recovery).
 """
 
 from __future__ import annotations
@@ -24,9 +27,9 @@ class RateModel:
     """Fixed cost plus size over rate, per phase (see the module docstring)."""
 
     reconcile_s: float = 0.005
-    scan_records_per_s: float = 6.0e6
-    load_windows_per_s: float = 1.0e6
-    replay_positions_per_s: float = 1.5e6
+    scan_records_per_s: float = 2.5e6
+    load_windows_per_s: float = 3.0e6
+    replay_positions_per_s: float = 2.5e6
 
     def estimate(self, rec: Reconstruction) -> dict[str, float]:
         """Estimated seconds of each phase for a reconstruction result."""

@@ -13,7 +13,7 @@ from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow
 from recovery.ec import EventualCheckpoint, NothingToRecover
 from recovery.errors import ExtentError, ReplayUnavailableError
-from recovery.replay import RecoveryExplain, boundary_seq, plan, recover_from_logs
+from recovery.replay import RateModel, RecoveryExplain, boundary_seq, plan, recover_from_logs
 from tests.recovery.harness import (
     OPERATORS,
     MemLog,
@@ -184,6 +184,9 @@ def test_explain_reports_every_phase() -> None:
     assert d["extent"]["records"] >= d["n_c"]
     assert d["replay"]["tuples"] > 0 and d["replay"]["bytes"] > 0
     assert all(p["estimated_s"] >= 0 for p in d["phases"])
+    assert all(p["measured_s"] is None or p["cpu_s"] is not None for p in d["phases"])
+    rates = RateModel.from_explain(res.explain)
+    assert rates.replay_positions_per_s > 0 and rates.scan_records_per_s > 0
     import json
 
     json.dumps(d)
