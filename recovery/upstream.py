@@ -91,14 +91,21 @@ class ReplayFilter:
 
 
 def check_upstream(rec: EventualCheckpoint, upstream: UpstreamLogReader) -> None:
-    """Raise ReplayUnavailableError unless the upstream holds every tuple in (T, t_c]."""
+    """Raise ReplayUnavailableError unless the upstream holds every tuple in (T, t_c].
+
+    The log's own ``read_forward`` also refuses (``LogTrimmedError``, turned into
+    ReplayUnavailableError by :func:`replay`) a position inside trimmed segments.
+    """
     first, last = upstream.first_seq, upstream.last_seq
     if first is None or last is None:
         raise ReplayUnavailableError(
             f"the upstream log is empty, but recovery needs its tuples after T={rec.T} "
             f"up to t_c={rec.t_c}"
         )
-    if first > rec.T:
+    # T is the seq of a real input tuple: a log that starts after T was trimmed. It
+    # still holds every tuple after T only if it starts at T + 1 (seqs are integers);
+    # a later start may hide trimmed tuples (sparse seqs cannot tell), so it is refused.
+    if first > rec.T + 1:
         raise ReplayUnavailableError(
             f"the upstream log starts at seq {first}, after T={rec.T}: it was trimmed past "
             f"the oldest footprint (N_c={rec.n_c}, t_c={rec.t_c}); the state cannot be "

@@ -145,6 +145,18 @@ def test_trimmed_upstream_and_output() -> None:
         recover_from_logs(MemLog(records), MemLog(), scn.operator())
     with pytest.raises(ExtentError):
         recover_from_logs(MemLog(records[1:]), MemLog(inputs), scn.operator())
+    # Dense seqs: an upstream trimmed to exactly T + 1 still holds all of (T, t_c].
+    inputs = make_stream(60, 4, 5, max_batch=1, sparse=False)
+    original = run(scn, inputs)
+    records = [b for _, b in original.records()]
+    op = scn.operator()
+    res = recover_from_logs(MemLog(records), MemLog(inputs[1:]), op)
+    assert res.explain.T == 0
+    rec = res.reconstruction
+    assert isinstance(rec, EventualCheckpoint)
+    check_state(scn, original, rec, op.state_at(), original.records()[-1][0])
+    with pytest.raises(ReplayUnavailableError, match="trimmed"):
+        recover_from_logs(MemLog(records), MemLog(inputs[2:]), scn.operator())
 
 
 def test_time_travel_replays_to_the_state_then() -> None:
