@@ -186,6 +186,8 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     finally:
         if in_main:
             signal.signal(signal.SIGINT, previous)
+    if shared.operator_error is not None:  # the operators gave up: stop the ingest too
+        _request_stop(layout, shared)
     shared.ingest_done.wait(STOP_GRACE_S)
     shared.operators_done.wait(STOP_GRACE_S)
     elapsed = time.monotonic() - started
@@ -204,6 +206,9 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         layout.stop_file.unlink()
     tuples = sum(int(r.get("in_tuples", 0)) for r in results)
     rows = shared.ingest.source_rows
+    # steady: from the first input batch any operator saw to the end (no start-up)
+    firsts = [float(r["first_input_at"]) for r in results if r.get("first_input_at")]
+    steady_s = time.time() - min(firsts) if firsts else None
     return {
         "run_dir": str(layout.root),
         "partitions": partitions,
@@ -214,7 +219,13 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         "operator_tuples": tuples,
         "elapsed_s": round(elapsed, 3),
         "source_rows_per_s": round(rows / elapsed, 1) if elapsed > 0 else None,
+        "steady_s": None if steady_s is None else round(steady_s, 3),
+        "steady_rows_per_s": round(rows / steady_s, 1) if steady_s else None,
         "resubmits": shared.resubmits,
+        "ingest_s": None if shared.ingest.finished is None
+        else round(shared.ingest.finished - shared.ingest.started, 3),
+        "ingest_jobs_s": [round(x, 3) for x in shared.ingest.job_seconds],
+        "ingest_writer_s": {k: round(v, 3) for k, v in shared.ingest.writer_s.items()},
         "results": sum(int(r.get("r", 0)) for r in results),
         "per_partition": results,
     }

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -199,17 +199,27 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
                                fsync=cfg.fsync) for p in range(cfg.partitions)]
         written = 0
         nxt = 0  # the next chunk to commit
+        clock = [0.0, 0.0, 0.0]  # seconds waiting for Spark, appending, committing
 
         def commit_through(upto: int) -> None:  # commit every chunk ending at or before
             nonlocal nxt
+            t0 = time.perf_counter()
             while nxt < len(ends) and ends[nxt] <= upto:
                 for log in logs:
                     log.commit(tokens[nxt])
                 nxt += 1
+            clock[2] += time.perf_counter() - t0
 
         try:
             above = [-1 if log.last_seq is None else log.last_seq for log in logs]
-            for batch in batches:
+            it = iter(batches)
+            while True:
+                t0 = time.perf_counter()
+                batch = next(it, None)
+                t1 = time.perf_counter()
+                clock[0] += t1 - t0
+                if batch is None:
+                    break
                 if batch.num_rows == 0:
                     continue
                 seqs = batch.column(1).to_numpy()
@@ -220,8 +230,10 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
                     if nxt < len(ends):
                         cut = max(lo, int(np.searchsorted(seqs, ends[nxt], "left")))
                     if cut > lo:
+                        t2 = time.perf_counter()
                         written += _append_split(logs, batch.slice(lo, cut - lo), above,
                                                  cfg.partitions)
+                        clock[1] += time.perf_counter() - t2
                     if cut < batch.num_rows:
                         commit_through(int(seqs[cut]))
                     lo = cut
@@ -229,7 +241,10 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
         finally:
             for log in logs:
                 log.close()
-        yield pa.RecordBatch.from_pydict({"rows": pa.array([written], pa.int64())})
+        yield pa.RecordBatch.from_pydict({
+            "rows": pa.array([written], pa.int64()),
+            **{name: pa.array([v], pa.float64()) for name, v in zip(_CLOCKS, clock,
+                                                                      strict=True)}})
 
     return write
 
@@ -267,6 +282,8 @@ class IngestProgress:
     sealed: bool = False
     started: float = 0.0
     finished: float | None = None
+    job_seconds: list[float] = field(default_factory=list)
+    writer_s: dict[str, float] = field(default_factory=dict)  # the writer's clocks
 
 
 def committed_chunk(layout: RunLayout, partitions: int) -> int:
@@ -294,16 +311,21 @@ def seal_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
                 log.seal()
 
 
+_CLOCKS = ("wait_s", "append_s", "commit_s")
 JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each)
 
 
 def run_chunks(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-               layout: RunLayout, chunks: list[Chunk]) -> int:
+               layout: RunLayout, chunks: list[Chunk], clocks: dict[str, float]) -> int:
     """Ingest consecutive chunks (one Spark job); the number of tuples written."""
     cfg = WriterConfig(str(layout.root), spec.run.partitions, spec.run.fsync,
                        spec.aggregate.group_by, value_column(spec))
     df = upstream_frame(spark, spec, settings.columns, chunks)
-    out = df.mapInArrow(_chunk_writer(cfg, chunks), "rows long").collect()
+    schema = "rows long, " + ", ".join(f"{c} double" for c in _CLOCKS)
+    out = df.mapInArrow(_chunk_writer(cfg, chunks), schema).collect()
+    for row in out:
+        for c in _CLOCKS:
+            clocks[c] = clocks.get(c, 0.0) + float(row[c])
     return int(sum(r["rows"] for r in out))
 
 
@@ -358,7 +380,9 @@ def _run_jobs(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     for job in _jobs(chunks, resume):
         if should_stop():
             return
-        progress.tuples += run_chunks(spark, spec, settings, layout, job)
+        t0 = time.monotonic()
+        progress.tuples += run_chunks(spark, spec, settings, layout, job, progress.writer_s)
+        progress.job_seconds.append(time.monotonic() - t0)
         progress.chunks_done = job[-1].index + 1
         progress.source_rows = job[-1].next_seq
     if chunks and chunks[-1].index <= resume:

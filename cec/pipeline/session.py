@@ -21,7 +21,7 @@ import warnings
 
 from pyspark.sql import SparkSession
 
-ARROW_BATCH_ROWS = 1 << 18
+ARROW_BATCH_ROWS = 1 << 19
 
 
 def build_session(master: str, partitions: int, *, app_name: str = "cec") -> SparkSession:
@@ -29,6 +29,11 @@ def build_session(master: str, partitions: int, *, app_name: str = "cec") -> Spa
     # PySpark 4.3 warns about pandas 3 on every Arrow UDF; cec moves Arrow, not pandas.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
                             category=FutureWarning)
+    # The JVM and the Python worker daemon it starts inherit this environment: keep
+    # the daemon single-threaded when it forks (see cec.pipeline.daemon).
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
@@ -45,6 +50,7 @@ def build_session(master: str, partitions: int, *, app_name: str = "cec") -> Spa
         .config("spark.speculation", "false")
         .config("spark.pyspark.python", sys.executable)
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", "cec.pipeline.daemon")
         .config("spark.driver.memory", "2g")
         .config("spark.sql.session.timeZone", "UTC")
     )

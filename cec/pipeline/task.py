@@ -79,6 +79,7 @@ class TaskCounters:
     n_open: int = 0
     q: int = 0
     u: int = 0
+    first_input_at: float | None = None  # wall time of the first input batch
     process_s: float = 0.0  # time inside operator.process/finish
     write_s: float = 0.0  # time appending + committing output records
     done: bool = False
@@ -123,6 +124,8 @@ def run_partition(root: str, p: int) -> dict[str, Any]:
         with StreamLog.open(layout.upstream(p)) as up:
             last_state = 0.0
             for batch in _tail(up, rec.resume_after_seq, layout):
+                if counters.first_input_at is None:
+                    counters.first_input_at = time.time()
                 t0 = time.perf_counter()
                 result = op.process(batch)
                 t1 = time.perf_counter()
