@@ -17,7 +17,8 @@ EC with ``T = t_c``.
 Both rules together say: only the *newest* row of each window id matters; the window
 is in the EC exactly when that row is a G row. The vectorized scan uses that: per
 chunk of records it reverses the rows, keeps the first occurrence of each id (pandas
-``duplicated`` over ``key, win_start``, exact, no hashing tricks), drops ids already
+``duplicated``; integer ids are packed losslessly into one int64 when their ranges
+allow, so the test is exact, never a lossy hash), drops ids already
 met in newer chunks, and counts the G rows among the rest until ``N_c`` is reached.
 Chunk sizes follow the windows still missing and the ids met so far
 (:data:`MIN_CHUNK_ROWS`), so the scan reads little past the extent.

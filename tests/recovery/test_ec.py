@@ -219,3 +219,25 @@ def test_vectorized_equals_reference_and_truth(
     )
     assert sorted(ids(fast)) == truth_ids(model.rows, model.truth[at])
     assert fast.n_c == len(model.truth[at])
+
+
+@pytest.mark.parametrize("fn", BOTH)
+def test_scan_stops_reading_at_the_extent(fn: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ecmod, "MIN_CHUNK_ROWS", 16)
+    # 599 one-row records; the extent is the last one (N_c = 1, a reopened window).
+    rows = [row(GO, 0, 1, 1, 0)]
+    for i in range(1, 300):
+        rows += [row(R, 2 * i - 1, 0, 1, 2 * i - 2), row(GO, 2 * i, 1, 1, 2 * i)]
+    batches = rows_to_batches(rows, [1] * len(rows))
+    consumed = 0
+
+    def newest_first() -> Any:
+        nonlocal consumed
+        for b in reversed(batches):
+            consumed += 1
+            yield b
+
+    ec = fn(newest_first())
+    assert isinstance(ec, EventualCheckpoint)
+    assert ec.extent.records == 1 and ec.n_c == 1
+    assert consumed <= 16
