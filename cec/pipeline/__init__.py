@@ -5,11 +5,30 @@ The functions the CLI calls, one per command:
 * :func:`run_pipeline` (``cec run pipeline``), :func:`recover_run` (``cec recover``),
 * :func:`inspect_extent`, :func:`inspect_log` (``cec inspect ...``),
 * :func:`export` (``cec export``).
+
+They are loaded on first use (PEP 562), so that a Spark Python worker importing one
+submodule (the data source, the task) does not import the driver's machinery too.
 """
 
-from cec.pipeline.driver import resume_run, run_pipeline
-from cec.pipeline.export import export, results_table
-from cec.pipeline.inspect import inspect_extent, inspect_log, recover_run
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from cec.pipeline.driver import resume_run, run_pipeline
+    from cec.pipeline.export import export, results_table
+    from cec.pipeline.inspect import inspect_extent, inspect_log, recover_run
+
+_WHERE = {
+    "run_pipeline": "cec.pipeline.driver",
+    "resume_run": "cec.pipeline.driver",
+    "export": "cec.pipeline.export",
+    "results_table": "cec.pipeline.export",
+    "inspect_extent": "cec.pipeline.inspect",
+    "inspect_log": "cec.pipeline.inspect",
+    "recover_run": "cec.pipeline.inspect",
+}
 
 __all__ = [
     "export",
@@ -20,3 +39,10 @@ __all__ = [
     "resume_run",
     "run_pipeline",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cec.pipeline' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -203,3 +203,48 @@ def test_bad_filter_and_reused_log_dir(tmp_path: Path, capsys: pytest.CaptureFix
                  ["inspect", "extent", str(tmp_path)], ["inspect", "log", str(tmp_path)]):
         assert main(args) == 2, args
         assert "not a cec run directory" in capsys.readouterr().err or args[1] == "log"
+
+
+def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) -> None:
+    """A stream folder is unbounded: the run goes on until Ctrl-C (SIGINT to the
+    foreground process group, as a terminal sends it); the logs are then consistent,
+    and once the stream has ended `cec recover` completes it exactly."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    df = write_items_csv(tmp_path / "all.csv", 6_000, keys=40, seed=5)
+    df.iloc[:2_000].to_csv(folder / "f-000.csv", index=False)
+    spec = tmp_path / "s.toml"
+    spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\ntime_field = "item_time"\n'
+                              "poll_ms = 50", partitions=P))
+    run = tmp_path / "run"
+    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
+                     tmp_path / "run.log")
+    wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in _states(run)) > 0, 180,
+             "the first file to be processed")
+    df.iloc[2_000:4_000].to_csv(folder / ".f-001.tmp", index=False)
+    (folder / ".f-001.tmp").rename(folder / "f-001.csv")
+    wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in _states(run)) > 2_500, 120,
+             "the second file to be processed")
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(120) == 130, (tmp_path / "run.log").read_text()[-3000:]
+    summary = _last_json((tmp_path / "run.log").read_text())
+    assert summary["interrupted"] and not summary["completed"]
+    assert all(s.get("stopped") for s in _states(run))
+    logs = cec(["inspect", "log", str(run), "--verify", "--json"], check=True)
+    assert all(lg["verify"]["ok"] for lg in json.loads(logs.stdout)["logs"])
+    df.iloc[4_000:].to_csv(folder / "f-002.csv", index=False)
+    (folder / "_END").touch()
+    rec = json.loads(cec(["recover", "--from-log", str(run), "--json"], check=True).stdout)
+    assert rec["resumed"]["completed"]
+    cec(["export", str(run), "--out", str(tmp_path / "out.csv")], check=True)
+    got = pd.read_csv(tmp_path / "out.csv")
+    ref = reference_count_windows(df, 10)
+    assert got[["key", "window_start", "window_end", "count"]].values.tolist() == \
+        ref[["key", "window_start", "window_end", "count"]].values.tolist()
+
+
+def _last_json(text: str) -> dict[str, object]:
+    """The JSON document `cec ... --json` printed last (stdout and stderr are mixed)."""
+    start = text.rfind("\n{\n") + 1 if "\n{\n" in text else text.find("{\n")
+    end = text.rfind("\n}") + 2
+    return json.loads(text[start:end])  # type: ignore[no-any-return]
