@@ -14,7 +14,9 @@ For each workload it runs the vectorized operator in the three policy modes ``no
 paper's settings), interleaved and repeated (best of ``--reps``), all in one process,
 and the reference operator in ``open-only`` on a smaller slice. Rates are input tuples
 per second, by wall clock and by this process's CPU time (the machine may be shared;
-the CPU rate is the one-core figure). Output: a Markdown table.
+the CPU rate is the one-core figure), plus output rows per CPU second; "vs none" is the
+CPU rate of a mode divided by that of ``none`` in the same run. Output: a Markdown
+table.
 
 Run ``python bench/operator_bench.py`` (or ``main(argv)``); ``--help`` for the knobs.
 """
@@ -143,15 +145,16 @@ def bench_workload(w: Workload, *, tuples: int, ref_tuples: int, batch_rows: int
 
 def table(results: list[Result]) -> str:
     head = ("| workload | impl | mode | tuples | M tuples/s (CPU) | M tuples/s (wall) "
-            "| vs none (CPU) | R | G_open | G_check | open windows | q | u |")
-    lines = [head, "|" + "---|" * 13]
+            "| vs none (CPU) | M rows out/s (CPU) | R | G_open | G_check | open windows | q | u |")
+    lines = [head, "|" + "---|" * 14]
     base = {r.workload: r for r in results if r.mode == "none" and r.impl == "vector"}
     for r in results:
         b = base.get(r.workload)
         ratio = f"{r.cpu_rate / b.cpu_rate:.3f}" if b and r.impl == "vector" else "-"
         lines.append(
             f"| {r.workload} | {r.impl} | {r.mode} | {r.tuples:,} | {r.cpu_rate / 1e6:.2f} "
-            f"| {r.wall_rate / 1e6:.2f} | {ratio} | {r.r_rows:,} | {r.g_open:,} "
+            f"| {r.wall_rate / 1e6:.2f} | {ratio} | {r.rows / r.cpu_s / 1e6:.2f} "
+            f"| {r.r_rows:,} | {r.g_open:,} "
             f"| {r.g_check:,} | {r.n_open:,} | {r.q:,} | {r.u:,} |"
         )
     return "\n".join(lines)
@@ -165,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ref-tuples", type=int, default=100_000,
                     help="tuples for the reference operator")
     ap.add_argument("--batch", type=int, default=65_536, help="input batch size")
-    ap.add_argument("--reps", type=int, default=3, help="repetitions (best CPU time kept)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions (best CPU time kept)")
     ap.add_argument("--warmup", type=int, default=None,
                     help="untimed tuples before the recovery workload (default 1,000,000)")
     args = ap.parse_args(argv)
