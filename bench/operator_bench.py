@@ -92,7 +92,8 @@ def make_batches(w: Workload, n_rows: int, batch_rows: int) -> list[pa.RecordBat
         "ts": cols["item_time"], "seq": seq, "item_id": cols["item_id"],
         "item_price": cols["item_price"],
     })
-    return table.to_batches(max_chunksize=batch_rows)
+    batches: list[pa.RecordBatch] = table.to_batches(max_chunksize=batch_rows)
+    return batches
 
 
 def config(w: Workload, mode: str) -> OperatorConfig:

@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from cec.errors import InputOrderError, UsageError
+from cec.errors import InputOrderError, SpecError, UsageError
 from cec.operator import OperatorConfig, ReferenceOperator, ec_from_output
 from cec.policy import PolicyConfig
 from cec.records import G_CHECK, G_OPEN, R, output_schema
@@ -217,3 +217,34 @@ def test_load_ec_needs_fresh_operator(impl: Any) -> None:
     with pytest.raises(UsageError):
         op.load_ec(pa.Table.from_batches([], schema=output_schema("int64")),
                    t_c=0, t_c_ts=0, next_out_seq=1)
+
+
+@impls
+def test_replay_order_after_load_ec(impl: Any) -> None:
+    c = cfg(count_window(5))
+    first = impl(c)
+    out = first.process(batch([(10, 1, 1, 1), (20, 2, 2, 1), (30, 3, 1, 1)]))
+    st = first.state_at()
+    ec = ec_from_output([out], st)
+
+    def fresh() -> Any:
+        op = impl(c)
+        op.load_ec(ec, t_c=3, t_c_ts=30, next_out_seq=st.next_out_seq)
+        return op
+
+    with pytest.raises(InputOrderError, match="seq=1"):  # T = 1: replay starts after it
+        fresh().process(batch([(10, 1, 1, 1)]))
+    with pytest.raises(InputOrderError, match=r"ts=25, seq=4"):  # after t_c, ts >= t_c_ts
+        fresh().process(batch([(20, 2, 2, 1), (30, 3, 1, 1), (25, 4, 1, 1)]))
+    op = fresh()
+    assert op.process(batch([(20, 2, 2, 1), (30, 3, 1, 1), (31, 4, 3, 1)])).num_rows == 1
+    assert op.n_open == 3 and op.t_now == 4
+
+
+def test_config_validates() -> None:
+    with pytest.raises(SpecError):
+        OperatorConfig(window=count_window(2), function="median")
+    with pytest.raises(SpecError):
+        OperatorConfig(window=count_window(2), key_type="float")
+    with pytest.raises(SpecError):
+        OperatorConfig(window=count_window(2), key_column="v", value_column="v")
