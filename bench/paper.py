@@ -1,0 +1,554 @@
+"""The paper's evaluation (CEC, DSN 2011, §IV) on this machine: Figs. 5–9 and the cec side
+of the Spark anchor.
+
+Every experiment reuses the benchmark modules next to it: the workload of
+:mod:`bench.workload`, the operator configurations of :mod:`bench.operator_bench`, the
+recovery experiment of :mod:`bench.recovery_bench` and the ``cec run pipeline`` runner
+of :mod:`bench.pipeline_bench`. Each function returns plain dataclasses; the runner
+(``python -m bench``) turns them into tables and plots.
+
+* **Fig. 5, baseline impact** (:func:`fig5`): count windows of size 1 (``fast``) and
+  1000 (``slow``) over 2 keys. Configurations, interleaved in every repetition: ``none``
+  (no control records: the paper's native Borealis), ``Gopen/Net`` (``G_open`` produced
+  and handed to the sink, not persisted), ``Gopen/Disk`` (the same output appended to a
+  real :class:`~storage_log.log.StreamLog`, one commit per input batch, ``fsync`` as
+  the pipeline's default) and, as an extra reference, ``none/Disk`` (the native output
+  persisted the same way). The sink drops control rows and counts ``R`` rows; the
+  "Real" rate is ``R + G_open`` rows per second of ``Gopen/Disk``. Ratios are taken
+  between the configurations of one repetition and their median reported.
+* **Figs. 6 and 7, Q and U** (:func:`fig67`): :func:`bench.recovery_bench.one` for
+  every configuration of :func:`bench.recovery_bench.configs`, repeated; counts are
+  deterministic (the cost-model clock), times are medians. EC-load = EC reconstruction
+  (backward scan) + load into the operator.
+* **Figs. 8 and 9, CP** (:func:`fig89`): 100 000 keys, count windows of 10, ``Q`` = 1×
+  open windows, ``U`` unbounded, ``CI`` = 10 ms, ``CP`` ∈ {25, 50, 100, 250} ms, and
+  ``none`` as the no-CEC reference; the operator's budget reads the real clock (as in
+  the paper), input runs at full speed in batches. Response time of a window = wall
+  clock from the end of the batch that opened it to the end of the batch that closed
+  it, for windows closing after the warm-up. The extent ``q`` is sampled at 16 points
+  of the timed part.
+* **Anchor, cec side** (:func:`cec_anchor`): ``cec run pipeline`` over the parquet
+  dataset (:func:`bench.pipeline_bench.run_cec`), then a second run killed (SIGKILL of
+  its process group) once half of the input has reached the operators, and
+  ``cec recover --from-log`` timed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from bench import operator_bench, recovery_bench
+from bench.workload import DEFAULT_SEED, WorkloadSpec, generate_columns
+from cec.operator import OperatorConfig, VectorOperator
+from cec.policy import PolicyConfig
+from cec.records import R
+from cec.windows import CountWindow
+from storage_log.log import StreamLog
+
+Log = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def median(values: Sequence[float]) -> float:
+    vals = [float(v) for v in values if v == v]  # drop NaN
+    return statistics.median(vals) if vals else float("nan")
+
+
+# ----------------------------------------------------------------------------- Fig. 5
+
+FIG5_CONFIGS = ("none", "Gopen/Net", "Gopen/Disk", "none/Disk")
+_FIG5_MODE = {"none": "none", "Gopen/Net": "open-only", "Gopen/Disk": "open-only",
+              "none/Disk": "none"}
+
+
+@dataclass
+class Fig5Run:
+    workload: str
+    config: str
+    rep: int
+    tuples: int
+    wall_s: float
+    cpu_s: float
+    r_rows: int
+    g_rows: int
+    log_bytes: int
+
+    @property
+    def in_rate(self) -> float:
+        return self.tuples / self.wall_s
+
+    @property
+    def r_rate(self) -> float:
+        """R rows per second at the sink (control rows dropped): the paper's bars."""
+        return self.r_rows / self.wall_s
+
+    @property
+    def real_rate(self) -> float:
+        """All rows the receiver sees (R + control) per second: the paper's "Real"."""
+        return (self.r_rows + self.g_rows) / self.wall_s
+
+
+@dataclass
+class Fig5Row:
+    workload: str
+    config: str
+    reps: int
+    tuples: int
+    in_rate: float  # median input tuples/s
+    r_rate: float  # median R rows/s at the sink
+    real_rate: float  # median (R + G) rows/s
+    cpu_rate: float  # median input tuples per CPU second
+    vs_none: float  # median over reps of (this R rate / none R rate, same rep)
+    log_bytes_per_tuple: float
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and p.suffix == ".seg")
+
+
+def fig5_once(workload: str, config: str, batches: Sequence[pa.RecordBatch], work: Path,
+              rep: int, fsync: str = "always") -> Fig5Run:
+    w = operator_bench.WORKLOADS[workload]
+    op = VectorOperator(operator_bench.config(w, _FIG5_MODE[config]))
+    disk = config.endswith("/Disk")
+    log_dir = work / f"fig5-{workload}-{config.replace('/', '-')}-{rep}"
+    log = StreamLog.open(log_dir, writable=True, create=True, fsync=fsync) if disk else None
+    r_rows = g_rows = 0
+    t0, c0 = time.perf_counter(), time.process_time()
+    for b in batches:
+        out = op.process(b)
+        if log is not None:
+            log.append(out)
+            log.commit()
+        n_r = int(np.count_nonzero(out.column("type").to_numpy() == R))  # the sink
+        r_rows += n_r
+        g_rows += out.num_rows - n_r
+    if log is not None:
+        log.close()
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    nbytes = 0
+    if disk:
+        nbytes = _dir_bytes(log_dir)
+        shutil.rmtree(log_dir, ignore_errors=True)
+    return Fig5Run(workload, config, rep, sum(b.num_rows for b in batches), wall, cpu,
+                   r_rows, g_rows, nbytes)
+
+
+def fig5(*, tuples: int, batch: int, reps: int, work: Path, fsync: str = "always",
+         workloads: Sequence[str] = ("fast", "slow"), log: Log = _quiet
+         ) -> tuple[list[Fig5Row], list[Fig5Run]]:
+    rows: list[Fig5Row] = []
+    runs: list[Fig5Run] = []
+    for name in workloads:
+        w = operator_bench.WORKLOADS[name]
+        batches = operator_bench.make_batches(w, tuples, batch)
+        fig5_once(name, "Gopen/Disk", batches[:2], work, -1, fsync)  # warm imports, caches
+        mine: list[Fig5Run] = []
+        for rep in range(reps):
+            for config in FIG5_CONFIGS:  # interleaved: load drift hits every config alike
+                r = fig5_once(name, config, batches, work, rep, fsync)
+                mine.append(r)
+                log(f"fig5 {name} {config} rep {rep}: {r.in_rate / 1e6:.2f} M tuples/s, "
+                    f"{r.r_rate / 1e6:.3f} M R/s")
+        runs += mine
+        by = {(r.config, r.rep): r for r in mine}
+        for config in FIG5_CONFIGS:
+            rs = [by[config, i] for i in range(reps)]
+            rows.append(Fig5Row(
+                workload=name, config=config, reps=reps, tuples=tuples,
+                in_rate=median([r.in_rate for r in rs]),
+                r_rate=median([r.r_rate for r in rs]),
+                real_rate=median([r.real_rate for r in rs]),
+                cpu_rate=median([r.tuples / r.cpu_s for r in rs]),
+                vs_none=median([by[config, i].r_rate / by["none", i].r_rate
+                                for i in range(reps)]),
+                log_bytes_per_tuple=median([r.log_bytes / r.tuples for r in rs]),
+            ))
+    return rows, runs
+
+
+def fig5_ratios(rows: Sequence[Fig5Row], runs: Sequence[Fig5Run]) -> dict[str, dict[str, float]]:
+    """Per workload, median over repetitions of the paper's comparisons (same rep)."""
+    out: dict[str, dict[str, float]] = {}
+    for name in dict.fromkeys(r.workload for r in rows):
+        by = {(r.config, r.rep): r for r in runs if r.workload == name and r.rep >= 0}
+        reps = sorted({rep for _, rep in by})
+
+        def ratio(a: str, b: str, attr: str = "r_rate", reps: list[int] = reps) -> float:
+            return median([getattr(by[a, i], attr) / getattr(by[b, i], attr) for i in reps])
+
+        out[name] = {
+            "net_vs_none": ratio("Gopen/Net", "none"),
+            "disk_vs_none": ratio("Gopen/Disk", "none"),
+            "disk_vs_net": ratio("Gopen/Disk", "Gopen/Net"),
+            "disk_vs_none_disk": ratio("Gopen/Disk", "none/Disk"),
+            "real_vs_data": median([by["Gopen/Disk", i].real_rate / by["Gopen/Disk", i].r_rate
+                                    for i in reps]),
+        }
+    return out
+
+
+# ------------------------------------------------------------------------ Figs. 6, 7
+
+
+@dataclass
+class Fig67Row:
+    experiment: str  # "Q" or "U"
+    target: str
+    reps: int
+    g_check: int
+    n_c: int
+    extent: int
+    ec_load_s: float  # median of scan (EC reconstruction) + load
+    ec_load_cpu_s: float  # median of scan CPU + load
+    replay_tuples: int
+    replay_bytes: int
+    replay_s: float
+    total_s: float
+    verified: bool
+    deterministic: bool  # G_check, extent and replay the same in every repetition
+
+
+def fig67(*, keys: int, tuples: int, reps: int, work: Path, log: Log = _quiet,
+          only: str | None = None) -> tuple[recovery_bench.Setup, list[Fig67Row],
+                                            list[recovery_bench.Result]]:
+    setup = recovery_bench.Setup(keys=keys, tuples=tuples, window=10, batch=1000,
+                                 batch_ms=10.0, row_us=1.0, seed=DEFAULT_SEED,
+                                 u_scale=keys / 100_000)
+    wdir = Path(tempfile.mkdtemp(prefix="fig67-", dir=work))
+    rows: list[Fig67Row] = []
+    allres: list[recovery_bench.Result] = []
+    try:
+        recovery_bench.write_upstream(setup, wdir / "up")
+        cfgs = [c for c in recovery_bench.configs(setup) if only is None or c[0] == only]
+        per: dict[tuple[str, str], list[recovery_bench.Result]] = {}
+        for _ in range(reps):
+            for experiment, target, policy in cfgs:
+                r = recovery_bench.one(setup, experiment, target, policy, wdir)
+                per.setdefault((experiment, target), []).append(r)
+                allres.append(r)
+                log(f"fig{'6' if experiment == 'Q' else '7'} {experiment}={target}: "
+                    f"G_check {r.g_check:,}, extent {r.extent:,}, "
+                    f"EC-load {r.scan_s + r.load_s:.3f} s")
+        for experiment, target, _ in cfgs:
+            rs = per[experiment, target]
+            first = rs[0]
+            same = all((r.g_check, r.extent, r.replay_tuples)
+                       == (first.g_check, first.extent, first.replay_tuples) for r in rs)
+            rows.append(Fig67Row(
+                experiment=experiment, target=target, reps=len(rs), g_check=first.g_check,
+                n_c=first.n_c, extent=first.extent,
+                ec_load_s=median([r.scan_s + r.load_s for r in rs]),
+                ec_load_cpu_s=median([r.scan_cpu + r.load_s for r in rs]),
+                replay_tuples=first.replay_tuples, replay_bytes=first.replay_bytes,
+                replay_s=median([r.replay_s for r in rs]),
+                total_s=median([r.total_s for r in rs]),
+                verified=all(r.verified for r in rs), deterministic=same,
+            ))
+    finally:
+        shutil.rmtree(wdir, ignore_errors=True)
+    return setup, rows, allres
+
+
+# ------------------------------------------------------------------------ Figs. 8, 9
+
+CP_VALUES = (25.0, 50.0, 100.0, 250.0)
+CI_MS = 10.0
+
+
+@dataclass
+class Fig89Run:
+    cp_ms: float | None  # None: no CEC (mode none)
+    rep: int
+    tuples: int
+    wall_s: float
+    windows: int  # windows closed in the timed part
+    response_mean_s: float
+    response_median_s: float
+    g_check: int
+    extent_mean: float  # q sampled over the timed part
+    extent_end: int
+    series: list[tuple[float, float]] = field(default_factory=list)  # (t s, mean resp s)
+
+
+@dataclass
+class Fig89Row:
+    cp_ms: float | None
+    reps: int
+    response_mean_s: float
+    response_median_s: float
+    vs_none: float  # median over reps of response / no-CEC response of the same rep
+    throughput: float
+    g_check: int
+    extent_mean: float
+    extent_end: float
+
+
+def cp_batches(keys: int, tuples: int, batch: int) -> list[pa.RecordBatch]:
+    cols = generate_columns(WorkloadSpec(n_rows=tuples, n_keys=keys))
+    table = pa.table({"ts": cols["item_time"], "seq": np.arange(tuples, dtype=np.int64),
+                      "item_id": cols["item_id"], "item_price": cols["item_price"]})
+    return table.to_batches(max_chunksize=batch)
+
+
+def cp_policy(cp_ms: float | None) -> PolicyConfig:
+    if cp_ms is None:
+        return PolicyConfig(mode="none")
+    return PolicyConfig(mode="targets", q="1x", u=recovery_bench.UNBOUNDED, ci_ms=CI_MS,
+                        cp_ms=cp_ms)
+
+
+def fig89_once(cp_ms: float | None, batches: Sequence[pa.RecordBatch], warm: int, rep: int,
+               bins: int = 20) -> Fig89Run:
+    op = VectorOperator(OperatorConfig(
+        window=CountWindow(10, 10), function="avg", key_column="item_id",
+        value_column="item_price", policy=cp_policy(cp_ms), clock=time.monotonic))
+    n = len(batches)
+    size = batches[0].num_rows
+    ends = np.empty(n, dtype=np.float64)  # wall clock at the end of each batch
+    sample_at = set(np.linspace(warm, n - 1, 16).astype(int).tolist()) if n > warm else set()
+    extents: list[int] = []
+    closes: list[tuple[np.ndarray, np.ndarray]] = []  # (tau1 of R rows, batch index)
+    g_check = 0
+    t0 = time.perf_counter()
+    t_warm = t0
+    for i, b in enumerate(batches):
+        out = op.process(b)
+        ends[i] = time.perf_counter()
+        if i == warm:
+            t_warm = ends[i - 1] if i else t0
+        if i >= warm:
+            typ = out.column("type").to_numpy()
+            is_r = typ == R
+            if is_r.any():
+                closes.append((out.column("tau1").to_numpy()[is_r], np.full(is_r.sum(), i)))
+            g_check += int(np.count_nonzero(typ == 3))
+            if i in sample_at:
+                extents.append(op.q)
+    tau1 = np.concatenate([c[0] for c in closes]) if closes else np.empty(0, np.int64)
+    closed_in = np.concatenate([c[1] for c in closes]) if closes else np.empty(0, np.int64)
+    opened_in = (tau1 - int(batches[0].column("seq")[0].as_py())) // size
+    resp = ends[closed_in] - ends[opened_in]
+    series: list[tuple[float, float]] = []
+    if len(resp):
+        t_close = ends[closed_in] - t_warm
+        edges = np.linspace(0.0, float(t_close.max()) + 1e-9, bins + 1)
+        which = np.clip(np.searchsorted(edges, t_close, side="right") - 1, 0, bins - 1)
+        for k in range(bins):
+            m = which == k
+            if m.any():
+                series.append((float((edges[k] + edges[k + 1]) / 2), float(resp[m].mean())))
+    tuples = sum(b.num_rows for b in batches[warm:])
+    return Fig89Run(
+        cp_ms=cp_ms, rep=rep, tuples=tuples, wall_s=float(ends[-1] - t_warm),
+        windows=len(resp),
+        response_mean_s=float(resp.mean()) if len(resp) else float("nan"),
+        response_median_s=float(np.median(resp)) if len(resp) else float("nan"),
+        g_check=g_check, extent_mean=float(np.mean(extents)) if extents else 0.0,
+        extent_end=op.q, series=series,
+    )
+
+
+def fig89(*, keys: int, warm: int, tuples: int, batch: int, reps: int,
+          cps: Sequence[float] = CP_VALUES, log: Log = _quiet
+          ) -> tuple[list[Fig89Row], list[Fig89Run]]:
+    batches = cp_batches(keys, warm + tuples, batch)
+    n_warm = warm // batch
+    configs: list[float | None] = [None, *cps]
+    runs: list[Fig89Run] = []
+    for rep in range(reps):
+        for cp in configs:  # interleaved
+            r = fig89_once(cp, batches, n_warm, rep)
+            runs.append(r)
+            log(f"fig8 CP={'none' if cp is None else f'{cp:g} ms'} rep {rep}: response "
+                f"{r.response_mean_s:.3f} s, extent {r.extent_mean:,.0f}, "
+                f"G_check {r.g_check:,}")
+    by = {(r.cp_ms, r.rep): r for r in runs}
+    rows = []
+    for cp in configs:
+        rs = [by[cp, i] for i in range(reps)]
+        rows.append(Fig89Row(
+            cp_ms=cp, reps=reps,
+            response_mean_s=median([r.response_mean_s for r in rs]),
+            response_median_s=median([r.response_median_s for r in rs]),
+            vs_none=median([by[cp, i].response_mean_s / by[None, i].response_mean_s
+                            for i in range(reps)]),
+            throughput=median([r.tuples / r.wall_s for r in rs]),
+            g_check=int(median([r.g_check for r in rs])),
+            extent_mean=median([r.extent_mean for r in rs]),
+            extent_end=median([r.extent_end for r in rs]),
+        ))
+    return rows, runs
+
+
+# ------------------------------------------------------------------- anchor, cec side
+
+
+@dataclass
+class CecAnchor:
+    rows: int
+    keys: int
+    partitions: int
+    reps: int
+    wall_s: float  # failure-free run: ingest + operators until sealed (median)
+    rows_per_s: float  # median
+    steady_rows_per_s: float  # median, as the pipeline reports it
+    output_bytes: int  # output logs' segment bytes (R + G rows)
+    upstream_bytes: int  # upstream logs' segment bytes
+    g_rows: int
+    out_rows: int
+    # recovery of a run killed once half of the input reached the operators
+    killed_at_tuples: int = 0
+    recover_caught_up_s: float = float("nan")  # Σ partitions: reconcile+scan+load+replay
+    recover_phases: dict[str, float] = field(default_factory=dict)
+    recover_process_s: float = float("nan")  # the whole `cec recover` process
+    resumed_elapsed_s: float = float("nan")  # resume to the end, after recovery
+    replay_tuples: int = 0
+    extent_records: int = 0
+    error: str | None = None
+
+    @property
+    def ckpt_bytes_per_tuple(self) -> float:
+        """The G rows' share of the output log, per input tuple (pro rata by rows)."""
+        if not self.out_rows:
+            return float("nan")
+        return self.output_bytes * self.g_rows / self.out_rows / self.rows
+
+    @property
+    def output_bytes_per_tuple(self) -> float:
+        return self.output_bytes / self.rows
+
+    @property
+    def upstream_bytes_per_tuple(self) -> float:
+        return self.upstream_bytes / self.rows
+
+
+def _seg_bytes(path: Path) -> int:
+    return _dir_bytes(path) if path.exists() else 0
+
+
+def _parquet_spec(data: Path, partitions: int, chunk_rows: int) -> str:
+    from bench.pipeline_bench import _spec
+
+    return _spec(f'kind = "parquet"\npath = "{data}"\ntime_field = "item_time"',
+                 partitions, chunk_rows)
+
+
+def _ingested(run_dir: Path) -> int:
+    total = 0
+    for f in (run_dir / "state").glob("p*.json"):
+        try:
+            total += int(json.loads(f.read_text()).get("in_tuples", 0))
+        except (ValueError, OSError):
+            pass
+    return total
+
+
+def kill_and_recover(spec_text: str, work: Path, rows: int, *, fraction: float = 0.5,
+                     timeout_s: float = 900.0) -> dict[str, Any]:
+    """Run ``cec run pipeline``, SIGKILL it when ``fraction`` of the rows reached the
+    operators, then time ``cec recover --from-log`` (a fresh process)."""
+    from bench.pipeline_bench import REPO
+
+    spec = work / "kill.toml"
+    spec.write_text(spec_text)
+    run_dir = work / f"run-kill-{time.time_ns()}"
+    cli = [sys.executable, "-m", "cli.app"]
+    with open(work / "kill-run.log", "w") as out:
+        victim = subprocess.Popen([*cli, "run", "pipeline", str(spec), "--log-dir",
+                                   str(run_dir), "--json"], cwd=REPO, stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while _ingested(run_dir) < fraction * rows:
+                if victim.poll() is not None:
+                    raise RuntimeError(f"cec run ended before the kill (exit {victim.returncode})")
+                if time.monotonic() > deadline:
+                    raise TimeoutError("cec run: no progress to the kill point")
+                time.sleep(0.01)
+        finally:
+            if victim.poll() is None:
+                os.killpg(victim.pid, signal.SIGKILL)
+            victim.wait()
+    killed_at = _ingested(run_dir)
+    t0 = time.perf_counter()
+    proc = subprocess.run([*cli, "recover", "--from-log", str(run_dir), "--json"], cwd=REPO,
+                          capture_output=True, text=True, check=False, timeout=timeout_s)
+    process_s = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"cec recover failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    res = json.loads(proc.stdout)
+    phases: dict[str, float] = {}
+    caught_up = 0.0
+    replay = extent = 0
+    for part in res["partitions"]:
+        caught_up += float(part.get("recover_s") or 0.0)
+        replay += int((part.get("replay") or {}).get("tuples") or 0)
+        extent += int((part.get("extent") or {}).get("records") or 0)
+        for ph in part.get("phases", []):
+            v = ph.get("measured_s")
+            phases[ph["name"]] = phases.get(ph["name"], 0.0) + float(v or 0.0)
+    resumed = res.get("resumed") or {}
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return {"killed_at_tuples": killed_at, "recover_caught_up_s": caught_up,
+            "recover_phases": phases, "recover_process_s": process_s,
+            "resumed_elapsed_s": float(resumed.get("elapsed_s", float("nan"))),
+            "replay_tuples": replay, "extent_records": extent}
+
+
+def cec_anchor(data: Path, work: Path, *, rows: int, keys: int, partitions: int = 2,
+               chunk_rows: int = 100_000, reps: int = 1, recover: bool = True,
+               log: Log = _quiet) -> CecAnchor:
+    from bench.pipeline_bench import run_cec
+
+    spec_text = _parquet_spec(data, partitions, chunk_rows)
+    runs = []
+    sizes = (0, 0)
+    for rep in range(reps):
+        r = run_cec(spec_text, work, f"parquet-{rep}")
+        run_dir = Path(r["log_dir"])
+        sizes = (_seg_bytes(run_dir / "output"), _seg_bytes(run_dir / "upstream"))
+        state = [json.loads(f.read_text()) for f in sorted((run_dir / "state").glob("p*.json"))]
+        r["out_rows"] = sum(int(s.get("out_rows", 0)) for s in state)
+        shutil.rmtree(run_dir, ignore_errors=True)
+        runs.append(r)
+        log(f"anchor cec run {rep}: {r['rows_per_s']:,.0f} rows/s, wall {r['wall_s']:.1f} s")
+    summary_path = work / "kill.json"
+    res = CecAnchor(
+        rows=rows, keys=keys, partitions=partitions, reps=reps,
+        wall_s=median([r["wall_s"] for r in runs]),
+        rows_per_s=median([r["rows_per_s"] for r in runs]),
+        steady_rows_per_s=median([float(r.get("steady_rows_per_s") or float("nan"))
+                                  for r in runs]),
+        output_bytes=sizes[0], upstream_bytes=sizes[1],
+        g_rows=runs[-1]["g_open"] + runs[-1]["g_check"], out_rows=runs[-1]["out_rows"],
+    )
+    if recover:
+        try:
+            k = kill_and_recover(spec_text, work, rows)
+            res = replace(res, **k)
+            summary_path.write_text(json.dumps(k))
+            log(f"anchor cec recover: caught up in {res.recover_caught_up_s:.2f} s "
+                f"(process {res.recover_process_s:.1f} s)")
+        except (RuntimeError, TimeoutError, subprocess.TimeoutExpired, ValueError) as exc:
+            res.error = str(exc)
+            log(f"anchor cec recover failed: {exc}")
+    return res
