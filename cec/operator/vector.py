@@ -404,18 +404,15 @@ class VectorOperator:
         return blk
 
     # -- time windows -------------------------------------------------------------
-    def _codes(self, k1: I64, m1: I64, k2: I64, m2: I64) -> tuple[I64, I64]:
-        """Equal-iff-same (key, m) integer codes for two sets of pairs."""
-        allm = np.concatenate([m1, m2])
-        if len(allm) == 0:
-            return k1.copy(), k2.copy()
-        base = int(allm.min())
-        span = int(allm.max()) - base + 1
+    def _factorize(self, k: I64, m: I64) -> tuple[I64, int]:
+        """Codes 0, 1, ... of the distinct (key, m) pairs, in order of first appearance."""
+        base = int(m.min())
+        span = int(m.max()) - base + 1
         if span * (len(self._keys) + 1) < 2**62:
-            return k1 * span + (m1 - base), k2 * span + (m2 - base)
-        mi = pd.MultiIndex.from_arrays([np.concatenate([k1, k2]), allm])
-        codes = np.asarray(pd.factorize(mi)[0], dtype=np.int64)
-        return codes[: len(k1)], codes[len(k1) :]
+            codes, uniq = pd.factorize(k * span + (m - base))
+        else:  # pragma: no cover - astronomically many keys or a huge time span
+            codes, uniq = pd.factorize(pd.MultiIndex.from_arrays([k, m]))
+        return np.asarray(codes, dtype=np.int64), len(uniq)
 
     def _time_batch(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> Block:
         n = len(seq)
@@ -426,19 +423,22 @@ class VectorOperator:
         valid = (m * L > (ts - S)[:, None]).ravel()
         mi = np.repeat(ar, M)[valid]
         mm = m.ravel()[valid]
-        live = sl.live_slots()
-        ex_code, mem_code = self._codes(sl.key_idx[live], sl.win_start[live] // L,
-                                        kidx[mi], mm)
-        pos = np.asarray(pd.Index(ex_code).get_indexer(mem_code), dtype=np.int64)
-        ms = np.full(len(pos), -1, dtype=np.int64)
-        found = pos >= 0
-        ms[found] = live[pos[found]]
-        newm = np.flatnonzero(pos < 0)
+        # existing windows through the ring kslots[key, m % M]: the open windows of a key
+        # span at most M consecutive m, so the ring holds each; stale entries fail the check
+        self._ensure_kslots()
+        km = kidx[mi]
+        ms = self._kslots[km, mm % M]
+        hit = np.flatnonzero(ms >= 0)
+        s_hit = ms[hit]
+        good = (sl.live[s_hit] & (sl.key_idx[s_hit] == km[hit])
+                & (sl.win_start[s_hit] == mm[hit] * L))
+        ms[hit[~good]] = -1
+        newm = np.flatnonzero(ms < 0)
         if len(newm):
-            fac, uniq = pd.factorize(mem_code[newm])
+            fac, n_new = self._factorize(km[newm], mm[newm])
             first_at = np.unique(fac, return_index=True)[1]
             op = newm[first_at]  # opening memberships, in order
-            new_slots = sl.alloc(len(uniq))
+            new_slots = sl.alloc(n_new)
             ti = mi[op]
             self._init_slots(new_slots, kidx[ti], mm[op] * L, mm[op] * L + S, seq[ti], ts[ti])
             ms[newm] = new_slots[fac]
@@ -446,10 +446,9 @@ class VectorOperator:
             op = _EMPTY_I64
             new_slots = _EMPTY_I64
         self._accumulate(ms, vals[mi], ts[mi])
-        cand = np.concatenate([live, new_slots])
-        c = np.searchsorted(ts, sl.win_end[cand], side="left")
-        closing = c < n
-        cs, cc = cand[closing], c[closing]
+        live = sl.live_slots()  # includes the new windows
+        cs = live[sl.win_end[live] <= ts[-1]]
+        cc = np.searchsorted(ts, sl.win_end[cs], side="left")
         ev_slot = np.concatenate([cs, new_slots])
         ev_tuple = np.concatenate([cc, mi[op]])
         ev_phase = np.concatenate([np.zeros(len(cs), np.int64), np.ones(len(op), np.int64)])
@@ -465,6 +464,8 @@ class VectorOperator:
             is_close = np.ones(len(ev_slot), dtype=np.bool_)
         blk = self._rows(ev_slot, is_close, ev_tuple, n_after, ts, seq, vals)
         sl.release(cs)
+        alive = new_slots[sl.live[new_slots]]
+        self._kslots[sl.key_idx[alive], (sl.win_start[alive] // L) % M] = alive
         return blk
 
     def _close_all_time(self) -> Block:
@@ -605,8 +606,13 @@ class VectorOperator:
                 getattr(sl, f)[slots] = col[f]
             sl.tau2[slots] = col["t_now"]
             sl.fp_seq[slots] = col["seq"]
-            if self._is_count:
-                self._ensure_kslots()
+            self._ensure_kslots()
+            if not self._is_count:
+                ring = (sl.win_start[slots] // self._L) % self._M
+                if len(np.unique(kidx * self._M + ring)) != k:
+                    raise UsageError("EC has time windows of one key that cannot be open together")
+                self._kslots[kidx, ring] = slots
+            else:
                 order = np.lexsort((-sl.win_start[slots], kidx))
                 so, ko = slots[order], kidx[order]
                 first = np.ones(k, dtype=np.bool_)
