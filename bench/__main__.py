@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import os
 import platform
 import shlex
@@ -146,7 +147,7 @@ def machine() -> dict[str, Any]:
 
 
 def _f(x: float, fmt: str = ",.0f") -> str:
-    return "–" if x != x else format(x, fmt)
+    return "–" if math.isnan(x) else format(x, fmt)
 
 
 def table_fig5(rows: Sequence[paper.Fig5Row], ratios: dict[str, dict[str, float]]) -> str:

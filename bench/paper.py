@@ -35,7 +35,9 @@ of :mod:`bench.pipeline_bench`. Each function returns plain dataclasses; the run
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -68,7 +70,7 @@ def _quiet(_: str) -> None:
 
 
 def median(values: Sequence[float]) -> float:
-    vals = [float(v) for v in values if v == v]  # drop NaN
+    vals = [float(v) for v in values if not math.isnan(float(v))]
     return statistics.median(vals) if vals else float("nan")
 
 
@@ -192,8 +194,9 @@ def fig5_ratios(rows: Sequence[Fig5Row], runs: Sequence[Fig5Run]) -> dict[str, d
         by = {(r.config, r.rep): r for r in runs if r.workload == name and r.rep >= 0}
         reps = sorted({rep for _, rep in by})
 
-        def ratio(a: str, b: str, attr: str = "r_rate", reps: list[int] = reps) -> float:
-            return median([getattr(by[a, i], attr) / getattr(by[b, i], attr) for i in reps])
+        def ratio(a: str, b: str, by: dict[tuple[str, int], Fig5Run] = by,
+                  reps: list[int] = reps) -> float:
+            return median([by[a, i].r_rate / by[b, i].r_rate for i in reps])
 
         out[name] = {
             "net_vs_none": ratio("Gopen/Net", "none"),
@@ -455,10 +458,8 @@ def _parquet_spec(data: Path, partitions: int, chunk_rows: int) -> str:
 def _ingested(run_dir: Path) -> int:
     total = 0
     for f in (run_dir / "state").glob("p*.json"):
-        try:
+        with contextlib.suppress(ValueError, OSError):
             total += int(json.loads(f.read_text()).get("in_tuples", 0))
-        except (ValueError, OSError):
-            pass
     return total
 
 

@@ -13,9 +13,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from bench.paper import Fig5Row, Fig67Row, Fig89Row, Fig89Run  # noqa: E402
+from bench.paper import Fig5Row, Fig67Row, Fig89Row, Fig89Run
 
 DPI = 110
 
