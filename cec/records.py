@@ -190,6 +190,27 @@ def check_order(
             )
 
 
+def check_resume(
+    ts: npt.NDArray[np.int64],
+    seq: npt.NDArray[np.int64],
+    t_c: int | None,
+    t_c_ts: int | None,
+) -> None:
+    """After a recovery to ``(t_c_ts, t_c)``: the first tuple after ``t_c`` must not be older.
+
+    Replayed tuples (``seq <= t_c``) are checked by :func:`check_order` among themselves;
+    this checks the seam between the replay and the new input.
+    """
+    if t_c is None or t_c_ts is None or len(seq) == 0:
+        return
+    i = int(np.searchsorted(seq, t_c, side="right"))
+    if i < len(seq) and ts[i] < t_c_ts:
+        raise InputOrderError(
+            f"input tuple at position (ts={ts[i]}, seq={seq[i]}) does not follow the "
+            f"recovered position (ts={t_c_ts}, seq={t_c})"
+        )
+
+
 def keys_to_python(keys: pa.Array) -> list[int] | list[str]:
     """Keys as a Python list (the reference operator works on Python objects)."""
     out: list[int] | list[str] = keys.to_pylist()

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from cec import aggregates
-from cec.errors import InputOrderError, UsageError
+from cec.errors import UsageError
 from cec.operator.base import OperatorConfig
 from cec.operator.state import OperatorState, WindowId, WindowSnapshot, ec_rows
 from cec.policy import budget_for
@@ -24,6 +24,7 @@ from cec.records import (
     OUTPUT_COLUMNS,
     R,
     check_order,
+    check_resume,
     decode_input,
     keys_to_python,
     output_schema,
@@ -171,6 +172,7 @@ class ReferenceOperator:
             key_type=cfg.key_type,
         )
         check_order(cols.ts, cols.seq, self._last_ts, self._last_seq)
+        check_resume(cols.ts, cols.seq, self._recon_until, self._recon_ts)
         keys = keys_to_python(cols.keys)
         for ts_, seq_, key, v in zip(
             cols.ts.tolist(), cols.seq.tolist(), keys, cols.values.tolist(), strict=True
@@ -180,11 +182,6 @@ class ReferenceOperator:
                 if seq_ <= self._recon_until:
                     self._reconstruct(key, seq_, ts_, v)
                     continue
-                if self._recon_ts is not None and ts_ < self._recon_ts:
-                    raise InputOrderError(
-                        f"input tuple at position (ts={ts_}, seq={seq_}) does not follow the "
-                        f"recovered position (ts={self._recon_ts}, seq={self._recon_until})"
-                    )
                 self._recon_until = None
             self._t_now, self._ts_now = seq_, ts_
             if isinstance(cfg.window, TimeWindow):

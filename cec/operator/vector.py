@@ -29,12 +29,20 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from cec.errors import InputOrderError, UsageError
+from cec.errors import UsageError
 from cec.operator.base import OperatorConfig
 from cec.operator.state import OperatorState, WindowSnapshot, ec_rows
 from cec.operator.store import F64, I64, KeyRegistry, WindowSlots
 from cec.policy import budget_for
-from cec.records import G_CHECK, G_OPEN, R, check_order, decode_input, output_schema
+from cec.records import (
+    G_CHECK,
+    G_OPEN,
+    R,
+    check_order,
+    check_resume,
+    decode_input,
+    output_schema,
+)
 from cec.windows import CountWindow
 
 Block = dict[str, npt.NDArray[np.generic]]
@@ -548,6 +556,7 @@ class VectorOperator:
         ts, seq, vals = cols.ts, cols.seq, cols.values
         n = len(seq)
         check_order(ts, seq, self._last_ts, self._last_seq)
+        check_resume(ts, seq, self._recon_until, self._recon_ts)
         blocks: list[Block] = []
         if n:
             self._last_ts, self._last_seq = int(ts[-1]), int(seq[-1])
@@ -558,12 +567,6 @@ class VectorOperator:
                 if start:
                     self._reconstruct(ts[:start], seq[:start], vals[:start], kidx[:start])
                 if start < n:
-                    if self._recon_ts is not None and ts[start] < self._recon_ts:
-                        raise InputOrderError(
-                            f"input tuple at position (ts={ts[start]}, seq={seq[start]}) does "
-                            f"not follow the recovered position (ts={self._recon_ts}, "
-                            f"seq={self._recon_until})"
-                        )
                     self._recon_until = None
             if start < n:
                 ts, seq, vals, kidx = ts[start:], seq[start:], vals[start:], kidx[start:]
