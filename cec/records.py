@@ -20,7 +20,7 @@ This module is pure: schemas, constants and input decoding, no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -29,11 +29,21 @@ import pyarrow.compute as pc
 
 from cec.errors import InputOrderError, SpecError, UsageError
 
+DATA = 0
+"""A plain data tuple of a stateless stream (the paper's special case ``N = 0``); the
+upstream logs of this project carry such tuples without a ``type`` column."""
 R = 1
 G_OPEN = 2
 G_CHECK = 3
 
-TYPE_NAMES = {R: "R", G_OPEN: "G_open", G_CHECK: "G_check"}
+TYPE_NAMES = {DATA: "data", R: "R", G_OPEN: "G_open", G_CHECK: "G_check"}
+
+
+class Position(NamedTuple):
+    """A tuple's position on its stream: ``ts`` (µs, non-decreasing), ``seq`` (increasing)."""
+
+    ts: int
+    seq: int
 
 KeyType = Literal["int64", "string"]
 
