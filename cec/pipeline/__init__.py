@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cec.pipeline.driver import resume_run, run_pipeline
-    from cec.pipeline.export import export, results_table
     from cec.pipeline.inspect import inspect_extent, inspect_log, recover_run
+    from cec.pipeline.results import export, results_table
 
 _WHERE = {
     "run_pipeline": "cec.pipeline.driver",
     "resume_run": "cec.pipeline.driver",
-    "export": "cec.pipeline.export",
-    "results_table": "cec.pipeline.export",
+    "export": "cec.pipeline.results",
+    "results_table": "cec.pipeline.results",
     "inspect_extent": "cec.pipeline.inspect",
     "inspect_log": "cec.pipeline.inspect",
     "recover_run": "cec.pipeline.inspect",

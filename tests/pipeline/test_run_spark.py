@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cec.errors import SpecError
 from cec.pipeline import (
     export,
     inspect_extent,
@@ -123,3 +124,13 @@ def test_generator_stream_dir_and_max_tuples(spark: object, tmp_path: Path) -> N
     (tmp_path / "d.toml").write_text(spec_text(src, partitions=P))
     assert run_pipeline(tmp_path / "d.toml", tmp_path / "d", progress=False)["completed"]
     _assert_matches(results_table(tmp_path / "d").to_pandas(), reference_count_windows(df, 10))
+
+
+def test_bad_filter_is_a_spec_error_before_anything_is_written(spark: object,
+                                                              tmp_path: Path) -> None:
+    write_items_csv(tmp_path / "items.csv", 100)
+    src = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"'
+    (tmp_path / "s.toml").write_text(spec_text(src, where="no_such_col > 1", partitions=P))
+    with pytest.raises(SpecError, match=r"s\.toml: \[filter\]\.where: 'no_such_col > 1'"):
+        run_pipeline(tmp_path / "s.toml", tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
