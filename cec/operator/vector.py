@@ -10,8 +10,11 @@ How a batch is processed:
 * each (tuple, window) membership is computed arithmetically: for **count windows**
   from the tuple's ordinal within its key (a sort by ``(key, position)``) and the
   key's phase (the newest window's count; ``kslots[key, age]`` holds the key's open
-  windows, newest first); for **time windows** from ``floor(ts / slide)``, matched to
-  open windows by a hashed ``(key, start)`` code;
+  windows, newest first); for **time windows** from ``m = floor(ts / slide)``, matched
+  to open windows through the ring ``kslots[key, m % ceil(size / slide)]`` (a key's
+  open time windows span at most that many consecutive ``m``), new ones factorized by
+  a ``(key, m)`` code; special cases: size-1 count windows need no state at all, and
+  tumbling count windows (the paper's workloads) have a leaner path;
 * aggregates are updated with unbuffered ``ufunc.at`` calls in input order, so float
   sums are bit-identical to the reference's sequential additions;
 * the output rows (opens, closes, time closes ordered ``(win_end, tau1, win_start)``)
