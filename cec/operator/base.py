@@ -22,8 +22,12 @@ written in :mod:`cec.records`, :mod:`cec.windows`, :mod:`cec.aggregates` and
   reconstruction mode: a tuple of key ``k`` is applied to every EC window of ``k`` whose
   ``tau2 < seq``; nothing opens, closes or is emitted, and no background step runs
   until a tuple with ``seq > t_c`` has been processed. ``t_now`` is ``t_c`` meanwhile;
-  replayed tuples must be in order among themselves, and the first tuple after ``t_c``
-  must not have ``ts < t_c_ts``.
+  the replay must start after ``T = min tau2`` (``t_c`` for an empty EC), replayed
+  tuples must be in order among themselves, and the first tuple after ``t_c`` must not
+  have ``ts < t_c_ts`` (else :class:`~cec.errors.InputOrderError`).
+* Errors: input that breaks the order raises before the batch changes any state; a
+  malformed batch (missing column, nulls, NaN values) raises
+  :class:`~cec.errors.UsageError`; bad specs raise :class:`~cec.errors.SpecError`.
 * In mode ``none`` windows have no footprint: ``tau2 = tau1``, ``fp_seq = -1``, and
   ``q`` is 0.
 """
