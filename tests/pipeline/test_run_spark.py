@@ -113,6 +113,17 @@ def test_generator_stream_dir_and_max_tuples(spark: object, tmp_path: Path) -> N
     expected = sum(int(r["n"]) // 10 for r in ids.groupBy("k").agg(F.count("*").alias("n"))
                    .collect())
     assert summary["results"] == expected
+    # a parquet folder (Spark's own reader, file by file, in name order)
+    pq_dir = tmp_path / "pq"
+    pq_dir.mkdir()
+    pdf = write_items_csv(tmp_path / "p.csv", 9_000, keys=25, seed=9)
+    for i, lo in enumerate(range(0, 9_000, 3_000)):
+        pdf.iloc[lo:lo + 3_000].to_parquet(pq_dir / f"part-{i:05d}.parquet", index=False,
+                                           row_group_size=1_000)
+    src = 'kind = "parquet"\npath = "pq"\ntime_field = "item_time"\nchunk_rows = 4000'
+    (tmp_path / "p.toml").write_text(spec_text(src, partitions=P))
+    assert run_pipeline(tmp_path / "p.toml", tmp_path / "p", progress=False)["completed"]
+    _assert_matches(results_table(tmp_path / "p").to_pandas(), reference_count_windows(pdf, 10))
     # a stream folder whose files and _END are all there runs like a bounded source
     folder = tmp_path / "in"
     folder.mkdir()
