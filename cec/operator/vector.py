@@ -637,14 +637,10 @@ class VectorOperator:
 
     def state_at(self) -> OperatorState:
         sl = self._slots
-        wins = {}
-        for s in sl.live_slots().tolist():
-            key = self._keys.value(int(sl.key_idx[s]))
-            w = WindowSnapshot(
-                key=key, win_start=int(sl.win_start[s]), win_end=int(sl.win_end[s]),
-                tau1=int(sl.tau1[s]), tau2=int(sl.tau2[s]), fp_seq=int(sl.fp_seq[s]),
-                cnt=int(sl.cnt[s]), sum=float(sl.sum[s]), min=float(sl.min[s]),
-                max=float(sl.max[s]), first_ts=int(sl.first_ts[s]), last_ts=int(sl.last_ts[s]),
-            )
-            wins[w.id] = w
+        live = sl.live_slots()
+        keys = self._keys.values(sl.key_idx[live]).to_pylist()
+        cols = [getattr(sl, f)[live].tolist() for f in (
+            "win_start", "win_end", "tau1", "tau2", "fp_seq", "cnt", "sum", "min", "max",
+            "first_ts", "last_ts")]
+        wins = {(w.key, w.win_start): w for w in map(WindowSnapshot, keys, *cols)}
         return OperatorState(self._n, self._t_now, self._next_out, dict(sorted(wins.items())))
