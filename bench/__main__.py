@@ -231,7 +231,8 @@ def anchor_summary(report: Any, cec: paper.CecAnchor | None) -> tuple[str, dict[
     ratios: dict[str, Any] = {}
     if cec is not None:
         lines.append(
-            f"| cec run pipeline (P={cec.partitions}) | {cec.reps} | {_f(cec.rows_per_s)} | – "
+            f"| cec run pipeline (P={cec.partitions}) | {cec.reps} | {_f(cec.rows_per_s)} "
+            f"| {_f(cec.steady_rows_per_s)} "
             f"| {cec.ckpt_bytes_per_tuple:.1f} (G rows; whole output log "
             f"{cec.output_bytes_per_tuple:.1f}, upstream log {cec.upstream_bytes_per_tuple:.1f}) "
             f"| {_f(cec.recover_caught_up_s, '.2f')} (`cec recover` until caught up) "
@@ -393,10 +394,18 @@ def anchor_section(preset: Preset, work: Path, res: dict[str, Any], out: Path) -
             "of 10, Q 2x, U 1,000,000, CI/CP 5/100 ms, fsync always) and by Spark's "
             "`groupBy(item_id).avg(item_price)` (update mode, noop sink, one file per "
             "micro-batch). Throughput: rows / wall time of the run after the session "
-            "started. cec checkpoint bytes: the G rows' share (by rows) of the output "
-            "logs' segment bytes. Recovery: cec = `cec recover` of a run SIGKILLed once "
-            "half the input had reached the operators, reconcile + EC scan + load + "
-            "replay summed over partitions; Spark = restart on the checkpoint of a query "
+            "started; steady: cec from the first input batch an operator saw to the end, "
+            "Spark over the batches after the first. cec checkpoint bytes: the G rows' "
+            "share (by rows) of the output logs' segment bytes. Recovery: cec = `cec "
+            "recover` of a run whose process group was SIGKILLed once half the input was "
+            "committed to its upstream logs"
+            + ("" if cec is None or cec.error else
+               f" ({cec.killed_at_tuples:,} rows there, {cec.operator_tuples_at_kill:,} "
+               f"reported processed by the operators; EC extent {cec.extent_records:,} "
+               f"records, {cec.replay_tuples:,} tuples replayed)")
+            + ", reconcile + EC scan + load + replay summed over partitions (then it "
+            "resumes the run to the end: last column); Spark = restart on the checkpoint "
+            "of a query "
             "killed mid-batch at half the input, `start()` until the first batch after the "
             "restart committed (JVM start not counted in either).\n\n"
             + text + "\n" + spark_head)

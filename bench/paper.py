@@ -29,7 +29,7 @@ of :mod:`bench.pipeline_bench`. Each function returns plain dataclasses; the run
   of the timed part.
 * **Anchor, cec side** (:func:`cec_anchor`): ``cec run pipeline`` over the parquet
   dataset (:func:`bench.pipeline_bench.run_cec`), then a second run killed (SIGKILL of
-  its process group) once half of the input has reached the operators, and
+  its process group) once half of the input is in the upstream logs, and
   ``cec recover --from-log`` timed.
 """
 
@@ -419,7 +419,8 @@ class CecAnchor:
     g_rows: int
     out_rows: int
     # recovery of a run killed once half of the input reached the operators
-    killed_at_tuples: int = 0
+    killed_at_tuples: int = 0  # source rows in the upstream logs at the kill
+    operator_tuples_at_kill: int = 0  # as the tasks last reported (every 0.5 s)
     recover_caught_up_s: float = float("nan")  # Σ partitions: reconcile+scan+load+replay
     recover_phases: dict[str, float] = field(default_factory=dict)
     recover_process_s: float = float("nan")  # the whole `cec recover` process
@@ -455,7 +456,8 @@ def _parquet_spec(data: Path, partitions: int, chunk_rows: int) -> str:
                  partitions, chunk_rows)
 
 
-def _ingested(run_dir: Path) -> int:
+def _operator_tuples(run_dir: Path) -> int:
+    """Input tuples the operator tasks report (their state files, every 0.5 s)."""
     total = 0
     for f in (run_dir / "state").glob("p*.json"):
         with contextlib.suppress(ValueError, OSError):
@@ -463,10 +465,22 @@ def _ingested(run_dir: Path) -> int:
     return total
 
 
+def _upstream_rows(run_dir: Path) -> int:
+    """Source rows committed to the upstream logs so far (seq is the source row number)."""
+    last = -1
+    for d in (run_dir / "upstream").glob("p*"):
+        # not created or indexed yet: no rows
+        with contextlib.suppress(Exception), StreamLog.open(d) as up:
+            if up.last_seq is not None:
+                last = max(last, int(up.last_seq))
+    return last + 1
+
+
 def kill_and_recover(spec_text: str, work: Path, rows: int, *, fraction: float = 0.5,
                      timeout_s: float = 900.0) -> dict[str, Any]:
-    """Run ``cec run pipeline``, SIGKILL it when ``fraction`` of the rows reached the
-    operators, then time ``cec recover --from-log`` (a fresh process)."""
+    """Run ``cec run pipeline``, SIGKILL its process group once ``fraction`` of the rows
+    are committed to the upstream logs, then time ``cec recover --from-log`` (a fresh
+    process, which recovers every partition and resumes the run to the end)."""
     from bench.pipeline_bench import REPO
 
     spec = work / "kill.toml"
@@ -479,17 +493,18 @@ def kill_and_recover(spec_text: str, work: Path, rows: int, *, fraction: float =
                                   stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         try:
-            while _ingested(run_dir) < fraction * rows:
+            while _upstream_rows(run_dir) < fraction * rows:
                 if victim.poll() is not None:
                     raise RuntimeError(f"cec run ended before the kill (exit {victim.returncode})")
                 if time.monotonic() > deadline:
                     raise TimeoutError("cec run: no progress to the kill point")
-                time.sleep(0.01)
+                time.sleep(0.02)
         finally:
             if victim.poll() is None:
                 os.killpg(victim.pid, signal.SIGKILL)
             victim.wait()
-    killed_at = _ingested(run_dir)
+    killed_at = _upstream_rows(run_dir)
+    operator_at = _operator_tuples(run_dir)
     t0 = time.perf_counter()
     proc = subprocess.run([*cli, "recover", "--from-log", str(run_dir), "--json"], cwd=REPO,
                           capture_output=True, text=True, check=False, timeout=timeout_s)
@@ -509,7 +524,8 @@ def kill_and_recover(spec_text: str, work: Path, rows: int, *, fraction: float =
             phases[ph["name"]] = phases.get(ph["name"], 0.0) + float(v or 0.0)
     resumed = res.get("resumed") or {}
     shutil.rmtree(run_dir, ignore_errors=True)
-    return {"killed_at_tuples": killed_at, "recover_caught_up_s": caught_up,
+    return {"killed_at_tuples": killed_at, "operator_tuples_at_kill": operator_at,
+            "recover_caught_up_s": caught_up,
             "recover_phases": phases, "recover_process_s": process_s,
             "resumed_elapsed_s": float(resumed.get("elapsed_s", float("nan"))),
             "replay_tuples": replay, "extent_records": extent}
