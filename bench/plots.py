@@ -76,7 +76,7 @@ def fig67(rows: Sequence[Fig67Row], experiment: str, path: Path,
                    if key in paper.get(r.target, {})]
             if pts:
                 ax2 = ax.twinx()
-                ax2.plot([p[0] for p in pts], [p[1] for p in pts], "s--", mfc="none",
+                ax2.plot([p[0] for p in pts], [p[1] for p in pts], "s", mfc="none", ms=8,
                          color="#c44e52", label="paper (text)")
                 ax2.set_ylabel("paper", color="#c44e52", fontsize=8)
                 ax2.tick_params(axis="y", labelcolor="#c44e52", labelsize=8)
