@@ -150,6 +150,7 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     create_upstream(layout, partitions, spec.run.fsync)
     shared = _Shared()
     started = time.monotonic()
+    started_at = time.time()
     threads = [
         threading.Thread(target=_operator_thread, args=(spark, layout, partitions, shared),
                          name="cec-operators", daemon=True),
@@ -220,6 +221,7 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         "elapsed_s": round(elapsed, 3),
         "source_rows_per_s": round(rows / elapsed, 1) if elapsed > 0 else None,
         "steady_s": None if steady_s is None else round(steady_s, 3),
+        "started_at": started_at,
         "steady_rows_per_s": round(rows / steady_s, 1) if steady_s else None,
         "resubmits": shared.resubmits,
         "ingest_s": None if shared.ingest.finished is None

@@ -221,6 +221,7 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
         logs = [StreamLog.open(layout.upstream(p), writable=True, create=True,
                                fsync=cfg.fsync) for p in range(cfg.partitions)]
         written = 0
+        started_at = time.time()
         nxt = 0  # the next chunk to commit
         clock = [0.0, 0.0, 0.0]  # seconds waiting for Spark, appending, committing
 
@@ -270,6 +271,7 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
                 log.close()
         yield pa.RecordBatch.from_pydict({
             "rows": pa.array([written], pa.int64()),
+            "started_at": pa.array([started_at], pa.float64()),
             **{name: pa.array([v], pa.float64()) for name, v in zip(_CLOCKS, clock,
                                                                       strict=True)}})
 
@@ -348,8 +350,10 @@ def run_chunks(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     cfg = WriterConfig(str(layout.root), spec.run.partitions, spec.run.fsync,
                        spec.aggregate.group_by, value_column(spec))
     df = upstream_frame(spark, spec, settings.columns, chunks)
-    schema = "rows long, " + ", ".join(f"{c} double" for c in _CLOCKS)
+    schema = "rows long, started_at double, " + ", ".join(f"{c} double" for c in _CLOCKS)
     out = df.mapInArrow(_chunk_writer(cfg, chunks), schema).collect()
+    if "first_writer_at" not in clocks:
+        clocks["first_writer_at"] = min(float(r["started_at"]) for r in out)
     for row in out:
         for c in _CLOCKS:
             clocks[c] = clocks.get(c, 0.0) + float(row[c])
