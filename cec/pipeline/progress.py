@@ -33,6 +33,14 @@ def upstream_position(layout: RunLayout, p: int) -> int | None:
         return None
 
 
+def _si(n: float) -> str:
+    """A compact count: 950, 12.3k, 4.56M."""
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.0f}"
+
+
 class ProgressView:
     def __init__(self, layout: RunLayout, partitions: int, ingest: IngestProgress, *,
                  enabled: bool = True) -> None:
@@ -77,7 +85,7 @@ class ProgressView:
                  f"{', sealed' if ing.sealed else ''}")
         table = Table(title=title, title_justify="left",
                       caption=" · ".join(self.notes) or None)
-        for col in ("p", "upstream seq", "processed", "tuples/s", "N open", "extent q",
+        for col in ("p", "upstream seq", "tuples", "tuples/s", "N open", "extent q",
                     "replay u", "G_check/s", "R", "state"):
             table.add_column(col, justify="right" if col != "state" else "left")
         now = time.monotonic()
@@ -92,8 +100,8 @@ class ProgressView:
             self.prev[p] = (now, tuples, checks)
             state = "done" if st.get("done") else ("recovered" if st.get("recovered")
                                                    else ("running" if st else "starting"))
-            table.add_row(str(p), "-" if up is None else f"{up:,}", f"{tuples:,}",
-                          f"{rate:,.0f}", f"{int(st.get('n_open', 0)):,}",
-                          f"{int(st.get('q', 0)):,}", f"{int(st.get('u', 0)):,}",
-                          f"{crate:,.0f}", f"{int(st.get('r', 0)):,}", state)
+            table.add_row(str(p), "-" if up is None else _si(up), _si(tuples), _si(rate),
+                          _si(int(st.get("n_open", 0))), _si(int(st.get("q", 0))),
+                          _si(int(st.get("u", 0))), _si(crate), _si(int(st.get("r", 0))),
+                          state)
         return table
