@@ -16,7 +16,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from cec import pipeline
 from cec.errors import CecError
@@ -50,11 +49,9 @@ def _emit(result: dict[str, Any], json_out: bool, rows: list[dict[str, Any]] | N
     for key, value in result.items():
         if not isinstance(value, dict | list):
             out_console.print(f"[bold]{key}[/]: {escape(str(value))}", highlight=False)
-    if rows:
-        table = Table(*columns)
-        for row in rows:
-            table.add_row(*(escape(_cell(row.get(c))) for c in columns))
-        out_console.print(table)
+    for row in rows or []:
+        line = "  ".join(f"{c}={_cell(row.get(c))}" for c in columns)
+        out_console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 def _cell(value: object) -> str:
@@ -62,6 +59,8 @@ def _cell(value: object) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.4g}"
+    if isinstance(value, list) and value and isinstance(value[0], dict) and "age" in value[0]:
+        return str(value[0]["age"])  # the oldest footprint's age
     if isinstance(value, dict | list):
         return json.dumps(value, default=str)[:60]
     return str(value)
@@ -96,11 +95,13 @@ def recover(
     rows = [{**e, "extent_records": e.get("extent", {}).get("records"),
              "extent_bytes": e.get("extent", {}).get("bytes"),
              "replay_tuples": e.get("replay", {}).get("tuples"),
+             "replay_positions": e.get("extent", {}).get("replay_length"),
              **{f"{ph['name']}_s": ph["measured_s"] if ph["measured_s"] is not None
                 else ph["estimated_s"] for ph in e.get("phases", [])}}
             for e in result["partitions"]]
     _emit(result, json_out, rows, ("partition", "n_c", "T", "t_c", "extent_records",
-                                   "extent_bytes", "replay_tuples", "reconcile_s", "scan_s",
+                                   "extent_bytes", "replay_positions", "replay_tuples",
+                                   "reconcile_s", "scan_s",
                                    "load_s", "replay_s"))
     resumed = result.get("resumed")
     if resumed is not None and not json_out:
@@ -118,9 +119,10 @@ def inspect_extent(
 ) -> None:
     """The extent of the eventual checkpoint, now or as of a timestamp."""
     result = pipeline.inspect_extent(log_dir, partition=partition, at=at)
-    rows = [{**e, **e.get("counts", {})} for e in result["partitions"]]
+    rows = [{**e, **e.get("counts", {}), "oldest_age": e.get("oldest")}
+            for e in result["partitions"]]
     _emit(result, json_out, rows, ("partition", "q", "u", "T", "N", "t_c", "R", "G_open",
-                                   "G_check", "oldest"))
+                                   "G_check", "oldest_age"))
 
 
 @inspect_app.command("log")
