@@ -56,9 +56,10 @@ from typing import TYPE_CHECKING, Any, Literal
 if __package__ in (None, ""):  # run as `python bench/spark_baseline.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.workload import DEFAULT_KEYS, DEFAULT_SEED, ensure_dataset
+from bench.workload import DEFAULT_KEYS, DEFAULT_SEED, ensure_dataset, load_dataset
 
 if TYPE_CHECKING:
+    import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -131,6 +132,8 @@ class BaselineResult:
     state_bytes: int  # the part under <checkpoint>/state
     checkpoint_bytes_per_tuple: float
     final_state_rows: int
+    jvm_cpu_s: float  # CPU time (user + system) of the JVM from start() to the end
+    rows_per_cpu_s: float  # rows / jvm_cpu_s: less sensitive to other load than wall
     session_start_s: float | None  # SparkSession creation, if this run created it
     spark_version: str
     load_avg_1m: float
@@ -182,6 +185,17 @@ def _load_avg() -> float:
         return os.getloadavg()[0]
     except OSError:  # pragma: no cover - not on Linux
         return float("nan")
+
+
+def jvm_cpu_seconds(spark: SparkSession) -> float:
+    """User + system CPU seconds used so far by the JVM behind ``spark`` (Linux /proc)."""
+    pid = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())  # type: ignore[union-attr]
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # pragma: no cover - not on Linux
+        return float("nan")
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
 
 
 def dir_bytes(path: str | os.PathLike[str]) -> int:
@@ -333,7 +347,7 @@ def start_query(
     return writer.foreachBatch(_batch_writer(sink, output_dir)).start()
 
 
-def read_final_state(output_dir: str | os.PathLike[str]) -> Any:
+def read_final_state(output_dir: str | os.PathLike[str]) -> pd.DataFrame:
     """The last update per group from a ``sink='parquet'`` output, as a pandas DataFrame.
 
     Update mode emits a group's new aggregate in every batch that touched it, so the
@@ -374,6 +388,7 @@ def _summarize(
     checkpoint_dir: str | os.PathLike[str],
     session_start_s: float | None,
     spark_version: str,
+    jvm_cpu_s: float = float("nan"),
 ) -> BaselineResult:
     stats = sorted(
         (BatchStat.from_progress(p) for p in progress if "batchId" in p),
@@ -407,6 +422,8 @@ def _summarize(
         state_bytes=dir_bytes(Path(checkpoint_dir) / "state"),
         checkpoint_bytes_per_tuple=ck / rows if rows else float("nan"),
         final_state_rows=stats[-1].state_rows if stats else 0,
+        jvm_cpu_s=jvm_cpu_s,
+        rows_per_cpu_s=rows / jvm_cpu_s if jvm_cpu_s > 0 else float("nan"),
         session_start_s=session_start_s,
         spark_version=spark_version,
         load_avg_1m=_load_avg(),
@@ -439,8 +456,6 @@ def run_stateful(
     what the CLI does so that providers do not share a warm JVM; otherwise it uses
     ``spark`` or ``get_session()`` in this process and leaves the session running.
     """
-    from bench.workload import load_dataset
-
     ds = load_dataset(input_dir)
     _require_fresh(checkpoint_dir)
     if isolated:
@@ -471,6 +486,7 @@ def run_stateful(
         spark, input_dir, query,
         max_files_per_trigger=max_files_per_trigger, window=window, watermark=watermark,
     )
+    cpu0 = jvm_cpu_seconds(spark)
     t0 = time.perf_counter()
     q = start_query(
         agg, checkpoint_dir, sink=sink,
@@ -478,6 +494,7 @@ def run_stateful(
     )
     q.awaitTermination()
     wall_s = time.perf_counter() - t0
+    jvm_cpu_s = jvm_cpu_seconds(spark) - cpu0
     exc = q.exception()
     if exc is not None:
         raise RuntimeError(f"the streaming query failed: {exc}")
@@ -487,7 +504,7 @@ def run_stateful(
         files=len(ds.files), max_files_per_trigger=max_files_per_trigger,
         shuffle_partitions=shuffle_partitions, sink=sink, wall_s=wall_s,
         checkpoint_dir=checkpoint_dir, session_start_s=session_start_s,
-        spark_version=spark.version,
+        spark_version=spark.version, jvm_cpu_s=jvm_cpu_s,
     )
 
 
@@ -517,8 +534,6 @@ def measure_restart(
     the micro-batches, so the restart has about half the keys' state to load and half
     the input still to process.
     """
-    from bench.workload import load_dataset
-
     ds = load_dataset(input_dir)
     _require_fresh(checkpoint_dir)
     n_batches = -(-len(ds.files) // max_files_per_trigger)
@@ -766,9 +781,10 @@ def markdown_table(runs: Sequence[BaselineResult], restarts: Sequence[RestartRes
     for s in restarts:
         groups.setdefault((s.query, s.provider), ([], []))[1].append(s)
     lines = [
-        "| query | provider | reps | batches | steady rows/s | wall rows/s | first batch s "
-        "| ckpt bytes/tuple | restart → 1st batch s | restart catch-up s | session start s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| query | provider | reps | batches | steady rows/s | wall rows/s | rows/JVM-CPU-s "
+        "| first batch s | ckpt bytes/tuple | restart → 1st batch s | restart catch-up s "
+        "| session start s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for (query, provider), (rs, ss) in sorted(groups.items()):
         reps = max(len(rs), len(ss))
@@ -777,6 +793,7 @@ def markdown_table(runs: Sequence[BaselineResult], restarts: Sequence[RestartRes
             f"| {query} | {provider} | {reps} | {batches:.0f} "
             f"| {_median([r.steady_rows_per_s for r in rs]):,.0f} "
             f"| {_median([r.wall_rows_per_s for r in rs]):,.0f} "
+            f"| {_median([r.rows_per_cpu_s for r in rs]):,.0f} "
             f"| {_median([r.first_batch_s for r in rs]):.2f} "
             f"| {_median([r.checkpoint_bytes_per_tuple for r in rs]):.1f} "
             f"| {_median([s.restart_first_batch_s for s in ss]):.2f} "
@@ -843,8 +860,6 @@ def run_anchor(
     are interleaved (all configurations once, then again) so that background load
     spreads over them.
     """
-    from bench.workload import load_dataset
-
     ds = load_dataset(input_dir)
     report = AnchorReport(
         rows=ds.n_rows, keys=ds.spec.n_keys, files=len(ds.files),

@@ -133,6 +133,7 @@ def test_spark_baseline_matches_pandas(tmp_path: Path) -> None:
         assert res.batches == 2 and res.rows == 20_000
         assert res.final_state_rows == 500
         assert res.steady_rows_per_s > 0 and res.checkpoint_bytes > 0
+        assert res.jvm_cpu_s > 0
         got = read_final_state(tmp_path / "out").set_index("item_id")["avg_price"]
         assert list(got.index) == list(expected.index)
         np.testing.assert_allclose(got.to_numpy(), expected.to_numpy(), rtol=1e-12)
@@ -192,9 +193,10 @@ def test_progress_summary_and_table_without_spark(tmp_path: Path) -> None:
          progress(3, 0, 100)],
         provider="rocksdb", query="keyed", rows=3_000, keys=10, files=3,
         max_files_per_trigger=1, shuffle_partitions=2, sink="noop", wall_s=6.0,
-        checkpoint_dir=ck, session_start_s=None, spark_version="test",
+        checkpoint_dir=ck, session_start_s=None, spark_version="test", jvm_cpu_s=1.5,
     )
     assert res.batches == 3
+    assert res.rows_per_cpu_s == pytest.approx(2_000.0)
     assert res.steady_rows_per_s == pytest.approx(2_000.0)
     assert res.first_batch_s == pytest.approx(5.0)
     assert res.wall_rows_per_s == pytest.approx(500.0)
@@ -217,6 +219,6 @@ def test_progress_summary_and_table_without_spark(tmp_path: Path) -> None:
     report = AnchorReport(rows=3_000, keys=10, files=3, shuffle_partitions=2, repeats=1,
                           runs=[res], restarts=[rst])
     table = report.to_markdown()
-    assert "| keyed | rocksdb | 1 | 3 | 2,000 | 500 | 5.00 |" in table
+    assert "| keyed | rocksdb | 1 | 3 | 2,000 | 500 | 2,000 | 5.00 |" in table
     assert "| 3.25 | 4.50 |" in table
     assert report.to_dict()["restarts"][0]["restart_first_batch_s"] == 3.25
