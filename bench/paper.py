@@ -21,12 +21,13 @@ of :mod:`bench.pipeline_bench`. Each function returns plain dataclasses; the run
   deterministic (the cost-model clock), times are medians. EC-load = EC reconstruction
   (backward scan) + load into the operator.
 * **Figs. 8 and 9, CP** (:func:`fig89`): 100 000 keys, count windows of 10, ``Q`` = 1×
-  open windows, ``U`` unbounded, ``CI`` = 10 ms, ``CP`` ∈ {25, 50, 100, 250} ms, and
-  ``none`` as the no-CEC reference; the operator's budget reads the real clock (as in
-  the paper), input runs at full speed in batches. Response time of a window = wall
-  clock from the end of the batch that opened it to the end of the batch that closed
-  it, for windows closing after the warm-up. The extent ``q`` is sampled at 16 points
-  of the timed part.
+  open windows, ``U`` unbounded, ``CI`` = 10 ms, ``CP`` ∈ {25, 50, 100, 250} ms, with
+  mode ``none`` (no CEC, the paper's reference) and ``open-only`` (``G_open`` without
+  ``G_check``: what remains is the cost of the checkpoints alone); the operator's
+  budget reads the real clock (as in the paper), input runs at full speed in batches.
+  Response time of a window = wall clock from the end of the batch that opened it to
+  the end of the batch that closed it, for windows closing after the warm-up. The
+  extent ``q`` is sampled at 16 points of the timed part.
 * **Anchor, cec side** (:func:`cec_anchor`): ``cec run pipeline`` over the parquet
   dataset (:func:`bench.pipeline_bench.run_cec`), then a second run killed (SIGKILL of
   its process group) once half of the input is in the upstream logs, and
@@ -283,9 +284,18 @@ CP_VALUES = (25.0, 50.0, 100.0, 250.0)
 CI_MS = 10.0
 
 
+NO_CEC = "no CEC"
+OPEN_ONLY = "G_open only"
+
+
+def cp_label(cp_ms: float) -> str:
+    return f"CP {cp_ms:g} ms"
+
+
 @dataclass
 class Fig89Run:
-    cp_ms: float | None  # None: no CEC (mode none)
+    config: str  # NO_CEC (mode none), OPEN_ONLY (mode open-only) or cp_label(cp_ms)
+    cp_ms: float | None  # None unless mode targets
     rep: int
     tuples: int
     wall_s: float
@@ -300,11 +310,13 @@ class Fig89Run:
 
 @dataclass
 class Fig89Row:
+    config: str
     cp_ms: float | None
     reps: int
     response_mean_s: float
     response_median_s: float
     vs_none: float  # median over reps of response / no-CEC response of the same rep
+    vs_open: float  # the same against G_open only (the cost of G_check alone)
     throughput: float
     g_check: int
     extent_mean: float
@@ -318,18 +330,21 @@ def cp_batches(keys: int, tuples: int, batch: int) -> list[pa.RecordBatch]:
     return table.to_batches(max_chunksize=batch)
 
 
-def cp_policy(cp_ms: float | None) -> PolicyConfig:
-    if cp_ms is None:
+def cp_policy(config: str, cp_ms: float | None) -> PolicyConfig:
+    if config == NO_CEC:
         return PolicyConfig(mode="none")
+    if config == OPEN_ONLY:
+        return PolicyConfig(mode="open-only")
+    assert cp_ms is not None
     return PolicyConfig(mode="targets", q="1x", u=recovery_bench.UNBOUNDED, ci_ms=CI_MS,
                         cp_ms=cp_ms)
 
 
-def fig89_once(cp_ms: float | None, batches: Sequence[pa.RecordBatch], warm: int, rep: int,
-               bins: int = 20) -> Fig89Run:
+def fig89_once(config: str, cp_ms: float | None, batches: Sequence[pa.RecordBatch],
+               warm: int, rep: int, bins: int = 20) -> Fig89Run:
     op = VectorOperator(OperatorConfig(
         window=CountWindow(10, 10), function="avg", key_column="item_id",
-        value_column="item_price", policy=cp_policy(cp_ms), clock=time.monotonic))
+        value_column="item_price", policy=cp_policy(config, cp_ms), clock=time.monotonic))
     n = len(batches)
     size = batches[0].num_rows
     ends = np.empty(n, dtype=np.float64)  # wall clock at the end of each batch
@@ -367,7 +382,7 @@ def fig89_once(cp_ms: float | None, batches: Sequence[pa.RecordBatch], warm: int
                 series.append((float((edges[k] + edges[k + 1]) / 2), float(resp[m].mean())))
     tuples = sum(b.num_rows for b in batches[warm:])
     return Fig89Run(
-        cp_ms=cp_ms, rep=rep, tuples=tuples, wall_s=float(ends[-1] - t_warm),
+        config=config, cp_ms=cp_ms, rep=rep, tuples=tuples, wall_s=float(ends[-1] - t_warm),
         windows=len(resp),
         response_mean_s=float(resp.mean()) if len(resp) else float("nan"),
         response_median_s=float(np.median(resp)) if len(resp) else float("nan"),
@@ -381,25 +396,29 @@ def fig89(*, keys: int, warm: int, tuples: int, batch: int, reps: int,
           ) -> tuple[list[Fig89Row], list[Fig89Run]]:
     batches = cp_batches(keys, warm + tuples, batch)
     n_warm = warm // batch
-    configs: list[float | None] = [None, *cps]
+    configs: list[tuple[str, float | None]] = [(NO_CEC, None), (OPEN_ONLY, None)]
+    configs += [(cp_label(cp), cp) for cp in cps]
     runs: list[Fig89Run] = []
     for rep in range(reps):
-        for cp in configs:  # interleaved
-            r = fig89_once(cp, batches, n_warm, rep)
+        for config, cp in configs:  # interleaved
+            r = fig89_once(config, cp, batches, n_warm, rep)
             runs.append(r)
-            log(f"fig8 CP={'none' if cp is None else f'{cp:g} ms'} rep {rep}: response "
-                f"{r.response_mean_s:.3f} s, extent {r.extent_mean:,.0f}, "
-                f"G_check {r.g_check:,}")
-    by = {(r.cp_ms, r.rep): r for r in runs}
+            log(f"fig8 {config} rep {rep}: response {r.response_mean_s:.3f} s, "
+                f"extent {r.extent_mean:,.0f}, G_check {r.g_check:,}")
+    by = {(r.config, r.rep): r for r in runs}
+
+    def ratio(config: str, base: str) -> float:
+        return median([by[config, i].response_mean_s / by[base, i].response_mean_s
+                       for i in range(reps)])
+
     rows = []
-    for cp in configs:
-        rs = [by[cp, i] for i in range(reps)]
+    for config, cp in configs:
+        rs = [by[config, i] for i in range(reps)]
         rows.append(Fig89Row(
-            cp_ms=cp, reps=reps,
+            config=config, cp_ms=cp, reps=reps,
             response_mean_s=median([r.response_mean_s for r in rs]),
             response_median_s=median([r.response_median_s for r in rs]),
-            vs_none=median([by[cp, i].response_mean_s / by[None, i].response_mean_s
-                            for i in range(reps)]),
+            vs_none=ratio(config, NO_CEC), vs_open=ratio(config, OPEN_ONLY),
             throughput=median([r.tuples / r.wall_s for r in rs]),
             g_check=int(median([r.g_check for r in rs])),
             extent_mean=median([r.extent_mean for r in rs]),

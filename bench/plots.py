@@ -93,25 +93,22 @@ def fig67(rows: Sequence[Fig67Row], experiment: str, path: Path,
     return _save(fig, path)
 
 
-def _cp_label(cp: float | None) -> str:
-    return "no CEC" if cp is None else f"CP {cp:g} ms"
-
-
 def fig8(rows: Sequence[Fig89Row], runs: Sequence[Fig89Run], path: Path) -> Path:
     """Response time over wall clock (median repetition's series) and per CP."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     for row in rows:
-        rs = sorted((r for r in runs if r.cp_ms == row.cp_ms), key=lambda r: r.response_mean_s)
+        rs = sorted((r for r in runs if r.config == row.config),
+                    key=lambda r: r.response_mean_s)
         run = rs[len(rs) // 2]
         if run.series:
             ax1.plot([t for t, _ in run.series], [v for _, v in run.series], ".-",
-                     label=_cp_label(row.cp_ms))
+                     label=row.config)
     ax1.set_xlabel("wall clock since warm-up (s)")
     ax1.set_ylabel("mean window response time (s)")
     ax1.set_title("window open → close, binned by closing time", fontsize=9)
     ax1.set_ylim(bottom=0)
     ax1.legend(fontsize=8)
-    labels = [_cp_label(r.cp_ms) for r in rows]
+    labels = [r.config.replace(" only", "\nonly") for r in rows]
     bars = ax2.bar(range(len(rows)), [r.response_mean_s for r in rows], color="#4c72b0")
     for b, r in zip(bars, rows, strict=True):
         ax2.annotate(f"{r.vs_none:.2f}×", (b.get_x() + b.get_width() / 2, b.get_height()),

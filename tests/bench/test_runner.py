@@ -88,11 +88,17 @@ def test_fig6_q_checkpoints_fall_and_extent_grows(run: tuple[Path, dict]) -> Non
 def test_fig89_rows_per_cp(run: tuple[Path, dict]) -> None:
     out, res = run
     rows = res["fig89"]["rows"]
-    assert [r["cp_ms"] for r in rows] == [None, 25.0, 50.0, 100.0, 250.0]
-    none = rows[0]
+    assert [r["config"] for r in rows] == [
+        "no CEC", "G_open only", "CP 25 ms", "CP 50 ms", "CP 100 ms", "CP 250 ms"]
+    assert [r["cp_ms"] for r in rows] == [None, None, 25.0, 50.0, 100.0, 250.0]
+    none, open_only = rows[0], rows[1]
     assert none["g_check"] == 0 and none["extent_mean"] == 0 and none["vs_none"] == 1.0
+    assert open_only["g_check"] == 0 and open_only["vs_open"] == 1.0
+    # without G_check the extent only grows; with Q = 1x every CP run checkpoints
+    assert open_only["extent_end"] > 0
     for r in rows:
         assert r["response_mean_s"] > 0
-    assert all(r["g_check"] > 0 for r in rows[1:])
+    assert all(r["g_check"] > 0 for r in rows[2:])
+    assert all(r["extent_end"] <= open_only["extent_end"] for r in rows[2:])
     md = (out / "results.md").read_text()
-    assert "| no CEC |" in md and "| 250 ms |" in md
+    assert "| no CEC |" in md and "| G_open only |" in md and "| CP 250 ms |" in md
