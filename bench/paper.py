@@ -327,7 +327,8 @@ def cp_batches(keys: int, tuples: int, batch: int) -> list[pa.RecordBatch]:
     cols = generate_columns(WorkloadSpec(n_rows=tuples, n_keys=keys))
     table = pa.table({"ts": cols["item_time"], "seq": np.arange(tuples, dtype=np.int64),
                       "item_id": cols["item_id"], "item_price": cols["item_price"]})
-    return table.to_batches(max_chunksize=batch)
+    batches: list[pa.RecordBatch] = table.to_batches(max_chunksize=batch)
+    return batches
 
 
 def cp_policy(config: str, cp_ms: float | None) -> PolicyConfig:

@@ -124,9 +124,13 @@ def fig8(rows: Sequence[Fig89Row], runs: Sequence[Fig89Run], path: Path) -> Path
 def fig9(rows: Sequence[Fig89Row], path: Path) -> Path:
     cec = [r for r in rows if r.cp_ms is not None]
     fig, ax = plt.subplots(figsize=(5.5, 4))
-    xs = [r.cp_ms for r in cec]
+    xs = [float(r.cp_ms or 0.0) for r in cec]
     ax.plot(xs, [r.extent_mean for r in cec], "o-", label="mean over the run")
     ax.plot(xs, [r.extent_end for r in cec], "s--", label="at the end")
+    for r in rows:
+        if r.cp_ms is None and r.extent_mean > 0:
+            ax.axhline(r.extent_mean, color="#999999", ls=":",
+                       label=f"{r.config} (no G_check), mean")
     ax.set_xlabel("CP (ms), CI = 10 ms")
     ax.set_ylabel("extent size q (output records)")
     ax.set_xticks(xs, [f"{x:g}" for x in xs])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,13 +14,13 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench-results")
     assert main(["--preset", "tiny", "--no-spark", "--no-summary", "--out", str(out)]) == 0
     return out, json.loads((out / "results.json").read_text())
 
 
-def test_writes_table_json_and_readable_pngs(run: tuple[Path, dict]) -> None:
+def test_writes_table_json_and_readable_pngs(run: tuple[Path, dict[str, Any]]) -> None:
     out, res = run
     md = (out / "results.md").read_text()
     for section in ("## Fig. 5", "## Figs. 6 and 7", "## Figs. 8 and 9", "## Headline"):
@@ -34,7 +35,7 @@ def test_writes_table_json_and_readable_pngs(run: tuple[Path, dict]) -> None:
         assert f"]({name})" in md
 
 
-def test_fig5_rows_and_control_records(run: tuple[Path, dict]) -> None:
+def test_fig5_rows_and_control_records(run: tuple[Path, dict[str, Any]]) -> None:
     out, res = run
     rows = res["fig5"]["rows"]
     assert [(r["workload"], r["config"]) for r in rows] == [
@@ -65,7 +66,7 @@ def test_fig5_rows_and_control_records(run: tuple[Path, dict]) -> None:
         assert res["fig5"]["ratios"][w]["real_vs_data"] >= 1.9  # one G_open per R
 
 
-def test_fig6_q_checkpoints_fall_and_extent_grows(run: tuple[Path, dict]) -> None:
+def test_fig6_q_checkpoints_fall_and_extent_grows(run: tuple[Path, dict[str, Any]]) -> None:
     out, res = run
     q = [r for r in res["fig67"]["rows"] if r["experiment"] == "Q"]
     u = [r for r in res["fig67"]["rows"] if r["experiment"] == "U"]
@@ -85,7 +86,7 @@ def test_fig6_q_checkpoints_fall_and_extent_grows(run: tuple[Path, dict]) -> Non
     assert sum(line.startswith("| U | ") for line in lines) == 4
 
 
-def test_fig89_rows_per_cp(run: tuple[Path, dict]) -> None:
+def test_fig89_rows_per_cp(run: tuple[Path, dict[str, Any]]) -> None:
     out, res = run
     rows = res["fig89"]["rows"]
     assert [r["config"] for r in rows] == [
