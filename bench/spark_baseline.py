@@ -61,7 +61,7 @@ from bench.workload import DEFAULT_KEYS, DEFAULT_SEED, ensure_dataset, load_data
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 Provider = Literal["rocksdb", "hdfs"]
 QueryKind = Literal["keyed", "windowed"]

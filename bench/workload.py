@@ -144,7 +144,8 @@ def iter_batches(
     if batch_rows < 1:
         raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
     table = generate_table(n_rows, n_keys, seed, rate=rate, start_us=start_us)
-    return table.to_batches(max_chunksize=batch_rows)
+    batches: list[pa.RecordBatch] = table.to_batches(max_chunksize=batch_rows)
+    return batches
 
 
 def split_rows(n_rows: int, files: int) -> list[tuple[int, int]]:
@@ -217,9 +218,7 @@ def ensure_dataset(
         if existing.spec == spec and len(existing.files) == files:
             return existing
         raise FileExistsError(f"{out} holds a different workload: {existing.spec}")
-    return write_dataset(
-        out, n_rows, n_keys, seed, files, rate=rate, start_us=start_us
-    )
+    return write_dataset(out, n_rows, n_keys, seed, files, rate=rate, start_us=start_us)
 
 
 def load_dataset(directory: str | os.PathLike[str]) -> Dataset:
