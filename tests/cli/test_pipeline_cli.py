@@ -37,6 +37,9 @@ P = 3
 SOURCE = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"\nchunk_rows = 6000'
 
 
+STEADY_S: list[float] = []  # the reference run's time from its first input batch to the end
+
+
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(spec, reference export) of a failure-free run."""
@@ -48,6 +51,7 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
               check=True)
     summary = json.loads(run.stdout)
     assert summary["completed"] and summary["source_rows"] == ROWS
+    STEADY_S.append(float(summary["steady_s"]))
     cec(["export", str(d / "ref"), "--out", str(d / "ref.csv")], check=True)
     got = pd.read_csv(d / "ref.csv")
     ref = reference_count_windows(df, 10)
@@ -89,7 +93,8 @@ def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path],
     spec, reference = workload
     run = tmp_path / "run"
     seed = random.randrange(1 << 30)
-    delay = random.Random(seed).uniform(0.0, 2.0)
+    # a random moment of the processing (as long as the reference run's took)
+    delay = random.Random(seed).uniform(0.0, 0.8 * STEADY_S[0])
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                      tmp_path / "run.log")
     wait_for(lambda: any(int(s.get("in_tuples", 0)) > 0 for s in _states(run)), 180,
