@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,7 +123,16 @@ def run_partition(root: str, p: int) -> dict[str, Any]:
             counters.recovered = rec.explain.to_dict()
         with StreamLog.open(layout.upstream(p)) as up:
             last_state = 0.0
-            for batch in _tail(up, rec.resume_after_seq, layout):
+
+            def flush_state() -> None:  # while idle: report the last batches too
+                if counters.in_batches != reported[0]:
+                    counters.n_open, counters.q, counters.u = op.n_open, op.q, op.u
+                    counters.updated = time.time()
+                    layout.write_state(p, counters.as_dict())
+                    reported[0] = counters.in_batches
+
+            reported = [counters.in_batches]
+            for batch in _tail(up, rec.resume_after_seq, layout, flush_state):
                 if counters.first_input_at is None:
                     counters.first_input_at = time.time()
                 t0 = time.perf_counter()
@@ -143,6 +152,7 @@ def run_partition(root: str, p: int) -> dict[str, Any]:
                     counters.n_open, counters.q, counters.u = op.n_open, op.q, op.u
                     counters.updated = now
                     layout.write_state(p, counters.as_dict())
+                    reported[0] = counters.in_batches
                     last_state = now
             if layout.stop_file.exists():
                 counters.stopped = True
@@ -169,8 +179,12 @@ def _sealed(log: Any) -> bool:
     return bool(log.sealed)
 
 
-def _tail(up: Any, after: int | None, layout: RunLayout) -> Iterator[pa.RecordBatch]:
-    """Upstream records after ``after`` until the log is sealed and read, or STOP."""
+def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], None]
+          ) -> Iterator[pa.RecordBatch]:
+    """Upstream records after ``after`` until the log is sealed and read, or STOP.
+
+    ``on_idle`` is called whenever a wait for new records timed out.
+    """
     last = after
     while True:
         got = False
@@ -187,3 +201,5 @@ def _tail(up: Any, after: int | None, layout: RunLayout) -> Iterator[pa.RecordBa
         if not got and _sealed(up) and (up.last_seq is None or
                                         (last is not None and last >= up.last_seq)):
             return
+        if not got:
+            on_idle()
