@@ -41,6 +41,7 @@ from cec.sources import (
     SEQ,
     Chunk,
     ColumnTypes,
+    InputError,
     SourcePlan,
     StreamDirWatcher,
     plan_source,
@@ -315,16 +316,19 @@ class IngestProgress:
     writer_s: dict[str, float] = field(default_factory=dict)  # the writer's clocks
 
 
-def committed_chunk(layout: RunLayout, partitions: int) -> int:
-    """The last chunk every upstream log has committed (-1 for none)."""
-    done = []
+def committed_chunk(layout: RunLayout, partitions: int) -> tuple[int, int | None]:
+    """The last chunk every upstream log has committed (-1 for none) and its ``next_seq``."""
+    done: list[tuple[int, int | None]] = []
     for p in range(partitions):
         path = layout.upstream(p)
         if not path.exists():
-            return -1
+            return -1, None
         with StreamLog.open(path) as log:
-            done.append(read_token(log.last_token()))
-    return min(done) if done else -1
+            raw = log.last_token()
+        chunk = read_token(raw)
+        nxt = int(json.loads(raw.decode())["next_seq"]) if chunk >= 0 and raw else None
+        done.append((chunk, nxt))
+    return min(done, key=lambda d: d[0]) if done else (-1, None)
 
 
 def create_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
@@ -383,11 +387,12 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
     sc = spark.sparkContext
     sc.setJobGroup("cec-ingest", "cec ingest", interruptOnCancel=False)
     progress.started = time.monotonic()
-    resume = committed_chunk(layout, spec.run.partitions)
+    resume, resume_next = committed_chunk(layout, spec.run.partitions)
     if spec.source.kind == "stream-dir":
         watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples)
         while not should_stop():
             new = watcher.poll()
+            _check_resume(spec, new, resume, resume_next)
             _run_jobs(spark, spec, settings, layout, new, resume, progress, should_stop)
             if watcher.ended:
                 break
@@ -397,12 +402,24 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
         if plan is None:
             plan = plan_source(spec, max_rows=settings.max_tuples)
         progress.chunks_total = len(plan.chunks)
+        _check_resume(spec, plan.chunks, resume, resume_next)
         _run_jobs(spark, spec, settings, layout, plan.chunks, resume, progress, should_stop)
     if should_stop():
         return
     seal_upstream(layout, spec.run.partitions, spec.run.fsync)
     progress.sealed = True
     progress.finished = time.monotonic()
+
+
+def _check_resume(spec: PipelineSpec, chunks: list[Chunk], resume: int,
+                  resume_next: int | None) -> None:
+    """A resumed ingest must find the source as it was: the same rows up to its token."""
+    for chunk in chunks:
+        if chunk.index == resume and resume_next is not None and chunk.next_seq != resume_next:
+            raise InputError(
+                f"{spec.source.path}: the source changed since the run started: chunk "
+                f"{resume} ended at row {resume_next} then and at row {chunk.next_seq} now "
+                "(a resumed run must read the same input)")
 
 
 def _run_jobs(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,

@@ -21,6 +21,7 @@ from cec.pipeline import (
     run_pipeline,
 )
 from cec.pipeline.session import build_session
+from cec.sources import InputError
 from tests.pipeline.helpers import (
     reference_count_windows,
     reference_time_windows,
@@ -66,6 +67,11 @@ def test_csv_count_windows_equal_pandas(spark: object, tmp_path: Path) -> None:
     assert again["completed"] and again["ingested_tuples"] == 0
     export(run, tmp_path / "again.csv")
     assert (tmp_path / "again.csv").read_bytes() == (tmp_path / "out.csv").read_bytes()
+    # a resumed run refuses a source that changed under it
+    with (tmp_path / "items.csv").open("a") as fh:
+        fh.write(f"1,1.0,{int(df.item_time.iloc[-1]) + 1}\n")
+    with pytest.raises(InputError, match="the source changed since the run started"):
+        resume_run(run, progress=False)
     # the inspection commands read the same directory
     logs = inspect_log(run, verify=True)
     assert len(logs["logs"]) == 2 * P and all(lg["verify"]["ok"] for lg in logs["logs"])
