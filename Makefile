@@ -19,8 +19,10 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
+# A fresh run each time: the previous run's logs under $(LOGDIR) are replaced.
 run: $(STAMP)
 	@sh scripts/check-java.sh
+	rm -rf $(LOGDIR)
 	$(BIN)/cec run pipeline $(SPEC) --log-dir $(LOGDIR)
 
 test: $(STAMP)
