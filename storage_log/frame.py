@@ -266,10 +266,21 @@ class FrameCodec:
 
     def decode_data(self, buf: memoryview, info: FrameInfo, schema: pa.Schema,
                     base: int = 0) -> pa.RecordBatch:
-        raw = self.payload(buf, info, base)
+        offset, size, _, _, codec = info[:5]
+        if codec == _ZSTD:  # the common case, inlined: records may be small and many
+            start = offset - base + HEADER_SIZE
+            raw = buf[start:start + size - OVERHEAD]
+            try:
+                n = _frame_content_size(raw)
+                data = (self._arrow_zstd.decompress(raw, n, asbytes=False) if n >= 0 else
+                        pa.py_buffer(zstandard.ZstdDecompressor().decompress(raw)))
+            except (zstandard.ZstdError, pa.ArrowException) as exc:
+                raise FrameError(offset, f"zstd payload does not decompress: {exc}") from exc
+        else:
+            payload = self.payload(buf, info, base)
+            data = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)
         try:
-            batch = pa.ipc.read_record_batch(
-                raw if isinstance(raw, pa.Buffer) else pa.py_buffer(raw), schema)
+            batch = _read_record_batch(data, schema)
         except (pa.ArrowException, ValueError) as exc:
             raise FrameError(info.offset, f"payload is not an Arrow record batch: {exc}") from exc
         if batch.num_rows != info.rows:
@@ -292,6 +303,10 @@ def encode_schema(schema: pa.Schema) -> bytes:
 def decode_schema(data: bytes | memoryview) -> pa.Schema:
     return pa.ipc.read_schema(pa.py_buffer(data))
 
+
+_ZSTD = int(Codec.ZSTD)
+_frame_content_size = zstandard.frame_content_size
+_read_record_batch = pa.ipc.read_record_batch
 
 _KINDS = frozenset(int(k) for k in Kind)
 _CODECS = frozenset(int(c) for c in Codec)

@@ -21,6 +21,11 @@ from storage_log.reconcile import corrupt
 from storage_log.segment import SegmentReader, list_segments, segment_path
 
 READ_AHEAD = 4  # records decoded ahead of the consumer on the codec's worker threads
+#: backward reads decode records smaller than this (whole frame, compressed) on the
+#: calling thread: for small records, handing the work to a worker costs about as much
+#: CPU as the decoding itself (futures, locks, GIL hand-offs: ~25 us a record), and
+#: the backward scan of recovery is measured per CPU second
+INLINE_BYTES = 64 << 10
 _Frame = tuple[memoryview, int, FrameInfo, Path]
 
 
@@ -110,8 +115,8 @@ class RecordReader:
         else:
             start_seg, start = c.segment, c.end
         segs = [s for s in list_segments(self.directory) if s <= start_seg]
-        for decoded in self._decode(self._frames_backward(segs, start_seg, start, chunk_bytes),
-                                    schema):
+        frames = self._frames_backward(segs, start_seg, start, chunk_bytes)
+        for decoded in self._decode(frames, schema, inline_below=INLINE_BYTES):
             batch = decoded
             if before_seq is not None:
                 seq = decoded.column("seq").to_numpy()
@@ -141,17 +146,21 @@ class RecordReader:
 
     # -- decoding -----------------------------------------------------------------
 
-    def _decode(self, frames: Iterator[_Frame], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    def _decode(self, frames: Iterator[_Frame], schema: pa.Schema, *, inline_below: int = 0
+                ) -> Iterator[pa.RecordBatch]:
         """Decode DATA frames in order, up to READ_AHEAD at a time on the codec's pool.
 
-        Frames already read are still returned before an error met further on.
+        Frames smaller than ``inline_below`` bytes are decoded on the calling thread
+        (after the records already handed to the pool). Frames already read are still
+        returned before an error met further on.
         """
         codec = self.codec
         pool = codec.pool
+        decode = codec.decode_data
         if pool is None:
             for buf, base, info, path in frames:
                 try:
-                    batch = codec.decode_data(buf, info, schema, base)
+                    batch = decode(buf, info, schema, base)
                 except FrameError as exc:
                     raise corrupt(path, exc.offset, exc.invariant) from exc
                 yield batch
@@ -167,7 +176,16 @@ class RecordReader:
 
         try:
             for buf, base, info, path in frames:
-                window.append((pool.submit(codec.decode_data, buf, info, schema, base), path))
+                if info.size < inline_below:
+                    while window:
+                        yield result(window.popleft())
+                    try:
+                        batch = decode(buf, info, schema, base)
+                    except FrameError as exc:
+                        raise corrupt(path, exc.offset, exc.invariant) from exc
+                    yield batch
+                    continue
+                window.append((pool.submit(decode, buf, info, schema, base), path))
                 if len(window) > READ_AHEAD:
                     yield result(window.popleft())
         except GeneratorExit:
