@@ -112,6 +112,28 @@ class RecoveryExplain:
     replay_applied: int = 0
     rates: RateModel = field(default_factory=RateModel)
 
+    @classmethod
+    def fresh(
+        cls, reason: str, phases: tuple[Phase, ...], rates: RateModel
+    ) -> RecoveryExplain:
+        """The explain of a log with nothing to recover: the operator starts fresh."""
+        return cls(
+            fresh_start=True,
+            reason=reason,
+            n_c=None,
+            t_c=None,
+            t_c_ts=None,
+            T=None,
+            next_out_seq=0,
+            resume_after_seq=None,
+            extent={},
+            replay_tuples=0,
+            replay_batches=0,
+            replay_bytes=0,
+            phases=phases,
+            rates=rates,
+        )
+
     @property
     def extent_records(self) -> int:
         return int(self.extent.get("records", 0))

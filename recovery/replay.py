@@ -197,22 +197,7 @@ def recover_from_logs(
             Phase("load", 0.0, 0.0, 0.0),
             Phase("replay", 0.0, 0.0, 0.0),
         )
-        explain = RecoveryExplain(
-            fresh_start=True,
-            reason=rec.reason,
-            n_c=None,
-            t_c=None,
-            t_c_ts=None,
-            T=None,
-            next_out_seq=0,
-            resume_after_seq=None,
-            extent={},
-            replay_tuples=0,
-            replay_batches=0,
-            replay_bytes=0,
-            phases=phases,
-            rates=rates,
-        )
+        explain = RecoveryExplain.fresh(rec.reason, phases, rates)
         return Recovered(operator, rec, explain)
     check_upstream(rec, upstream)
     _, load_s, load_cpu = _timed(
@@ -258,26 +243,15 @@ def plan(
     rec, scan_s, scan_cpu = _timed(scan, output_log, at_seq=at_seq, at_ts=at_ts)
     est = rates.estimate(rec)
     if isinstance(rec, NothingToRecover):
-        return RecoveryExplain(
-            fresh_start=True,
-            reason=rec.reason,
-            n_c=None,
-            t_c=None,
-            t_c_ts=None,
-            T=None,
-            next_out_seq=0,
-            resume_after_seq=None,
-            extent={},
-            replay_tuples=0,
-            replay_batches=0,
-            replay_bytes=0,
-            phases=(
+        return RecoveryExplain.fresh(
+            rec.reason,
+            (
                 Phase("reconcile", est["reconcile"], None),
                 Phase("scan", 0.0, scan_s, scan_cpu),
                 Phase("load", 0.0, None),
                 Phase("replay", 0.0, None),
             ),
-            rates=rates,
+            rates,
         )
     if upstream is not None:
         check_upstream(rec, upstream)
