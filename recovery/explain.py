@@ -113,9 +113,7 @@ class RecoveryExplain:
     rates: RateModel = field(default_factory=RateModel)
 
     @classmethod
-    def fresh(
-        cls, reason: str, phases: tuple[Phase, ...], rates: RateModel
-    ) -> RecoveryExplain:
+    def fresh(cls, reason: str, phases: tuple[Phase, ...], rates: RateModel) -> RecoveryExplain:
         """The explain of a log with nothing to recover: the operator starts fresh."""
         return cls(
             fresh_start=True,
