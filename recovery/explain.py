@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from recovery.checkpoint import EventualCheckpoint
 from recovery.ec import NothingToRecover, Reconstruction
 
 PHASES = ("reconcile", "scan", "load", "replay")
@@ -128,6 +129,35 @@ class RecoveryExplain:
             replay_tuples=0,
             replay_batches=0,
             replay_bytes=0,
+            phases=phases,
+            rates=rates,
+        )
+
+    @classmethod
+    def found(
+        cls,
+        ec: EventualCheckpoint,
+        reason: str,
+        phases: tuple[Phase, ...],
+        rates: RateModel,
+        replay: tuple[int, int, int, int] = (0, 0, 0, 0),
+    ) -> RecoveryExplain:
+        """The explain of a reconstructed EC; ``replay`` is (tuples, batches, bytes, applied)."""
+        tuples, batches, nbytes, applied = replay
+        return cls(
+            fresh_start=False,
+            reason=reason,
+            n_c=ec.n_c,
+            t_c=ec.t_c,
+            t_c_ts=ec.t_c_ts,
+            T=ec.T,
+            next_out_seq=ec.next_out_seq,
+            resume_after_seq=ec.t_c,
+            extent=ec.extent.to_dict(),
+            replay_tuples=tuples,
+            replay_batches=batches,
+            replay_bytes=nbytes,
+            replay_applied=applied,
             phases=phases,
             rates=rates,
         )

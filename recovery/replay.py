@@ -210,22 +210,12 @@ def recover_from_logs(
         Phase("load", est["load"], load_s, load_cpu),
         Phase("replay", est["replay"], replay_s, replay_cpu),
     )
-    explain = RecoveryExplain(
-        fresh_start=False,
-        reason=f"EC of {rec.n_c} open window(s) at t_c={rec.t_c}",
-        n_c=rec.n_c,
-        t_c=rec.t_c,
-        t_c_ts=rec.t_c_ts,
-        T=rec.T,
-        next_out_seq=rec.next_out_seq,
-        resume_after_seq=rec.t_c,
-        extent=rec.extent.to_dict(),
-        replay_tuples=stats.tuples,
-        replay_batches=stats.batches,
-        replay_bytes=stats.bytes,
-        replay_applied=stats.applied,
-        phases=phases,
-        rates=rates,
+    explain = RecoveryExplain.found(
+        rec,
+        f"EC of {rec.n_c} open window(s) at t_c={rec.t_c}",
+        phases,
+        rates,
+        replay=(stats.tuples, stats.batches, stats.bytes, stats.applied),
     )
     return Recovered(operator, rec, explain)
 
@@ -255,24 +245,14 @@ def plan(
         )
     if upstream is not None:
         check_upstream(rec, upstream)
-    return RecoveryExplain(
-        fresh_start=False,
-        reason=f"EC of {rec.n_c} open window(s) at t_c={rec.t_c} (dry run)",
-        n_c=rec.n_c,
-        t_c=rec.t_c,
-        t_c_ts=rec.t_c_ts,
-        T=rec.T,
-        next_out_seq=rec.next_out_seq,
-        resume_after_seq=rec.t_c,
-        extent=rec.extent.to_dict(),
-        replay_tuples=0,
-        replay_batches=0,
-        replay_bytes=0,
-        phases=tuple(
+    return RecoveryExplain.found(
+        rec,
+        f"EC of {rec.n_c} open window(s) at t_c={rec.t_c} (dry run)",
+        tuple(
             Phase(name, est[name], *((scan_s, scan_cpu) if name == "scan" else (None, None)))
             for name in PHASES
         ),
-        rates=rates,
+        rates,
     )
 
 
