@@ -539,17 +539,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="fsync of the Fig. 5 output log (default: the pipeline's)")
     ap.add_argument("--workdir", default=None, help="scratch directory (default: tmp)")
     ap.add_argument("--summary", dest="summary", action="store_true", default=None,
-                    help="rewrite BENCHMARKS.md (default: only in the full preset)")
+                    help="rewrite BENCHMARKS.md (default: a full run of every figure into bench/results)")
     ap.add_argument("--no-summary", dest="summary", action="store_false")
     args = ap.parse_args(argv)
     args.argv = argv
     if args.preset is None:
         args.preset = "quick" if args.quick else "full"
+    default_out = args.out is None
     if args.out is None:
         base = REPO / "bench" / "results"
         args.out = base if args.preset == "full" else base / args.preset
     res = run(args)
-    summary = args.summary if args.summary is not None else args.preset == "full"
+    # BENCHMARKS.md summarizes bench/results: only a whole full run written there
+    summary = (args.summary if args.summary is not None
+               else args.preset == "full" and default_out and args.only is None)
     if summary:
         (REPO / "BENCHMARKS.md").write_text(benchmarks_md(res, args.out))
     print((args.out / "results.md").read_text())
