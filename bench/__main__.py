@@ -539,7 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="fsync of the Fig. 5 output log (default: the pipeline's)")
     ap.add_argument("--workdir", default=None, help="scratch directory (default: tmp)")
     ap.add_argument("--summary", dest="summary", action="store_true", default=None,
-                    help="rewrite BENCHMARKS.md (default: a full run of every figure into bench/results)")
+                    help="rewrite BENCHMARKS.md (default: a whole full run into "
+                    "bench/results)")
     ap.add_argument("--no-summary", dest="summary", action="store_false")
     args = ap.parse_args(argv)
     args.argv = argv
