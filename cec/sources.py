@@ -70,7 +70,6 @@ class Chunk:
     rows: int  # rows delivered (after a --max-tuples cut)
     first_line: int = 0  # 1-based line of the first row (csv/jsonl), for messages
     columns: tuple[str, ...] = ()  # csv: the file's header
-    whole_file: bool = False  # parquet: every row of the file, in plain types
 
     @property
     def next_seq(self) -> int:
@@ -403,18 +402,10 @@ def _plan_parquet_file(st: _FileState, path: Path) -> None:
             raise InputError(f"{name}: row groups {lo}-{hi - 1}: columns do not match the "
                              f"source's first file: {exc}") from exc
         cut = st.check(table, name, row, "row")
-        whole = (lo == 0 and hi == pf.num_row_groups and cut.num_rows == table.num_rows
-                 and all(_plain(pf.schema_arrow.field(n).type) for n in st.columns.names))
         st.chunks.append(Chunk(len(st.chunks), "parquet", str(path), lo, hi, st.next_seq,
-                               cut.num_rows, row, whole_file=whole))
+                               cut.num_rows, row))
         st.next_seq += cut.num_rows
         row += table.num_rows
-
-
-def _plain(t: pa.DataType) -> bool:
-    """Types Spark's own parquet reader gives the same values for (no timestamps)."""
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-                or pa.types.is_string(t) or pa.types.is_large_string(t))
 
 
 def source_files(path: Path, fmt: str | None) -> list[Path]:

@@ -125,32 +125,9 @@ def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
             (F.lit(gen.start_ts) + ids * F.lit(gen.interval_us)).alias("item_time"),
             ids.alias(SEQ),
         )
-    if all(c.fmt == "parquet" and c.whole_file for c in chunks):
-        return _native_parquet(spark, columns, chunks)
     return (spark.read.format("cec_chunk")
             .option("chunks", json.dumps([c.to_json() for c in chunks]))
             .option("columns", columns.to_json()).load())
-
-
-def _native_parquet(spark: SparkSession, columns: ColumnTypes, chunks: list[Chunk]
-                    ) -> DataFrame:
-    """Whole parquet files through Spark's vectorized reader, in file order.
-
-    Each file is one input split (``spark.sql.files.maxPartitionBytes`` is large and
-    ``minPartitionNum`` 1, see :mod:`cec.pipeline.session`), so
-    ``monotonically_increasing_id`` numbers its rows 0, 1, ... in file order; the
-    files are concatenated in order by ``coalesce(1)``. The writer refuses any row
-    whose ``seq`` falls outside the job's chunks, so a split file cannot go unnoticed.
-    """
-    out: DataFrame | None = None
-    for c in chunks:
-        df = spark.read.parquet(c.file).select(
-            *[F.col(f"`{n}`").cast(_SPARK_TYPES[t]).alias(n)
-              for n, t in zip(columns.names, columns.types, strict=True)],
-            (F.lit(c.first_seq) + F.monotonically_increasing_id()).alias(SEQ))
-        out = df if out is None else out.unionAll(df)
-    assert out is not None
-    return out.coalesce(1)
 
 
 def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
