@@ -228,46 +228,50 @@ def table_fig89(rows: Sequence[paper.Fig89Row]) -> str:
 def anchor_summary(report: Any, cec: paper.CecAnchor | None) -> tuple[str, dict[str, Any]]:
     from bench.spark_baseline import _median
 
-    lines = ["| system | reps | wall rows/s | steady rows/s | checkpoint B/tuple "
-             "| recovery s | catch-up to end s |",
-             "|---|--:|--:|--:|--:|--:|--:|"]
+    lines = ["| system | reps | wall rows/s (cold) | wall rows/s (warm) | steady rows/s "
+             "| checkpoint B/tuple | recovery s | catch-up to end s |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|"]
     ratios: dict[str, Any] = {}
     if cec is not None:
         lines.append(
             f"| cec run pipeline (P={cec.partitions}) | {cec.reps} | {_f(cec.rows_per_s)} "
-            f"| {_f(cec.steady_rows_per_s)} "
+            f"| {_f(cec.warm_rows_per_s)} | {_f(cec.steady_rows_per_s)} "
             f"| {cec.ckpt_bytes_per_tuple:.1f} (G rows; whole output log "
             f"{cec.output_bytes_per_tuple:.1f}, upstream log {cec.upstream_bytes_per_tuple:.1f}) "
             f"| {_f(cec.recover_caught_up_s, '.2f')} (`cec recover` until caught up) "
             f"| {_f(cec.resumed_elapsed_s, '.2f')} |")
     if report is not None:
         for provider in ("rocksdb", "hdfs"):
-            rs = [r for r in report.runs if r.provider == provider]
+            rs = [r for r in report.runs if r.provider == provider and r.session_run == 0]
+            ws = [r for r in report.runs if r.provider == provider and r.session_run > 0]
             ss = [s for s in report.restarts if s.provider == provider]
             if not rs:
                 continue
             wall = _median([r.wall_rows_per_s for r in rs])
-            steady = _median([r.steady_rows_per_s for r in rs])
+            warm = _median([r.wall_rows_per_s for r in ws])
+            steady = _median([r.steady_rows_per_s for r in rs + ws])
             restart = _median([s.restart_first_batch_s for s in ss])
             lines.append(
                 f"| Spark {rs[0].spark_version} {provider} | {len(rs)} | {_f(wall)} "
-                f"| {_f(steady)} | {_median([r.checkpoint_bytes_per_tuple for r in rs]):.1f} "
+                f"| {_f(warm)} | {_f(steady)} "
+                f"| {_median([r.checkpoint_bytes_per_tuple for r in rs]):.1f} "
                 f"| {_f(restart, '.2f')} (restart → 1st batch) "
                 f"| {_f(_median([s.catch_up_s for s in ss]), '.2f')} |")
             if cec is not None:
                 ratios[provider] = {
                     "throughput_vs_wall": cec.rows_per_s / wall,
+                    "throughput_warm": cec.warm_rows_per_s / warm,
                     "throughput_vs_steady": cec.rows_per_s / steady,
                     "recovery_ratio": cec.recover_caught_up_s / restart if ss else float("nan"),
                 }
     text = "\n".join(lines) + "\n"
     if ratios:
-        text += ("\n| cec vs Spark (same run, same input) | cec wall ÷ Spark wall rows/s "
-                 "| cec wall ÷ Spark steady rows/s (conservative) "
-                 "| cec recovery ÷ Spark restart |\n|---|--:|--:|--:|\n")
+        text += ("\n| cec vs Spark (same run, same input) | cold: cec wall ÷ Spark wall "
+                 "| warm: cec wall ÷ Spark wall | cec cold wall ÷ Spark steady "
+                 "| cec recovery ÷ Spark restart |\n|---|--:|--:|--:|--:|\n")
         for p, r in ratios.items():
-            text += (f"| {p} | {r['throughput_vs_wall']:.2f}× | {r['throughput_vs_steady']:.2f}× "
-                     f"| {r['recovery_ratio']:.3f} |\n")
+            text += (f"| {p} | {r['throughput_vs_wall']:.2f}× | {r['throughput_warm']:.2f}× "
+                     f"| {r['throughput_vs_steady']:.2f}× | {r['recovery_ratio']:.3f} |\n")
     if cec is not None and cec.error:
         text += f"\ncec recovery could not be measured: {cec.error}\n"
     return text, ratios
@@ -397,11 +401,13 @@ def anchor_section(preset: Preset, work: Path, res: dict[str, Any], out: Path) -
     bars: list[tuple[str, float]] = []
     rec: list[tuple[str, float]] = []
     if cec is not None:
-        bars.append(("cec pipeline", cec.rows_per_s))
+        bars.append(("cec pipeline\n(cold)", cec.rows_per_s))
+        bars.append(("cec pipeline\n(warm)", cec.warm_rows_per_s))
         rec.append(("cec recover\n(caught up)", cec.recover_caught_up_s))
     if report is not None:
         for r in report.runs:
-            bars.append((f"Spark {r.provider}", r.wall_rows_per_s))
+            bars.append((f"Spark {r.provider}\n({'warm' if r.session_run else 'cold'})",
+                         r.wall_rows_per_s))
         for s in report.restarts:
             rec.append((f"Spark {s.provider}\n(restart→1st batch)", s.restart_first_batch_s))
     if bars:
@@ -413,11 +419,16 @@ def anchor_section(preset: Preset, work: Path, res: dict[str, Any], out: Path) -
             "of 10, Q 2x, U 1,000,000, CI/CP 5/100 ms, fsync always) and by Spark's "
             "`groupBy(item_id).avg(item_price)` (update mode, noop sink, one file per "
             "micro-batch). Throughput: rows / wall time of the run after the session "
-            "started; steady: cec from the first input batch an operator saw to the end, "
-            "Spark over the batches after the first. cec checkpoint bytes: the G rows' "
-            "share (by rows) of the output logs' segment bytes. Recovery: cec = `cec "
-            "recover` of a run whose process group was SIGKILLed once half the input was "
-            "committed to its upstream logs"
+            "started (cec: the pipeline's ingest and operator jobs until every output log "
+            "is sealed; Spark: `start()` until the query terminated). Each repetition is "
+            "one fresh process per system that runs the workload twice into new "
+            "directories: cold is the session's first run (as `cec run pipeline` in a new "
+            "process), warm the second (JIT-compiled JVM, started Python workers, as in a "
+            "long-lived Spark application). Steady: cec from the first input batch an "
+            "operator saw to the end, Spark over the batches after the first. cec "
+            "checkpoint bytes: the G rows' share (by rows) of the output logs' segment "
+            "bytes. Recovery: cec = `cec recover` of a run whose process group was "
+            "SIGKILLed once half the input was committed to its upstream logs"
             + ("" if cec is None or cec.error else
                f" ({cec.killed_at_tuples:,} rows there, {cec.operator_tuples_at_kill:,} "
                f"reported processed by the operators; EC extent {cec.extent_records:,} "
@@ -468,9 +479,10 @@ def headline(res: dict[str, Any]) -> str:
                      + " records.")
     if "anchor" in res:
         for p, r in res["anchor"]["ratios"].items():
-            lines.append(f"- Anchor vs Spark {p}: cec throughput {r['throughput_vs_wall']:.2f}× "
-                         f"Spark's wall rate ({r['throughput_vs_steady']:.2f}× its steady "
-                         f"rate; target ≥ 5×); cec recovery {r['recovery_ratio']:.3f} of "
+            lines.append(f"- Anchor vs Spark {p} (target ≥ 5×): cec end-to-end throughput "
+                         f"{r['throughput_warm']:.2f}× Spark's in a warm session, "
+                         f"{r['throughput_vs_wall']:.2f}× as each session's first query "
+                         f"(cold JVM); cec recovery {r['recovery_ratio']:.3f} of "
                          "Spark's restart (target ≤ 0.2).")
     return "\n".join(lines) + "\n"
 

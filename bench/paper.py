@@ -28,9 +28,9 @@ of :mod:`bench.pipeline_bench`. Each function returns plain dataclasses; the run
   Response time of a window = wall clock from the end of the batch that opened it to
   the end of the batch that closed it, for windows closing after the warm-up. The
   extent ``q`` is sampled at 16 points of the timed part.
-* **Anchor, cec side** (:func:`cec_anchor`): ``cec run pipeline`` over the parquet
-  dataset (:func:`bench.pipeline_bench.run_cec`), then a second run killed (SIGKILL of
-  its process group) once half of the input is in the upstream logs, and
+* **Anchor, cec side** (:func:`cec_anchor`): the pipeline over the parquet dataset,
+  cold and warm (:func:`bench.pipeline_bench.run_cec_session`), then a run killed
+  (SIGKILL of its process group) once half of the input is in the upstream logs, and
   ``cec recover --from-log`` timed.
 """
 
@@ -440,6 +440,8 @@ class CecAnchor:
     wall_s: float  # failure-free run: ingest + operators until sealed (median)
     rows_per_s: float  # median
     steady_rows_per_s: float  # median, as the pipeline reports it
+    warm_wall_s: float  # the same run again in the session the first left warm (median)
+    warm_rows_per_s: float
     output_bytes: int  # output logs' segment bytes (R + G rows)
     upstream_bytes: int  # upstream logs' segment bytes
     g_rows: int
@@ -560,20 +562,24 @@ def kill_and_recover(spec_text: str, work: Path, rows: int, *, fraction: float =
 def cec_anchor(data: Path, work: Path, *, rows: int, keys: int, partitions: int = 2,
                chunk_rows: int = 100_000, reps: int = 1, recover: bool = True,
                log: Log = _quiet) -> CecAnchor:
-    from bench.pipeline_bench import run_cec
+    from bench.pipeline_bench import run_cec_session
 
     spec_text = _parquet_spec(data, partitions, chunk_rows)
-    runs = []
+    runs, warm = [], []
     sizes = (0, 0)
     for rep in range(reps):
-        r = run_cec(spec_text, work, f"parquet-{rep}")
-        run_dir = Path(r["log_dir"])
-        sizes = (_seg_bytes(run_dir / "output"), _seg_bytes(run_dir / "upstream"))
-        state = [json.loads(f.read_text()) for f in sorted((run_dir / "state").glob("p*.json"))]
-        r["out_rows"] = sum(int(s.get("out_rows", 0)) for s in state)
-        shutil.rmtree(run_dir, ignore_errors=True)
-        runs.append(r)
-        log(f"anchor cec run {rep}: {r['rows_per_s']:,.0f} rows/s, wall {r['wall_s']:.1f} s")
+        cold_run, *warm_runs = run_cec_session(spec_text, work, f"parquet-{rep}", runs=2)
+        for r in (cold_run, *warm_runs):
+            run_dir = Path(r["log_dir"])
+            sizes = (_seg_bytes(run_dir / "output"), _seg_bytes(run_dir / "upstream"))
+            state = [json.loads(f.read_text())
+                     for f in sorted((run_dir / "state").glob("p*.json"))]
+            r["out_rows"] = sum(int(s.get("out_rows", 0)) for s in state)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            log(f"anchor cec rep {rep} session run {r['session_run']}: "
+                f"{r['rows_per_s']:,.0f} rows/s, wall {r['wall_s']:.2f} s")
+        runs.append(cold_run)
+        warm.extend(warm_runs)
     summary_path = work / "kill.json"
     res = CecAnchor(
         rows=rows, keys=keys, partitions=partitions, reps=reps,
@@ -581,6 +587,8 @@ def cec_anchor(data: Path, work: Path, *, rows: int, keys: int, partitions: int 
         rows_per_s=median([r["rows_per_s"] for r in runs]),
         steady_rows_per_s=median([float(r.get("steady_rows_per_s") or float("nan"))
                                   for r in runs]),
+        warm_wall_s=median([r["wall_s"] for r in warm]),
+        warm_rows_per_s=median([r["rows_per_s"] for r in warm]),
         output_bytes=sizes[0], upstream_bytes=sizes[1],
         g_rows=runs[-1]["g_open"] + runs[-1]["g_check"], out_rows=runs[-1]["out_rows"],
     )

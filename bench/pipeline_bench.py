@@ -9,7 +9,10 @@ partitioning, upstream logs, P long-lived operator tasks with count windows of 1
 store (:mod:`bench.spark_baseline`). The built-in generator workload
 (``kind = "generator"``) is measured too.
 
-Each run is a fresh process with its own JVM. Reported per run:
+Each system runs in a fresh process with its own JVM, which runs the workload
+``--session-runs`` times (default 2) into new directories: run 0 is the session's first
+(cold JVM, no Python worker yet: what ``cec run pipeline`` pays in a new process), the
+others run warm, as in a long-lived Spark application. Reported per run:
 
 * ``rows_per_s``: source rows / wall time of the run proper (cec: from the start of
   ingest and operator jobs until every partition's output log is sealed; Spark: from
@@ -71,33 +74,19 @@ partitions = {partitions}
 """
 
 
-def run_cec(spec_text: str, work: Path, name: str, *, master: str | None = None
-            ) -> dict[str, Any]:
-    """One ``cec run pipeline --json`` in a fresh process; its summary plus wall times."""
-    spec = work / f"{name}.toml"
-    spec.write_text(spec_text)
-    log_dir = work / f"run-{name}-{time.time_ns()}"
-    args = [sys.executable, "-m", "cli.app", "run", "pipeline", str(spec), "--log-dir",
-            str(log_dir), "--json"]
-    if master:
-        args += ["--master", master]
-    t0 = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=REPO, check=False)
-    process_s = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"cec run failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    summary = json.loads(proc.stdout)
+def _cec_summary(summary: dict[str, Any], name: str, log_dir: Path, session_run: int
+                 ) -> dict[str, Any]:
     rows = int(summary["source_rows"])
     parts = summary["per_partition"]
     return {
         "system": f"cec ({name})",
+        "session_run": session_run,
         "rows": rows,
         "partitions": summary["partitions"],
         "wall_s": summary["elapsed_s"],
         "rows_per_s": rows / summary["elapsed_s"],
         "steady_rows_per_s": summary.get("steady_rows_per_s"),
         "ingest_writer_s": summary.get("ingest_writer_s"),
-        "process_s": process_s,
         "results": summary["results"],
         "g_open": sum(int(p["g_open"]) for p in parts),
         "g_check": sum(int(p["g_check"]) for p in parts),
@@ -107,44 +96,92 @@ def run_cec(spec_text: str, work: Path, name: str, *, master: str | None = None
     }
 
 
-def run_spark(data: Path, work: Path, provider: str) -> dict[str, Any]:
-    from bench.spark_baseline import run_stateful
+def run_cec_session(spec_text: str, work: Path, name: str, *, runs: int = 2
+                    ) -> list[dict[str, Any]]:
+    """``runs`` pipeline runs of the same spec, one after the other in ONE fresh process.
 
-    res = run_stateful(data, work / f"spark-{provider}-{time.time_ns()}" / "checkpoint",
-                       provider, isolated=True)
-    return {
+    The first run is what ``cec run pipeline`` does in a new process (cold JVM, no
+    Python worker yet: the session start itself is not counted, as for Spark); the next
+    ones run in the session the first left warm (JIT-compiled JVM, started worker
+    daemon), as a long-lived Spark application would. Each run writes a new log dir.
+    Entry ``i`` has ``session_run = i``.
+    """
+    spec = work / f"{name}.toml"
+    spec.write_text(spec_text)
+    cfg = work / f"{name}-session-{time.time_ns()}.json"
+    dirs = [str(work / f"run-{name}-{time.time_ns()}-{i}") for i in range(runs)]
+    cfg.write_text(json.dumps({"spec": str(spec), "log_dirs": dirs,
+                               "result": str(cfg.with_suffix(".result.json"))}))
+    proc = subprocess.run([sys.executable, "-m", "bench.pipeline_bench", "_session", str(cfg)],
+                          capture_output=True, text=True, cwd=REPO, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cec session run failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-3000:]}")
+    out = json.loads(cfg.with_suffix(".result.json").read_text())
+    return [_cec_summary(s, name, Path(d), i)
+            for i, (s, d) in enumerate(zip(out, dirs, strict=True))]
+
+
+def _session_main(cfg_path: str) -> int:
+    """Child of :func:`run_cec_session`: one SparkSession, several pipeline runs."""
+    from cec.pipeline import run_pipeline
+    from cec.pipeline.ingest import register
+    from cec.pipeline.session import build_session
+    from cec.spec import load_spec
+
+    cfg = json.loads(Path(cfg_path).read_text())
+    spec = load_spec(Path(cfg["spec"]))
+    spark = build_session(spec.run.effective_master, spec.run.partitions)
+    register(spark)
+    try:
+        out = [run_pipeline(cfg["spec"], d, progress=False) for d in cfg["log_dirs"]]
+    finally:
+        spark.stop()
+    Path(cfg["result"]).write_text(json.dumps(out, default=str))
+    return 0
+
+
+def run_spark(data: Path, work: Path, provider: str, *, runs: int = 2
+              ) -> list[dict[str, Any]]:
+    from bench.spark_baseline import run_stateful_session
+
+    results = run_stateful_session(data, work / f"spark-{provider}-{time.time_ns()}",
+                                   provider, runs=runs)
+    return [{
         "system": f"spark stateful groupBy.avg ({provider})",
+        "session_run": res.session_run,
         "rows": res.rows,
         "partitions": res.shuffle_partitions,
         "wall_s": res.wall_s,
         "rows_per_s": res.wall_rows_per_s,
         "steady_rows_per_s": res.steady_rows_per_s,
-    }
+    } for res in results]
 
 
 def markdown(rows: list[dict[str, Any]], load: float) -> str:
     lines = [f"load average at start: {load:.2f}", "",
-             "| system | rows | P | wall s | rows/s | steady rows/s |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| system | session run | rows | P | wall s | rows/s | steady rows/s |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         steady = r.get("steady_rows_per_s")
-        lines.append(f"| {r['system']} | {r['rows']:,} | {r['partitions']} | "
-                     f"{r['wall_s']:.2f} | {r['rows_per_s']:,.0f} | "
-                     f"{'-' if steady is None else f'{steady:,.0f}'} |")
-    cec = [r for r in rows if r["system"].startswith("cec (parquet")]
-    spark = [r for r in rows if r["system"].startswith("spark")]
-    if cec and spark:
-        best = max(s.get("steady_rows_per_s") or s["rows_per_s"] for s in spark)
-        best_wall = max(s["rows_per_s"] for s in spark)
-        c = cec[0]
-        lines += ["", f"cec wall / Spark wall: {c['rows_per_s'] / best_wall:.2f}x; "
-                  f"cec wall / Spark steady: {c['rows_per_s'] / best:.2f}x; "
-                  f"cec steady / Spark steady: "
-                  f"{(c.get('steady_rows_per_s') or 0) / best:.2f}x"]
+        lines.append(f"| {r['system']} | {r['session_run']} | {r['rows']:,} "
+                     f"| {r['partitions']} | {r['wall_s']:.2f} | {r['rows_per_s']:,.0f} "
+                     f"| {'-' if steady is None else f'{steady:,.0f}'} |")
+    for run, label in ((0, "cold (the session's first run)"), (1, "warm (second run)")):
+        cec = [r for r in rows if r["system"].startswith("cec (parquet")
+               and r["session_run"] == run]
+        spark = [r for r in rows if r["system"].startswith("spark") and r["session_run"] == run]
+        if cec and spark:
+            best_wall = max(s["rows_per_s"] for s in spark)
+            lines += ["", f"{label}: cec wall ÷ best Spark wall rows/s = "
+                      f"{cec[0]['rows_per_s'] / best_wall:.2f}x"]
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["_session"]:
+        return _session_main(argv[1])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4_000_000)
     parser.add_argument("--keys", type=int, default=DEFAULT_KEYS)
@@ -153,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--chunk-rows", type=int, default=1_000_000)
     parser.add_argument("--provider", choices=["rocksdb", "hdfs", "both"], default="hdfs")
+    parser.add_argument("--session-runs", type=int, default=2,
+                        help="runs per process: the first cold, the others warm")
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--skip-generator", action="store_true")
     parser.add_argument("--workdir", default=None)
@@ -167,19 +206,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         ensure_dataset(data, args.rows, args.keys, args.seed, args.files)
         results = []
         src = f'kind = "parquet"\npath = "{data}"\ntime_field = "item_time"'
-        results.append(run_cec(_spec(src, args.partitions, args.chunk_rows), work,
-                               "parquet"))
+        results += run_cec_session(_spec(src, args.partitions, args.chunk_rows), work,
+                                   "parquet", runs=args.session_runs)
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
         if not args.skip_generator:
             gen = (f'kind = "generator"\nrows = {args.rows}\nkeys = {args.keys}\n'
                    f'seed = {args.seed}')
-            results.append(run_cec(_spec(gen, args.partitions, args.chunk_rows), work,
-                                   "generator"))
+            results += run_cec_session(_spec(gen, args.partitions, args.chunk_rows), work,
+                                       "generator", runs=args.session_runs)
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
         if not args.skip_baseline:
             providers = ["rocksdb", "hdfs"] if args.provider == "both" else [args.provider]
             for provider in providers:
-                results.append(run_spark(data, work, provider))
+                results += run_spark(data, work, provider, runs=args.session_runs)
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     print(markdown(results, load))
     if args.json:

@@ -138,6 +138,7 @@ class BaselineResult:
     spark_version: str
     load_avg_1m: float
     batch_stats: list[BatchStat] = field(default_factory=list)
+    session_run: int = 0  # 0: the session's first query (cold JVM); 1, 2, ...: warm
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -235,6 +236,39 @@ def _progress_dicts(query: StreamingQuery) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------- Spark
+
+
+def run_stateful_session(
+    input_dir: str | os.PathLike[str],
+    work: str | os.PathLike[str],
+    provider: str = "rocksdb",
+    *,
+    runs: int = 2,
+    query: str = "keyed",
+    shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
+    window: str = DEFAULT_WINDOW,
+    watermark: str = DEFAULT_WATERMARK,
+    master: str = DEFAULT_MASTER,
+    driver_memory: str = DEFAULT_DRIVER_MEMORY,
+) -> list[BaselineResult]:
+    """``runs`` runs of the query over the same input in ONE fresh child process.
+
+    Each run starts a new query on a new checkpoint under ``work``; run 0 is the
+    session's first query (cold JVM, as in :func:`run_stateful` with ``isolated``),
+    the next ones run in the warm JVM it left. Result ``i`` has ``session_run = i``.
+    """
+    load_dataset(input_dir)
+    cfg = {
+        "mode": "runs", "runs": runs, "input_dir": str(input_dir),
+        "checkpoint_dirs": [str(Path(work) / f"checkpoint-{i}") for i in range(runs)],
+        "provider": provider, "query": query, "shuffle_partitions": shuffle_partitions,
+        "window": window, "watermark": watermark, "master": master,
+        "driver_memory": driver_memory,
+    }
+    for ck in cfg["checkpoint_dirs"]:
+        _require_fresh(ck)
+    out = _run_child(cfg, Path(work))
+    return [BaselineResult.from_dict(d) for d in out["runs"]]
 
 
 def get_session(
@@ -695,6 +729,19 @@ def _child_main(cfg_path: str) -> int:
     spark = get_session(cfg["master"], cfg["driver_memory"], cfg["shuffle_partitions"])
     session_start_s = time.perf_counter() - t0
     result_path = Path(cfg["result_path"])
+    if mode == "runs":
+        results = []
+        for i, ck in enumerate(cfg["checkpoint_dirs"]):
+            res = run_stateful(
+                cfg["input_dir"], ck, cfg["provider"], query=cfg["query"],
+                shuffle_partitions=cfg["shuffle_partitions"], window=cfg["window"],
+                watermark=cfg["watermark"], spark=spark,
+            )
+            res.session_run = i
+            res.session_start_s = session_start_s if i == 0 else None
+            results.append(res.to_dict())
+        result_path.write_text(json.dumps({"runs": results}))
+        return 0
     if mode == "run":
         res = run_stateful(
             cfg["input_dir"], cfg["checkpoint_dir"], cfg["provider"],
@@ -777,7 +824,8 @@ def markdown_table(runs: Sequence[BaselineResult], restarts: Sequence[RestartRes
     """Medians per (query, provider) over repetitions, one Markdown table."""
     groups: dict[tuple[str, str], tuple[list[BaselineResult], list[RestartResult]]] = {}
     for r in runs:
-        groups.setdefault((r.query, r.provider), ([], []))[0].append(r)
+        key = (r.query, r.provider if r.session_run == 0 else f"{r.provider} (warm)")
+        groups.setdefault(key, ([], []))[0].append(r)
     for s in restarts:
         groups.setdefault((s.query, s.provider), ([], []))[1].append(s)
     lines = [
@@ -848,6 +896,7 @@ def run_anchor(
     queries: Sequence[str] = ("keyed",),
     *,
     repeats: int = 1,
+    session_runs: int = 2,
     restart: bool = True,
     shuffle_partitions: int = DEFAULT_SHUFFLE_PARTITIONS,
     window: str = DEFAULT_WINDOW,
@@ -856,7 +905,9 @@ def run_anchor(
 ) -> AnchorReport:
     """The whole anchor on one dataset: each (query, provider) run and restarted, repeated.
 
-    Every run is a fresh child process; checkpoints go under ``workdir``. Repetitions
+    Every repetition is a fresh child process running the query ``session_runs`` times
+    (:func:`run_stateful_session`: the first cold, the others in the warm JVM);
+    checkpoints go under ``workdir``. Repetitions
     are interleaved (all configurations once, then again) so that background load
     spreads over them.
     """
@@ -869,17 +920,19 @@ def run_anchor(
         for query in queries:
             for provider in providers:
                 tag = f"{query}-{provider}-{rep}-{time.time_ns()}"
-                run = run_stateful(
-                    input_dir, Path(workdir) / tag / "run" / "checkpoint", provider,
+                runs = run_stateful_session(
+                    input_dir, Path(workdir) / tag / "run", provider, runs=session_runs,
                     query=query, shuffle_partitions=shuffle_partitions, window=window,
-                    watermark=watermark, isolated=True,
+                    watermark=watermark,
                 )
-                report.runs.append(run)
-                if log is not None:
-                    log(
-                        f"[{tag}] steady {run.steady_rows_per_s:,.0f} rows/s, wall "
-                        f"{run.wall_s:.1f} s, {run.checkpoint_bytes_per_tuple:.1f} B/tuple"
-                    )
+                report.runs.extend(runs)
+                for run in runs:
+                    if log is not None:
+                        log(
+                            f"[{tag}] session run {run.session_run}: steady "
+                            f"{run.steady_rows_per_s:,.0f} rows/s, wall {run.wall_s:.1f} s, "
+                            f"{run.checkpoint_bytes_per_tuple:.1f} B/tuple"
+                        )
                 if not restart:
                     continue
                 rst = measure_restart(
