@@ -40,6 +40,7 @@ so a fake clock makes the policy reproducible.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import sys
@@ -87,21 +88,30 @@ class PolicyConfig:
     def q_target(self, n_open: int) -> float:
         """The extent target ``Q`` for ``n_open`` open windows."""
         q = self.q
-        if isinstance(q, bool):
-            raise SpecError(f"policy Q must be an int or 'Kx', got {q!r}")
-        if isinstance(q, int):
-            if q < 0:
-                raise SpecError(f"policy Q must be >= 0, got {q}")
-            return float(q)
-        if isinstance(q, str):
-            m = _Q_MULT.match(q)
-            if m:
-                return float(m.group(1)) * n_open
-        raise SpecError(f"policy Q must be an int or 'Kx' (e.g. '2x'), got {q!r}")
+        if not isinstance(q, int | str):
+            raise SpecError(f"policy Q must be an int or 'Kx' (e.g. '2x'), got {q!r}")
+        fixed, per_open = _parse_q(q)
+        return fixed + per_open * n_open if per_open else fixed
 
     def wants_check(self, q: int, u: int, n_open: int) -> bool:
         """True if the extent or the replay length exceeds its target."""
         return n_open > 0 and (q > self.q_target(n_open) or u > self.u)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_q(q: int | str) -> tuple[float, float]:
+    """``Q`` as ``(fixed, per open window)``; parsed once per value (per-batch hot path)."""
+    if isinstance(q, bool):
+        raise SpecError(f"policy Q must be an int or 'Kx', got {q!r}")
+    if isinstance(q, int):
+        if q < 0:
+            raise SpecError(f"policy Q must be >= 0, got {q}")
+        return float(q), 0.0
+    if isinstance(q, str):
+        m = _Q_MULT.match(q)
+        if m:
+            return 0.0, float(m.group(1))
+    raise SpecError(f"policy Q must be an int or 'Kx' (e.g. '2x'), got {q!r}")
 
 
 UNLIMITED = sys.maxsize
