@@ -19,8 +19,10 @@ How a batch is processed:
   sums are bit-identical to the reference's sequential additions;
 * the output rows (opens, closes, time closes ordered ``(win_end, tau1, win_start)``)
   are ordered by one flat mask or one ``lexsort``, ``N`` is a cumulative sum;
-* the background step orders the windows by footprint once and finds in one pass how
-  many ``G_check`` rows the loop of the reference would emit.
+* the background step keeps the open windows in footprint order incrementally
+  (:class:`~.store.FootprintOrder`: footprint seqs only grow), so a batch that emits no
+  ``G_check`` reads only the oldest window, and one that does walks the oldest windows
+  until the first at which the loop of the reference would stop.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import pyarrow as pa
 from cec.errors import UsageError
 from cec.operator.base import OperatorConfig
 from cec.operator.state import OperatorState, WindowSnapshot, ec_rows
-from cec.operator.store import F64, I64, KeyRegistry, WindowSlots
+from cec.operator.store import F64, I64, FootprintOrder, KeyRegistry, WindowSlots
 from cec.policy import budget_for
 from cec.records import (
     G_CHECK,
@@ -72,6 +74,9 @@ class VectorOperator:
         self._M = spec.max_open_per_key
         self._keys = KeyRegistry(config.key_type)
         self._slots = WindowSlots()
+        # the open windows by footprint, kept only when the background step runs
+        self._fp_order: FootprintOrder | None = (
+            FootprintOrder() if config.policy.emits_check else None)
         self._kslots: I64 = np.full((1024, self._M), -1, dtype=np.int64)
         self._n = 0
         self._t_now: int | None = None
@@ -100,6 +105,9 @@ class VectorOperator:
         sl = self._slots
         if sl.n_live == 0:
             return None
+        if self._fp_order is not None:
+            w = self._fp_order.front(sl)
+            return int(sl.fp_seq[w]), int(sl.tau2[w])
         live = sl.live_slots()
         fp = sl.fp_seq[live]
         fpmin = int(fp.min())
@@ -246,6 +254,8 @@ class VectorOperator:
                 blk[f] = getattr(sl, f)[slots]
         if self._policy.emits_open:
             sl.fp_seq[slots[oi]] = seqs[oi]
+            if self._fp_order is not None:
+                self._fp_order.push(sl, seqs[oi], slots[oi])
         return blk
 
     # -- count windows ------------------------------------------------------------
@@ -509,16 +519,22 @@ class VectorOperator:
         self._accumulate(ms, vals[mi], ts[mi])
 
     def _background(self) -> Block | None:
+        """The background step; O(1) per batch unless ``G_check`` rows are emitted.
+
+        The oldest footprint comes from :class:`~.store.FootprintOrder` (amortized
+        O(1)), and the candidates of a step are walked from it in footprint order until
+        the first one the reference's loop would stop at, so a step costs O(rows it
+        emits) plus the stale entries it skips, never a scan of all open windows.
+        """
         pol = self._policy
-        if not pol.emits_check or self._recon_until is not None or self._t_now is None:
+        fpo = self._fp_order
+        if fpo is None or self._recon_until is not None or self._t_now is None:
             return None
         sl = self._slots
-        live = sl.live_slots()
-        if len(live) == 0:
+        oldest = fpo.front(sl)
+        if oldest < 0:
             return None
-        fp, tau2 = sl.fp_seq[live], sl.tau2[live]
-        fp_min = int(fp.min())
-        tau2_oldest = int(tau2[fp == fp_min].min())
+        fp_min, tau2_oldest = int(sl.fp_seq[oldest]), int(sl.tau2[oldest])
         q = self._next_out - fp_min if fp_min >= 0 else 0
         if tau2_oldest >= self._t_now:
             return None
@@ -527,27 +543,35 @@ class VectorOperator:
         allowed = self._budget.grant()
         if allowed <= 0:
             return None
-        kmax = min(allowed, len(live))
-        if fp_min >= 0 and kmax < len(live) // 2:
-            # footprint seqs are unique: the kmax oldest by a partition, then sort those
-            part = np.argpartition(fp, kmax - 1)[:kmax]
-            cand = live[part[np.argsort(fp[part])]]
-        else:
-            order = np.lexsort((sl.win_start[live], tau2, fp))
-            cand = live[order[:kmax]]
-        j = np.arange(kmax, dtype=np.int64)
-        fpj = sl.fp_seq[cand]
-        qj = self._next_out + j - fpj
-        uj = self._t_now - sl.tau2[cand]
-        ok = (fpj < self._next_out) & (uj > 0) & ((qj > pol.q_target(self._n)) | (uj > pol.u))
-        emitted = kmax if ok.all() else int(np.argmin(ok))
-        slots = cand[:emitted]
+        # the reference's loop: the j-th oldest window (j = 0, 1, ...) is checkpointed
+        # while the extent or the replay length it leaves is over target, it was not
+        # written by this step and its footprint is older than t_now; at most `allowed`
+        q_target = pol.q_target(self._n)
+        picked: list[I64] = []
+        got, end = 0, -1
+        for cand, pos in fpo.walk(sl, min(allowed, sl.n_live)):
+            fpj = sl.fp_seq[cand]
+            qj = np.where(fpj >= 0, self._next_out + got + np.arange(len(cand)) - fpj, 0)
+            uj = self._t_now - sl.tau2[cand]
+            ok = (fpj < self._next_out) & (uj > 0) & ((qj > q_target) | (uj > pol.u))
+            n_ok = len(cand) if ok.all() else int(np.argmin(ok))
+            if n_ok:
+                picked.append(cand[:n_ok])
+                got += n_ok
+                end = int(pos[n_ok - 1])
+            if n_ok < len(cand):
+                break
+        slots = np.concatenate(picked) if len(picked) > 1 else picked[0] if picked else _EMPTY_I64
+        emitted = len(slots)
         blk = self._block(slots, np.full(emitted, G_CHECK, np.int8),
                           np.full(emitted, self._ts_now, np.int64),
                           np.full(emitted, self._t_now, np.int64),
                           np.full(emitted, self._n, np.int64))
         sl.fp_seq[slots] = blk["seq"]
         sl.tau2[slots] = self._t_now
+        if emitted:
+            fpo.drop_through(end)  # every entry up to the last candidate is stale now
+            fpo.push(sl, np.asarray(blk["seq"], dtype=np.int64), slots)
         self._budget.spend(emitted)
         return blk
 
@@ -612,6 +636,8 @@ class VectorOperator:
                 getattr(sl, f)[slots] = col[f]
             sl.tau2[slots] = col["t_now"]
             sl.fp_seq[slots] = col["seq"]
+            if self._fp_order is not None:
+                self._fp_order.rebuild(sl)
             self._ensure_kslots()
             if not self._is_count:
                 ring = (sl.win_start[slots] // self._L) % self._M
