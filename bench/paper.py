@@ -237,6 +237,85 @@ class Fig67Row:
     deterministic: bool  # G_check, extent and replay the same in every repetition
 
 
+FIG5_PIPELINE_MODES = ("none", "open-only")
+
+
+def _fig5_pipeline_spec(tuples: int, size: int, mode: str) -> str:
+    """The paper's Fig. 5 workload as a pipeline: generator, 2 keys, one operator."""
+    return f"""
+[source]
+kind = "generator"
+rows = {tuples}
+keys = 2
+seed = {DEFAULT_SEED}
+
+[aggregate]
+group_by = "item_id"
+field = "item_price"
+function = "avg"
+window = {{ kind = "count", size = {size} }}
+
+[checkpoint]
+mode = "{mode}"
+
+[run]
+partitions = 1
+"""
+
+
+@dataclass
+class Fig5PipelineRow:
+    workload: str  # fast | slow
+    mode: str  # none | open-only
+    tuples: int
+    reps: int
+    rows_per_s: float  # source rows / wall of the run (median)
+    r_per_s: float  # R rows at the sink (the output log) per second (median)
+    real_per_s: float  # R + G_open rows per second (median)
+    vs_none: float  # median over reps of this R rate ÷ none's R rate in the same rep
+
+
+def fig5_pipeline(*, tuples: int, reps: int, work: Path, log: Log = _quiet
+                  ) -> list[Fig5PipelineRow]:
+    """Fig. 5 where the paper measured it: at the sink of the whole pipeline.
+
+    ``cec run pipeline`` on the generator (2 keys, count windows of 1 and 1000, one
+    key partition: one operator, as in the paper), mode ``none`` against ``open-only``
+    (G_open persisted with every R, fsync'ed), all in one warm session (a first,
+    discarded run warms it), configurations interleaved in every repetition. The sink
+    rate is R rows written to the output log per second of the run.
+    """
+    from bench.pipeline_bench import run_cec_specs
+
+    sizes = {"fast": 1, "slow": 1000}
+    plan = [("warm-up", _fig5_pipeline_spec(min(tuples, 200_000), 1, "open-only"))]
+    keys = []
+    for rep in range(reps):
+        for workload, size in sizes.items():
+            for mode in FIG5_PIPELINE_MODES:
+                plan.append((f"fig5-{workload}-{mode}", _fig5_pipeline_spec(tuples, size, mode)))
+                keys.append((rep, workload, mode))
+    runs = run_cec_specs(plan, work)[1:]
+    by: dict[tuple[int, str, str], dict[str, Any]] = {}
+    for key, r in zip(keys, runs, strict=True):
+        shutil.rmtree(r["log_dir"], ignore_errors=True)
+        by[key] = r
+        log(f"fig5 pipeline rep {key[0]} {key[1]} {key[2]}: {r['rows_per_s']:,.0f} rows/s")
+    rows = []
+    for workload in sizes:
+        for mode in FIG5_PIPELINE_MODES:
+            mine = [by[(rep, workload, mode)] for rep in range(reps)]
+            rate = [r["results"] / r["wall_s"] for r in mine]
+            ratio = [(by[(rep, workload, mode)]["results"] / by[(rep, workload, mode)]["wall_s"])
+                     / (by[(rep, workload, "none")]["results"]
+                        / by[(rep, workload, "none")]["wall_s"]) for rep in range(reps)]
+            rows.append(Fig5PipelineRow(
+                workload, mode, tuples, reps, median([r["rows_per_s"] for r in mine]),
+                median(rate), median([(r["results"] + r["g_open"]) / r["wall_s"] for r in mine]),
+                median(ratio)))
+    return rows
+
+
 def fig67(*, keys: int, tuples: int, reps: int, work: Path, log: Log = _quiet,
           only: str | None = None) -> tuple[recovery_bench.Setup, list[Fig67Row],
                                             list[recovery_bench.Result]]:

@@ -106,35 +106,47 @@ def run_cec_session(spec_text: str, work: Path, name: str, *, runs: int = 2
     daemon), as a long-lived Spark application would. Each run writes a new log dir.
     Entry ``i`` has ``session_run = i``.
     """
-    spec = work / f"{name}.toml"
-    spec.write_text(spec_text)
-    cfg = work / f"{name}-session-{time.time_ns()}.json"
-    dirs = [str(work / f"run-{name}-{time.time_ns()}-{i}") for i in range(runs)]
-    cfg.write_text(json.dumps({"spec": str(spec), "log_dirs": dirs,
-                               "result": str(cfg.with_suffix(".result.json"))}))
+    return run_cec_specs([(name, spec_text)] * runs, work)
+
+
+def run_cec_specs(specs: Sequence[tuple[str, str]], work: Path) -> list[dict[str, Any]]:
+    """Pipeline runs of ``(name, spec text)`` in order, in ONE fresh process and session.
+
+    Entry ``i`` of the result is run ``i`` of the session (``session_run``): 0 is cold.
+    """
+    tag = time.time_ns()
+    runs = []
+    for i, (name, text) in enumerate(specs):
+        spec = work / f"{name}-{tag}-{i}.toml"
+        spec.write_text(text)
+        runs.append({"spec": str(spec), "log_dir": str(work / f"run-{name}-{tag}-{i}")})
+    cfg = work / f"session-{tag}.json"
+    result = work / f"session-{tag}.result.json"
+    cfg.write_text(json.dumps({"runs": runs, "result": str(result)}))
     proc = subprocess.run([sys.executable, "-m", "bench.pipeline_bench", "_session", str(cfg)],
                           capture_output=True, text=True, cwd=REPO, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"cec session run failed ({proc.returncode}):\n"
                            f"{proc.stderr[-3000:]}")
-    out = json.loads(cfg.with_suffix(".result.json").read_text())
-    return [_cec_summary(s, name, Path(d), i)
-            for i, (s, d) in enumerate(zip(out, dirs, strict=True))]
+    out = json.loads(result.read_text())
+    return [_cec_summary(summary, name, Path(run["log_dir"]), i)
+            for i, (summary, run, (name, _)) in enumerate(zip(out, runs, specs, strict=True))]
 
 
 def _session_main(cfg_path: str) -> int:
-    """Child of :func:`run_cec_session`: one SparkSession, several pipeline runs."""
+    """Child of :func:`run_cec_specs`: one SparkSession, several pipeline runs."""
     from cec.pipeline import run_pipeline
     from cec.pipeline.ingest import register
     from cec.pipeline.session import build_session
     from cec.spec import load_spec
 
     cfg = json.loads(Path(cfg_path).read_text())
-    spec = load_spec(Path(cfg["spec"]))
-    spark = build_session(spec.run.effective_master, spec.run.partitions)
+    runs = cfg["runs"]
+    first = load_spec(Path(runs[0]["spec"]))
+    spark = build_session(first.run.effective_master, first.run.partitions)
     register(spark)
     try:
-        out = [run_pipeline(cfg["spec"], d, progress=False) for d in cfg["log_dirs"]]
+        out = [run_pipeline(r["spec"], r["log_dir"], progress=False) for r in runs]
     finally:
         spark.stop()
     Path(cfg["result"]).write_text(json.dumps(out, default=str))
