@@ -30,12 +30,17 @@ readings: :class:`CheckpointBudget` is a token bucket of checkpoint time. Its cr
 starts full at ``CI`` and is refilled by ``CI/CP`` of the time elapsed between
 readings, capped at ``CI``. A step that wants to checkpoint reads the clock once in
 :meth:`~CheckpointBudget.grant`, which returns how many ``G_check`` rows it may emit:
-``0`` if the credit is not positive, unlimited while no cost has been measured yet,
-else ``max(1, floor(credit / cost_per_check))``; if the grant is positive the step
-reads the clock once more in :meth:`~CheckpointBudget.spend`, which debits the elapsed
-time (the credit may go negative: the debt is repaid before the next step) and sets
-``cost_per_check`` to that step's time per emitted row. No other clock reads happen,
-so a fake clock makes the policy reproducible.
+``0`` unless the bucket is full (credit positive and at ``CI``), unlimited while no
+cost has been measured yet, else ``max(1, floor(credit / cost_per_check))``. So while
+a target stays exceeded the checkpoints come in steps of about ``CI`` once per ``CP``
+(the paper's model), not in a step per input batch as soon as a sliver of credit is
+back: such a step would be mostly fixed cost, and its cost per row, measured on one
+row, would keep every later step at one row. If the grant is positive the operator
+reads the clock once more in :meth:`~CheckpointBudget.spend`, after it has built the
+batch's output (a step is charged for materializing its rows too), which debits the
+elapsed time (the credit may go negative: the debt is repaid before the next step)
+and sets ``cost_per_check`` to that step's time per emitted row. No other clock reads
+happen, so a fake clock makes the policy reproducible.
 """
 
 from __future__ import annotations
@@ -133,21 +138,23 @@ class CheckpointBudget:
         self.credit_s = self.ci_ms / 1000.0
 
     def grant(self) -> int:
-        """Read the clock; how many G_check rows the step may emit now."""
+        """Read the clock; how many G_check rows the step may emit now (0: none, the
+        bucket is not full)."""
         now = self.clock()
         if self._last is not None:
             refill = max(0.0, now - self._last) * self.ci_ms / self.cp_ms
             self.credit_s = min(self.ci_ms / 1000.0, self.credit_s + refill)
         self._last = now
         self._t0 = now
-        if self.credit_s <= 0.0:
-            return 0
+        if self.credit_s <= 0.0 or self.credit_s < self.ci_ms / 1000.0:
+            return 0  # a step starts only with a full bucket (module docstring)
         if self.cost_per_check_s <= 0.0:
             return UNLIMITED
         return max(1, min(UNLIMITED, math.floor(self.credit_s / self.cost_per_check_s)))
 
     def spend(self, emitted: int) -> None:
-        """Read the clock; debit the time since :meth:`grant` for ``emitted`` rows."""
+        """Read the clock; debit the time since :meth:`grant` for ``emitted`` rows
+        (called once the batch's output, the step's rows included, is built)."""
         now = self.clock()
         spent = max(0.0, now - self._t0)
         self.credit_s -= spent

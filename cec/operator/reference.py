@@ -187,21 +187,25 @@ class ReferenceOperator:
             if isinstance(cfg.window, TimeWindow):
                 self._close_time_windows(ts_)
             self._apply(key, seq_, ts_, v)
-        self._background()
-        return self._flush_rows()
+        emitted = self._background()
+        out = self._flush_rows()
+        if emitted is not None:
+            self._budget.spend(emitted)  # the step's time includes building its rows
+        return out
 
-    def _background(self) -> None:
+    def _background(self) -> int | None:
+        """The background step: ``None`` if no step ran, else the G_check rows emitted."""
         pol = self._policy
         if not pol.emits_check or self._recon_until is not None or self._t_now is None:
-            return
+            return None
         oldest = self._oldest()
         if oldest is None or oldest.tau2 >= self._t_now:
-            return
+            return None
         if not pol.wants_check(self.q, self.u, self._n):
-            return
+            return None
         allowed = self._budget.grant()
         if allowed <= 0:
-            return
+            return None
         step_start = self._next_out
         emitted = 0
         while emitted < allowed and pol.wants_check(self.q, self.u, self._n):
@@ -212,7 +216,7 @@ class ReferenceOperator:
             w.fp_seq = self._emit(G_CHECK, w)
             w.tau2 = self._t_now
             emitted += 1
-        self._budget.spend(emitted)
+        return emitted
 
     def finish(self) -> pa.RecordBatch:
         if self._t_now is not None and isinstance(self.config.window, TimeWindow):

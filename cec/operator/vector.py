@@ -253,9 +253,10 @@ class VectorOperator:
             for f in ("key_idx", "win_start", "win_end", "tau1"):
                 blk[f] = getattr(sl, f)[slots]
         if self._policy.emits_open:
-            sl.fp_seq[slots[oi]] = seqs[oi]
+            s_o, f_o = slots[oi], seqs[oi]
+            sl.fp_seq[s_o] = f_o
             if self._fp_order is not None:
-                self._fp_order.push(sl, seqs[oi], slots[oi])
+                self._fp_order.push(sl, f_o, s_o)
         return blk
 
     # -- count windows ------------------------------------------------------------
@@ -521,6 +522,9 @@ class VectorOperator:
     def _background(self) -> Block | None:
         """The background step; O(1) per batch unless ``G_check`` rows are emitted.
 
+        Returns ``None`` if no step ran (no budget read), else the step's rows (maybe
+        none), for which :meth:`process` calls ``spend`` after building the output.
+
         The oldest footprint comes from :class:`~.store.FootprintOrder` (amortized
         O(1)), and the candidates of a step are walked from it in footprint order until
         the first one the reference's loop would stop at, so a step costs O(rows it
@@ -572,8 +576,7 @@ class VectorOperator:
         if emitted:
             fpo.drop_through(end)  # every entry up to the last candidate is stale now
             fpo.push(sl, np.asarray(blk["seq"], dtype=np.int64), slots)
-        self._budget.spend(emitted)
-        return blk
+        return blk  # process() spends the budget once the output is built
 
     # -- the interface ------------------------------------------------------------
     def process(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -607,9 +610,12 @@ class VectorOperator:
                     blocks.append(self._time_batch(ts, seq, vals, kidx))
                 self._t_now, self._ts_now = int(seq[-1]), int(ts[-1])
         bg = self._background()
-        if bg is not None:
-            blocks.append(bg)
-        return self._to_batch(blocks)
+        if bg is None:
+            return self._to_batch(blocks)
+        blocks.append(bg)
+        out = self._to_batch(blocks)
+        self._budget.spend(len(bg["seq"]))  # the step's time includes building its rows
+        return out
 
     def finish(self) -> pa.RecordBatch:
         if self._is_count or self._t_now is None:

@@ -39,7 +39,8 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         q=draw(st.one_of(st.integers(0, 12), st.sampled_from(["1x", "2x", "0.5x"]))),
         u=draw(st.integers(0, 25)),
         ci_ms=draw(st.sampled_from([0.0, 0.05, 1.0, 5.0])),
-        cp_ms=100.0,
+        # a short CP refills the bucket within a few clock readings: many steps
+        cp_ms=draw(st.sampled_from([100.0, 5.0, 0.5])),
     )
     n_keys = draw(st.integers(1, 5))
     n = draw(st.integers(0, 60))

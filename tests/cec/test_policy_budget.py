@@ -1,0 +1,89 @@
+"""CheckpointBudget: the token bucket of checkpoint time, on a fake clock."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator
+from cec.policy import UNLIMITED, CheckpointBudget, PolicyConfig
+from cec.records import G_CHECK
+from cec.windows import CountWindow
+
+from .helpers import FakeClock, batch, rows
+
+
+class Clock:
+    """A clock set by hand (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.reads = 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        return self.now
+
+
+def test_full_bucket_unlimited_until_a_cost_is_measured() -> None:
+    c = Clock()
+    b = CheckpointBudget(ci_ms=10.0, cp_ms=100.0, clock=c)
+    assert b.grant() == UNLIMITED
+    c.now += 0.002
+    b.spend(100)  # 2 ms for 100 rows: 20 us per row
+    assert b.credit_s == pytest.approx(0.008)
+    assert b.cost_per_check_s == pytest.approx(2e-5)
+    assert c.reads == 2
+
+
+def test_a_step_waits_for_a_full_bucket() -> None:
+    c = Clock()
+    b = CheckpointBudget(ci_ms=10.0, cp_ms=100.0, clock=c)
+    b.grant()
+    c.now += 0.002
+    b.spend(100)  # credit 8 ms, 20 us per row
+    # 2 ms of credit are missing: CP/CI * 2 ms = 20 ms of refill; until then no step,
+    # even though the credit stays positive (no one-row steps on a sliver of credit)
+    for _ in range(19):
+        c.now += 0.001
+        assert b.grant() == 0
+    c.now += 0.0011
+    assert b.grant() in (499, 500)  # full again: 10 ms / 20 us (float rounding)
+    c.now += 0.012
+    b.spend(500)  # overspent: 2 ms of debt
+    assert b.credit_s == pytest.approx(-0.002)
+    c.now += 0.119  # debt and a full CI: 12 ms of credit take 120 ms
+    assert b.grant() == 0
+    c.now += 0.0011
+    assert b.grant() in (416, 417)  # 10 ms / 24 us
+
+
+def test_no_credit_no_step() -> None:
+    c = Clock()
+    b = CheckpointBudget(ci_ms=0.0, cp_ms=100.0, clock=c)
+    c.now += 10.0
+    assert b.grant() == 0
+
+
+@pytest.mark.parametrize("impl", [ReferenceOperator, VectorOperator])
+def test_operator_checkpoints_once_the_bucket_is_full_again(impl: Any) -> None:
+    """Q = 0 wants a checkpoint after every batch; with 0.5 ms per clock reading a step
+    costs 0.5 ms of the 1 ms bucket, and each later reading refills 0.05 ms, so the
+    next step comes only ten batches later (not at the next batch, as soon as the
+    credit is positive)."""
+    clock = FakeClock(0.0005)
+    pol = PolicyConfig(mode="targets", q=0, ci_ms=1.0, cp_ms=10.0)
+    op = impl(OperatorConfig(window=CountWindow(100, 100), function="sum", policy=pol,
+                             clock=clock))
+    steps = []
+    for i in range(40):
+        out = op.process(batch([(i, i, i % 3, 1.0)]))
+        steps.append(sum(1 for (t,) in rows(out, "type") if t == G_CHECK))
+    at = [i for i, n in enumerate(steps) if n]
+    assert at[0] == 1 and len(at) >= 3  # batch 0: its window opened at t_now
+    gaps = {b - a for a, b in itertools.pairwise(at)}
+    assert gaps <= {10, 11}
+    # a grant per batch but the first (nothing to checkpoint), a spend per step
+    assert clock.reads == len(steps) - 1 + len(at)
