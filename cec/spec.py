@@ -111,6 +111,9 @@ class RunSpec:
     partitions: int = 4
     master: str | None = None  # None: local[P+2,3] (see default_master)
     fsync: str = "always"
+    segment_kb: int = 64 * 1024  # segment size of the upstream logs
+    trim_upstream: bool = True  # drop upstream segments no recovery can replay again
+    trim_lag_s: float = 30.0  # ... as of this long ago (an output tail lost since heals)
 
     @property
     def effective_master(self) -> str:
@@ -357,11 +360,19 @@ def _checkpoint(ctx: _Ctx, tbl: dict[str, Any]) -> CheckpointSpec:
 
 def _run(ctx: _Ctx, tbl: dict[str, Any]) -> RunSpec:
     name = "run"
-    ctx.unknown(tbl, name, ("partitions", "master", "fsync"))
+    ctx.unknown(tbl, name, ("partitions", "master", "fsync", "segment_kb", "trim_upstream",
+                            "trim_lag_s"))
     partitions = ctx.integer(tbl, name, "partitions", default=4, minimum=1)
     master = ctx.string(tbl, name, "master")
     fsync = ctx.choice(tbl, name, "fsync", ("always", "interval", "never"), default="always")
-    return RunSpec(partitions, master, fsync)
+    segment_kb = ctx.integer(tbl, name, "segment_kb", default=RunSpec.segment_kb, minimum=4)
+    trim = tbl.get("trim_upstream", True)
+    if not isinstance(trim, bool):
+        raise ctx.fail(f"[{name}].trim_upstream", f"must be true or false, got {trim!r}")
+    lag = ctx.number(tbl, name, "trim_lag_s", default=RunSpec.trim_lag_s, positive=False)
+    if lag < 0:
+        raise ctx.fail(f"[{name}].trim_lag_s", f"must be >= 0, got {lag!r}")
+    return RunSpec(partitions, master, fsync, segment_kb, trim, lag)
 
 
 def parse_spec(text: str, *, origin: str = "<spec>", base: Path | None = None) -> PipelineSpec:
@@ -446,7 +457,10 @@ def spec_to_tables(spec: PipelineSpec) -> dict[str, dict[str, object]]:
         "Q": cp.q_records if cp.q_records is not None else cp.q_text,
         "U": cp.u, "CI_ms": cp.ci_ms, "CP_ms": cp.cp_ms, "mode": cp.mode}
     run: dict[str, object] = {"partitions": spec.run.partitions, "fsync": spec.run.fsync,
-                              "master": spec.run.effective_master}
+                              "master": spec.run.effective_master,
+                              "segment_kb": spec.run.segment_kb,
+                              "trim_upstream": spec.run.trim_upstream,
+                              "trim_lag_s": spec.run.trim_lag_s}
     tables: dict[str, dict[str, object]] = {"source": source}
     if spec.where is not None:
         tables["filter"] = {"where": spec.where}

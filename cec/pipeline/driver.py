@@ -228,6 +228,7 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         else round(shared.ingest.finished - shared.ingest.started, 3),
         "ingest_jobs_s": [round(x, 3) for x in shared.ingest.job_seconds],
         "ingest_writer_s": {k: round(v, 3) for k, v in shared.ingest.writer_s.items()},
+        "upstream_segments_trimmed": shared.ingest.trimmed_segments,
         "results": sum(int(r.get("r", 0)) for r in results),
         "per_partition": results,
     }

@@ -186,6 +186,38 @@ class WriterConfig:
     fsync: str
     key_column: str
     value_column: str
+    segment_bytes: int = 64 << 20
+    trim: bool = True
+
+    @classmethod
+    def for_run(cls, spec: PipelineSpec, layout: RunLayout) -> WriterConfig:
+        return cls(str(layout.root), spec.run.partitions, spec.run.fsync,
+                   spec.aggregate.group_by, value_column(spec),
+                   segment_bytes=spec.run.segment_kb << 10,
+                   # a committed output record may vanish in a machine crash without
+                   # fsync; recovery would then replay from before the trimmed point
+                   trim=spec.run.trim_upstream and spec.run.fsync == "always")
+
+
+def open_upstream(cfg: WriterConfig, p: int) -> StreamLog:
+    return StreamLog.open(RunLayout(Path(cfg.root)).upstream(p), writable=True, create=True,
+                          fsync=cfg.fsync, segment_bytes=cfg.segment_bytes)
+
+
+def trim_upstream(layout: RunLayout, logs: list[StreamLog]) -> int:
+    """Drop upstream segments below what every recovery of their partition replays.
+
+    Each operator task reports ``replay_after_seq`` in its state file
+    (:class:`cec.pipeline.task.ReplayFloor`); a segment whose records all lie at or
+    before it is never read again. A missing or unreadable report trims nothing.
+    Returns the number of segments deleted.
+    """
+    dropped = 0
+    for p, log in enumerate(logs):
+        floor = layout.read_state(p).get("replay_after_seq")
+        if isinstance(floor, int) and not isinstance(floor, bool) and floor >= 0:
+            dropped += log.trim(before_seq=floor + 1)
+    return dropped
 
 
 def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
@@ -196,20 +228,23 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         layout = RunLayout(Path(cfg.root))
-        logs = [StreamLog.open(layout.upstream(p), writable=True, create=True,
-                               fsync=cfg.fsync) for p in range(cfg.partitions)]
+        logs = [open_upstream(cfg, p) for p in range(cfg.partitions)]
         written = 0
         started_at = time.time()
         nxt = 0  # the next chunk to commit
         clock = [0.0, 0.0, 0.0]  # seconds waiting for Spark, appending, committing
+        trimmed = [0]  # upstream segments dropped (trim_upstream)
 
         def commit_through(upto: int) -> None:  # commit every chunk ending at or before
             nonlocal nxt
             t0 = time.perf_counter()
+            before = nxt
             while nxt < len(ends) and ends[nxt] <= upto:
                 for log in logs:
                     log.commit(tokens[nxt])
                 nxt += 1
+            if cfg.trim and nxt > before:
+                trimmed[0] += trim_upstream(layout, logs)
             clock[2] += time.perf_counter() - t0
 
         try:
@@ -250,6 +285,7 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
         yield pa.RecordBatch.from_pydict({
             "rows": pa.array([written], pa.int64()),
             "started_at": pa.array([started_at], pa.float64()),
+            "trimmed": pa.array([trimmed[0]], pa.int64()),
             **{name: pa.array([v], pa.float64()) for name, v in zip(_CLOCKS, clock,
                                                                       strict=True)}})
 
@@ -291,6 +327,7 @@ class IngestProgress:
     finished: float | None = None
     job_seconds: list[float] = field(default_factory=list)
     writer_s: dict[str, float] = field(default_factory=dict)  # the writer's clocks
+    trimmed_segments: int = 0  # upstream segments dropped (trim_upstream)
 
 
 def committed_chunk(layout: RunLayout, partitions: int) -> tuple[int, int | None]:
@@ -326,16 +363,18 @@ JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each
 
 
 def run_chunks(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-               layout: RunLayout, chunks: list[Chunk], clocks: dict[str, float]) -> int:
+               layout: RunLayout, chunks: list[Chunk], progress: IngestProgress) -> int:
     """Ingest consecutive chunks (one Spark job); the number of tuples written."""
-    cfg = WriterConfig(str(layout.root), spec.run.partitions, spec.run.fsync,
-                       spec.aggregate.group_by, value_column(spec))
+    cfg = WriterConfig.for_run(spec, layout)
     df = upstream_frame(spark, spec, settings.columns, chunks)
-    schema = "rows long, started_at double, " + ", ".join(f"{c} double" for c in _CLOCKS)
+    schema = ("rows long, started_at double, trimmed long, "
+              + ", ".join(f"{c} double" for c in _CLOCKS))
     out = df.mapInArrow(_chunk_writer(cfg, chunks), schema).collect()
+    clocks = progress.writer_s
     if "first_writer_at" not in clocks:
         clocks["first_writer_at"] = min(float(r["started_at"]) for r in out)
     for row in out:
+        progress.trimmed_segments += int(row["trimmed"])
         for c in _CLOCKS:
             clocks[c] = clocks.get(c, 0.0) + float(row[c])
     return int(sum(r["rows"] for r in out))
@@ -406,7 +445,7 @@ def _run_jobs(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         if should_stop():
             return
         t0 = time.monotonic()
-        progress.tuples += run_chunks(spark, spec, settings, layout, job, progress.writer_s)
+        progress.tuples += run_chunks(spark, spec, settings, layout, job, progress)
         progress.job_seconds.append(time.monotonic() - t0)
         progress.chunks_done = job[-1].index + 1
         progress.source_rows = job[-1].next_seq

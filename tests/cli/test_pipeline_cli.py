@@ -60,6 +60,28 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return spec, d / "ref.csv"
 
 
+@pytest.fixture(scope="module")
+def trimming(workload: tuple[Path, Path]) -> Path:
+    """The workload's spec with small upstream segments trimmed without lag.
+
+    The crash tests run it: a recovery must find every upstream record it replays
+    although the ingest kept deleting segments below the operators' floors.
+    """
+    spec = workload[0].with_name("items-trim.toml")
+    spec.write_text(spec_text(SOURCE, partitions=P,
+                              extra_run="segment_kb = 16\ntrim_lag_s = 0"))
+    return spec
+
+
+def _trimmed(run: Path) -> int:
+    """Upstream segments deleted so far (the first kept one no longer starts at 0)."""
+    n = 0
+    for p in range(P):
+        segs = sorted((run / "upstream" / f"p{p:04d}").glob("*.seg"))
+        n += bool(segs) and int(segs[0].stem) > 0
+    return n
+
+
 def _states(run: Path) -> list[dict[str, object]]:
     out = []
     for p in range(P):
@@ -88,9 +110,9 @@ def _export_equals(run: Path, tmp: Path, reference: Path) -> None:
     assert out.read_bytes() == reference.read_bytes()
 
 
-def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path],
+def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimming: Path,
                                              tmp_path: Path) -> None:
-    spec, reference = workload
+    spec, reference = trimming, workload[1]
     run = tmp_path / "run"
     seed = random.randrange(1 << 30)
     # a random moment of the processing (as long as the reference run's took)
@@ -110,13 +132,14 @@ def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path],
     result = json.loads(rec.stdout)
     assert result["resumed"]["completed"], (seed, delay, result)
     assert len(result["partitions"]) == P
-    print(f"seed={seed} delay={delay:.2f}s partitions done at the kill: {done}")
+    print(f"seed={seed} delay={delay:.2f}s partitions done at the kill: {done}, "
+          f"upstream logs trimmed: {_trimmed(run)} of {P}")
     _export_equals(run, tmp_path, reference)
 
 
 def test_sigkill_of_one_operator_worker_is_retried(workload: tuple[Path, Path],
-                                                   tmp_path: Path) -> None:
-    spec, reference = workload
+                                                   trimming: Path, tmp_path: Path) -> None:
+    spec, reference = trimming, workload[1]
     run = tmp_path / "run"
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                      tmp_path / "run.log")
@@ -133,6 +156,7 @@ def test_sigkill_of_one_operator_worker_is_retried(workload: tuple[Path, Path],
     state = _states(run)[victim]
     assert int(state["pid"]) != pid  # type: ignore[call-overload]
     assert state["recovered"], state  # the retried task rebuilt its EC from the log
+    print(f"upstream logs trimmed: {_trimmed(run)} of {P}")
     _export_equals(run, tmp_path, reference)
 
 

@@ -60,6 +60,13 @@ def test_dump_roundtrip() -> None:
     assert back.source == spec.source and back.aggregate == spec.aggregate
     assert back.checkpoint == spec.checkpoint and back.where == spec.where
     assert back.run.effective_master == spec.run.effective_master
+    assert back.run.segment_kb == spec.run.segment_kb == 64 * 1024
+    assert back.run.trim_upstream is spec.run.trim_upstream is True
+    assert back.run.trim_lag_s == spec.run.trim_lag_s == 30.0
+    tuned = parse_spec(spec_text(CSV_SOURCE, extra_run="segment_kb = 16\ntrim_upstream = false"
+                                 "\ntrim_lag_s = 0"), origin="t.toml", base=Path("/d"))
+    assert (tuned.run.segment_kb, tuned.run.trim_upstream, tuned.run.trim_lag_s) == \
+        (16, False, 0.0)
 
 
 @pytest.mark.parametrize("value,expected", [("10s", 10_000_000), ("500ms", 500_000),
@@ -82,6 +89,9 @@ def test_durations(value: object, expected: int | None) -> None:
      "[aggregate].window.size"),
     (spec_text(CSV_SOURCE, q='"two"'), "[checkpoint].Q"),
     (spec_text(CSV_SOURCE, extra_run="master = 3"), "[run].master"),
+    (spec_text(CSV_SOURCE, extra_run="segment_kb = 2"), "[run].segment_kb: must be >= 4"),
+    (spec_text(CSV_SOURCE, extra_run='trim_upstream = "yes"'), "[run].trim_upstream"),
+    (spec_text(CSV_SOURCE, extra_run="trim_lag_s = -1"), "[run].trim_lag_s: must be >= 0"),
     (spec_text(CSV_SOURCE).replace("partitions = 3", "partitions = 0"),
      "[run].partitions: must be >= 1"),
     (spec_text('kind = "kafka"\npath = "x"\ntime_field = "t"'),

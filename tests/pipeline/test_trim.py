@@ -1,0 +1,118 @@
+"""Upstream trimming: the replay floor an operator task reports, and the ingest's trim.
+
+The floor must never pass what a recovery from the committed output log replays
+after (its ``T``), or that recovery would find its upstream records deleted. These
+tests recover for real from the output log at every batch boundary of a stream and
+compare; no Spark.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from cec.operator import OperatorConfig
+from cec.operator.vector import VectorOperator
+from cec.pipeline.ingest import WriterConfig, open_upstream, trim_upstream
+from cec.pipeline.layout import RunLayout
+from cec.pipeline.task import ReplayFloor
+from cec.policy import PolicyConfig
+from cec.windows import CountWindow
+from recovery.replay import recover
+from storage_log.errors import LogTrimmedError
+from storage_log.log import StreamLog
+from tests.recovery.harness import FakeClock, make_stream
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _operator(mode: str) -> VectorOperator:
+    return VectorOperator(OperatorConfig(
+        window=CountWindow(4, 4), policy=PolicyConfig(mode=mode, q=24, u=40),  # type: ignore[arg-type]
+        clock=FakeClock()))
+
+
+@pytest.mark.parametrize("mode", ["targets", "open-only"])
+def test_floor_never_passes_the_T_of_a_recovery_from_the_committed_output(
+        tmp_path: Path, mode: str) -> None:
+    stream = make_stream(600, keys=9, seed=5, max_batch=9)
+    up = StreamLog.open(tmp_path / "up", writable=True, create=True, fsync="never")
+    out = StreamLog.open(tmp_path / "out", writable=True, create=True, fsync="never")
+    op = _operator(mode)
+    floor = ReplayFloor(0.0, None, clock=Clock())
+    checked = equal = 0
+    for i, batch in enumerate(stream):
+        up.append(batch)
+        up.commit()
+        result = op.process(batch)
+        if not result.num_rows:
+            continue
+        out.append(result)
+        out.commit()
+        floor.note(op, result)
+        if i % 3:
+            continue
+        out.close()
+        rec = recover(tmp_path / "out", tmp_path / "up", _operator(mode), fsync="never")
+        rec.output_log.close()
+        out = StreamLog.open(tmp_path / "out", writable=True, fsync="never")
+        value = floor.value()
+        assert value is not None and rec.explain.T is not None
+        assert value <= rec.explain.T, (i, value, rec.explain.T)
+        checked += 1
+        equal += value == rec.explain.T
+    out.close()
+    up.close()
+    assert checked > 25
+    assert equal == checked  # every open window has a G row: the floor is exactly T
+
+
+def test_floor_lags_by_lag_s() -> None:
+    clock = Clock()
+    floor = ReplayFloor(10.0, 3, clock=clock)
+    op = _operator("open-only")
+    for i, batch in enumerate(make_stream(200, keys=3, seed=1, sparse=False)):
+        clock.now = float(i)
+        op.process(batch)
+        out = pa.RecordBatch.from_pydict({"t_now": pa.array([op.t_now], pa.int64())})
+        floor.note(op, out)
+    assert op.t_now is not None
+    clock.now += 0.5
+    # the newest note at least 10 s old; before any note is that old, the start value
+    assert floor.value() is not None and floor.value() < op.t_now - op.u
+    assert ReplayFloor(10.0, 3, clock=Clock()).value() == 3
+    clock.now += 100.0
+    assert floor.value() == op.t_now - op.u
+
+
+def test_trim_drops_whole_segments_up_to_the_reported_floor(tmp_path: Path) -> None:
+    layout = RunLayout(tmp_path / "run")
+    layout.state_file(0).parent.mkdir(parents=True)
+    cfg = WriterConfig(str(layout.root), 2, "never", "key", "value", segment_bytes=4096)
+    logs = [open_upstream(cfg, p) for p in range(2)]
+    seqs = []
+    for batch in make_stream(3000, keys=5, seed=2, max_batch=40):
+        seqs += batch.column("seq").to_pylist()
+        for log in logs:
+            log.append(batch)
+            log.commit()
+    floor = seqs[len(seqs) // 2]
+    layout.write_state(0, {"replay_after_seq": floor})
+    layout.write_state(1, {"in_tuples": 5})  # no floor reported: nothing trimmed
+    assert trim_upstream(layout, logs) > 0
+    assert logs[1].first_seq == seqs[0]
+    assert seqs[0] < logs[0].first_seq <= floor + 1
+    after = [s for b in logs[0].read_forward(after_seq=floor) for s in b.column("seq").to_pylist()]
+    assert after == [s for s in seqs if s > floor]
+    with pytest.raises(LogTrimmedError):
+        next(iter(logs[0].read_forward(after_seq=seqs[0])))
+    for log in logs:
+        log.close()
