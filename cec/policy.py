@@ -28,19 +28,22 @@ footprint is older than ``t_now`` and a target is exceeded.
 Budget (``CI`` ms of checkpointing per ``CP`` ms), deterministic given the clock
 readings: :class:`CheckpointBudget` is a token bucket of checkpoint time. Its credit
 starts full at ``CI`` and is refilled by ``CI/CP`` of the time elapsed between
-readings, capped at ``CI``. A step that wants to checkpoint reads the clock once in
-:meth:`~CheckpointBudget.grant`, which returns how many ``G_check`` rows it may emit:
-``0`` unless the bucket is full (credit positive and at ``CI``), unlimited while no
-cost has been measured yet, else ``max(1, floor(credit / cost_per_check))``. So while
-a target stays exceeded the checkpoints come in steps of about ``CI`` once per ``CP``
-(the paper's model), not in a step per input batch as soon as a sliver of credit is
-back: such a step would be mostly fixed cost, and its cost per row, measured on one
-row, would keep every later step at one row. If the grant is positive the operator
-reads the clock once more in :meth:`~CheckpointBudget.spend`, after it has built the
-batch's output (a step is charged for materializing its rows too), which debits the
-elapsed time (the credit may go negative: the debt is repaid before the next step)
-and sets ``cost_per_check`` to that step's time per emitted row. No other clock reads
-happen, so a fake clock makes the policy reproducible.
+readings (those around a step included), capped at ``CI``. A step that wants to
+checkpoint reads the clock once in :meth:`~CheckpointBudget.grant`, which returns how
+many ``G_check`` rows it may emit: ``0`` unless the bucket is full (credit positive
+and at ``CI``), unlimited while no cost has been measured yet, else
+``max(1, floor(credit / cost_per_check))``. So while a target stays exceeded the
+checkpoints come in steps of about ``CI`` once per ``CP``, the paper's model (a step
+of ``CI``, then the ``CP - CI`` its debit takes to refill: ``CI`` per ``CP`` on
+average), not in a step per input batch as soon as a sliver of credit is back: such a
+step would be mostly fixed cost, and its cost per row, measured on one row, would
+keep every later step at one row. If the grant is positive the operator reads the
+clock once more in :meth:`~CheckpointBudget.spend`, after it has built the batch's
+output (a step is charged for materializing its rows too), which debits the time
+elapsed since the grant net of its refill (the credit may go negative: the debt is
+repaid before the next step) and sets ``cost_per_check`` to that step's time per
+emitted row. No other clock reads happen, so a fake clock makes the policy
+reproducible.
 """
 
 from __future__ import annotations
@@ -157,7 +160,8 @@ class CheckpointBudget:
         (called once the batch's output, the step's rows included, is built)."""
         now = self.clock()
         spent = max(0.0, now - self._t0)
-        self.credit_s -= spent
+        refill = spent * self.ci_ms / self.cp_ms  # the bucket refills during the step too
+        self.credit_s = min(self.ci_ms / 1000.0, self.credit_s + refill - spent)
         self._last = now
         if emitted > 0:
             self.cost_per_check_s = spent / emitted
