@@ -351,7 +351,7 @@ class LogIndex:
         return len(victims)
 
     def reset(self, entries: list[Entry], committed: Committed, *, schema: bytes | None,
-              token: bytes | None, sealed: bool) -> None:
+              token: bytes | None, sealed: bool, trimmed: int | None = None) -> None:
         """Replace everything with a rebuilt index, in one transaction; stores the
         ``format`` key last, which marks the index complete."""
         while True:
@@ -361,6 +361,8 @@ class LogIndex:
                     txn.drop(self._ts, delete=False)
                     txn.drop(self._meta, delete=False)
                     self._put(txn, entries, committed, schema, token, sealed)
+                    if trimmed is not None:
+                        txn.put(b"trimmed", _I64.pack(trimmed), db=self._meta)
                     txn.put(b"format", _U32.pack(FORMAT), db=self._meta)
                 self.fresh = False
                 return

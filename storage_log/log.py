@@ -7,6 +7,8 @@ A log is a directory::
       00000000000000052311.seg   byte layout in storage_log.frame.FrameCodec)
       index/                     LMDB environment (storage_log.index.LogIndex)
       lock                       the writer lock; holds the writer's pid
+      TRIMMED                    after a trim: "trimmed <last dropped seq>", written
+                                 durably before the segments are deleted
 
 Invariants: ``seq`` strictly increases and ``ts`` never decreases along the log,
 within and across records; all records have one schema with int64 ``ts`` and
@@ -60,7 +62,7 @@ from storage_log.lock import LOCK_NAME, WriterLock
 from storage_log.reader import RecordReader
 from storage_log.reconcile import INDEX_DIR, ReconcileReport, TailState, open_index, reconcile
 from storage_log.scan import ScanIndex
-from storage_log.segment import list_segments
+from storage_log.segment import list_segments, write_trim_marker
 
 _FSYNC_MODES = ("always", "interval", "never")
 
@@ -328,6 +330,9 @@ class StreamLog:
             self._commit(self._token)
         index = self._writer_index()
         dropped = index.drop_before(segs[len(victims)])
+        trimmed = index.snapshot().trimmed
+        if trimmed is not None:  # durable before the segments go (the index is derived)
+            write_trim_marker(self.path, trimmed)
         c = self._committed
         self._records -= dropped
         self._committed = Committed(c.segment, c.end, c.last_seq, c.last_ts, c.records - dropped)

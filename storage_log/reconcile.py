@@ -35,7 +35,12 @@ from storage_log.errors import CorruptLogError
 from storage_log.frame import FLAG_COMMIT, FrameError, decode_schema
 from storage_log.index import EMPTY, Committed, IndexCorrupt, LogIndex
 from storage_log.scan import segment_has_schema, walk
-from storage_log.segment import SegmentReader, list_segments, segment_path
+from storage_log.segment import (
+    SegmentReader,
+    list_segments,
+    read_trim_marker,
+    segment_path,
+)
 
 INDEX_DIR = "index"
 
@@ -163,7 +168,8 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
     # the index
     report.records_indexed = len(entries)
     if full:
-        index.reset(entries, point, schema=schema_bytes, token=token, sealed=sealed)
+        index.reset(entries, point, schema=schema_bytes, token=token, sealed=sealed,
+                    trimmed=read_trim_marker(directory))
     else:
         report.entries_dropped = index.drop_after(snap.committed.last_seq)
         index.commit(entries, point, schema=schema_bytes, token=token, sealed=sealed)

@@ -17,7 +17,12 @@ import pyarrow as pa
 
 from storage_log.frame import FLAG_COMMIT, FrameCodec, FrameError, Kind, decode_schema
 from storage_log.index import EMPTY, Committed, Entry, Snapshot
-from storage_log.segment import SegmentReader, list_segments, segment_path
+from storage_log.segment import (
+    SegmentReader,
+    list_segments,
+    read_trim_marker,
+    segment_path,
+)
 
 
 @dataclass
@@ -163,7 +168,8 @@ class ScanIndex:
         r = self._res
         return Snapshot(committed=r.point,
                         first_seq=self._entries[0].first_seq if self._entries else None,
-                        schema=r.schema_bytes, token=r.token, sealed=r.sealed, trimmed=None)
+                        schema=r.schema_bytes, token=r.token, sealed=r.sealed,
+                        trimmed=read_trim_marker(self.directory))
 
     def locate(self, *, after_seq: int | None = None, from_ts: int | None = None,
                at_seq: int | None = None) -> tuple[Snapshot, Entry | None]:

@@ -16,6 +16,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from storage_log.errors import CorruptLogError
 from storage_log.frame import (
     FOOTER,
     FOOTER_SIZE,
@@ -28,6 +29,50 @@ from storage_log.frame import (
 
 SUFFIX = ".seg"
 READ_CHUNK = 4 << 20
+
+
+TRIM_MARKER = "TRIMMED"
+
+
+def write_trim_marker(directory: Path, trimmed: int) -> None:
+    """Durably record that records up to ``trimmed`` are gone (before deleting them).
+
+    The LMDB index records it too, but the index is derived and may be rebuilt from
+    the segments, which alone cannot tell a trimmed log from one that started later.
+    Written to a temporary file, fsync'ed, renamed over the old marker, directory
+    fsync'ed: a crash leaves the old or the new marker, never a torn one.
+    """
+    path = directory / TRIM_MARKER
+    tmp = directory / (TRIM_MARKER + ".tmp")
+    with open(tmp, "w", encoding="ascii") as fh:
+        fh.write(f"trimmed {trimmed}\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_trim_marker(directory: Path) -> int | None:
+    """The last trimmed seq :func:`write_trim_marker` recorded; None if never trimmed.
+
+    Raises :class:`CorruptLogError` naming the file if it does not hold one.
+    """
+    path = directory / TRIM_MARKER
+    try:
+        text = path.read_text(encoding="ascii")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptLogError(f"trim marker {path}: unreadable: {exc}") from exc
+    parts = text.split()
+    if len(parts) != 2 or parts[0] != "trimmed" or not parts[1].lstrip("-").isdigit():
+        raise CorruptLogError(f"trim marker {path} at byte 0: expected 'trimmed <seq>', "
+                              f"found {text[:40]!r}")
+    return int(parts[1])
 
 
 def segment_name(base: int) -> str:

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from storage_log.errors import (
+    CorruptLogError,
     LogClosedError,
     LogLockedError,
     LogNotFoundError,
@@ -215,6 +216,28 @@ def test_segments_roll_and_trim(log_dir: Path) -> None:
         assert w._index is not None
         assert list(w._index.entries()) == entries
         assert w._index.snapshot().committed == committed
+        # the trim survives too: a rebuilt index still refuses positions trimmed away
+        with pytest.raises(LogTrimmedError):
+            list(w.read_forward(after_seq=5))
+    shutil.rmtree(log_dir / "index")
+    with StreamLog.open(log_dir) as r:  # no index, read-only: the segment walk
+        with pytest.raises(LogTrimmedError):
+            list(r.read_forward(after_seq=5))
+        assert rows(r.read_forward(after_seq=bases[2] - 1)) == list(range(bases[2], 1800))
+
+
+def test_a_garbled_trim_marker_is_named(log_dir: Path) -> None:
+    with StreamLog.open(log_dir, writable=True, create=True, segment_bytes=4096) as w:
+        fill(w, 60, per=20, commit_every=3)
+        bases = sorted(int(p.name[:20]) for p in log_dir.glob("*.seg"))
+        assert w.trim(before_seq=bases[1]) == 1
+    assert (log_dir / "TRIMMED").read_text() == f"trimmed {bases[1] - 1}\n"
+    (log_dir / "TRIMMED").write_text("trimmed ??\n")
+    import shutil
+
+    shutil.rmtree(log_dir / "index")
+    with pytest.raises(CorruptLogError, match="TRIMMED"):
+        StreamLog.open(log_dir, writable=True)
 
 
 def test_large_record_bigger_than_chunks(log_dir: Path) -> None:
