@@ -74,7 +74,8 @@ class VectorOperator:
         self._M = spec.max_open_per_key
         self._keys = KeyRegistry(config.key_type)
         self._slots = WindowSlots()
-        # the open windows by footprint, kept only when the background step runs
+        # the open windows by footprint: kept from the start when the background step
+        # runs, else from the first q/u query on (the pipeline asks after every batch)
         self._fp_order: FootprintOrder | None = (
             FootprintOrder() if config.policy.emits_check else None)
         self._kslots: I64 = np.full((1024, self._M), -1, dtype=np.int64)
@@ -105,6 +106,9 @@ class VectorOperator:
         sl = self._slots
         if sl.n_live == 0:
             return None
+        if self._fp_order is None and self._policy.emits_open:  # every window has one
+            self._fp_order = FootprintOrder()
+            self._fp_order.rebuild(sl)
         if self._fp_order is not None:
             w = self._fp_order.front(sl)
             return int(sl.fp_seq[w]), int(sl.tau2[w])
@@ -532,7 +536,8 @@ class VectorOperator:
         """
         pol = self._policy
         fpo = self._fp_order
-        if fpo is None or self._recon_until is not None or self._t_now is None:
+        if (not pol.emits_check or fpo is None or self._recon_until is not None
+                or self._t_now is None):
             return None
         sl = self._slots
         oldest = fpo.front(sl)

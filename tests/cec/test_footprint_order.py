@@ -128,10 +128,11 @@ CASES: list[WindowSpec] = [CountWindow(10, 10), CountWindow(7, 3), TimeWindow(20
 
 
 @pytest.mark.parametrize("window", CASES)
-@pytest.mark.parametrize("ci_ms", [0.05, 1.0])
-def test_operator_with_a_tiny_buffer(window: WindowSpec, ci_ms: float) -> None:
+@pytest.mark.parametrize(("mode", "ci_ms"), [("targets", 0.05), ("targets", 1.0),
+                                             ("open-only", 1.0)])
+def test_operator_with_a_tiny_buffer(window: WindowSpec, mode: str, ci_ms: float) -> None:
     """The vector operator with a buffer that compacts and grows all the time."""
-    pol = PolicyConfig(mode="targets", q="1x", u=400, ci_ms=ci_ms, cp_ms=100.0)
+    pol = PolicyConfig(mode=mode, q="1x", u=400, ci_ms=ci_ms, cp_ms=5.0)  # type: ignore[arg-type]
 
     def cfg() -> OperatorConfig:
         return OperatorConfig(window=window, function="avg", policy=pol,
@@ -144,4 +145,23 @@ def test_operator_with_a_tiny_buffer(window: WindowSpec, ci_ms: float) -> None:
         assert rows(vec.process(b)) == rows(ref.process(b))
         assert (vec.q, vec.u) == (ref.q, ref.u)
     assert rows(vec.finish()) == rows(ref.finish())
+    assert vec.state_at() == ref.state_at()
+
+
+@pytest.mark.parametrize("window", CASES)
+def test_open_only_order_from_the_first_query(window: WindowSpec) -> None:
+    """Without a background step the order is built at the first q/u query (the
+    pipeline asks after every batch) and kept up to date from then on."""
+    pol = PolicyConfig(mode="open-only")
+
+    def cfg() -> OperatorConfig:
+        return OperatorConfig(window=window, function="sum", policy=pol)
+
+    ref = ReferenceOperator(cfg())
+    vec = VectorOperator(cfg())
+    for i, b in enumerate(stream(3000, 60, seed=11)):
+        assert rows(vec.process(b)) == rows(ref.process(b))
+        if i >= 4:
+            assert (vec.q, vec.u) == (ref.q, ref.u)
+    assert vec._fp_order is not None
     assert vec.state_at() == ref.state_at()
