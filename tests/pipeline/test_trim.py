@@ -19,7 +19,7 @@ from cec.pipeline.ingest import WriterConfig, open_upstream, trim_upstream
 from cec.pipeline.layout import RunLayout
 from cec.pipeline.task import ReplayFloor
 from cec.policy import PolicyConfig
-from cec.windows import CountWindow
+from cec.windows import CountWindow, TimeWindow, WindowSpec
 from recovery.replay import recover
 from storage_log.errors import LogTrimmedError
 from storage_log.log import StreamLog
@@ -34,19 +34,24 @@ class Clock:
         return self.now
 
 
-def _operator(mode: str) -> VectorOperator:
+WINDOWS: dict[str, WindowSpec] = {"count": CountWindow(4, 4), "sliding count": CountWindow(6, 2),
+                                  "time": TimeWindow(12, 6)}
+
+
+def _operator(mode: str, window: str = "count") -> VectorOperator:
     return VectorOperator(OperatorConfig(
-        window=CountWindow(4, 4), policy=PolicyConfig(mode=mode, q=24, u=40),  # type: ignore[arg-type]
+        window=WINDOWS[window], policy=PolicyConfig(mode=mode, q=24, u=40),  # type: ignore[arg-type]
         clock=FakeClock()))
 
 
+@pytest.mark.parametrize("window", sorted(WINDOWS))
 @pytest.mark.parametrize("mode", ["targets", "open-only"])
 def test_floor_never_passes_the_T_of_a_recovery_from_the_committed_output(
-        tmp_path: Path, mode: str) -> None:
+        tmp_path: Path, mode: str, window: str) -> None:
     stream = make_stream(600, keys=9, seed=5, max_batch=9)
     up = StreamLog.open(tmp_path / "up", writable=True, create=True, fsync="never")
     out = StreamLog.open(tmp_path / "out", writable=True, create=True, fsync="never")
-    op = _operator(mode)
+    op = _operator(mode, window)
     floor = ReplayFloor(0.0, None, clock=Clock())
     checked = equal = 0
     for i, batch in enumerate(stream):
@@ -61,7 +66,8 @@ def test_floor_never_passes_the_T_of_a_recovery_from_the_committed_output(
         if i % 3:
             continue
         out.close()
-        rec = recover(tmp_path / "out", tmp_path / "up", _operator(mode), fsync="never")
+        rec = recover(tmp_path / "out", tmp_path / "up", _operator(mode, window),
+                      fsync="never")
         rec.output_log.close()
         out = StreamLog.open(tmp_path / "out", writable=True, fsync="never")
         value = floor.value()
