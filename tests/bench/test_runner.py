@@ -102,3 +102,31 @@ def test_fig89_rows_per_cp(run: tuple[Path, dict[str, Any]]) -> None:
     assert all(r["g_check"] > 0 for r in rows[2:])
     md = (out / "results.md").read_text()
     assert "| no CEC |" in md and "| G_open only |" in md and "| CP 250 ms |" in md
+
+
+def test_anchor_summary_pairs_cold_with_cold_and_warm_with_warm() -> None:
+    """The anchor's ratios (its runs need Spark; the summary is plain data)."""
+    import dataclasses
+
+    from bench.__main__ import anchor_summary
+    from bench.paper import CecAnchor
+    from bench.spark_baseline import AnchorReport, BaselineResult
+
+    def spark_run(provider: str, session_run: int, rows_per_s: float) -> BaselineResult:
+        values: dict[str, Any] = {f.name: 0 for f in dataclasses.fields(BaselineResult)}
+        values.update(provider=provider, query="keyed", spark_version="4.x",
+                      session_run=session_run, wall_rows_per_s=rows_per_s,
+                      steady_rows_per_s=2 * rows_per_s, session_start_s=None,
+                      batch_stats=[], sink="noop")
+        return BaselineResult(**values)
+
+    report = AnchorReport(rows=1000, keys=10, files=2, shuffle_partitions=2, repeats=1,
+                          runs=[spark_run("hdfs", 0, 100.0), spark_run("hdfs", 1, 200.0)])
+    cec = CecAnchor(rows=1000, keys=10, partitions=2, reps=1, wall_s=2.0, rows_per_s=500.0,
+                    steady_rows_per_s=900.0, warm_wall_s=1.0, warm_rows_per_s=1000.0,
+                    output_bytes=100, upstream_bytes=100, g_rows=5, out_rows=10,
+                    recover_caught_up_s=0.5)
+    text, ratios = anchor_summary(report, cec)
+    assert ratios["hdfs"]["throughput_vs_wall"] == 5.0  # cold 500 ÷ cold 100
+    assert ratios["hdfs"]["throughput_warm"] == 5.0  # warm 1000 ÷ warm 200
+    assert "| hdfs | 5.00× | 5.00× |" in text
