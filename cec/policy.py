@@ -106,7 +106,7 @@ class PolicyConfig:
         return n_open > 0 and (q > self.q_target(n_open) or u > self.u)
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=64, typed=True)  # typed: True == 1 must not hit
 def _parse_q(q: int | str) -> tuple[float, float]:
     """``Q`` as ``(fixed, per open window)``; parsed once per value (per-batch hot path)."""
     if isinstance(q, bool):

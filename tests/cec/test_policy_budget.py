@@ -1,4 +1,4 @@
-"""CheckpointBudget: the token bucket of checkpoint time, on a fake clock."""
+"""The checkpoint policy: the CI/CP budget (a token bucket, on fake clocks) and Q."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from cec.errors import SpecError
 from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator
 from cec.policy import UNLIMITED, CheckpointBudget, PolicyConfig
 from cec.records import G_CHECK
@@ -87,3 +88,18 @@ def test_operator_checkpoints_once_the_bucket_is_full_again(impl: Any) -> None:
     assert gaps <= {9, 10}
     # a grant per batch but the first (nothing to checkpoint), a spend per step
     assert clock.reads == len(steps) - 1 + len(at)
+
+
+@pytest.mark.parametrize("q", [True, False, -1, "x", "2", 1.5, [1], None])
+def test_q_is_validated_though_parsed_once(q: Any) -> None:
+    PolicyConfig(q=1)  # cached values must not answer for True (== 1) and the like
+    PolicyConfig(q=0)
+    with pytest.raises(SpecError):
+        PolicyConfig(q=q)
+
+
+def test_q_target() -> None:
+    assert PolicyConfig(q=7).q_target(100) == 7.0
+    assert PolicyConfig(q="1x").q_target(90_000) == 90_000.0
+    assert PolicyConfig(q=" 2.5 x").q_target(4) == 10.0
+    assert PolicyConfig(q="0x").q_target(4) == 0.0
