@@ -136,7 +136,6 @@ def run_cec_specs(specs: Sequence[tuple[str, str]], work: Path) -> list[dict[str
 def _session_main(cfg_path: str) -> int:
     """Child of :func:`run_cec_specs`: one SparkSession, several pipeline runs."""
     from cec.pipeline import run_pipeline
-    from cec.pipeline.ingest import register
     from cec.pipeline.session import build_session
     from cec.spec import load_spec
 
@@ -144,7 +143,6 @@ def _session_main(cfg_path: str) -> int:
     runs = cfg["runs"]
     first = load_spec(Path(runs[0]["spec"]))
     spark = build_session(first.run.effective_master, first.run.partitions)
-    register(spark)
     try:
         out = [run_pipeline(r["spec"], r["log_dir"], progress=False) for r in runs]
     finally:

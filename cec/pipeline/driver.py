@@ -34,7 +34,6 @@ from cec.pipeline.ingest import (
     check_filter,
     create_upstream,
     ingest,
-    register,
 )
 from cec.pipeline.layout import RunLayout, RunSettings, settings_for
 from cec.pipeline.progress import ProgressView
@@ -237,7 +236,6 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
 def _session(spec: PipelineSpec) -> tuple[SparkSession, bool]:
     existed = SparkSession.getActiveSession() is not None
     spark = build_session(spec.run.effective_master, spec.run.partitions)
-    register(spark)
     return spark, not existed
 
 
