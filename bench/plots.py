@@ -143,7 +143,9 @@ def fig9(rows: Sequence[Fig89Row], path: Path) -> Path:
 def anchor(bars: Sequence[tuple[str, float]], recov: Sequence[tuple[str, float]],
            path: Path) -> Path:
     """Throughput and recovery time, cec against Spark's state store providers."""
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4),
+                                   gridspec_kw={"width_ratios": [max(len(bars), 1),
+                                                                 max(len(recov), 2)]})
     for ax, data, title, unit in ((ax1, bars, "throughput (rows/s, wall)", "{:,.0f}"),
                                   (ax2, recov, "recovery time (s)", "{:.2f}")):
         b = ax.bar(range(len(data)), [v for _, v in data],
