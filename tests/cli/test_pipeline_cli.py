@@ -241,7 +241,8 @@ def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) ->
     df.iloc[:2_000].to_csv(folder / "f-000.csv", index=False)
     spec = tmp_path / "s.toml"
     spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\ntime_field = "item_time"\n'
-                              "poll_ms = 50", partitions=P))
+                              "poll_ms = 50", partitions=P,
+                              extra_run="segment_kb = 4\ntrim_lag_s = 0"))  # trims too
     run = tmp_path / "run"
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                      tmp_path / "run.log")
@@ -262,6 +263,7 @@ def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) ->
     (folder / "_END").touch()
     rec = json.loads(cec(["recover", "--from-log", str(run), "--json"], check=True).stdout)
     assert rec["resumed"]["completed"]
+    print(f"upstream logs trimmed: {_trimmed(run)} of {P}")
     cec(["export", str(run), "--out", str(tmp_path / "out.csv")], check=True)
     got = pd.read_csv(tmp_path / "out.csv")
     ref = reference_count_windows(df, 10)
