@@ -50,6 +50,7 @@ from recovery.upstream import (
     ReplayStats,
     UpstreamLogReader,
     check_upstream,
+    count_replay,
     replay,
 )
 from storage_log.log import StreamLog
@@ -228,7 +229,12 @@ def plan(
     at_ts: int | None = None,
     rates: RateModel | None = None,
 ) -> RecoveryExplain:
-    """Dry run: scan only (read-only), estimate the other phases; checks the upstream."""
+    """Dry run, read-only: scan the output log, estimate the other phases' times.
+
+    With the upstream it checks that the replay is possible and counts exactly what
+    it would read (tuples, records, bytes; ``applied`` stays 0: the replay filter
+    needs the loaded EC).
+    """
     rates = rates or RateModel()
     rec, scan_s, scan_cpu = _timed(scan, output_log, at_seq=at_seq, at_ts=at_ts)
     est = rates.estimate(rec)
@@ -243,8 +249,11 @@ def plan(
             ),
             rates,
         )
+    counted = (0, 0, 0, 0)
     if upstream is not None:
         check_upstream(rec, upstream)
+        stats = count_replay(rec, upstream)  # what the replay will read: exact
+        counted = (stats.tuples, stats.batches, stats.bytes, 0)
     return RecoveryExplain.found(
         rec,
         f"EC of {rec.n_c} open window(s) at t_c={rec.t_c} (dry run)",
@@ -253,6 +262,7 @@ def plan(
             for name in PHASES
         ),
         rates,
+        counted,
     )
 
 

@@ -131,14 +131,12 @@ def replay(
     tuples; with ``key_column`` (the input's key column) only the tuples a
     :class:`ReplayFilter` keeps reach the operator.
     """
-    if rec.t_c <= rec.T:
-        return ReplayStats()
-    try:
-        return _replay(rec, upstream, operator, key_column)
-    except LogTrimmedError as exc:
-        raise ReplayUnavailableError(
-            f"the upstream log no longer holds the tuples after T={rec.T}: {exc}"
-        ) from exc
+    return _replay(rec, upstream, operator, key_column)
+
+
+def count_replay(rec: EventualCheckpoint, upstream: UpstreamLogReader) -> ReplayStats:
+    """What :func:`replay` would read (tuples, records, bytes), without an operator."""
+    return _replay(rec, upstream, None, None)
 
 
 def _feed(
@@ -166,17 +164,13 @@ def _feed(
     return int(batch.num_rows)
 
 
-def _replay(
-    rec: EventualCheckpoint,
-    upstream: UpstreamLogReader,
-    operator: RecoverableOperator,
-    key_column: str | None,
-) -> ReplayStats:
-    keep = ReplayFilter(rec.table, key_column) if key_column and rec.n_c else None
-    tuples = batches = nbytes = applied = 0
+def _replayed(rec: EventualCheckpoint, upstream: UpstreamLogReader
+              ) -> Iterator[tuple[pa.RecordBatch, int]]:
+    """The upstream records in (T, t_c], each cut at t_c, with its share of bytes.
+
+    Raises ReplayUnavailableError unless the last one ends exactly at t_c.
+    """
     last_seen: int | None = None
-    parts: list[pa.RecordBatch] = []
-    rows = 0
     for batch in upstream.read_forward(after_seq=rec.T):
         if not batch.num_rows:
             continue
@@ -184,21 +178,46 @@ def _replay(
         cut = int(np.searchsorted(seq, rec.t_c, side="right"))
         if cut == 0:
             break
-        parts.append(batch if cut == batch.num_rows else batch.slice(0, cut))
-        rows += cut
-        tuples += cut
-        batches += 1
-        nbytes += batch.get_total_buffer_size() * cut // batch.num_rows
+        yield (batch if cut == batch.num_rows else batch.slice(0, cut),
+               batch.get_total_buffer_size() * cut // batch.num_rows)
         last_seen = int(seq[cut - 1])
-        if rows >= REPLAY_BATCH_ROWS:
-            applied += _feed(operator, parts, keep, rec.t_c)
-            parts, rows = [], 0
         if cut < batch.num_rows:
             break
-    applied += _feed(operator, parts, keep, rec.t_c)
     if last_seen != rec.t_c:
         raise ReplayUnavailableError(
             f"the upstream replay after T={rec.T} ended at seq {last_seen}, but the "
             f"last durable output is at t_c={rec.t_c} (the upstream lacks seq {rec.t_c})"
         )
+
+
+def _replay(
+    rec: EventualCheckpoint,
+    upstream: UpstreamLogReader,
+    operator: RecoverableOperator | None,
+    key_column: str | None,
+) -> ReplayStats:
+    """Read (T, t_c] from the upstream; feed it to ``operator`` unless None."""
+    if rec.t_c <= rec.T:
+        return ReplayStats()
+    keep = ReplayFilter(rec.table, key_column) if key_column and rec.n_c else None
+    tuples = batches = nbytes = applied = rows = 0
+    parts: list[pa.RecordBatch] = []
+    try:
+        for part, size in _replayed(rec, upstream):
+            tuples += part.num_rows
+            batches += 1
+            nbytes += size
+            if operator is None:
+                continue
+            parts.append(part)
+            rows += part.num_rows
+            if rows >= REPLAY_BATCH_ROWS:
+                applied += _feed(operator, parts, keep, rec.t_c)
+                parts, rows = [], 0
+    except LogTrimmedError as exc:
+        raise ReplayUnavailableError(
+            f"the upstream log no longer holds the tuples after T={rec.T}: {exc}"
+        ) from exc
+    if operator is not None:
+        applied += _feed(operator, parts, keep, rec.t_c)
     return ReplayStats(tuples, batches, nbytes, applied)

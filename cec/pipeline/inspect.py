@@ -42,8 +42,9 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
 
     Per partition the explain has ``N`` (``n_c``), ``T``, ``t_c``, the extent (records
     and bytes), the replay tuples and the time of each phase (reconcile, scan, load,
-    replay). With ``dry_run`` the logs are only read (nothing is reconciled, the
-    replay is estimated, not run) and nothing is resumed. Without it every partition is
+    replay). With ``dry_run`` the logs are only read (nothing is reconciled; the
+    replay is counted exactly from the upstream log but not run, its time estimated)
+    and nothing is resumed. Without it every partition is
     recovered for real (the logs are reconciled, torn tails cut), then the pipeline
     resumes from where it stopped and runs to the end of a bounded source.
     """

@@ -155,5 +155,11 @@ def test_time_travel_on_a_real_log(tmp_path: Path) -> None:
             op = scn.operator()
             res = recover_from_logs(out, up, op, at_seq=seq)
             assert isinstance(res.reconstruction, EventualCheckpoint)
+            # the dry run counts exactly what the replay then read
+            dry, real = plan(out, up, at_seq=seq).to_dict()["replay"], res.explain.to_dict()[
+                "replay"]
+            assert real["tuples"] > 0 or res.reconstruction.t_c == res.reconstruction.T
+            assert {k: dry[k] for k in ("tuples", "batches", "bytes")} == \
+                {k: real[k] for k in ("tuples", "batches", "bytes")}
             assert res.explain.to_dict()["extent"] == plan(mem, at_seq=seq).to_dict()["extent"]
             check_state(scn, logged.run, res.reconstruction, op.state_at(), i)
