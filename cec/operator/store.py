@@ -30,7 +30,8 @@ class KeyRegistry:
     ``pandas.Index.get_indexer``. String keys stay in Arrow: a batch is
     dictionary-encoded, its distinct keys are found in the registry (an Arrow string
     array) with ``pyarrow.compute.index_in``, and output keys are an Arrow ``take``, so
-    no Python string objects are made on the hot path.
+    no Python string objects are made on the hot path. :meth:`compact` forgets keys
+    (the operator drops the keys without open windows).
     """
 
     DIRECT_LIMIT = 1 << 22
@@ -118,6 +119,31 @@ class KeyRegistry:
         codes = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
         out: I64 = dict_idx[codes]
         return out
+
+    def compact(self, keep: npt.NDArray[np.bool_]) -> None:
+        """Forget the keys with ``keep[i]`` false; the kept ones become ``0, 1, ...``.
+
+        ``keep`` has one entry per registered key. Kept keys stay in their relative
+        order (so indices still follow first appearance among them); a forgotten key
+        that comes back later is registered anew, like a key never seen. O(keys held).
+        The caller renumbers everything it indexes by key (``cumsum(keep) - 1``).
+        """
+        n = self._n
+        if len(keep) != n:
+            raise ValueError(f"keep mask of {len(keep)} entries for {n} keys")
+        kept = int(np.count_nonzero(keep))
+        if self.key_type == "int64":
+            ints = self._ints[:n]
+            if self._direct is not None:
+                self._direct[ints] = -1  # every registered key is in the table's range
+                self._direct[ints[keep]] = np.arange(kept, dtype=np.int64)
+            fresh = np.empty(max(1024, 2 * kept), dtype=np.int64)
+            fresh[:kept] = ints[keep]
+            self._ints = fresh
+            self._index = None  # rebuilt on the next hashed lookup
+        else:
+            self._arrow = self._arrow.filter(pa.array(keep, type=pa.bool_()))
+        self._n = kept
 
     def values(self, idx: I64) -> pa.Array:
         """The keys of the given indices, as an Arrow array of the key type."""

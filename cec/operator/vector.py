@@ -19,6 +19,8 @@ How a batch is processed:
   sums are bit-identical to the reference's sequential additions;
 * the output rows (opens, closes, time closes ordered ``(win_end, tau1, win_start)``)
   are ordered by one flat mask or one ``lexsort``, ``N`` is a cumulative sum;
+* keys without an open window are forgotten now and then (:meth:`VectorOperator._maybe_compact`),
+  so per-key memory follows the live keys, not every key ever seen;
 * the background step keeps the open windows in footprint order incrementally
   (:class:`~.store.FootprintOrder`: footprint seqs only grow), so a batch that emits no
   ``G_check`` reads only the oldest window, and one that does walks the oldest windows
@@ -59,6 +61,9 @@ _EMPTY_I64: I64 = np.empty(0, dtype=np.int64)
 class VectorOperator:
     """Batch-at-a-time implementation of the CEC aggregate operator."""
 
+    #: registry size below which keys are never compacted (see :meth:`_maybe_compact`)
+    COMPACT_MIN = 4096
+
     def __init__(self, config: OperatorConfig) -> None:
         self.config = config
         self._reducer = config.reducer
@@ -87,6 +92,8 @@ class VectorOperator:
         self._last_seq: int | None = None
         self._recon_until: int | None = None
         self._recon_ts: int | None = None
+        # key compaction: the registry size at which the live keys are counted next
+        self._compact_at = self.COMPACT_MIN
 
     # -- properties ---------------------------------------------------------------
     @property
@@ -508,7 +515,83 @@ class VectorOperator:
         sl.release(slots)
         return blk
 
-    # -- reconstruction and background --------------------------------------------
+    # -- key compaction -----------------------------------------------------------
+    def _live_keys(self) -> tuple[npt.NDArray[np.bool_], I64]:
+        """Which registered keys have an open window, and their ``kslots`` rows cleaned.
+
+        Every open window of key ``k`` is referenced from ``kslots[k]`` (count windows:
+        the key's open windows, newest first; time windows: the ring, where an entry is
+        current iff its slot is live and belongs to ``k``; stale ring entries of time
+        windows fail that check). So the live keys and all open windows are found from
+        the rows of the registered keys, O(keys * M), without a scan of the slot arrays.
+        Returns ``(keep, rows)``: ``keep[k]`` iff key ``k`` has an open window, and
+        ``kslots[:len(keys)]`` with every entry that is not a current window set to -1.
+        """
+        sl = self._slots
+        n = len(self._keys)
+        rows = np.full((n, self._M), -1, dtype=np.int64)
+        h = min(n, self._kslots.shape[0])  # size-1 count windows never grow kslots
+        rows[:h] = self._kslots[:h]
+        s = np.maximum(rows, 0)
+        cur = (rows >= 0) & sl.live[s] & (sl.key_idx[s] == np.arange(n)[:, None])
+        rows[~cur] = -1
+        return cur.any(axis=1), rows
+
+    def _maybe_compact(self) -> None:
+        """Forget the keys that need no state, once the registry has doubled.
+
+        A key needs state iff it has an open window. Forgetting one without is
+        indistinguishable from keeping it, for both window kinds:
+
+        * time windows: the key's ring entries are all stale; its next tuple opens the
+          windows containing its ts whether the key is new or known;
+        * count windows: a key's only count state is its open windows (``kslots[k]``;
+          its ordinal is the newest window's count). With none open, its next tuple
+          opens a window exactly as a new key's first tuple does (phase ``L``). That
+          is the state right after a tumbling window closed (the key's count a multiple
+          of the slide); with sliding count windows (``slide < size``) a key that has
+          seen a tuple always has an open window and is never forgotten. Size-1 count
+          windows keep no window at all, so every key is forgotten.
+
+        This is what recovery does too: a key without an open window at ``t_c`` has no
+        row in the eventual checkpoint and restarts fresh after ``load_ec``; the
+        reference operator (the oracle) drops a key from its per-key dict when its last
+        window closes. Outputs carry keys, never key indices, so rows are unchanged.
+
+        Amortized O(M) per new key: the live keys are counted only when the registry
+        has reached ``_compact_at``; then, if more than half of the keys are dead, they
+        are dropped and the rest renumbered (registry, ``kslots``, the open windows'
+        ``key_idx``). The next count comes after at least as many new keys as the ones
+        counted live (and never below :attr:`COMPACT_MIN`), so a count of ``R`` keys
+        follows at least ``R / 3`` new ones. Called between batches only (no key index
+        is held outside the operator's arrays then).
+        """
+        n = len(self._keys)
+        if n < self._compact_at:
+            return
+        keep, rows = self._live_keys()
+        kept = int(np.count_nonzero(keep))
+        if n > 2 * kept:
+            self._compact(keep, rows)
+            n = kept
+        self._compact_at = max(self.COMPACT_MIN, n + kept)
+
+    def _compact(self, keep: npt.NDArray[np.bool_], rows: I64) -> None:
+        """Drop the keys not in ``keep``; kept key ``k`` becomes ``cumsum(keep)[k] - 1``.
+
+        ``rows`` are the cleaned ``kslots`` rows of :meth:`_live_keys`; they reference
+        every open window, so renumbering the windows through them covers all slots.
+        """
+        rows = rows[keep]  # row i is the kept key whose new index is i
+        kept = len(rows)
+        wins = rows >= 0
+        self._slots.key_idx[rows[wins]] = np.nonzero(wins)[0]
+        kslots = np.full((max(1024, 2 * kept), self._M), -1, dtype=np.int64)
+        kslots[:kept] = rows
+        self._kslots = kslots
+        self._keys.compact(keep)
+
+    # -- reconstruction and background ----------------------------------------------
     def _reconstruct(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> None:
         sl = self._slots
         live = sl.live_slots()
@@ -616,10 +699,12 @@ class VectorOperator:
                 self._t_now, self._ts_now = int(seq[-1]), int(ts[-1])
         bg = self._background()
         if bg is None:
-            return self._to_batch(blocks)
-        blocks.append(bg)
-        out = self._to_batch(blocks)
-        self._budget.spend(len(bg["seq"]))  # the step's time includes building its rows
+            out = self._to_batch(blocks)
+        else:
+            blocks.append(bg)
+            out = self._to_batch(blocks)
+            self._budget.spend(len(bg["seq"]))  # the step's time includes building its rows
+        self._maybe_compact()  # after the rows are built: they hold key indices until then
         return out
 
     def finish(self) -> pa.RecordBatch:
