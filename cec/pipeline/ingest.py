@@ -7,11 +7,12 @@ through ``spark.range`` and deterministic expressions; files through a Python fu
 over the chunk numbers, :func:`_file_frame`, which yields Arrow batches), applies
 ``[filter].where`` in Spark SQL, computes the key partition ``pmod(xxhash64(key), P)``
 in Spark SQL (:func:`partition_expr`, the only place the partition of a key is
-decided) and hands
-Arrow batches to :func:`_chunk_writer` (``mapInArrow``). The writer splits each batch
-by partition (a stable argsort, so each partition's rows stay in ``seq`` order),
-appends one record per partition per batch and, as soon as it has passed the end of a
-chunk, commits every one of the P logs with the token ``{"chunk": c, "next_seq": ...}``.
+decided) and hands Arrow batches to :func:`_chunk_writer` (``mapInArrow``). The
+writer splits each batch by partition (a stable argsort, so each partition's rows
+stay in ``seq`` order), appends one record per partition per batch and, as soon as it
+has passed the end of a chunk, commits every one of the P logs with the token
+``{"chunk": c, "next_seq": ...}``; then it trims the upstream logs
+(:func:`trim_upstream`).
 
 Idempotence and resumption: a restarted ingest starts at the chunk after the oldest
 token of the P logs; while writing, a log only receives rows whose ``seq`` is above its
