@@ -301,18 +301,20 @@ def fig5_pipeline(*, tuples: int, reps: int, work: Path, log: Log = _quiet
         shutil.rmtree(r["log_dir"], ignore_errors=True)
         by[key] = r
         log(f"fig5 pipeline rep {key[0]} {key[1]} {key[2]}: {r['rows_per_s']:,.0f} rows/s")
+    def r_rate(rep: int, workload: str, mode: str) -> float:  # R rows at the sink per s
+        r = by[(rep, workload, mode)]
+        return float(r["results"]) / float(r["wall_s"])
+
     rows = []
     for workload in sizes:
         for mode in FIG5_PIPELINE_MODES:
             mine = [by[(rep, workload, mode)] for rep in range(reps)]
-            rate = [r["results"] / r["wall_s"] for r in mine]
-            ratio = [(by[(rep, workload, mode)]["results"] / by[(rep, workload, mode)]["wall_s"])
-                     / (by[(rep, workload, "none")]["results"]
-                        / by[(rep, workload, "none")]["wall_s"]) for rep in range(reps)]
             rows.append(Fig5PipelineRow(
                 workload, mode, tuples, reps, median([r["rows_per_s"] for r in mine]),
-                median(rate), median([(r["results"] + r["g_open"]) / r["wall_s"] for r in mine]),
-                median(ratio)))
+                median([r_rate(rep, workload, mode) for rep in range(reps)]),
+                median([(r["results"] + r["g_open"]) / r["wall_s"] for r in mine]),
+                median([r_rate(rep, workload, mode) / r_rate(rep, workload, "none")
+                        for rep in range(reps)])))
     return rows
 
 
