@@ -58,6 +58,24 @@ _BLOCK_FIELDS = ("ts", "seq", "type", "t_now", "n_open", "key_idx", "win_start",
 _EMPTY_I64: I64 = np.empty(0, dtype=np.int64)
 
 
+def _key_groups(kidx: I64) -> tuple[I64, I64, I64, npt.NDArray[np.bool_], I64]:
+    """A batch in the key-sorted domain: tuples sorted by (key, position).
+
+    Returns ``(ar, order, ks, first, gs)``: ``ar = arange(n)``; ``order`` the stable
+    key sort of the batch; ``ks = kidx[order]``; ``first[i]`` iff sorted tuple ``i``
+    is its key's first in the batch; ``gs[i]`` the sorted index of that first tuple.
+    """
+    n = len(kidx)
+    ar = np.arange(n, dtype=np.int64)
+    order = np.argsort(kidx * n + ar)
+    ks = kidx[order]
+    first = np.empty(n, dtype=np.bool_)
+    first[0] = True
+    np.not_equal(ks[1:], ks[:-1], out=first[1:])
+    gs = np.maximum.accumulate(np.where(first, ar, 0))
+    return ar, order, ks, first, gs
+
+
 class VectorOperator:
     """Batch-at-a-time implementation of the CEC aggregate operator."""
 
@@ -312,13 +330,7 @@ class VectorOperator:
         sl = self._slots
         self._ensure_kslots()
         kslot = self._kslots[:, 0]
-        ar = np.arange(n, dtype=np.int64)
-        order = np.argsort(kidx * n + ar)
-        ks = kidx[order]
-        first = np.empty(n, dtype=np.bool_)
-        first[0] = True
-        np.not_equal(ks[1:], ks[:-1], out=first[1:])
-        gs = np.maximum.accumulate(np.where(first, ar, 0))
+        ar, order, ks, first, gs = _key_groups(kidx)
         newest = kslot[ks]
         g = np.where(newest >= 0, sl.cnt[newest], S) + (ar - gs)
         pos = g % S
@@ -360,13 +372,7 @@ class VectorOperator:
         S, L, M = self._S, self._L, self._M
         sl = self._slots
         self._ensure_kslots()
-        ar = np.arange(n, dtype=np.int64)
-        order = np.argsort(kidx * n + ar)
-        ks = kidx[order]
-        first = np.empty(n, dtype=np.bool_)
-        first[0] = True
-        np.not_equal(ks[1:], ks[:-1], out=first[1:])
-        gs_sorted = np.maximum.accumulate(np.where(first, ar, 0))
+        ar, order, ks, first, gs_sorted = _key_groups(kidx)
         r = np.empty(n, dtype=np.int64)
         r[order] = ar - gs_sorted
         gstart = np.empty(n, dtype=np.int64)
