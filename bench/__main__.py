@@ -479,20 +479,16 @@ def headline(res: dict[str, Any]) -> str:
                          f"Gopen/Disk ÷ none/Disk = {r['disk_vs_none_disk']:.3f}, "
                          f"Real ÷ data = {r['real_vs_data']:.2f}.")
     if "fig67" in res:
-        q = [r for r in res["fig67"]["rows"] if r["experiment"] == "Q"]
-        u = [r for r in res["fig67"]["rows"] if r["experiment"] == "U"]
-        if q:
-            lines.append("- Fig. 6 (Q " + " / ".join(r["target"] for r in q) + "): G_check "
-                         + " / ".join(f"{r['g_check']:,}" for r in q) + ", extent "
-                         + " / ".join(f"{r['extent']:,}" for r in q) + ", EC-load "
-                         + " / ".join(f"{r['ec_load_s']:.2f}" for r in q) + " s, replay "
-                         + " / ".join(f"{r['replay_bytes'] / 1e6:.0f}" for r in q) + " MB.")
-        if u:
-            lines.append("- Fig. 7 (U " + " / ".join(r["target"] for r in u) + "): G_check "
-                         + " / ".join(f"{r['g_check']:,}" for r in u) + ", extent "
-                         + " / ".join(f"{r['extent']:,}" for r in u) + ", EC-load "
-                         + " / ".join(f"{r['ec_load_s']:.2f}" for r in u) + " s, replay "
-                         + " / ".join(f"{r['replay_bytes'] / 1e6:.0f}" for r in u) + " MB.")
+        for fig, exp in (("6", "Q"), ("7", "U")):
+            rs = [r for r in res["fig67"]["rows"] if r["experiment"] == exp]
+            if rs:
+                lines.append(f"- Fig. {fig} ({exp} " + " / ".join(r["target"] for r in rs)
+                             + "): G_check " + " / ".join(f"{r['g_check']:,}" for r in rs)
+                             + ", extent " + " / ".join(f"{r['extent']:,}" for r in rs)
+                             + ", EC-load " + " / ".join(f"{r['ec_load_s']:.2f}" for r in rs)
+                             + " s, replay "
+                             + " / ".join(f"{r['replay_bytes'] / 1e6:.0f}" for r in rs)
+                             + " MB.")
     if "fig89" in res:
         rows = res["fig89"]["rows"]
         cps = [r for r in rows if r["cp_ms"] is not None]
