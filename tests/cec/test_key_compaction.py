@@ -9,7 +9,6 @@ bounded by the keys with open windows on a long churning stream.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -18,13 +17,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator, ec_from_output
+from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator
 from cec.operator.store import KeyRegistry
 from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow, WindowSpec
 
-from .helpers import FakeClock, batch, rows
-from .test_operator_property import SETTINGS, config, scenarios, split
+from .helpers import FakeClock, rows
+from .test_operator_property import (
+    SETTINGS,
+    check_load_ec_round_trip,
+    config,
+    scenarios,
+    split,
+)
 
 
 class EagerCompaction(VectorOperator):
@@ -110,49 +115,7 @@ def test_churning_load_ec_round_trip(sc: dict[str, Any], at: int, straddle: bool
     A key forgotten by the first operator has no EC row; the recovered operator
     restarts it fresh, as the first one does: the rest of the output is identical.
     """
-    if sc["policy"].mode == "none":
-        sc = {**sc, "policy": PolicyConfig(mode="open-only")}
-    tuples, key_type = sc["tuples"], sc["key_type"]
-    bounds = [0, *sc["cuts"], len(tuples)]
-    b = bounds[min(at, len(bounds) - 1)]
-    if b == 0:
-        return
-    batches = split(tuples, sc["cuts"], key_type)
-    cfg = config(sc, clock_step=0.0)
-    first, ref = EagerCompaction(cfg), ReferenceOperator(config(sc, clock_step=0.0))
-    outs: list[pa.RecordBatch] = []
-    done, snapshot = 0, None
-    for bt in batches:
-        outs.append(first.process(bt))
-        assert rows(outs[-1]) == rows(ref.process(bt))
-        done += bt.num_rows
-        if done == b and snapshot is None:
-            snapshot = (first.state_at(), len(outs))
-            assert snapshot[0] == ref.state_at()
-    assert snapshot is not None
-    state, n_out = snapshot
-    ec = ec_from_output(outs[:n_out], state)
-    t_c = state.t_now
-    assert t_c is not None
-    t_c_ts = next(t for t in tuples if t[1] == t_c)[0]
-    second = EagerCompaction(cfg)
-    second.load_ec(ec, t_c=t_c, t_c_ts=t_c_ts, next_out_seq=state.next_out_seq)
-    T = min((w.tau2 for w in state.windows.values()), default=t_c)
-    replay = [t for t in tuples[:b] if t[1] > T]
-    mid = len(replay) // 2
-    post_bounds = [b, *[c for c in sc["cuts"] if c > b], len(tuples)]
-    post = [tuples[x:y] for x, y in itertools.pairwise(post_bounds)]
-    assert second.process(batch(replay[:mid], key_type=key_type)).num_rows == 0
-    if straddle and post:
-        post[0] = replay[mid:] + post[0]
-    else:
-        assert second.process(batch(replay[mid:], key_type=key_type)).num_rows == 0
-        assert second.state_at() == state
-    after = [second.process(batch(p, key_type=key_type)) for p in post]
-    after.append(second.finish())
-    rest = [*outs[n_out:], first.finish()]
-    assert [r for o in after for r in rows(o)] == [r for o in rest for r in rows(o)]
-    assert second.state_at() == first.state_at()
+    check_load_ec_round_trip(sc, at, EagerCompaction, straddle, reference=True)
 
 
 def churn_stream(n_keys: int, live: int, seed: int, key_type: str,

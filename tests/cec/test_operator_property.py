@@ -129,6 +129,17 @@ def test_load_ec_round_trip(sc: dict[str, Any], at: int, impl: Any, straddle: bo
     With ``straddle`` the end of the replay and the first new tuples share one batch
     (reconstruction mode ends inside it).
     """
+    check_load_ec_round_trip(sc, at, impl, straddle)
+
+
+def check_load_ec_round_trip(sc: dict[str, Any], at: int, impl: Any, straddle: bool, *,
+                             reference: bool = False) -> None:
+    """Run ``impl`` to the batch boundary ``at``, rebuild a fresh ``impl`` from the EC in
+    its output, replay after T and check the rest of the output is identical.
+
+    With ``reference`` the first run is also compared row for row, batch by batch, with
+    the reference operator (and their states at the boundary).
+    """
     if sc["policy"].mode == "none":
         sc = {**sc, "policy": PolicyConfig(mode="open-only")}
     tuples, key_type = sc["tuples"], sc["key_type"]
@@ -141,14 +152,19 @@ def test_load_ec_round_trip(sc: dict[str, Any], at: int, impl: Any, straddle: bo
     # G_check rows after recovery must equal the uninterrupted run's
     cfg = config(sc, clock_step=0.0)
     first = impl(cfg)
+    ref = ReferenceOperator(config(sc, clock_step=0.0)) if reference else None
     outs = []
     done = 0
     snapshot = None
     for bt in batches:
         outs.append(first.process(bt))
+        if ref is not None:
+            assert rows(outs[-1]) == rows(ref.process(bt))
         done += bt.num_rows
         if done == b and snapshot is None:
             snapshot = (first.state_at(), len(outs))
+            if ref is not None:
+                assert snapshot[0] == ref.state_at()
     assert snapshot is not None
     state, n_out = snapshot
     ec = ec_from_output(outs[:n_out], state)
