@@ -155,16 +155,15 @@ class RecordReader:
         returned before an error met further on.
         """
         codec = self.codec
-        pool = codec.pool
+        pool = codec.pool  # None: every frame is decoded on the calling thread
         decode = codec.decode_data
-        if pool is None:
-            for buf, base, info, path in frames:
-                try:
-                    batch = decode(buf, info, schema, base)
-                except FrameError as exc:
-                    raise corrupt(path, exc.offset, exc.invariant) from exc
-                yield batch
-            return
+
+        def inline(buf: memoryview, base: int, info: FrameInfo, path: Path) -> pa.RecordBatch:
+            try:
+                return decode(buf, info, schema, base)
+            except FrameError as exc:
+                raise corrupt(path, exc.offset, exc.invariant) from exc
+
         window: deque[tuple[Future[pa.RecordBatch], Path]] = deque()
 
         def result(item: tuple[Future[pa.RecordBatch], Path]) -> pa.RecordBatch:
@@ -176,14 +175,10 @@ class RecordReader:
 
         try:
             for buf, base, info, path in frames:
-                if info.size < inline_below:
+                if pool is None or info.size < inline_below:
                     while window:
                         yield result(window.popleft())
-                    try:
-                        batch = decode(buf, info, schema, base)
-                    except FrameError as exc:
-                        raise corrupt(path, exc.offset, exc.invariant) from exc
-                    yield batch
+                    yield inline(buf, base, info, path)
                     continue
                 window.append((pool.submit(decode, buf, info, schema, base), path))
                 if len(window) > READ_AHEAD:
