@@ -15,7 +15,7 @@ from typing import Literal
 
 from storage_log.frame import FLAG_COMMIT, FrameCodec, Kind, PendingFrame
 from storage_log.index import Committed, Entry
-from storage_log.segment import segment_path
+from storage_log.segment import fsync_dir, segment_path
 
 FsyncMode = Literal["always", "interval", "never"]
 FLUSH_BYTES = 8 << 20  # write appended frames to the file beyond this much
@@ -191,11 +191,3 @@ def _write_all(fd: int, parts: list[bytes | memoryview]) -> None:
             rest = memoryview(b"".join(chunk))[n:]
             while rest:
                 rest = rest[os.write(fd, rest):]
-
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

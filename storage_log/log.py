@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from cec.errors import UsageError
-from storage_log.appender import FsyncMode, SegmentAppender, fsync_dir
+from storage_log.appender import FsyncMode, SegmentAppender
 from storage_log.errors import (
     LogClosedError,
     LogNotFoundError,
@@ -62,7 +62,7 @@ from storage_log.lock import LOCK_NAME, WriterLock
 from storage_log.reader import RecordReader
 from storage_log.reconcile import INDEX_DIR, ReconcileReport, TailState, open_index, reconcile
 from storage_log.scan import ScanIndex
-from storage_log.segment import list_segments, write_trim_marker
+from storage_log.segment import fsync_dir, list_segments, write_trim_marker
 
 _FSYNC_MODES = ("always", "interval", "never")
 

@@ -37,6 +37,7 @@ from storage_log.index import EMPTY, Committed, IndexCorrupt, LogIndex
 from storage_log.scan import segment_has_schema, walk
 from storage_log.segment import (
     SegmentReader,
+    fsync_dir,
     list_segments,
     read_trim_marker,
     segment_path,
@@ -163,7 +164,7 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
             os.truncate(path, point.end)
     if report.bytes_cut:
         report.cut_reason = bad[2] if bad is not None else "uncommitted records"
-        _fsync_dir(directory)
+        fsync_dir(directory)
 
     # the index
     report.records_indexed = len(entries)
@@ -201,11 +202,3 @@ def _check_commit_point(directory: Path, committed: Committed) -> tuple[str, int
     except FrameError as exc:
         return (str(path), exc.offset, exc.invariant)
     return None
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -34,6 +34,15 @@ READ_CHUNK = 4 << 20
 TRIM_MARKER = "TRIMMED"
 
 
+def fsync_dir(directory: Path) -> None:
+    """Make the directory's entries (created, renamed, deleted files) durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_trim_marker(directory: Path, trimmed: int) -> None:
     """Durably record that records up to ``trimmed`` are gone (before deleting them).
 
@@ -49,11 +58,7 @@ def write_trim_marker(directory: Path, trimmed: int) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(directory)
 
 
 def read_trim_marker(directory: Path) -> int | None:
