@@ -237,6 +237,22 @@ class VectorOperator:
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=self._schema)
 
+    def _events(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, ts: I64,
+                seq: I64, vals: F64, kidx: I64 | None = None) -> Block:
+        """The foreground rows of a batch's window events, in output order.
+
+        Events are opens (``is_close`` False) and closes of ``slots`` caused by input
+        tuple ``tuples``; ``N`` after each event is counted over all of them, then the
+        opens are dropped when the policy emits no ``G_open`` (:meth:`_rows`).
+        """
+        n_after = self._n + np.cumsum(np.where(is_close, -1, 1))
+        if len(n_after):
+            self._n = int(n_after[-1])
+        if not self._policy.emits_open:
+            slots, tuples, n_after = slots[is_close], tuples[is_close], n_after[is_close]
+            is_close = np.ones(len(slots), dtype=np.bool_)
+        return self._rows(slots, is_close, tuples, n_after, ts, seq, vals, kidx)
+
     def _rows(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, n_open: I64,
               ts: I64, seq: I64, vals: F64, kidx: I64 | None = None) -> Block:
         """Foreground rows: R with the slot's state, G_open with the opening tuple's.
@@ -357,13 +373,7 @@ class VectorOperator:
         else:
             ev_t = np.flatnonzero(closes | (pos_t == 0))
             is_close = closes[ev_t]
-        n_after = self._n + np.cumsum(np.where(is_close, -1, 1))
-        if len(n_after):
-            self._n = int(n_after[-1])
-        if not self._policy.emits_open:
-            ev_t, n_after = ev_t[is_close], n_after[is_close]
-            is_close = np.ones(len(ev_t), dtype=np.bool_)
-        blk = self._rows(ms_t[ev_t], is_close, ev_t, n_after, ts, seq, vals, kidx)
+        blk = self._events(ms_t[ev_t], is_close, ev_t, ts, seq, vals, kidx)
         sl.release(ms_t[closes])
         return blk
 
@@ -418,14 +428,7 @@ class VectorOperator:
         flat = np.flatnonzero(ev.ravel())
         em = flat >> 1
         is_close = (flat & 1).astype(np.bool_)
-        n_after = self._n + np.cumsum(np.where(is_close, -1, 1))
-        if len(n_after):
-            self._n = int(n_after[-1])
-        if not self._policy.emits_open:
-            em, n_after = em[is_close], n_after[is_close]
-            is_close = np.ones(len(em), dtype=np.bool_)
-        ev_slots = ms[em]
-        blk = self._rows(ev_slots, is_close, mi[em], n_after, ts, seq, vals, kidx)
+        blk = self._events(ms[em], is_close, mi[em], ts, seq, vals, kidx)
         # the keys' open windows after the batch, newest first
         ends = np.flatnonzero(np.append(first[1:], True))
         kb = ks[ends]
@@ -495,13 +498,7 @@ class VectorOperator:
                             ev_phase, ev_tuple))
         ev_slot, ev_tuple = ev_slot[order], ev_tuple[order]
         is_close = ev_phase[order] == 0
-        n_after = self._n + np.cumsum(np.where(is_close, -1, 1))
-        if len(n_after):
-            self._n = int(n_after[-1])
-        if not self._policy.emits_open:
-            ev_slot, ev_tuple, n_after = ev_slot[is_close], ev_tuple[is_close], n_after[is_close]
-            is_close = np.ones(len(ev_slot), dtype=np.bool_)
-        blk = self._rows(ev_slot, is_close, ev_tuple, n_after, ts, seq, vals)
+        blk = self._events(ev_slot, is_close, ev_tuple, ts, seq, vals)
         sl.release(cs)
         alive = new_slots[sl.live[new_slots]]
         self._kslots[sl.key_idx[alive], (sl.win_start[alive] // L) % M] = alive
