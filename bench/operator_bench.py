@@ -39,7 +39,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 from bench.workload import WorkloadSpec, generate_columns
 from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator
 from cec.policy import PolicyConfig
-from cec.records import G_CHECK, G_OPEN, R
+from cec.records import tuple_counts
 from cec.windows import count_window
 
 MODES = ("none", "open-only", "targets")
@@ -110,19 +110,18 @@ def run_once(impl: type, w: Workload, mode: str, warm: Sequence[pa.RecordBatch],
     op = impl(config(w, mode))
     for b in warm:
         op.process(b)
-    counts = {R: 0, G_OPEN: 0, G_CHECK: 0}
+    counts = [0, 0, 0]  # R, G_open, G_check tuples
     outs = []
     w0, c0 = time.perf_counter(), time.process_time()
     for b in timed:
         outs.append(op.process(b))
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     for o in outs:
-        t = np.asarray(o.column("type").to_numpy())
-        for k in counts:
-            counts[k] += int((t == k).sum())
+        counts = [a + b for a, b in zip(counts, tuple_counts(o.column("type").to_numpy()),
+                                        strict=True)]
     return Result(w.name, impl.__name__.removesuffix("Operator").lower(), mode,
                   sum(b.num_rows for b in timed), wall, cpu, sum(o.num_rows for o in outs),
-                  counts[R], counts[G_OPEN], counts[G_CHECK], op.n_open, op.q, op.u)
+                  *counts, op.n_open, op.q, op.u)
 
 
 def bench_workload(w: Workload, *, tuples: int, ref_tuples: int, batch_rows: int,

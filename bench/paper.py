@@ -59,7 +59,7 @@ from bench import operator_bench, recovery_bench
 from bench.workload import DEFAULT_SEED, WorkloadSpec, generate_columns
 from cec.operator import OperatorConfig, VectorOperator
 from cec.policy import PolicyConfig
-from cec.records import R
+from cec.records import RESULT_TYPES, tuple_counts
 from cec.windows import CountWindow
 from storage_log.log import StreamLog
 
@@ -146,9 +146,9 @@ def fig5_once(workload: str, config: str, batches: Sequence[pa.RecordBatch], wor
             if log is not None:
                 log.append(out)
                 log.commit()
-            n_r = int(np.count_nonzero(out.column("type").to_numpy() == R))  # the sink
+            n_r, n_open, n_check = tuple_counts(out.column("type").to_numpy())  # the sink
             r_rows += n_r
-            g_rows += out.num_rows - n_r
+            g_rows += n_open + n_check
         if log is not None:
             log.close()
         wall += time.perf_counter() - t0
@@ -443,7 +443,7 @@ def fig89_once(config: str, cp_ms: float | None, batches: Sequence[pa.RecordBatc
             t_warm = ends[i - 1] if i else t0
         if i >= warm:
             typ = out.column("type").to_numpy()
-            is_r = typ == R
+            is_r = np.isin(typ, RESULT_TYPES)
             if is_r.any():
                 closes.append((out.column("tau1").to_numpy()[is_r], np.full(is_r.sum(), i)))
             g_check += int(np.count_nonzero(typ == 3))

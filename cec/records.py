@@ -13,6 +13,10 @@ Output (docs/ARCHITECTURE.md §3): one row per output tuple, schema
 or :data:`G_CHECK` (background footprint, state as of ``t_now``). ``seq`` is dense
 along the output log; ``t_now`` is the input ``seq`` of the last input tuple processed
 (for G rows: the footprint position ``tau2``); ``n_open`` is ``N`` right after the row.
+One storage form holds two tuples: :data:`G_OPEN_R`, the ``G_open`` and the ``R`` of a
+window that the same input tuple opened and closed (a count window of size 1), whose
+``G_open`` is the ``R`` row but for three derived fields; :func:`logical_rows` writes
+such rows out as their two tuples.
 
 This module is pure: schemas, constants and input decoding, no I/O.
 """
@@ -35,8 +39,18 @@ upstream logs of this project carry such tuples without a ``type`` column."""
 R = 1
 G_OPEN = 2
 G_CHECK = 3
+G_OPEN_R = 4
+"""``G_open`` then ``R`` of a window opened and closed by one input tuple, in one row.
 
-TYPE_NAMES = {DATA: "data", R: "R", G_OPEN: "G_open", G_CHECK: "G_check"}
+The row is the ``R`` (``seq``, ``n_open`` after the close); the ``G_open`` before it has
+the same state (one tuple), ``seq - 1`` and ``n_open + 1``. Recovery reads the row as
+an ``R``: scanning backwards it finds the close first, so the ``G_open`` is never a
+footprint of the EC."""
+
+TYPE_NAMES = {DATA: "data", R: "R", G_OPEN: "G_open", G_CHECK: "G_check",
+              G_OPEN_R: "G_open+R"}
+RESULT_TYPES = (R, G_OPEN_R)
+"""The ``type`` values of rows that carry a result (``R``)."""
 
 
 class Position(NamedTuple):
@@ -101,6 +115,42 @@ def output_schema(key_type: str | pa.DataType = "int64") -> pa.Schema:
             pa.field("value", f64, nullable=False),
         ]
     )
+
+
+def logical_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``batch`` with every :data:`G_OPEN_R` row written out as its ``G_open`` and ``R``.
+
+    The result has one row per output tuple, types ``R``, ``G_open`` and ``G_check``
+    only, and dense ``seq`` where the log's is. A batch without such rows is returned
+    as it is.
+    """
+    types = batch.column("type").to_numpy()
+    pair = types == G_OPEN_R
+    if not pair.any():
+        return batch
+    idx = np.repeat(np.arange(batch.num_rows), np.where(pair, 2, 1))
+    g = (np.arange(batch.num_rows) + np.cumsum(pair) - 1)[pair]  # each pair's G_open
+    typ = types[idx]
+    typ[g], typ[g + 1] = G_OPEN, R
+    seq = batch.column("seq").to_numpy()[idx]
+    seq[g] -= 1
+    n_open = batch.column("n_open").to_numpy()[idx]
+    n_open[g] += 1
+    out = batch.take(pa.array(idx))
+    fixed = {"type": pa.array(typ, pa.int8()), "seq": pa.array(seq, pa.int64()),
+             "n_open": pa.array(n_open, pa.int64())}
+    names = batch.schema.names
+    return pa.RecordBatch.from_arrays(
+        [fixed.get(name, out.column(i)) for i, name in enumerate(names)], schema=batch.schema)
+
+
+def tuple_counts(types: npt.NDArray[np.int8]) -> tuple[int, int, int]:
+    """Output tuples ``(R, G_open, G_check)`` in rows of these types (G_open+R: one each)."""
+    if not len(types):
+        return 0, 0, 0
+    bins = np.bincount(types, minlength=G_OPEN_R + 1)
+    pairs = int(bins[G_OPEN_R])
+    return int(bins[R]) + pairs, int(bins[G_OPEN]) + pairs, int(bins[G_CHECK])
 
 
 def empty_output(key_type: str) -> pa.RecordBatch:

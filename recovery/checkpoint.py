@@ -10,10 +10,15 @@ from typing import Any
 
 import pyarrow as pa
 
-TYPE_R = 1
-TYPE_G_OPEN = 2
-TYPE_G_CHECK = 3
-TYPE_NAMES = {TYPE_R: "R", TYPE_G_OPEN: "G_open", TYPE_G_CHECK: "G_check"}
+from cec import records
+
+TYPE_R = records.R
+TYPE_G_OPEN = records.G_OPEN
+TYPE_G_CHECK = records.G_CHECK
+TYPE_G_OPEN_R = records.G_OPEN_R  # a G_open and its R in one row (cec.records)
+
+TYPE_NAMES = {TYPE_R: "R", TYPE_G_OPEN: "G_open", TYPE_G_CHECK: "G_check",
+              TYPE_G_OPEN_R: "G_open+R"}
 
 #: How many of the oldest footprints the extent metrics list.
 OLDEST_LISTED = 5

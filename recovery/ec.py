@@ -46,6 +46,7 @@ from recovery.checkpoint import (
     OLDEST_LISTED,
     TYPE_G_CHECK,
     TYPE_G_OPEN,
+    TYPE_G_OPEN_R,
     TYPE_NAMES,
     TYPE_R,
     EventualCheckpoint,
@@ -232,12 +233,12 @@ def _check_chunk_order(seq: np.ndarray[Any, Any], newer_first_seq: int | None) -
 
 
 def _check_types(ty_rev: np.ndarray[Any, Any], seq: np.ndarray[Any, Any]) -> None:
-    bad = (ty_rev < TYPE_R) | (ty_rev > TYPE_G_CHECK)
+    bad = (ty_rev < TYPE_R) | (ty_rev > TYPE_G_OPEN_R)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise InconsistentLogError(
             f"output row seq {int(seq[seq.size - 1 - row])} has type {int(ty_rev[row])}; "
-            "expected 1 (R), 2 (G_open) or 3 (G_check)"
+            "expected 1 (R), 2 (G_open), 3 (G_check) or 4 (G_open+R)"
         )
 
 
@@ -328,7 +329,7 @@ def reconstruct(
             all_key = np.concatenate([seen_key, key_rev])
             all_ws = np.concatenate([seen_ws, ws_rev])
         is_new = ~_duplicated(all_key, all_ws).to_numpy()[all_key.size - n :]
-        is_g = ty_rev != TYPE_R
+        is_g = (ty_rev == TYPE_G_OPEN) | (ty_rev == TYPE_G_CHECK)  # R, G_open+R: closes
         new_g = is_new & is_g
         cum = np.cumsum(new_g) + n_found
         stop = int(np.searchsorted(cum, n_c, side="left"))  # row of the N_c-th window
@@ -383,7 +384,7 @@ def reconstruct_reference(
             ty = cols["type"][i]
             if ty not in TYPE_NAMES:
                 raise InconsistentLogError(f"output row seq {cols['seq'][i]} has type {ty}")
-            if ty == TYPE_R:
+            if ty in (TYPE_R, TYPE_G_OPEN_R):
                 if w not in found:
                     closed.add(w)
             elif w not in found and w not in closed:

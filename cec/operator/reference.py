@@ -21,6 +21,7 @@ from cec.policy import budget_for
 from cec.records import (
     G_CHECK,
     G_OPEN,
+    G_OPEN_R,
     OUTPUT_COLUMNS,
     R,
     check_order,
@@ -150,6 +151,9 @@ class ReferenceOperator:
                 self._open(key, seq, -1, seq, ts, v)
                 if spec.size == 1:
                     self._close(self._windows[(key, seq)])
+                    if self._policy.emits_open:  # G_open, R of one tuple: one G_open+R row
+                        r = self._rows.pop()
+                        self._rows[-1] = (*r[:2], G_OPEN_R, *r[3:])
         else:
             assert isinstance(spec, TimeWindow)
             for start in spec.starts_containing(ts):

@@ -44,6 +44,7 @@ from cec.policy import budget_for
 from cec.records import (
     G_CHECK,
     G_OPEN,
+    G_OPEN_R,
     R,
     check_order,
     check_resume,
@@ -308,30 +309,22 @@ class VectorOperator:
     def _count_size_one(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> Block:
         """Count windows of size 1: every tuple opens and closes its own window.
 
-        No window outlives its tuple, so the rows come straight from the tuples:
-        ``G_open`` (N + 1) then ``R`` (N) per tuple, or only ``R`` in mode ``none``.
+        No window outlives its tuple, so the rows come straight from the tuples: one
+        ``G_open+R`` row per tuple (its ``G_open`` and ``R``, two output positions), or
+        only ``R`` in mode ``none``; ``N`` is unchanged.
         """
         n = len(seq)
         per = 2 if self._policy.emits_open else 1
-        k = n * per
-
-        def rep(a: npt.NDArray[Any]) -> npt.NDArray[Any]:
-            return np.repeat(a, per) if per > 1 else a
-
-        if per == 2:
-            typ = np.tile(np.array([G_OPEN, R], dtype=np.int8), n)
-            n_open = np.tile(np.array([self._n + 1, self._n], dtype=np.int64), n)
-        else:
-            typ = np.full(n, R, dtype=np.int8)
-            n_open = np.full(n, self._n, dtype=np.int64)
-        seqs = np.arange(self._next_out, self._next_out + k, dtype=np.int64)
-        self._next_out += k
-        ts_r, seq_r, v_r = rep(ts), rep(seq), rep(vals)
+        typ = np.full(n, G_OPEN_R if per == 2 else R, dtype=np.int8)
+        seqs = np.arange(self._next_out + per - 1, self._next_out + per * n, per,
+                         dtype=np.int64)
+        self._next_out += per * n
         return {
-            "ts": ts_r, "seq": seqs, "type": typ, "t_now": seq_r, "n_open": n_open,
-            "key_idx": rep(kidx), "win_start": seq_r, "win_end": np.full(k, -1, np.int64),
-            "tau1": seq_r, "cnt": np.ones(k, dtype=np.int64), "sum": v_r, "min": v_r,
-            "max": v_r, "first_ts": ts_r, "last_ts": ts_r,
+            "ts": ts, "seq": seqs, "type": typ, "t_now": seq,
+            "n_open": np.full(n, self._n, dtype=np.int64), "key_idx": kidx, "win_start": seq,
+            "win_end": np.full(n, -1, np.int64), "tau1": seq,
+            "cnt": np.ones(n, dtype=np.int64), "sum": vals, "min": vals, "max": vals,
+            "first_ts": ts, "last_ts": ts,
         }
 
     def _count_tumbling(self, ts: I64, seq: I64, vals: F64, kidx: I64) -> Block:

@@ -15,13 +15,13 @@ from cec.errors import UsageError
 from cec.pipeline.driver import resume_run
 from cec.pipeline.layout import RunLayout
 from cec.pipeline.task import operator_for
+from cec.records import tuple_counts
 from recovery.ec import NothingToRecover
 from recovery.replay import plan, recover, scan
 from storage_log.errors import CorruptLogError, LogLockedError
 from storage_log.log import StreamLog
 from storage_log.segment import list_segments, segment_path
 
-TYPE_NAMES = {1: "R", 2: "G_open", 3: "G_check"}
 LOCK_WAIT_S = 30.0
 
 
@@ -154,7 +154,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
             continue
         with StreamLog.open(path) as out:
             rec = scan(out, at_ts=at)
-            counts = {name: 0 for name in TYPE_NAMES.values()}
+            counts = {"R": 0, "G_open": 0, "G_check": 0}  # output tuples by type
             for batch in out.read_forward():
                 types = batch.column("type").to_numpy()
                 if at is not None:
@@ -162,9 +162,8 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                     if len(ts) and ts[0] > at:
                         break
                     types = types[: int(np.searchsorted(ts, at, "right"))]
-                bins = np.bincount(types, minlength=4)
-                for code, name in TYPE_NAMES.items():
-                    counts[name] += int(bins[code])
+                for name, k in zip(counts, tuple_counts(types), strict=True):
+                    counts[name] += k
             entry["counts"] = counts
             entry["sealed"] = out.sealed
         if isinstance(rec, NothingToRecover):

@@ -3,8 +3,9 @@
 Columns ``key, window_start, window_end, count, value``. For a count window the bounds
 are the timestamps of its first and last tuple; for a time window its own bounds
 (``[window_start, window_end)``). Control records (``G_open``, ``G_check``) are
-dropped. Rows are sorted by ``(key, window_start, window_end, tau1)`` so two exports
-of equal results are equal byte for byte, however the partitions interleaved.
+dropped (a ``G_open+R`` row gives its ``R``). Rows are sorted by ``(key, window_start,
+window_end, tau1)`` so two exports of equal results are equal byte for byte, however
+the partitions interleaved.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import pyarrow.parquet as pq
 
 from cec.errors import UsageError
 from cec.pipeline.layout import RunLayout
+from cec.records import RESULT_TYPES
 from storage_log.log import StreamLog
 
-TYPE_R = 1
 COLUMNS = ("key", "window_start", "window_end", "count", "value")
 
 
@@ -40,7 +41,7 @@ def results_table(root: Path | str) -> pa.Table:
             for batch in log.read_forward():
                 if batch.num_rows == 0:
                     continue
-                r = batch.filter(pc.equal(batch.column("type"), TYPE_R))
+                r = batch.filter(pc.is_in(batch.column("type"), pa.array(RESULT_TYPES, pa.int8())))
                 if r.num_rows == 0:
                     continue
                 start = r.column("first_ts" if count_window else "win_start")

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
@@ -39,6 +38,7 @@ from cec.operator import OperatorConfig, VectorOperator
 from cec.pipeline.ingest import value_column
 from cec.pipeline.layout import RunLayout, RunSettings
 from cec.policy import PolicyConfig
+from cec.records import tuple_counts
 from cec.spec import PipelineSpec
 from cec.windows import window_spec
 from recovery.replay import recover
@@ -95,10 +95,10 @@ class TaskCounters:
     def count(self, out: pa.RecordBatch) -> None:
         self.out_rows += out.num_rows
         if out.num_rows:
-            types = np.bincount(out.column("type").to_numpy(), minlength=4)
-            self.r += int(types[1])
-            self.g_open += int(types[2])
-            self.g_check += int(types[3])
+            r, g_open, g_check = tuple_counts(out.column("type").to_numpy())
+            self.r += r
+            self.g_open += g_open
+            self.g_check += g_check
 
     def observe(self, op: VectorOperator, floor: ReplayFloor) -> None:
         self.n_open, self.q, self.u = op.n_open, op.q, op.u

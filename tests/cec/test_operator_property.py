@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator, ec_from_output
 from cec.policy import PolicyConfig
-from cec.records import G_OPEN, R
+from cec.records import G_OPEN, R, logical_rows
 from cec.windows import CountWindow, TimeWindow
 
 from .helpers import FakeClock, batch, rows
@@ -106,7 +106,7 @@ def foreground(outs: list[pa.RecordBatch], with_seq: bool) -> list[Any]:
             "sum", "min", "max", "first_ts", "last_ts", "value"]
     if with_seq:
         cols.append("seq")
-    return [r for o in outs for r in rows(o, *cols) if r[0] in (R, G_OPEN)]
+    return [r for o in outs for r in rows(logical_rows(o), *cols) if r[0] in (R, G_OPEN)]
 
 
 @SETTINGS

@@ -10,7 +10,7 @@ import pytest
 from cec.errors import InputOrderError, SpecError, UsageError
 from cec.operator import OperatorConfig, ReferenceOperator, ec_from_output
 from cec.policy import PolicyConfig
-from cec.records import G_CHECK, G_OPEN, R, output_schema
+from cec.records import G_CHECK, G_OPEN, G_OPEN_R, R, logical_rows, output_schema, tuple_counts
 from cec.windows import count_window, time_window
 
 from .helpers import FakeClock, batch, rows
@@ -80,15 +80,26 @@ def test_count_close_and_open_same_tuple(impl: Any) -> None:
 def test_count_size_one(impl: Any, mode: str) -> None:
     op = impl(cfg(count_window(1), function="avg", mode=mode))
     out = op.process(batch([(0, 0, 1, 5), (0, 1, 2, 6)]))
+    cols = ("seq", *COLS, "tau1", "sum", "min", "max", "first_ts", "last_ts")
     if mode == "none":
-        assert rows(out, *COLS) == [(R, 0, 0, 1, 0, 1, 5.0), (R, 1, 0, 2, 1, 1, 6.0)]
+        assert rows(out, *cols) == [(0, R, 0, 0, 1, 0, 1, 5.0, 0, 5.0, 5.0, 5.0, 0, 0),
+                                    (1, R, 1, 0, 2, 1, 1, 6.0, 1, 6.0, 6.0, 6.0, 0, 0)]
+        assert op.next_out_seq == 2
     else:
-        assert rows(out, *COLS) == [
-            (G_OPEN, 0, 1, 1, 0, 1, 5.0),
-            (R, 0, 0, 1, 0, 1, 5.0),
-            (G_OPEN, 1, 1, 2, 1, 1, 6.0),
-            (R, 1, 0, 2, 1, 1, 6.0),
+        # stored: one G_open+R row per tuple, holding output positions 0-1 and 2-3
+        assert rows(out, *cols) == [
+            (1, G_OPEN_R, 0, 0, 1, 0, 1, 5.0, 0, 5.0, 5.0, 5.0, 0, 0),
+            (3, G_OPEN_R, 1, 0, 2, 1, 1, 6.0, 1, 6.0, 6.0, 6.0, 0, 0),
         ]
+        assert op.next_out_seq == 4
+        # written out: the G_open (N + 1, state after the opening tuple), then the R
+        assert rows(logical_rows(out), *cols) == [
+            (0, G_OPEN, 0, 1, 1, 0, 1, 5.0, 0, 5.0, 5.0, 5.0, 0, 0),
+            (1, R, 0, 0, 1, 0, 1, 5.0, 0, 5.0, 5.0, 5.0, 0, 0),
+            (2, G_OPEN, 1, 1, 2, 1, 1, 6.0, 1, 6.0, 6.0, 6.0, 0, 0),
+            (3, R, 1, 0, 2, 1, 1, 6.0, 1, 6.0, 6.0, 6.0, 0, 0),
+        ]
+        assert tuple_counts(out.column("type").to_numpy()) == (2, 2, 0)
     assert op.n_open == 0
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from cec.errors import SpecError
@@ -20,8 +21,11 @@ from cec.pipeline import (
     resume_run,
     run_pipeline,
 )
+from cec.pipeline.layout import RunLayout
 from cec.pipeline.session import build_session
+from cec.records import G_OPEN, G_OPEN_R, R, logical_rows
 from cec.sources import InputError
+from storage_log.log import StreamLog
 from tests.pipeline.helpers import (
     reference_count_windows,
     reference_time_windows,
@@ -88,6 +92,33 @@ def test_csv_count_windows_equal_pandas(spark: object, tmp_path: Path) -> None:
     assert [p["partition"] for p in dry["partitions"]] == list(range(P))
     assert all(p["sealed"] for p in dry["partitions"])
     json.dumps(dry)
+
+
+def test_size_one_windows_store_g_open_with_r(spark: object, tmp_path: Path) -> None:
+    """Fast windows: each tuple's G_open and R share a row, every reader sees both."""
+    df = write_items_csv(tmp_path / "items.csv", 5_000, keys=20)
+    src = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"\nchunk_rows = 2000'
+    (tmp_path / "s.toml").write_text(spec_text(
+        src, window='{ kind = "count", size = 1 }', partitions=P))
+    run = tmp_path / "run"
+    summary = run_pipeline(tmp_path / "s.toml", run, progress=False)
+    kept = int((df.item_price >= 0).sum())
+    assert summary["completed"] and summary["results"] == kept
+    assert sum(int(p["g_open"]) for p in summary["per_partition"]) == kept
+    extent = inspect_extent(run)
+    assert sum(p["counts"]["R"] for p in extent["partitions"]) == kept
+    assert sum(p["counts"]["G_open"] for p in extent["partitions"]) == kept
+    assert all(p["N"] == 0 for p in extent["partitions"])
+    export(run, tmp_path / "out.csv")
+    _assert_matches(pd.read_csv(tmp_path / "out.csv"), reference_count_windows(df, 1))
+    # stored: one row per tuple; written out: G_open then R, dense output seq
+    layout = RunLayout(run)
+    with StreamLog.open(layout.output(0)) as log:
+        stored = pa.Table.from_batches(list(log.read_forward()))
+    assert set(stored.column("type").to_pylist()) == {G_OPEN_R}
+    tuples = logical_rows(stored.combine_chunks().to_batches()[0])
+    assert tuples.column("type").to_pylist() == [G_OPEN, R] * stored.num_rows
+    assert tuples.column("seq").to_pylist() == list(range(2 * stored.num_rows))
 
 
 def test_jsonl_sliding_time_windows_equal_pandas(spark: object, tmp_path: Path) -> None:

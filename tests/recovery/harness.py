@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 
 from cec.operator import OperatorConfig, OperatorState, ReferenceOperator
 from cec.policy import PolicyConfig
+from cec.records import logical_rows
 from cec.windows import CountWindow, TimeWindow, WindowSpec
 
 try:  # the vectorized operator may land later than the reference one
@@ -198,10 +199,11 @@ class MemLog:
 
 
 def r_rows(batches: Sequence[pa.RecordBatch], types: tuple[int, ...] = (1,)) -> pa.Table:
-    """The rows of the given types, without ``seq`` (see the module docstring)."""
+    """The output tuples of the given types (G_open+R rows written out), without ``seq``
+    (see the module docstring)."""
     if not batches:
         raise ValueError("no batches")
-    t = pa.Table.from_batches(list(batches))
+    t = pa.Table.from_batches([logical_rows(b) for b in batches])
     t = t.filter(pc.is_in(t.column("type"), pa.array(types, type=pa.int8())))
     return t.drop_columns(["seq"]).combine_chunks()
 
@@ -239,7 +241,7 @@ def continue_run(
     """Process the rest of the input normally, then finish; check the output seq."""
     outs = [op.process(b) for b in upstream_batches]
     outs.append(op.finish())
-    seqs = np.concatenate([b.column("seq").to_numpy() for b in outs])
+    seqs = np.concatenate([logical_rows(b).column("seq").to_numpy() for b in outs])
     assert np.array_equal(seqs, np.arange(next_out_seq, next_out_seq + seqs.size)), (
         "output seq after recovery is not dense from next_out_seq"
     )
