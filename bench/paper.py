@@ -283,8 +283,8 @@ def fig5_pipeline(*, tuples: int, reps: int, work: Path, log: Log = _quiet
     key partition: one operator, as in the paper), mode ``none`` against ``open-only``
     (G_open persisted with every R, fsync'ed), all in one warm session (a first,
     discarded run warms it), configurations interleaved in every repetition (in
-    reverse order every other one). The sink
-    rate is R rows written to the output log per second of the run.
+    reverse order every other one). The sink rate is R rows written to the output log
+    per second of the run.
     """
     from bench.pipeline_bench import run_cec_specs
 
