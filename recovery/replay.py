@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from recovery.checkpoint import TYPE_G_OPEN_R
 from recovery.ec import NothingToRecover, Reconstruction, reconstruct
 from recovery.explain import PHASES, Phase, RateModel, RecoveryExplain
 from recovery.upstream import (
@@ -110,21 +111,26 @@ def boundary_seq(output_log: OutputLogReader, at_seq: int) -> int:
     """The last output row produced by the same input tuple as row ``at_seq``.
 
     All rows of one input tuple share ``t_now`` and sit next to each other, so the
-    state after that row is one the operator went through at a tuple boundary.
-    Returns ``at_seq`` itself if that row is not in the log.
+    state after that row is one the operator went through at a tuple boundary. A
+    ``G_open+R`` row holds two output positions (``seq - 1`` and ``seq``). Returns
+    ``at_seq`` itself if that position is not in the log.
     """
     t_now: int | None = None
     end = at_seq
     for batch in output_log.read_forward(after_seq=at_seq - 1):
+        if not batch.num_rows:
+            continue
         seq = batch.column("seq").to_numpy()
         tn = batch.column("t_now").to_numpy()
         if t_now is None:
-            if not len(seq) or int(seq[0]) != at_seq:
+            first = int(seq[0])
+            paired = first == at_seq + 1 and int(batch.column("type")[0].as_py()) == TYPE_G_OPEN_R
+            if first != at_seq and not paired:
                 return at_seq
             t_now = int(tn[0])
-        same = np.flatnonzero(tn != t_now)
-        if same.size:
-            return int(seq[same[0]]) - 1
+        other = np.flatnonzero(tn != t_now)
+        if other.size:
+            return int(seq[other[0] - 1]) if other[0] else end
         end = int(seq[-1])
     return end
 

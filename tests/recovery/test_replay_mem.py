@@ -184,6 +184,27 @@ def test_time_travel_replays_to_the_state_then() -> None:
         assert by_ts.next_out_seq == expect.column("seq")[-1].as_py() + 1
 
 
+def test_time_travel_into_a_g_open_r_row() -> None:
+    """Fast windows: a position of a stored G_open+R row's G_open snaps to its R."""
+    scn = Scenario(CountWindow(1, 1), PolicyConfig(mode="open-only"))
+    inputs = make_stream(40, 3, 5, max_batch=7)
+    original = run(scn, inputs)
+    records = original.records()
+    out = MemLog([b for _, b in records])
+    stored = pa.Table.from_batches([b for _, b in records]).column("seq").to_pylist()
+    assert stored == list(range(1, 2 * len(stored), 2))  # every row holds two positions
+    for s in range(2 * len(stored)):
+        assert boundary_seq(out, s) == s | 1
+    for i, batch in records:
+        last = int(batch.column("seq")[-1].as_py())
+        for at in (last - 1, last):  # the G_open and the R of the batch's last tuple
+            op = scn.operator()
+            res = recover_from_logs(out, MemLog(inputs), op, at_seq=at)
+            assert isinstance(res.reconstruction, EventualCheckpoint)
+            assert res.reconstruction.n_c == 0 and res.explain.next_out_seq == last + 1
+            check_state(scn, original, res.reconstruction, op.state_at(), i)
+
+
 def test_explain_reports_every_phase() -> None:
     scn = Scenario(CountWindow(10, 10), PolicyConfig(mode="targets", q="2x", u=100))
     inputs = make_stream(300, 30, 2, max_batch=20)
