@@ -17,8 +17,9 @@ TYPE_G_OPEN = records.G_OPEN
 TYPE_G_CHECK = records.G_CHECK
 TYPE_G_OPEN_R = records.G_OPEN_R  # a G_open and its R in one row (cec.records)
 
-TYPE_NAMES = {TYPE_R: "R", TYPE_G_OPEN: "G_open", TYPE_G_CHECK: "G_check",
-              TYPE_G_OPEN_R: "G_open+R"}
+#: The row types of an output log (an input stream's ``data`` is not one).
+TYPE_NAMES = {t: records.TYPE_NAMES[t]
+              for t in (TYPE_R, TYPE_G_OPEN, TYPE_G_CHECK, TYPE_G_OPEN_R)}
 
 #: How many of the oldest footprints the extent metrics list.
 OLDEST_LISTED = 5
