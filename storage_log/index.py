@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import lmdb
 
-FORMAT = 1
+FORMAT = 2  # 1: three named databases (see _P_META for why they went)
 MAP_SIZE = 1 << 30  # initial map; doubled when full (about 5 M records per GiB)
 
 _KEY = struct.Struct(">Q")
@@ -95,11 +95,37 @@ class IndexCorrupt(Exception):
     """The environment cannot be used; the caller rebuilds it from the segments."""
 
 
+# The three keyspaces share LMDB's main database under one-byte prefixes. Named
+# databases would need ``Environment.open_db``, and py-lmdb (3.0) runs ``open_db``
+# without a transaction as a *write* transaction begun with the GIL held: a thread
+# blocked there on LMDB's writer mutex holds the GIL, while the thread that owns the
+# mutex waits for the GIL to finish its own transaction — a deadlock between any
+# two threads of a process (issue 14; reproduced by tests/storage_log/test_threads.py).
+# With prefixes a reader only ever begins read-only transactions, which never touch
+# the writer mutex, and a writer begins its write transactions through
+# ``Environment.begin(write=True)``, which waits for the mutex with the GIL released.
+_P_META = b"m"
+_P_SEQ = b"s"
+_P_TS = b"t"
+
+
+def _seq_key(last_seq: int) -> bytes:
+    return _P_SEQ + key_i64(last_seq)
+
+
+def _ts_key(last_ts: int, last_seq: int) -> bytes:
+    return _P_TS + key_ts_seq(last_ts, last_seq)
+
+
+def _meta_key(name: bytes) -> bytes:
+    return _P_META + name
+
+
 class _EnvCache:
-    """The environments open in this process, with reference counts."""
+    """The environments open in this process: (environment, main db, reference count)."""
 
     def __init__(self) -> None:
-        self.envs: dict[str, tuple[lmdb.Environment, int]] = {}
+        self.envs: dict[str, tuple[lmdb.Environment, Any, int]] = {}
         self.lock = threading.Lock()
 
     def forget(self) -> None:
@@ -114,24 +140,30 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_cache.forget)
 
 
-def acquire_env(path: Path, *, create: bool) -> lmdb.Environment:
+def acquire_env(path: Path, *, create: bool) -> tuple[lmdb.Environment, Any]:
+    """The process's environment at ``path`` and its main database handle."""
     key = os.path.realpath(path)
     with _cache.lock:
         envs = _cache.envs
         if key in envs:
-            env, n = envs[key]
-            envs[key] = (env, n + 1)
-            return env
+            env, main, n = envs[key]
+            envs[key] = (env, main, n + 1)
+            return env, main
         if not create and not (path / "data.mdb").exists():
             raise FileNotFoundError(path / "data.mdb")
         try:
-            env = lmdb.open(str(path), subdir=True, create=create, max_dbs=4,
+            env = lmdb.open(str(path), subdir=True, create=create, max_dbs=0,
                             map_size=MAP_SIZE, sync=False, metasync=False,
                             readahead=False, max_readers=256)
         except lmdb.Error as exc:
             raise IndexCorrupt(f"cannot open LMDB environment {path}: {exc}") from exc
-        envs[key] = (env, 1)
-        return env
+        try:
+            main = env.open_db(None)  # the main database: a read-only transaction
+        except lmdb.Error as exc:
+            env.close()
+            raise IndexCorrupt(f"cannot open LMDB environment {path}: {exc}") from exc
+        envs[key] = (env, main, 1)
+        return env, main
 
 
 def release_env(path: Path, env: lmdb.Environment) -> None:
@@ -142,8 +174,8 @@ def release_env(path: Path, env: lmdb.Environment) -> None:
         if held is None or held[0] is not env:
             env.close()
             return
-        if held[1] > 1:
-            envs[key] = (env, held[1] - 1)
+        if held[2] > 1:
+            envs[key] = (env, held[1], held[2] - 1)
             return
         del envs[key]
         env.close()
@@ -152,15 +184,18 @@ def release_env(path: Path, env: lmdb.Environment) -> None:
 class LogIndex:
     """The LMDB index and metadata of one log.
 
-    Layout of the environment (directory ``index/`` of the log, three named databases):
+    Layout of the environment (directory ``index/`` of the log): one database, LMDB's
+    main one, holding three keyspaces under a one-byte prefix (no named databases:
+    see the comment above ``_P_META``):
 
-    ``seq``   key: ``last_seq`` of a DATA record as 8 bytes big-endian offset binary
-              (``v + 2**63``, so keys sort like the signed values); value: ENTRY.
-    ``ts``    key: (``last_ts``, ``last_seq``) in the same encoding (16 bytes); value: ENTRY.
-              ``set_range`` on either answers "the first record ending at or after x".
-    ``meta``  ``format`` (uint32), ``committed`` (COMMITTED), ``schema`` (IPC schema
-              message), ``token`` (the last commit token; absent = None), ``sealed``
-              (present = sealed), ``trimmed`` (int64 last seq dropped by trim).
+    ``s`` + key  key: ``last_seq`` of a DATA record as 8 bytes big-endian offset binary
+                 (``v + 2**63``, so keys sort like the signed values); value: ENTRY.
+    ``t`` + key  key: (``last_ts``, ``last_seq``) in the same encoding (16 bytes);
+                 value: ENTRY. ``set_range`` on either answers "the first record ending
+                 at or after x".
+    ``m`` + name ``format`` (uint32), ``committed`` (COMMITTED), ``schema`` (IPC schema
+                 message), ``token`` (the last commit token; absent = None), ``sealed``
+                 (present = sealed), ``trimmed`` (int64 last seq dropped by trim).
 
     ENTRY (little-endian, 52 bytes): segment base int64, frame offset uint64, frame size
     uint32, first_seq, last_seq, first_ts, last_ts int64, rows uint32.
@@ -181,22 +216,25 @@ class LogIndex:
     LMDB forbids opening one environment twice in a process, so environments are shared
     per path with a reference count (:func:`acquire_env` / :func:`release_env`).
 
-    Thread safety: LMDB transactions are per call; one writer at a time (the log's
-    writer lock guarantees that across processes).
+    Thread safety: every method runs its own transaction, begun and ended inside the
+    call (a ``with`` block: an exception aborts it). Reads are read-only transactions
+    and never take LMDB's writer mutex, so no reader can block a writer; writes wait
+    for that mutex with the GIL released. One writer at a time (the log's writer lock
+    guarantees that across processes).
     """
 
     def __init__(self, path: Path, *, create: bool) -> None:
         self.path = path
         if create:
             path.mkdir(parents=True, exist_ok=True)
-        self.env = acquire_env(path, create=create)
+        self.env, self._main = acquire_env(path, create=create)
         try:
-            self._seq = self.env.open_db(b"seq", create=create)
-            self._ts = self.env.open_db(b"ts", create=create)
-            self._meta = self.env.open_db(b"meta", create=create)
-            with self.env.begin(db=self._meta) as txn:
-                fmt = txn.get(b"format")
-                raw = txn.get(b"committed")
+            with self.env.begin() as txn:
+                fmt = txn.get(_meta_key(b"format"))
+                raw = txn.get(_meta_key(b"committed"))
+                alien = fmt is None and _has_foreign_keys(txn)
+            if alien:  # an index of an older layout (named databases): not ours to edit
+                raise IndexCorrupt(f"{path}: index of an older layout")
             #: a new (or half-built) environment: no ``format`` key until :meth:`reset`
             #: has stored a complete index, so readers never trust it before that
             self.fresh = fmt is None
@@ -234,20 +272,16 @@ class LogIndex:
             return self._snapshot(txn)
 
     def _snapshot(self, txn: Any) -> Snapshot:
-        meta = self._meta
-        raw = txn.get(b"committed", db=meta)
+        raw = txn.get(_meta_key(b"committed"))
         committed = Committed.decode(raw) if raw is not None else EMPTY
-        first_seq = None
-        with txn.cursor(db=self._seq) as cur:
-            if cur.first():
-                first_seq = Entry.decode(cur.value()).first_seq
-        trimmed_raw = txn.get(b"trimmed", db=meta)
+        first = _first(txn, _P_SEQ, _P_SEQ)
+        trimmed_raw = txn.get(_meta_key(b"trimmed"))
         return Snapshot(
             committed=committed,
-            first_seq=first_seq,
-            schema=txn.get(b"schema", db=meta),
-            token=txn.get(b"token", db=meta),
-            sealed=txn.get(b"sealed", db=meta) is not None,
+            first_seq=first.first_seq if first is not None else None,
+            schema=txn.get(_meta_key(b"schema")),
+            token=txn.get(_meta_key(b"token")),
+            sealed=txn.get(_meta_key(b"sealed")) is not None,
             trimmed=_I64.unpack(trimmed_raw)[0] if trimmed_raw is not None else None,
         )
 
@@ -258,32 +292,36 @@ class LogIndex:
         with self._begin() as txn:
             snap = self._snapshot(txn)
             if after_seq is not None:
-                db, key = self._seq, key_i64(after_seq + 1) if after_seq < (1 << 63) - 1 else None
-            elif at_seq is not None:
-                db, key = self._seq, key_i64(at_seq)
-            elif from_ts is not None:
-                db, key = self._ts, key_ts_seq(from_ts, -(1 << 63))
-            else:
-                db, key = self._seq, b""
-            if key is None:
-                return snap, None
-            with txn.cursor(db=db) as cur:
-                if not cur.set_range(key):
+                if after_seq >= (1 << 63) - 1:
                     return snap, None
-                return snap, Entry.decode(cur.value())
+                return snap, _first(txn, _seq_key(after_seq + 1), _P_SEQ)
+            if at_seq is not None:
+                return snap, _first(txn, _seq_key(at_seq), _P_SEQ)
+            if from_ts is not None:
+                return snap, _first(txn, _ts_key(from_ts, -(1 << 63)), _P_TS)
+            return snap, _first(txn, _P_SEQ, _P_SEQ)
 
     def last_entry(self) -> Entry | None:
-        with self.env.begin(db=self._seq) as txn, txn.cursor() as cur:
-            return Entry.decode(cur.value()) if cur.last() else None
+        with self._begin() as txn, txn.cursor() as cur:
+            found = cur.prev() if cur.set_range(_P_TS) else cur.last()
+            if not found or not bytes(cur.key()).startswith(_P_SEQ):
+                return None
+            return Entry.decode(cur.value())
 
     def entries(self) -> Iterator[Entry]:
-        with self.env.begin(db=self._seq) as txn, txn.cursor() as cur:
-            for _, v in cur:
-                yield Entry.decode(v)
+        with self._begin() as txn:
+            yield from _scan(txn, _P_SEQ, _P_SEQ)
 
     def ts_keys(self) -> list[bytes]:
-        with self.env.begin(db=self._ts) as txn, txn.cursor() as cur:
-            return [bytes(k) for k in cur.iternext(keys=True, values=False)]
+        """The keys of the ``ts`` keyspace, without their prefix."""
+        with self._begin() as txn, txn.cursor() as cur:
+            keys = []
+            if cur.set_range(_P_TS):
+                for k in cur.iternext(keys=True, values=False):
+                    if not bytes(k).startswith(_P_TS):
+                        break
+                    keys.append(bytes(k)[1:])
+            return keys
 
     # -- writes -----------------------------------------------------------------
 
@@ -293,61 +331,35 @@ class LogIndex:
         """Add index entries and move the committed end, in one transaction."""
         while True:
             try:
-                self._commit(entries, committed, schema, token, sealed)
+                with self.env.begin(write=True) as txn:
+                    _put(txn, entries, committed, schema, token, sealed)
                 return
             except lmdb.MapFullError:
                 self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
-    def _commit(self, entries: list[Entry], committed: Committed, schema: bytes | None,
-                token: bytes | None, sealed: bool) -> None:
-        with self.env.begin(write=True) as txn:
-            self._put(txn, entries, committed, schema, token, sealed)
-
-    def _put(self, txn: Any, entries: list[Entry], committed: Committed, schema: bytes | None,
-             token: bytes | None, sealed: bool) -> None:
-        for e in entries:
-            v = e.encode()
-            txn.put(key_i64(e.last_seq), v, db=self._seq)
-            txn.put(key_ts_seq(e.last_ts, e.last_seq), v, db=self._ts)
-        meta = self._meta
-        txn.put(b"committed", committed.encode(), db=meta)
-        if schema is not None:
-            txn.put(b"schema", schema, db=meta)
-        if token is not None:
-            txn.put(b"token", token, db=meta)
-        if sealed:
-            txn.put(b"sealed", b"\x01", db=meta)
-
     def drop_after(self, last_seq: int | None) -> int:
         """Delete entries of records ending after ``last_seq`` (all if None)."""
-        n = 0
         with self.env.begin(write=True) as txn:
-            with txn.cursor(db=self._seq) as cur:
-                start = key_i64(last_seq + 1) if last_seq is not None else b""
-                victims = []
-                if cur.set_range(start):
-                    victims = [Entry.decode(v) for _, v in cur]
+            start = _seq_key(last_seq + 1) if last_seq is not None else _P_SEQ
+            victims = list(_scan(txn, start, _P_SEQ))
             for e in victims:
-                txn.delete(key_i64(e.last_seq), db=self._seq)
-                txn.delete(key_ts_seq(e.last_ts, e.last_seq), db=self._ts)
-                n += 1
-        return n
+                txn.delete(_seq_key(e.last_seq))
+                txn.delete(_ts_key(e.last_ts, e.last_seq))
+        return len(victims)
 
     def drop_before(self, seq: int) -> int:
         """Delete entries of records ending before ``seq``; record the trimmed seq."""
         with self.env.begin(write=True) as txn:
-            with txn.cursor(db=self._seq) as cur:
-                victims = []
-                for _, v in cur:
-                    e = Entry.decode(v)
-                    if e.last_seq >= seq:
-                        break
-                    victims.append(e)
+            victims = []
+            for e in _scan(txn, _P_SEQ, _P_SEQ):
+                if e.last_seq >= seq:
+                    break
+                victims.append(e)
             for e in victims:
-                txn.delete(key_i64(e.last_seq), db=self._seq)
-                txn.delete(key_ts_seq(e.last_ts, e.last_seq), db=self._ts)
+                txn.delete(_seq_key(e.last_seq))
+                txn.delete(_ts_key(e.last_ts, e.last_seq))
             if victims:
-                txn.put(b"trimmed", _I64.pack(victims[-1].last_seq), db=self._meta)
+                txn.put(_meta_key(b"trimmed"), _I64.pack(victims[-1].last_seq))
         return len(victims)
 
     def reset(self, entries: list[Entry], committed: Committed, *, schema: bytes | None,
@@ -357,13 +369,11 @@ class LogIndex:
         while True:
             try:
                 with self.env.begin(write=True) as txn:
-                    txn.drop(self._seq, delete=False)
-                    txn.drop(self._ts, delete=False)
-                    txn.drop(self._meta, delete=False)
-                    self._put(txn, entries, committed, schema, token, sealed)
+                    txn.drop(self._main, delete=False)
+                    _put(txn, entries, committed, schema, token, sealed)
                     if trimmed is not None:
-                        txn.put(b"trimmed", _I64.pack(trimmed), db=self._meta)
-                    txn.put(b"format", _U32.pack(FORMAT), db=self._meta)
+                        txn.put(_meta_key(b"trimmed"), _I64.pack(trimmed))
+                    txn.put(_meta_key(b"format"), _U32.pack(FORMAT))
                 self.fresh = False
                 return
             except lmdb.MapFullError:
@@ -371,3 +381,43 @@ class LogIndex:
 
     def sync(self) -> None:
         self.env.sync(True)
+
+
+def _first(txn: Any, start: bytes, prefix: bytes) -> Entry | None:
+    """The first entry at or after key ``start`` whose key has ``prefix``."""
+    with txn.cursor() as cur:
+        if not cur.set_range(start) or not bytes(cur.key()).startswith(prefix):
+            return None
+        return Entry.decode(cur.value())
+
+
+def _scan(txn: Any, start: bytes, prefix: bytes) -> Iterator[Entry]:
+    """The entries from key ``start`` on, while their key has ``prefix``."""
+    with txn.cursor() as cur:
+        if not cur.set_range(start):
+            return
+        for k, v in cur:
+            if not bytes(k).startswith(prefix):
+                return
+            yield Entry.decode(v)
+
+
+def _put(txn: Any, entries: list[Entry], committed: Committed, schema: bytes | None,
+         token: bytes | None, sealed: bool) -> None:
+    for e in entries:
+        v = e.encode()
+        txn.put(_seq_key(e.last_seq), v)
+        txn.put(_ts_key(e.last_ts, e.last_seq), v)
+    txn.put(_meta_key(b"committed"), committed.encode())
+    if schema is not None:
+        txn.put(_meta_key(b"schema"), schema)
+    if token is not None:
+        txn.put(_meta_key(b"token"), token)
+    if sealed:
+        txn.put(_meta_key(b"sealed"), b"\x01")
+
+
+def _has_foreign_keys(txn: Any) -> bool:
+    """Whether the main database holds the named databases of index format 1."""
+    with txn.cursor() as cur:
+        return any(cur.set_key(name) for name in (b"meta", b"seq", b"ts"))
