@@ -28,7 +28,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from cec.errors import CecError, UsageError
+from cec.errors import CecError, SpecError, UsageError
 from cec.pipeline.ingest import (
     IngestProgress,
     check_filter,
@@ -39,6 +39,7 @@ from cec.pipeline.layout import RunLayout, RunSettings, settings_for
 from cec.pipeline.progress import ProgressView
 from cec.pipeline.session import build_session
 from cec.pipeline.task import run_partition
+from cec.pipeline.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
 from cec.sources import SourcePlan, plan_source
 from cec.spec import PipelineSpec, load_spec
 
@@ -93,7 +94,10 @@ def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
                     shared.operator_error = exc
                     return
                 # e.g. a dying worker of a killed run still holds a log's writer lock
-                time.sleep(min(2.0 ** shared.resubmits, 10.0))
+                delay = min(2.0 ** shared.resubmits, 10.0)
+                say(f"operator job failed ({_spark_error(exc)}); resubmitting in "
+                    f"{delay:.0f} s ({shared.resubmits}/{MAX_RESUBMITS})")
+                time.sleep(delay)
     finally:
         shared.operators_done.set()
 
@@ -117,7 +121,10 @@ def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSetting
                 if tries > MAX_RESUBMITS:
                     shared.ingest_error = exc
                     return
-                time.sleep(min(2.0 ** tries, 10.0))
+                delay = min(2.0 ** tries, 10.0)
+                say(f"ingest job failed ({_spark_error(exc)}); retrying in {delay:.0f} s "
+                    f"({tries}/{MAX_RESUBMITS})")
+                time.sleep(delay)
     finally:
         shared.ingest_done.set()
         if shared.ingest_error is not None:
@@ -139,10 +146,41 @@ def _spark_error(exc: BaseException) -> str:
     return (lines[-1] if lines else repr(exc))[:500]
 
 
+def _fingerprint(layout: RunLayout, partitions: int, ingest: IngestProgress
+                 ) -> tuple[object, ...]:
+    """What moves while a run makes progress: ingest counters and task counters."""
+    tasks = []
+    for p in range(partitions):
+        st = layout.read_state(p)
+        tasks.append((st.get("pid"), st.get("in_tuples"), st.get("out_rows"),
+                      st.get("done"), st.get("recovered") is not None))
+    return (ingest.chunks_done, ingest.source_rows, ingest.sealed, tuple(tasks))
+
+
+def _waiting_on(spec: PipelineSpec, layout: RunLayout, partitions: int,
+                shared: _Shared) -> str:
+    """A phrase for what a run that makes no progress is waiting on."""
+    missing = [p for p in range(partitions) if not layout.read_state(p)]
+    if missing:
+        return (f"the operator tasks of partitions {missing} to start (a run needs "
+                f"{partitions} + 1 free Spark task slots; is the cluster full?)")
+    if not shared.ingest.sealed and not shared.ingest_done.is_set():
+        if spec.source.kind == "stream-dir":
+            return f"new files in the stream folder {spec.source.path}"
+        total = shared.ingest.chunks_total
+        of = "" if total is None else f"/{total}"
+        return f"the ingest (the Spark job of chunk {shared.ingest.chunks_done + 1}{of})"
+    return "the operator tasks to consume their upstream logs"
+
+
 def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
             layout: RunLayout, *, plan: SourcePlan | None = None,
-            progress: bool = True) -> dict[str, Any]:
-    """Run ingest and operators of the run in ``layout`` to the end (or a stop)."""
+            progress: bool = True, stall_s: float = DEFAULT_STALL_S) -> dict[str, Any]:
+    """Run ingest and operators of the run in ``layout`` to the end (or a stop).
+
+    When nothing moves for ``stall_s`` seconds it says on stderr what it waits on and
+    leaves every thread's stack in ``RUN/watchdog/`` (:class:`Watchdog`).
+    """
     partitions = spec.run.partitions
     if layout.stop_file.exists():
         layout.stop_file.unlink()
@@ -166,11 +204,22 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     if in_main:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with view:
+        with view, Watchdog(layout.root, stall_s) as dog:
+            seen = _fingerprint(layout, partitions, shared.ingest)
+            told = False
             while not shared.operators_done.wait(0.5):
                 view.refresh()
                 if shared.ingest_done.is_set() and shared.ingest_error is not None:
                     break
+                now = _fingerprint(layout, partitions, shared.ingest)
+                if now != seen:
+                    seen, told = now, False
+                    dog.progress()
+                elif not told and dog.stalled() >= stall_s:
+                    told = True
+                    say(f"no progress for {dog.stalled():.0f} s: waiting for "
+                        f"{_waiting_on(spec, layout, partitions, shared)}; every thread's "
+                        f"stack is in {dog.evidence}")
             view.refresh()
     except KeyboardInterrupt:
         interrupted = True
@@ -235,7 +284,9 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
 
 def _session(spec: PipelineSpec) -> tuple[SparkSession, bool]:
     existed = SparkSession.getActiveSession() is not None
-    spark = build_session(spec.run.effective_master, spec.run.partitions)
+    master = spec.run.effective_master
+    spark = announce_wait(f"Spark to start (master {master})",
+                          lambda: build_session(master, spec.run.partitions))
     return spark, not existed
 
 
@@ -262,17 +313,33 @@ def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
     if spec.source.kind == "stream-dir" and not plan.columns.names:
         raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
                          "first file fixes the column types")
+    settings = settings_for(spec, plan.columns, max_tuples)
+    # run.toml before Spark starts (5-20 s): a run killed at any moment after this
+    # line is resumed by `cec recover`, not left as a directory no command accepts
+    created = not root.exists()
+    layout.write_run_file(spec, settings)
     spark, owned = _session(spec)
     try:
-        check_filter(spark, spec, plan)
-        settings = settings_for(spec, plan.columns, max_tuples)
-        layout.write_run_file(spec, settings)
+        try:
+            check_filter(spark, spec, plan)
+        except SpecError:
+            _unmake(layout, created)  # nothing but run.toml was written: take it back
+            raise
         return execute(spark, spec, settings, layout,
                        plan=None if spec.source.kind == "stream-dir" else plan,
                        progress=progress)
     finally:
         if owned:
             spark.stop()
+
+
+def _unmake(layout: RunLayout, created: bool) -> None:
+    """Remove the run files of a run that never started (a bad ``[filter]``)."""
+    with contextlib.suppress(OSError):
+        layout.run_file.unlink()
+        (layout.root / "state").rmdir()
+        if created:
+            layout.root.rmdir()
 
 
 def resume_run(root: Path | str, *, progress: bool = True) -> dict[str, Any]:

@@ -9,10 +9,12 @@
       state/p0000.json   the operator task's live counters (progress display only)
       STOP               present while a clean stop is requested (Ctrl-C)
 
-``run.toml`` is written once, atomically, before any log; recovery reads nothing
-else. The ``[cec]`` table holds what the spec does not: ``max_tuples`` (the source is
-cut after that many rows, so a resumed run ends where the original would have), and
-the source's column types (so a resumed ``stream-dir`` ingest types its rows the same).
+``run.toml`` is written once, atomically and exclusively (a hard link: of two drivers
+racing for one directory exactly one wins), before Spark starts and before any log;
+recovery reads nothing else. The ``[cec]`` table holds what the spec does not:
+``max_tuples`` (the source is cut after that many rows, so a resumed run ends where
+the original would have), and the source's column types (so a resumed
+``stream-dir`` ingest types its rows the same).
 The ``state/`` files are advisory JSON written by the tasks with an atomic rename;
 nothing depends on them for correctness.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +32,7 @@ from typing import Any
 from cec.errors import UsageError
 from cec.sources import ColumnTypes
 from cec.spec import PipelineSpec, dump_spec, parse_stored_spec
+from storage_log.segment import fsync_dir
 
 RUN_FILE = "run.toml"
 FORMAT_VERSION = 1
@@ -84,11 +88,19 @@ class RunLayout:
         }}
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "state").mkdir(exist_ok=True)
-        tmp = self.root / (RUN_FILE + ".tmp")
+        tmp = self.root / f"{RUN_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
         tmp.write_text(dump_spec(spec, extra), encoding="utf-8")
         with tmp.open("rb") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp, self.run_file)
+        try:  # link, not rename: of two drivers racing for one directory, one wins
+            os.link(tmp, self.run_file)
+        except FileExistsError:
+            raise UsageError(f"{self.root}: already holds a run (another `cec run` "
+                             "started it first); resume it with 'cec recover --from-log "
+                             f"{self.root}' or choose another --log-dir") from None
+        finally:
+            tmp.unlink()
+        fsync_dir(self.root)
 
     def read_run_file(self) -> tuple[PipelineSpec, RunSettings]:
         if not self.run_file.exists():

@@ -4,6 +4,10 @@ Per partition: input position and tuples/s, open windows ``N``, extent ``q`` and
 length ``u``, ``G_check``/s, results. Positions come from the upstream logs' committed
 ``last_seq`` (a reader per refresh) and from the tasks' ``state/pNNNN.json`` counters;
 rates are differences between refreshes.
+
+On a terminal the table is redrawn in place (rich ``Live``). Anywhere else (a pipe, a
+log file, CI) a live table would print nothing until the end, so the view prints one
+plain line every :data:`PLAIN_EVERY_S` seconds instead.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from rich.table import Table
 from cec.pipeline.ingest import IngestProgress
 from cec.pipeline.layout import RunLayout
 from storage_log.log import StreamLog
+
+PLAIN_EVERY_S = 10.0
 
 
 def upstream_position(layout: RunLayout, p: int) -> int | None:
@@ -53,9 +59,11 @@ class ProgressView:
         self.started = time.monotonic()
         self.prev: dict[int, tuple[float, int, int]] = {}
         self.notes: list[str] = []
+        self.plain = enabled and not self.console.is_terminal
+        self.last_plain = self.started
 
     def __enter__(self) -> ProgressView:
-        if self.enabled:
+        if self.enabled and not self.plain:
             self.live = Live(self.render(), console=self.console, refresh_per_second=2,
                              transient=False)
             self.live.__enter__()
@@ -67,14 +75,36 @@ class ProgressView:
             self.live.update(self.render())
             self.live.__exit__(et, ev, tb)
             self.live = None
+        elif self.plain:
+            self._plain_line()
 
     def note(self, text: str) -> None:
         self.notes.append(text)
+        if self.plain:
+            self.console.print(f"cec: {text}", highlight=False, soft_wrap=True)
         self.refresh()
 
     def refresh(self) -> None:
         if self.live is not None:
             self.live.update(self.render())
+        elif self.plain and time.monotonic() - self.last_plain >= PLAIN_EVERY_S:
+            self._plain_line()
+
+    def _plain_line(self) -> None:
+        """One line for a pipe: elapsed, ingest, and the partitions' totals."""
+        self.last_plain = time.monotonic()
+        ing = self.ingest
+        total = f"/{ing.chunks_total}" if ing.chunks_total is not None else ""
+        states = [self.layout.read_state(p) for p in range(self.partitions)]
+        done = sum(1 for st in states if st.get("done"))
+        running = sum(1 for st in states if st and not st.get("done"))
+        tuples = sum(int(st.get("in_tuples", 0)) for st in states)
+        results = sum(int(st.get("r", 0)) for st in states)
+        self.console.print(
+            f"cec: {self.last_plain - self.started:.0f} s  ingest chunk {ing.chunks_done}"
+            f"{total}, {ing.source_rows} source rows{', sealed' if ing.sealed else ''}  "
+            f"partitions: {running} running, {done} done of {self.partitions}  "
+            f"tuples {tuples}  results {results}", highlight=False, soft_wrap=True)
 
     def render(self) -> Table:
         elapsed = time.monotonic() - self.started
