@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from storage_log.frame import OVERHEAD
+from storage_log.cache import index_path
 from storage_log.log import StreamLog
 
 PAYLOAD = 68
@@ -129,7 +130,7 @@ def sizes(path: Path, records: int, batches: list[pa.RecordBatch]) -> dict[str, 
     from storage_log.index import LogIndex
 
     disk = sum(p.stat().st_size for p in path.glob("*.seg"))
-    idx = LogIndex(path / "index", create=False)
+    idx = LogIndex(index_path(path), create=False)
     try:
         entries = list(idx.entries())
     finally:

@@ -15,7 +15,7 @@ from typing import Literal
 
 from storage_log.frame import FLAG_COMMIT, FrameCodec, Kind, PendingFrame
 from storage_log.index import Committed, Entry
-from storage_log.segment import fsync_dir, segment_path
+from storage_log.segment import fsync_dir, make_sid, segment_path, sid_epoch
 
 FsyncMode = Literal["always", "interval", "never"]
 FLUSH_BYTES = 8 << 20  # write appended frames to the file beyond this much
@@ -47,7 +47,8 @@ class SegmentAppender:
         self.fsync = fsync
         self.fsync_interval = fsync_interval
         self.segments: list[int] = []
-        self.active = -1  # base of the segment appended to; -1: none yet
+        self.epoch = -1  # the writer's epoch, the only one whose segments it writes
+        self.active = -1  # id of the segment appended to; -1: none yet
         self.size = 0  # bytes in the active segment file
         self.has_schema = False  # the active segment holds a SCHEMA frame
         self.pending: list[PendingFrame] = []
@@ -60,15 +61,10 @@ class SegmentAppender:
         self._dir_dirty = False
         self._last_sync = time.monotonic()
 
-    def open_active(self, segments: list[int], has_schema: bool) -> None:
-        """Continue the newest of ``segments`` (after reconcile)."""
+    def open_active(self, segments: list[int]) -> None:
+        """Take over the log's valid ``segments`` (after reconcile). Nothing is
+        appended to them: the first write starts a segment of the writer's epoch."""
         self.segments = list(segments)
-        if segments:
-            self.active = segments[-1]
-            self._fd = os.open(segment_path(self.directory, self.active),
-                               os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
-            self.size = os.lseek(self._fd, 0, os.SEEK_END)
-            self.has_schema = has_schema
 
     def close(self) -> None:
         for fd in [*self._dirty, self._fd]:
@@ -87,7 +83,7 @@ class SegmentAppender:
             self.flush(commit=False, keep_last=True)
 
     def new_segment(self, base: int) -> None:
-        """Start segment ``base`` (writing what is pending to the current one first)."""
+        """Start segment ``base`` of our epoch (writing what is pending first)."""
         if self._fd >= 0:
             self.flush(commit=False)
             if self.fsync == "never":
@@ -95,12 +91,13 @@ class SegmentAppender:
             else:
                 self._dirty.append(self._fd)
             self._fd = -1
-        path = segment_path(self.directory, base)
+        sid = make_sid(base, self.epoch)
+        path = segment_path(self.directory, sid)
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
                            | getattr(os, "O_CLOEXEC", 0), 0o644)
-        self.active, self.size = base, 0
+        self.active, self.size = sid, 0
         self.has_schema = False
-        self.segments.append(base)
+        self.segments.append(sid)
         self._dir_dirty = True
 
     def flush(self, *, commit: bool, keep_last: bool = False) -> None:
@@ -167,11 +164,12 @@ class SegmentAppender:
         if not self.written and self.size == committed.end and self.active == committed.segment:
             return
         self.written = []
-        keep = committed.segment
-        for s in [s for s in self.segments if s > keep]:
+        keep = committed.segment  # only our own epoch's files are ours to cut
+        mine = self.epoch
+        for s in [s for s in self.segments if s > keep and sid_epoch(s) == mine]:
             segment_path(self.directory, s).unlink(missing_ok=True)
-        self.segments = [s for s in self.segments if s <= keep]
-        if keep >= 0:
+        self.segments = [s for s in self.segments if s <= keep or sid_epoch(s) != mine]
+        if keep >= 0 and sid_epoch(keep) == mine:
             os.truncate(segment_path(self.directory, keep), committed.end)
 
     def drop_segments(self, victims: list[int]) -> None:

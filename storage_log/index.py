@@ -12,13 +12,15 @@ from typing import Any, NamedTuple
 
 import lmdb
 
-FORMAT = 2  # 1: three named databases (see _P_META for why they went)
+FORMAT = 3  # 1: three named databases (see _P_META for why they went); 2: no epochs
 MAP_SIZE = 1 << 30  # initial map; doubled when full (about 5 M records per GiB)
 
 _KEY = struct.Struct(">Q")
 _KEY2 = struct.Struct(">QQ")
-ENTRY = struct.Struct("<qQIqqqqI")
-COMMITTED = struct.Struct("<qQqqQB")
+ENTRY = struct.Struct("<qQIqqqqII")
+COMMITTED = struct.Struct("<qQqqQBI")
+_EPOCH_BITS = 24  # storage_log.segment.EPOCH_BITS (segment ids: base << 24 | epoch)
+_EPOCH_MASK = (1 << _EPOCH_BITS) - 1
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 _BIAS = 1 << 63
@@ -32,8 +34,16 @@ def key_ts_seq(ts: int, seq: int) -> bytes:
     return _KEY2.pack(ts + _BIAS, seq + _BIAS)
 
 
+def _split(sid: int) -> tuple[int, int]:
+    return (-1, 0) if sid < 0 else (sid >> _EPOCH_BITS, sid & _EPOCH_MASK)
+
+
+def _join(base: int, epoch: int) -> int:
+    return -1 if base < 0 else (base << _EPOCH_BITS) | epoch
+
+
 class Entry(NamedTuple):
-    """Where one committed record lives."""
+    """Where one committed record lives (``segment``: the segment id)."""
 
     segment: int
     offset: int
@@ -45,11 +55,13 @@ class Entry(NamedTuple):
     rows: int
 
     def encode(self) -> bytes:
-        return ENTRY.pack(*self)
+        base, epoch = _split(self.segment)
+        return ENTRY.pack(base, *self[1:], epoch)
 
     @classmethod
     def decode(cls, data: bytes) -> Entry:
-        return cls(*ENTRY.unpack(data))
+        base, *rest, epoch = ENTRY.unpack(data)
+        return cls(_join(base, epoch), *rest)
 
 
 @dataclass(frozen=True)
@@ -64,16 +76,23 @@ class Committed:
 
     def encode(self) -> bytes:
         has = self.last_seq is not None
-        return COMMITTED.pack(self.segment, self.end, self.last_seq if has else -1,
+        base, epoch = _split(self.segment)
+        return COMMITTED.pack(base, self.end, self.last_seq if has else -1,
                               self.last_ts if self.last_ts is not None else 0,
-                              self.records, 1 if has else 0)
+                              self.records, 1 if has else 0, epoch)
 
     @classmethod
     def decode(cls, data: bytes) -> Committed:
-        seg, end, last_seq, last_ts, records, has = COMMITTED.unpack(data)
+        base, end, last_seq, last_ts, records, has, epoch = COMMITTED.unpack(data)
+        seg = _join(base, epoch)
         if not has:
             return cls(seg, end, None, None, records)
         return cls(seg, end, last_seq, last_ts, records)
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """(segment id, end): commit points compare in chain order."""
+        return (self.segment, self.end)
 
 
 EMPTY = Committed(-1, 0, None, None, 0)
@@ -197,11 +216,17 @@ class LogIndex:
                  message), ``token`` (the last commit token; absent = None), ``sealed``
                  (present = sealed), ``trimmed`` (int64 last seq dropped by trim).
 
-    ENTRY (little-endian, 52 bytes): segment base int64, frame offset uint64, frame size
-    uint32, first_seq, last_seq, first_ts, last_ts int64, rows uint32.
+    ENTRY (little-endian, 56 bytes): segment base int64, frame offset uint64, frame size
+    uint32, first_seq, last_seq, first_ts, last_ts int64, rows uint32, segment epoch
+    uint32.
 
-    COMMITTED (little-endian, 41 bytes): segment base int64, end offset uint64, last_seq
-    int64, last_ts int64, records uint64, has_data uint8 — the committed end of the log.
+    COMMITTED (little-endian, 45 bytes): segment base int64, end offset uint64, last_seq
+    int64, last_ts int64, records uint64, has_data uint8, segment epoch uint32 — the
+    committed end of the log.
+
+    The environment lives in a directory of the host's own cache, not beside the
+    segments (LMDB must not live on a shared file system): see
+    :func:`storage_log.log.index_path`.
 
     Only committed DATA records are indexed, and the index, the committed end and the
     token change together in one write transaction after the segments are durable, so

@@ -1,14 +1,19 @@
 """StreamLog: the persistent, checksummed, LMDB-indexed stream log of one stream.
 
-A log is a directory::
+A log is a directory (which may be on a shared file system: NFS, Lustre, a FUSE
+mount)::
 
     LOG/
-      00000000000000000000.seg   segment files of frames (storage_log.segment,
-      00000000000000052311.seg   byte layout in storage_log.frame.FrameCodec)
-      index/                     LMDB environment (storage_log.index.LogIndex)
-      lock                       the writer lock; holds the writer's pid
-      TRIMMED                    after a trim: "trimmed <last dropped seq>", written
-                                 durably before the segments are deleted
+      log.id                              the log's identity (storage_log.cache)
+      epochs/00000001                     writer epochs and their fences (storage_log.epoch)
+      00000000000000000000-00000001.seg   segment files of frames (storage_log.segment,
+      00000000000000052311-00000001.seg   byte layout in storage_log.frame.FrameCodec)
+      lock                                the writer lock on one host; holds the pid
+      TRIMMED                             after a trim: "trimmed <last dropped seq>",
+                                          written durably before segments are deleted
+
+and each host keeps its LMDB index of the log (storage_log.index.LogIndex) in its own
+cache directory, ``<index root>/<log id>/`` (:func:`storage_log.cache.index_path`).
 
 Invariants: ``seq`` strictly increases and ``ts`` never decreases along the log,
 within and across records; all records have one schema with int64 ``ts`` and
@@ -29,10 +34,17 @@ and a machine crash may lose the last interval), ``never`` (leave it to the OS).
 Thread safety: one thread per StreamLog object. Any number of reader objects (in
 this process or others) may read while one writer appends.
 
-Readers (``writable=False``) never modify anything. They use the ``index/``
-environment, which the writer creates and repairs; if it is missing or unusable a
-reader walks the segments into an in-memory index instead (:class:`ScanIndex`,
-slower to open, and it stops at the first invalid frame).
+Writers: one per log, fenced by epochs. ``flock`` on ``lock`` keeps a second writer
+out on one host; across hosts a writer takes a new epoch before its first write
+(:func:`storage_log.epoch.take_epoch`), writes only segments of its epoch, and its
+fence makes whatever an older writer (a zombie) writes afterwards invisible. A writer
+whose epoch was superseded fails its next commit with ``LogFencedError``.
+
+Readers (``writable=False``) never modify anything, never take a lock and never begin
+an LMDB write transaction. They use this host's index of the log if there is a usable
+one (read-only) and continue it by walking the segments (:class:`ScanIndex`), so they
+see every commit of the chain whoever wrote it, on this host or another; without a
+local index the first open walks the whole log (it stops at the first invalid frame).
 """
 
 from __future__ import annotations
@@ -49,6 +61,9 @@ import pyarrow as pa
 
 from cec.errors import UsageError
 from storage_log.appender import FsyncMode, SegmentAppender
+from storage_log.cache import ID_FILE, cache_name, ensure_log_id, index_path
+from storage_log.cache import index_root as cache_root
+from storage_log.epoch import LogFencedError, fenced_by, take_epoch
 from storage_log.errors import (
     LogClosedError,
     LogNotFoundError,
@@ -60,9 +75,9 @@ from storage_log.frame import FrameCodec, Kind, encode_schema
 from storage_log.index import Committed, Entry, IndexCorrupt, LogIndex, Snapshot
 from storage_log.lock import LOCK_NAME, WriterLock
 from storage_log.reader import RecordReader
-from storage_log.reconcile import INDEX_DIR, ReconcileReport, TailState, open_index, reconcile
+from storage_log.reconcile import ReconcileReport, TailState, open_index, reconcile
 from storage_log.scan import ScanIndex
-from storage_log.segment import fsync_dir, list_segments, write_trim_marker
+from storage_log.segment import fsync_dir, list_segments, sid_base, write_trim_marker
 
 _FSYNC_MODES = ("always", "interval", "never")
 
@@ -103,6 +118,7 @@ class StreamLog:
         self._records = 0
         self._token: bytes | None = None
         self._sealed = False
+        self._epoch: int | None = None  # taken before the first write
 
     # -- opening and closing ------------------------------------------------------
 
@@ -110,7 +126,8 @@ class StreamLog:
     def open(cls, path: str | os.PathLike[str], *, writable: bool = False,
              create: bool = False, fsync: str = "always", segment_bytes: int = 64 << 20,
              repair: bool = False, fsync_interval: float = 1.0,
-             compression_level: int = 1, threads: int | None = None) -> StreamLog:
+             compression_level: int = 1, threads: int | None = None,
+             index_root: str | os.PathLike[str] | None = None) -> StreamLog:
         """Open (``create``: create if absent) the log at ``path``.
 
         ``writable`` takes the writer lock (:class:`LogLockedError` names the holder's
@@ -122,7 +139,8 @@ class StreamLog:
         ``fsync="interval"``; ``compression_level`` (zstd, 1-3);
         ``threads``, worker threads that compress appended records in the
         background and decode records ahead of a reader (default: 2 if the machine
-        has 2 cores or more; 0 or 1: everything on the calling thread).
+        has 2 cores or more; 0 or 1: everything on the calling thread);
+        ``index_root``, this host's index cache (:func:`storage_log.cache.index_root`).
         """
         if threads is None:
             threads = 2 if (os.cpu_count() or 1) >= 2 else 0
@@ -139,22 +157,27 @@ class StreamLog:
             directory.mkdir(parents=True, exist_ok=True)
             fsync_dir(directory.parent)
         if not writable:
-            index: LogIndex | ScanIndex
-            try:
-                index = LogIndex(directory / INDEX_DIR, create=False)
-            except (FileNotFoundError, IndexCorrupt) as exc:
-                if not ((directory / INDEX_DIR).exists() or (directory / LOCK_NAME).exists()
-                        or list_segments(directory)):
-                    raise LogNotFoundError(f"{directory} is not a log (no index, lock or "
-                                           "segment files)") from exc
-                index = ScanIndex(directory)  # no usable index: walk the segments read-only
+            if not ((directory / ID_FILE).exists() or (directory / LOCK_NAME).exists()
+                    or list_segments(directory)):
+                raise LogNotFoundError(f"{directory} is not a log (no {ID_FILE}, lock or "
+                                       "segment files)")
+            base: LogIndex | None = None
+            local = index_path(directory, index_root)
+            if local is not None:
+                try:
+                    base = LogIndex(local, create=False)
+                except (FileNotFoundError, IndexCorrupt):
+                    base = None  # none on this host yet: walk the segments
+            index: LogIndex | ScanIndex = ScanIndex(directory, base)
             return cls(directory, index, lock=None, fsync="never",
                        segment_bytes=segment_bytes, fsync_interval=fsync_interval,
                        compression_level=compression_level, threads=threads)
         lock = WriterLock(directory)
         try:
             report = ReconcileReport()
-            index = open_index(directory, report, force_rebuild=repair)
+            ident = ensure_log_id(directory)
+            index = open_index(cache_root(index_root) / cache_name(directory, ident), report,
+                               force_rebuild=repair)
             try:
                 state = reconcile(directory, index, report, repair=repair)
             except BaseException:
@@ -177,7 +200,7 @@ class StreamLog:
         self._first_seq = state.first_seq
         self._last_seq, self._last_ts = state.committed.last_seq, state.committed.last_ts
         self._records = state.committed.records
-        self._appender.open_active(state.segments, state.active_has_schema)
+        self._appender.open_active(state.segments)
 
     def close(self) -> None:
         """Close the log. A writer drops what it appended but did not commit."""
@@ -284,6 +307,7 @@ class StreamLog:
         out = self._appender
         if out.active < 0 or (out.has_schema and
                               out.size + out.pending_bytes >= self._segment_bytes):
+            self._take_epoch()
             out.new_segment(first_seq)
         if not out.has_schema:
             assert self._schema_bytes is not None
@@ -323,13 +347,13 @@ class StreamLog:
             self._commit(None)
         segs = out.segments
         victims = [s for i, s in enumerate(segs[:-1])
-                   if segs[i + 1] <= before_seq and s < self._committed.segment]
+                   if sid_base(segs[i + 1]) <= before_seq and s < self._committed.segment]
         if not victims:
             return 0
         if self._token is not None:  # keep the latest token in a kept segment
             self._commit(self._token)
         index = self._writer_index()
-        dropped = index.drop_before(segs[len(victims)])
+        dropped = index.drop_before(sid_base(segs[len(victims)]))
         trimmed = index.snapshot().trimmed
         if trimmed is not None:  # durable before the segments go (the index is derived)
             write_trim_marker(self.path, trimmed)
@@ -353,11 +377,13 @@ class StreamLog:
         if seal:
             out.push(FrameCodec.encode_control(Kind.SEAL, b"", last_seq, last_ts))
         if out.active < 0:
-            out.new_segment(0)
+            self._take_epoch()
+            out.new_segment(self._last_seq + 1 if self._last_seq is not None else 0)
         out.flush(commit=True)
         index = self._writer_index()
         if out.sync() and out.fsync != "always":
             index.sync()
+        self._check_fence()
         committed = Committed(out.active, out.size, self._last_seq, self._last_ts,
                               self._records)
         try:
@@ -373,6 +399,29 @@ class StreamLog:
             self._token = bytes(token)
         if seal:
             self._sealed = True
+
+    def _take_epoch(self) -> None:
+        """Before the first write: a new epoch, fencing the log where we loaded it."""
+        if self._epoch is None:
+            self._epoch = take_epoch(self.path, self._committed)
+            self._appender.epoch = self._epoch
+
+    @property
+    def epoch(self) -> int | None:
+        """This writer's epoch (None until its first write, and for readers)."""
+        return self._epoch
+
+    def _check_fence(self) -> None:
+        """Fail if a newer writer took the log over (we are a zombie)."""
+        assert self._epoch is not None
+        newer = fenced_by(self.path, self._epoch)
+        if newer is not None:
+            exc = LogFencedError(
+                f"log {self.path}: this writer (epoch {self._epoch}, pid {os.getpid()}) was "
+                f"fenced by epoch {newer.epoch} (host {newer.host}, pid {newer.pid}): "
+                "another writer took the log over; nothing written after that is read")
+            self._appender.failed = exc
+            raise exc
 
     def _check_write(self, *, allow_sealed: bool = False) -> None:
         if self._index is None:

@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from storage_log.epoch import Chain, read_chain
 from storage_log.errors import LogTrimmedError
 from storage_log.frame import FrameCodec, FrameError, FrameInfo, Kind, decode_schema
 from storage_log.index import Committed, Entry, Snapshot
 from storage_log.reconcile import corrupt
-from storage_log.segment import SegmentReader, list_segments, segment_path
+from storage_log.segment import SegmentReader, segment_path
 
 READ_AHEAD = 4  # records decoded ahead of the consumer on the codec's worker threads
 #: backward reads decode records smaller than this (whole frame, compressed) on the
@@ -67,11 +68,12 @@ class RecordReader:
                 f"cannot read after seq {after_seq}")
         if entry is None or c.last_seq is None or schema is None or entry.last_seq > c.last_seq:
             return
-        segs = [s for s in list_segments(self.directory) if entry.segment <= s <= c.segment]
+        chain = read_chain(self.directory)
+        segs = [s for s in chain.segments if entry.segment <= s <= c.segment]
         if not segs or segs[0] != entry.segment:
             raise LogTrimmedError(f"log {self.directory}: segment {entry.segment} was trimmed")
         first = True
-        for decoded in self._decode(self._frames_forward(segs, entry, c), schema):
+        for decoded in self._decode(self._frames_forward(segs, entry, c, chain), schema):
             batch = decoded
             if first:
                 first = False
@@ -80,7 +82,8 @@ class RecordReader:
                     continue
             yield batch
 
-    def _frames_forward(self, segs: list[int], entry: Entry, c: Committed) -> Iterator[_Frame]:
+    def _frames_forward(self, segs: list[int], entry: Entry, c: Committed, chain: Chain
+                        ) -> Iterator[_Frame]:
         """The DATA frames from ``entry`` to the committed end ``c``."""
         for seg in segs:
             path = segment_path(self.directory, seg)
@@ -90,7 +93,7 @@ class RecordReader:
                 raise LogTrimmedError(
                     f"log {self.directory}: segment {path.name} was trimmed") from exc
             with reader:
-                end = c.end if seg == c.segment else reader.size()
+                end = c.end if seg == c.segment else chain.end(seg, reader.size())
                 start = entry.offset if seg == entry.segment else 0
                 try:
                     for buf, base, info in reader.forward(start, end):
@@ -114,8 +117,9 @@ class RecordReader:
             start = entry.offset + (entry.size if entry.first_seq < before_seq else 0)
         else:
             start_seg, start = c.segment, c.end
-        segs = [s for s in list_segments(self.directory) if s <= start_seg]
-        frames = self._frames_backward(segs, start_seg, start, chunk_bytes)
+        chain = read_chain(self.directory)
+        segs = [s for s in chain.segments if s <= start_seg]
+        frames = self._frames_backward(segs, start_seg, start, chunk_bytes, chain)
         for decoded in self._decode(frames, schema, inline_below=INLINE_BYTES):
             batch = decoded
             if before_seq is not None:
@@ -127,7 +131,7 @@ class RecordReader:
             yield batch
 
     def _frames_backward(self, segs: list[int], start_seg: int, start: int,
-                         chunk_bytes: int) -> Iterator[_Frame]:
+                         chunk_bytes: int, chain: Chain) -> Iterator[_Frame]:
         """The DATA frames ending at or before ``start`` in ``start_seg``, newest first."""
         for seg in reversed(segs):
             path = segment_path(self.directory, seg)
@@ -136,7 +140,7 @@ class RecordReader:
             except FileNotFoundError:
                 return  # trimmed under us: the log now starts later
             with reader:
-                end = start if seg == start_seg else reader.size()
+                end = start if seg == start_seg else chain.end(seg, reader.size())
                 try:
                     for buf, base, info in reader.backward(end, 0, chunk_bytes):
                         if info.kind == Kind.DATA:
@@ -203,10 +207,11 @@ class RecordReader:
         n = 0
         last_seq: int | None = None
         last_ts: int | None = None
-        for seg in [s for s in list_segments(self.directory) if s <= c.segment]:
+        chain = read_chain(self.directory)
+        for seg in [s for s in chain.segments if s <= c.segment]:
             path = segment_path(self.directory, seg)
             with SegmentReader(path) as reader:
-                end = c.end if seg == c.segment else reader.size()
+                end = c.end if seg == c.segment else chain.end(seg, reader.size())
                 try:
                     for buf, base, info in reader.forward(0, end):
                         if info.kind != Kind.DATA:

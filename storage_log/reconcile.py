@@ -5,6 +5,9 @@ flag is durable; everything after the last such frame was never visible to a rea
 (readers stop at the committed end kept in LMDB, which moves only after the
 segments are durable), so it is cut. The walk:
 
+0. Read the epoch chain (:mod:`storage_log.epoch`): only its segments, each up to its
+   fence, hold the log's data. An index whose committed end is not on the chain (a
+   newer writer took the log over since it was built) is rebuilt.
 1. Start at the committed end recorded in LMDB (or at byte 0 of the first segment
    when the index is missing, unusable, or ``repair`` is asked for: a full scan).
    Before that, check the frame that ends at the committed end: it must be valid
@@ -16,8 +19,10 @@ segments are durable), so it is cut. The walk:
    TOKEN/SEAL frames update the token and the sealed flag.
 3. At the first bad byte (or the end), cut the log at the last commit point:
    truncate that segment, delete the segments after it, and report the bytes cut.
-   In a full scan a bad frame in a segment other than the last one is corruption
-   before the tail (unless ``repair``).
+   Only a torn tail is cut: a bad frame at the end of the chain's last segment that
+   the bytes show to be an interrupted write (:func:`storage_log.scan.tail_is_torn`).
+   A bad frame in any other segment, or a damaged complete frame, is corruption
+   before the tail: :class:`CorruptLogError`, unless ``repair``.
 4. Drop index entries past the commit point, add the new ones, and store the
    committed end, schema, token and sealed flag in one LMDB transaction.
 """
@@ -31,19 +36,17 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from storage_log.epoch import read_chain
 from storage_log.errors import CorruptLogError
 from storage_log.frame import FLAG_COMMIT, FrameError, decode_schema
 from storage_log.index import EMPTY, Committed, IndexCorrupt, LogIndex
-from storage_log.scan import segment_has_schema, walk
+from storage_log.scan import walk
 from storage_log.segment import (
     SegmentReader,
     fsync_dir,
-    list_segments,
     read_trim_marker,
     segment_path,
 )
-
-INDEX_DIR = "index"
 
 
 @dataclass
@@ -71,7 +74,6 @@ class TailState:
     sealed: bool
     first_seq: int | None
     segments: list[int]
-    active_has_schema: bool
 
 
 def corrupt(path: Path, offset: int, invariant: str) -> CorruptLogError:
@@ -82,14 +84,14 @@ def corrupt(path: Path, offset: int, invariant: str) -> CorruptLogError:
     )
 
 
-def open_index(directory: Path, report: ReconcileReport, *, force_rebuild: bool) -> LogIndex:
-    """Open the index for writing, recreating it if it is missing or unusable.
+def open_index(path: Path, report: ReconcileReport, *, force_rebuild: bool) -> LogIndex:
+    """Open the index at ``path`` (this host's cache) for writing, recreating it if it is
+    missing or unusable.
 
     ``report.rebuilt`` tells the caller to rebuild it from the segments; a usable
     environment is rebuilt in place (one transaction), so readers that have it open
     keep working.
     """
-    path = directory / INDEX_DIR
     if not (path / "data.mdb").exists():
         report.rebuilt, report.rebuild_reason = True, "index missing"
         shutil.rmtree(path, ignore_errors=True)
@@ -109,11 +111,17 @@ def open_index(directory: Path, report: ReconcileReport, *, force_rebuild: bool)
 
 def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
               repair: bool) -> TailState:
-    segments = list_segments(directory)
+    chain = read_chain(directory)
+    segments = chain.segments
     snap = index.snapshot()
     full = report.rebuilt
     committed = snap.committed
     schema_bytes = snap.schema
+    if not full and not chain.holds(committed):
+        full = True
+        report.rebuilt, report.rebuild_reason = True, ("the index ends past the log's "
+                                                       "epoch chain (another writer took "
+                                                       "the log over since)")
     if not full and committed.segment >= 0:
         problem = _check_commit_point(directory, committed)
         if problem is None:
@@ -139,12 +147,15 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
     start_seg = committed.segment if committed.segment >= 0 else None
     walked = [s for s in segments if start_seg is None or s >= start_seg]
     res = walk(directory, walked, committed, schema_bytes=schema_bytes, token=token,
-               sealed=sealed)
+               sealed=sealed, limits=chain.limits)
     point, bad, entries = res.point, res.bad, res.entries
     schema_bytes, token, sealed = res.schema_bytes, res.token, res.sealed
     schema = decode_schema(schema_bytes) if schema_bytes is not None else None
 
-    if bad is not None and full and bad[0] != segments[-1] and not repair:
+    # Torn is not corrupt: only an interrupted write at the very end of the chain may
+    # be cut. Damage anywhere else, or a damaged whole frame (tail_is_torn), is
+    # corruption, reported whatever the index of this host says.
+    if bad is not None and not repair and (bad[0] != segments[-1] or not res.torn):
         raise corrupt(segment_path(directory, bad[0]), bad[1], bad[2])
 
     # cut at the commit point
@@ -177,11 +188,7 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
     index.sync()
     segments = [s for s in segments if s <= keep_seg]
     snap2 = index.snapshot()
-    active_has_schema = res.has_schema.get(keep_seg, False)
-    if keep_seg >= 0 and keep_seg not in res.has_schema:
-        active_has_schema = segment_has_schema(segment_path(directory, keep_seg), point.end)
-    return TailState(point, schema, schema_bytes, token, sealed, snap2.first_seq, segments,
-                     active_has_schema)
+    return TailState(point, schema, schema_bytes, token, sealed, snap2.first_seq, segments)
 
 
 def _check_commit_point(directory: Path, committed: Committed) -> tuple[str, int, str] | None:

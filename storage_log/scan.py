@@ -2,9 +2,10 @@
 
 :func:`walk` validates frames forward from a commit point and returns every later
 commit point with the DATA records it commits, stopping at the first bad or
-incomplete frame. :class:`ScanIndex` is the read-only stand-in for
-:class:`storage_log.index.LogIndex` that a reader uses when a log has no usable
-LMDB index: it walks the segments into memory and keeps walking as they grow.
+incomplete frame. :class:`ScanIndex` is the index of every reader: the host's LMDB
+index of the log where there is a usable one (read-only), continued in memory by
+walking the segments from its committed end, so that a reader on any host sees every
+commit, whoever wrote it and wherever.
 """
 
 from __future__ import annotations
@@ -15,13 +16,28 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from storage_log.frame import FLAG_COMMIT, FrameCodec, FrameError, Kind, decode_schema
-from storage_log.index import EMPTY, Committed, Entry, Snapshot
+from storage_log.epoch import Chain, read_chain
+from storage_log.frame import (
+    FLAG_COMMIT,
+    FOOTER,
+    FOOTER_MAGIC,
+    FOOTER_SIZE,
+    HEADER,
+    HEADER_MAGIC,
+    HEADER_SIZE,
+    OVERHEAD,
+    FrameCodec,
+    FrameError,
+    Kind,
+    decode_schema,
+    parse_forward,
+)
+from storage_log.index import EMPTY, Committed, Entry, LogIndex, Snapshot
 from storage_log.segment import (
     SegmentReader,
-    list_segments,
     read_trim_marker,
     segment_path,
+    sid_base,
 )
 
 
@@ -35,13 +51,16 @@ class WalkResult:
     sealed: bool
     entries: list[Entry] = field(default_factory=list)  # DATA records committed on the way
     bad: tuple[int, int, str] | None = None  # (segment, offset, invariant) of a bad frame
+    torn: bool = False  # the bad frame is an interrupted write, not damaged data
     has_schema: dict[int, bool] = field(default_factory=dict)  # per segment, at commit points
 
 
 def walk(directory: Path, segments: list[int], start: Committed, *,
-         schema_bytes: bytes | None, token: bytes | None, sealed: bool) -> WalkResult:
+         schema_bytes: bytes | None, token: bytes | None, sealed: bool,
+         limits: dict[int, int] | None = None) -> WalkResult:
     """Walk the frames of ``segments`` (sorted, starting with the one holding
-    ``start`` if ``start`` is not empty) from the commit point ``start``.
+    ``start`` if ``start`` is not empty) from the commit point ``start``; a segment in
+    ``limits`` (fenced by a newer epoch) is read only up to that byte.
 
     Checks every frame (see FrameCodec), and that DATA positions follow the
     previous record, that a record's seq is not below its segment's name, and that
@@ -60,7 +79,13 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
         seg_schema = seg == start_seg and segment_has_schema(path, begin)
         try:
             with SegmentReader(path) as reader:
-                for buf, base, info in reader.forward(begin, reader.size()):
+                size = reader.size()
+                limit = (limits or {}).get(seg)
+                if limit is not None and size < limit:
+                    raise FrameError(size, f"segment is {size} bytes, shorter than the "
+                                     f"{limit} bytes its epoch's successor fenced")
+                end = size if limit is None else limit
+                for buf, base, info in reader.forward(begin, end):
                     if info.kind == Kind.DATA:
                         if not seg_schema:
                             raise FrameError(info.offset, "data frame before the segment's schema")
@@ -68,7 +93,7 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
                             raise FrameError(info.offset, f"seq {info.first_seq} <= {last_seq}")
                         if last_ts is not None and info.first_ts < last_ts:
                             raise FrameError(info.offset, f"ts {info.first_ts} < {last_ts}")
-                        if info.first_seq < seg:
+                        if info.first_seq < sid_base(seg):
                             raise FrameError(info.offset, f"seq {info.first_seq} < segment name")
                         last_seq, last_ts = info.last_seq, info.last_ts
                         records += 1
@@ -96,11 +121,52 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
                         res.has_schema[seg] = seg_schema
         except FrameError as exc:
             res.bad = (seg, exc.offset, exc.invariant)
+            res.torn = (limits or {}).get(seg) is None and tail_is_torn(path, exc.offset)
             break
         except FileNotFoundError:
             res.bad = (seg, 0, "segment vanished during the walk")
             break
     return res
+
+
+def tail_is_torn(path: Path, offset: int) -> bool:
+    """Whether the bytes of a segment from ``offset`` on, where a frame failed to
+    validate, are an interrupted write (a torn tail) rather than damaged data.
+
+    A crash mid-write leaves an incomplete last frame, or zeros or garbage up to the
+    end of the file, never a complete frame after it. So it is damage when the frame
+    at ``offset`` is complete (its header and footer magics and lengths agree, read
+    from either end of the file) or when any valid frame follows it. Torn is decided
+    from the bytes alone: it does not depend on an index that another host may have
+    and this one lacks (issue 17: a flipped bit in the last committed record was cut
+    as a torn tail when the index was missing).
+    """
+    try:
+        with SegmentReader(path) as reader:
+            size = reader.size()
+            rest = bytes(reader.read(offset, size - offset))
+    except OSError:
+        return False
+    n = len(rest)
+    if n >= HEADER_SIZE:
+        head = HEADER.unpack_from(rest, 0)
+        end = HEADER_SIZE + head[5] + FOOTER_SIZE
+        if head[0] == HEADER_MAGIC and end <= n and rest[end - 4:end] == FOOTER_MAGIC:
+            return False  # a whole frame was written there: its content is damaged
+    if n >= FOOTER_SIZE and rest[n - 4:] == FOOTER_MAGIC:
+        flen = FOOTER.unpack_from(rest, n - FOOTER_SIZE)[5]
+        if n - flen - OVERHEAD == 0:
+            return False  # the file ends with the whole frame that starts at offset
+    view = memoryview(rest)
+    pos = rest.find(HEADER_MAGIC, 1)
+    while pos != -1:
+        try:
+            if parse_forward(view, pos) is not None:
+                return False  # a valid frame after the bad one: written data is damaged
+        except FrameError:
+            pass
+        pos = rest.find(HEADER_MAGIC, pos + 1)
+    return True
 
 
 def segment_has_schema(path: Path, end: int) -> bool:
@@ -118,62 +184,93 @@ def segment_has_schema(path: Path, end: int) -> bool:
 
 
 class ScanIndex:
-    """A read-only, in-memory index built by walking the segments (no LMDB).
+    """A reader's index: the host's LMDB index (if usable), continued in memory.
 
-    Used by readers of a log whose ``index/`` is missing or unusable: it never
-    writes anything. Every :meth:`snapshot` continues the walk from the last commit
-    point found, so a tailing reader sees new commits. The walk stops at the first
-    invalid frame, so without its index a reader sees the log up to the first bad
-    byte (a writable open tells a torn tail from corruption and repairs the index).
-    Trimmed segments restart the walk from the first remaining segment.
+    ``base`` is the LMDB index of this host, opened read-only, or None. Every
+    :meth:`snapshot` reads the log's epoch chain and walks the segments from the last
+    commit point known (the base's committed end when it is further and on the
+    chain), so a tailing reader sees new commits whoever writes them, on whatever
+    host. The walk stops at the first invalid frame: a reader sees the log up to the
+    first bad byte (a writable open tells a torn tail from corruption). A base whose
+    committed end is not on the chain (the log was taken over since) is ignored, and
+    trimmed segments restart the walk from the first remaining one.
+
+    Never writes anything.
     """
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, base: LogIndex | None = None) -> None:
         self.directory = directory
+        self.base = base
         self._reset()
         self.snapshot()
 
     def _reset(self) -> None:
         self._first_segment: int | None = None
         self._res = WalkResult(EMPTY, None, None, False)
+        self._from_base = False  # entries up to the walk's start are in the base
         self._entries: list[Entry] = []
         self._seq_keys: list[int] = []
         self._ts_keys: list[tuple[int, int]] = []
 
     def close(self) -> None:
         self._entries = []
+        if self.base is not None:
+            self.base.close()
+            self.base = None
 
-    def _refresh(self) -> None:
-        segments = list_segments(self.directory)
-        if self._first_segment is not None and (not segments
-                                                or segments[0] != self._first_segment):
-            self._reset()
-        if not segments:
+    def _adopt_base(self, chain: Chain) -> None:
+        """Start (again) from the base's committed end when it is ahead and valid."""
+        if self.base is None:
             return
+        b = self.base.snapshot()
+        if b.committed.position <= self._res.point.position or not chain.holds(b.committed):
+            return
+        self._entries, self._seq_keys, self._ts_keys = [], [], []
+        self._res = WalkResult(b.committed, b.schema, b.token, b.sealed)
+        self._from_base = True
+
+    def _refresh(self) -> Chain:
+        chain = read_chain(self.directory)
+        segments = chain.segments
+        if (self._first_segment is not None and (not segments
+                                                 or segments[0] != self._first_segment)) \
+                or not chain.holds(self._res.point):
+            self._reset()
+        self._adopt_base(chain)
+        if not segments:
+            return chain
         self._first_segment = segments[0]
         point = self._res.point
         if point.segment >= 0:
             segments = [s for s in segments if s >= point.segment]
         res = walk(self.directory, segments, point, schema_bytes=self._res.schema_bytes,
-                   token=self._res.token, sealed=self._res.sealed)
+                   token=self._res.token, sealed=self._res.sealed, limits=chain.limits)
         for e in res.entries:
             self._entries.append(e)
             self._seq_keys.append(e.last_seq)
             self._ts_keys.append((e.last_ts, e.last_seq))
         res.entries = []
         self._res = res
+        return chain
 
     def snapshot(self) -> Snapshot:
         self._refresh()
         r = self._res
-        return Snapshot(committed=r.point,
-                        first_seq=self._entries[0].first_seq if self._entries else None,
+        first = self._entries[0].first_seq if self._entries else None
+        if self._from_base and self.base is not None:
+            first = self.base.snapshot().first_seq
+        return Snapshot(committed=r.point, first_seq=first,
                         schema=r.schema_bytes, token=r.token, sealed=r.sealed,
                         trimmed=read_trim_marker(self.directory))
 
     def locate(self, *, after_seq: int | None = None, from_ts: int | None = None,
                at_seq: int | None = None) -> tuple[Snapshot, Entry | None]:
         snap = self.snapshot()
+        if self._from_base and self.base is not None:
+            _, entry = self.base.locate(after_seq=after_seq, from_ts=from_ts, at_seq=at_seq)
+            if entry is not None and (not self._entries
+                                      or entry.last_seq < self._entries[0].first_seq):
+                return snap, entry
         if after_seq is not None:
             i = bisect.bisect_right(self._seq_keys, after_seq)
         elif at_seq is not None:

@@ -2,12 +2,18 @@
 
 A segment is a plain file of back-to-back frames (see :class:`FrameCodec` for the
 frame layout); it has no file header. It is named after the first sequence number
-it holds, zero-padded to 20 digits (``00000000000000004711.seg``): every data record
-in it has ``seq >= name`` and ``seq >`` every record of the previous segment. Only
-the newest segment is ever appended to; older segments are immutable until trimmed.
-The first frame of a segment that holds data is a SCHEMA frame written before its
-first DATA frame (a segment of a log that has no records yet may start with a TOKEN
-or SEAL frame, and is then named 0).
+it holds, zero-padded to 20 digits, and the writer epoch that wrote it
+(``00000000000000004711-00000003.seg``; a log written before epochs existed has
+``00000000000000004711.seg``, epoch 0): every data record in it has ``seq >= base``
+and ``seq >`` every record of the previous segment of the chain (see
+:mod:`storage_log.epoch`). A writer appends only to segments of its own epoch; older
+segments are immutable until trimmed. The first frame of a segment that holds data is
+a SCHEMA frame written before its first DATA frame (a segment of a log that has no
+records yet may start with a TOKEN or SEAL frame).
+
+In memory and in the index a segment is one int, its **segment id**
+``sid = base << 24 | epoch`` (:func:`make_sid`): ids sort by base, then by epoch,
+which is the order of the chain, so "this segment or a later one" is ``>=``.
 """
 
 from __future__ import annotations
@@ -80,23 +86,56 @@ def read_trim_marker(directory: Path) -> int | None:
     return int(parts[1])
 
 
-def segment_name(base: int) -> str:
-    return f"{base:020d}{SUFFIX}"
+EPOCH_BITS = 24
+MAX_EPOCH = (1 << EPOCH_BITS) - 1
 
 
-def segment_path(directory: Path, base: int) -> Path:
-    return directory / segment_name(base)
+def make_sid(base: int, epoch: int) -> int:
+    """The segment id of segment ``base`` of writer epoch ``epoch``."""
+    return (base << EPOCH_BITS) | epoch
+
+
+def sid_base(sid: int) -> int:
+    """The first sequence number a segment may hold (its name)."""
+    return sid >> EPOCH_BITS
+
+
+def sid_epoch(sid: int) -> int:
+    return sid & MAX_EPOCH
+
+
+def segment_name(sid: int) -> str:
+    epoch = sid_epoch(sid)
+    if epoch == 0:
+        return f"{sid_base(sid):020d}{SUFFIX}"
+    return f"{sid_base(sid):020d}-{epoch:08d}{SUFFIX}"
+
+
+def segment_path(directory: Path, sid: int) -> Path:
+    return directory / segment_name(sid)
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The segment id of a file name, None if it is not a segment's."""
+    if not name.endswith(SUFFIX):
+        return None
+    stem = name[: -len(SUFFIX)]
+    base, _, epoch = stem.partition("-")
+    if len(base) != 20 or not base.isdigit() or (epoch and not epoch.isdigit()):
+        return None
+    return make_sid(int(base), int(epoch) if epoch else 0)
 
 
 def list_segments(directory: Path) -> list[int]:
-    """Sorted bases of the segment files in ``directory``."""
-    bases = []
+    """Sorted ids of every segment file in ``directory`` (of every epoch, in the
+    chain or not: :func:`storage_log.epoch.read_chain` selects the valid ones)."""
+    sids = []
     for entry in os.scandir(directory):
-        name = entry.name
-        if name.endswith(SUFFIX) and name[: -len(SUFFIX)].isdigit():
-            bases.append(int(name[: -len(SUFFIX)]))
-    bases.sort()
-    return bases
+        sid = parse_segment_name(entry.name)
+        if sid is not None:
+            sids.append(sid)
+    sids.sort()
+    return sids
 
 
 class SegmentReader:

@@ -79,8 +79,11 @@ def run_logged(scn: Scenario, up_dir: Path, out_dir: Path, keep_states: bool = T
 
 
 def cut_copy(src: Path, dest: Path, offset: int) -> None:
-    """Copy the segments of ``src`` as they stood at global byte ``offset`` (no index)."""
+    """Copy the segments of ``src`` as they stood at global byte ``offset`` (no index),
+    with the log's identity and epoch files."""
     dest.mkdir(parents=True)
+    shutil.copytree(src / "epochs", dest / "epochs")
+    shutil.copyfile(src / "log.id", dest / "log.id")
     pos = 0
     for base, size in log_bytes(src):
         if pos >= offset:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from storage_log.cache import index_path
 from storage_log.errors import CorruptLogError
 from storage_log.index import LogIndex
 from storage_log.log import StreamLog
@@ -21,39 +22,51 @@ from tests.storage_log.conftest import make_batch, rows
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _segments(log_dir: Path) -> list[Path]:
+    return sorted(log_dir.glob("*.seg"))
+
+
 def _segment(log_dir: Path) -> Path:
-    (seg,) = sorted(log_dir.glob("*.seg"))
+    """The one segment of a log written by one writer."""
+    (seg,) = _segments(log_dir)
     return seg
 
 
 def test_torn_last_record_at_every_byte(tmp_path: Path) -> None:
+    """A writer killed while writing its first record (a segment of its own epoch)
+    leaves that segment torn at any byte: the next writer cuts it whole and carries on."""
     base = tmp_path / "base"
     with StreamLog.open(base, writable=True, create=True) as w:
         for i in range(3):
             w.append(make_batch(i * 4, 4))
             w.commit(token=f"t{i}".encode())
-    good = _segment(base).read_bytes()
+    (good,) = _segments(base)
+    good_bytes = good.read_bytes()
     full = tmp_path / "full"
     shutil.copytree(base, full)
     with StreamLog.open(full, writable=True) as w:
         w.append(make_batch(12, 2))  # the last record: small, so every offset is tried
         w.commit(token=b"t3")
-    torn = _segment(full).read_bytes()
-    assert torn[: len(good)] == good and len(torn) - len(good) < 600
-    for cut in range(len(good), len(torn)):
+    first, torn_seg = _segments(full)
+    torn = torn_seg.read_bytes()
+    assert first.read_bytes() == good_bytes and len(torn) < 700
+    for cut in range(len(torn)):
         case = tmp_path / f"c{cut}"
-        shutil.copytree(base, case)  # the index as it was before the torn commit
-        _segment(case).write_bytes(torn[:cut])
-        if cut % 5 == 0:
-            shutil.rmtree(case / "index")  # also without the index: rebuilt, same answer
+        shutil.copytree(full, case)
+        (case / torn_seg.name).write_bytes(torn[:cut])
+        if cut % 5:  # the index as it was before the torn commit (else: none, rebuilt)
+            shutil.copytree(index_path(base), index_path(case))
         with StreamLog.open(case, writable=True) as w:
             report = w.reconcile_report
-            assert report is not None and report.bytes_cut == cut - len(good)
+            assert report is not None and report.bytes_cut == cut
             assert rows(w.read_forward()) == list(range(12))
             assert w.last_token() == b"t2" and w.last_seq == 11
             w.append(make_batch(12, 2))  # and the writer carries on from there
             w.commit(token=b"t3")
-        assert _segment(case).read_bytes() == torn
+        assert not (case / torn_seg.name).exists()
+        with StreamLog.open(case) as r:
+            assert rows(r.read_forward()) == list(range(14)) and r.last_token() == b"t3"
+        shutil.rmtree(index_path(case))
         shutil.rmtree(case)
 
 
@@ -62,17 +75,18 @@ def test_uncommitted_but_written_records_are_cut(tmp_path: Path) -> None:
     with StreamLog.open(log_dir, writable=True, create=True) as w:
         w.append(make_batch(0, 4))
         w.commit(token=b"a")
-    clean = _segment(log_dir).read_bytes()
+    (clean,) = _segments(log_dir)
     with StreamLog.open(log_dir, writable=True) as w:
         w.append(make_batch(4, 4))
         w.append(make_batch(8, 4))
         w._appender.flush(commit=False)  # written to the file, never committed
-        seg_bytes = _segment(log_dir).read_bytes()
         w._appender.failed = RuntimeError("simulated crash")  # close must not tidy up
-    assert len(seg_bytes) > len(clean)
+    first, written = _segments(log_dir)  # the second writer wrote a segment of its own
+    assert first == clean and written.stat().st_size > 0
+    cut = written.stat().st_size
     with StreamLog.open(log_dir, writable=True) as w:
         assert w.reconcile_report is not None
-        assert w.reconcile_report.bytes_cut == len(seg_bytes) - len(clean)
+        assert w.reconcile_report.bytes_cut == cut
         assert rows(w.read_forward()) == [0, 1, 2, 3] and w.last_token() == b"a"
 
 
@@ -82,13 +96,13 @@ def test_committed_but_unindexed_records_are_indexed(tmp_path: Path) -> None:
         w.append(make_batch(0, 4))
         w.commit()
     snapshot = tmp_path / "idx"
-    shutil.copytree(log_dir / "index", snapshot)
+    shutil.copytree(index_path(log_dir), snapshot)
     with StreamLog.open(log_dir, writable=True) as w:
         for i in range(1, 4):
             w.append(make_batch(i * 4, 4))
             w.commit(token=f"t{i}".encode())
-    shutil.rmtree(log_dir / "index")
-    shutil.copytree(snapshot, log_dir / "index")  # crash after fsync, before the LMDB txn
+    shutil.rmtree(index_path(log_dir))
+    shutil.copytree(snapshot, index_path(log_dir))  # crash after fsync, before the LMDB txn
     with StreamLog.open(log_dir, writable=True) as w:
         assert w.reconcile_report is not None
         assert w.reconcile_report.records_indexed == 3 and not w.reconcile_report.rebuilt
@@ -98,7 +112,7 @@ def test_committed_but_unindexed_records_are_indexed(tmp_path: Path) -> None:
 
 
 def _index_state(log_dir: Path) -> tuple[object, ...]:
-    idx = LogIndex(log_dir / "index", create=False)
+    idx = LogIndex(index_path(log_dir), create=False)
     try:
         return (list(idx.entries()), idx.ts_keys(), idx.snapshot())
     finally:
@@ -116,9 +130,9 @@ def test_lost_index_is_rebuilt_identically(tmp_path: Path, damage: str) -> None:
         w.seal()
     before = _index_state(log_dir)
     if damage == "delete":
-        shutil.rmtree(log_dir / "index")
+        shutil.rmtree(index_path(log_dir))
     else:
-        (log_dir / "index" / "data.mdb").write_bytes(os.urandom(8192))
+        (index_path(log_dir) / "data.mdb").write_bytes(os.urandom(8192))
     with StreamLog.open(log_dir, writable=True) as w:
         assert w.reconcile_report is not None and w.reconcile_report.rebuilt
         assert w.reconcile_report.bytes_cut == 0
@@ -303,10 +317,10 @@ def test_rebuild_refuses_corruption_in_an_older_segment(tmp_path: Path) -> None:
             w.append(make_batch(i * 10, 10))
             w.commit()
         entries = list(w._index.entries())  # type: ignore[union-attr]
-    victim = [e for e in entries if e.segment == 0][2]
+    victim = [e for e in entries if e.segment == entries[0].segment][2]
     seg0 = sorted(log_dir.glob("*.seg"))[0]
     _flip(seg0, victim.offset + 20, 5)
-    shutil.rmtree(log_dir / "index")
+    shutil.rmtree(index_path(log_dir))
     with pytest.raises(CorruptLogError, match=f"{seg0.name} at byte {victim.offset}"):
         StreamLog.open(log_dir, writable=True)
     with StreamLog.open(log_dir) as r:  # an index-less reader stops before the bad record

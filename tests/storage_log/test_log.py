@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from storage_log.cache import index_path
 from storage_log.errors import (
     CorruptLogError,
     LogClosedError,
@@ -193,7 +194,7 @@ def test_segments_roll_and_trim(log_dir: Path) -> None:
         w.commit(token=b"t")
         fill(w, 30, per=20, commit_every=3)
         segs = sorted(p.name for p in log_dir.glob("*.seg"))
-        assert len(segs) > 4 and segs[0] == "00000000000000000000.seg"
+        assert len(segs) > 4 and segs[0] == "00000000000000000000-00000001.seg"
         bases = [int(s[:20]) for s in segs]
         assert w.trim(before_seq=bases[2]) == 2
         assert w.first_seq == bases[2]
@@ -208,7 +209,7 @@ def test_segments_roll_and_trim(log_dir: Path) -> None:
     # everything, token included, survives a rebuild from the remaining segments
     import shutil
 
-    shutil.rmtree(log_dir / "index")
+    shutil.rmtree(index_path(log_dir))
     with StreamLog.open(log_dir, writable=True) as w:
         assert w.reconcile_report is not None and w.reconcile_report.rebuilt
         assert w.last_token() == b"t" and w.first_seq == bases[2]
@@ -219,7 +220,7 @@ def test_segments_roll_and_trim(log_dir: Path) -> None:
         # the trim survives too: a rebuilt index still refuses positions trimmed away
         with pytest.raises(LogTrimmedError):
             list(w.read_forward(after_seq=5))
-    shutil.rmtree(log_dir / "index")
+    shutil.rmtree(index_path(log_dir))
     with StreamLog.open(log_dir) as r:  # no index, read-only: the segment walk
         with pytest.raises(LogTrimmedError):
             list(r.read_forward(after_seq=5))
@@ -235,7 +236,7 @@ def test_a_garbled_trim_marker_is_named(log_dir: Path) -> None:
     (log_dir / "TRIMMED").write_text("trimmed ??\n")
     import shutil
 
-    shutil.rmtree(log_dir / "index")
+    shutil.rmtree(index_path(log_dir))
     with pytest.raises(CorruptLogError, match="TRIMMED"):
         StreamLog.open(log_dir, writable=True)
 
@@ -340,7 +341,7 @@ def test_seal_an_empty_log(log_dir: Path) -> None:
         assert list(r.tail(after_seq=None, timeout=30)) == []
     import shutil
 
-    shutil.rmtree(log_dir / "index")
+    shutil.rmtree(index_path(log_dir))
     with StreamLog.open(log_dir, writable=True) as w:  # the seal lives in the segments
         assert w.sealed
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from storage_log.cache import index_path
 from storage_log.log import StreamLog
 from storage_log.scan import ScanIndex
 from tests.storage_log.conftest import make_batch, rows
@@ -40,9 +41,9 @@ def test_reader_without_index_matches_indexed_reader(tmp_path: Path, damage: str
             "meta": (r.first_seq, r.last_seq, r.last_ts, r.last_token(), r.sealed),
         }
     if damage == "delete":
-        shutil.rmtree(log_dir / "index")
+        shutil.rmtree(index_path(log_dir))
     else:
-        (log_dir / "index" / "data.mdb").write_bytes(os.urandom(4096))
+        (index_path(log_dir) / "data.mdb").write_bytes(os.urandom(4096))
     before = _tree(log_dir)
     with StreamLog.open(log_dir) as r:
         assert isinstance(r._index, ScanIndex)
@@ -58,7 +59,7 @@ def test_reader_without_index_matches_indexed_reader(tmp_path: Path, damage: str
 def test_index_less_reader_follows_a_writer_and_stops_at_a_torn_tail(tmp_path: Path) -> None:
     log_dir = tmp_path / "log"
     _write(log_dir)
-    shutil.rmtree(log_dir / "index")
+    shutil.rmtree(index_path(log_dir))
     seg = sorted(log_dir.glob("*.seg"))[-1]
     with seg.open("ab") as f:
         f.write(b"CECr\x01\x01\x00\x01garbage")  # a torn frame after the last commit
