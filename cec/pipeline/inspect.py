@@ -15,12 +15,16 @@ from cec.errors import UsageError
 from cec.pipeline.driver import resume_run
 from cec.pipeline.layout import RunLayout
 from cec.pipeline.task import operator_for
+from cec.pipeline.watchdog import say
 from cec.records import tuple_counts
 from recovery.ec import NothingToRecover
 from recovery.replay import plan, recover, scan
+from storage_log.cache import ID_FILE
+from storage_log.epoch import read_chain
 from storage_log.errors import CorruptLogError, LogLockedError
 from storage_log.log import StreamLog
-from storage_log.segment import list_segments, segment_path
+from storage_log.reconcile import ReconcileReport
+from storage_log.segment import list_segments, segment_path, sid_base, sid_epoch
 
 LOCK_WAIT_S = 30.0
 
@@ -77,7 +81,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
             if up_path.exists():  # reconcile the upstream too (its writer may have died)
                 _wait_for_lock(up_path)
                 StreamLog.open(up_path, writable=True, fsync=spec.run.fsync).close()
-            _wait_for_lock(out_path)
+            first = _wait_for_lock(out_path)  # this open reconciles: keep its report
             t0 = time.perf_counter()
             try:
                 rec = recover(out_path, up_path, operator_for(spec, settings),
@@ -93,6 +97,8 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
                               fsync=spec.run.fsync)
             try:
                 report = rec.output_log.reconcile_report
+                if first is not None and (first.bytes_cut or first.rebuilt):
+                    report = first  # what was cut was cut by the first open
                 entry.update(rec.explain.to_dict(), sealed=rec.output_log.sealed,
                              reconcile=_report(report))
             finally:
@@ -106,20 +112,29 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     return result
 
 
-def _wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S) -> None:
+def _wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S) -> ReconcileReport | None:
     """Wait until no process holds the writer lock of ``path`` (a killed run's workers
-    leave with their JVM, a moment after it); LogLockedError after ``timeout``."""
-    deadline = time.monotonic() + timeout
+    leave with their JVM, a moment after it); LogLockedError after ``timeout``.
+
+    Returns what the writable open cut or rebuilt (None if the log is corrupt: the
+    caller repairs it). Says on stderr what it waits for after a few seconds.
+    """
+    started = time.monotonic()
+    deadline = started + timeout
+    told = False
     while True:
         try:
-            StreamLog.open(path, writable=True).close()
-            return
-        except LogLockedError:
+            with StreamLog.open(path, writable=True) as log:
+                return log.reconcile_report
+        except LogLockedError as exc:
             if time.monotonic() >= deadline:
                 raise
+            if not told and time.monotonic() - started >= 3:
+                told = True
+                say(f"waiting up to {timeout:.0f} s for the writer lock: {exc}")
             time.sleep(0.2)
         except CorruptLogError:
-            return  # the caller repairs it
+            return None  # the caller repairs it
 
 
 def _report(report: Any) -> dict[str, Any] | None:
@@ -189,16 +204,22 @@ def _log_dirs(root: Path) -> list[Path]:
         for p in range(spec.run.partitions):
             dirs += [layout.upstream(p), layout.output(p)]
         return [d for d in dirs if d.exists()]
-    if (root / "index").exists() or any(root.glob("*.seg")):
+    if (root / ID_FILE).exists() or any(root.glob("*.seg")):
         return [root]
     raise UsageError(f"{root}: neither a run directory nor a log")
 
 
 def describe_log(path: Path, *, verify: bool) -> dict[str, Any]:
     """Segments, records, index and (``verify``) every record's checksum of one log."""
-    segments = [{"name": segment_path(path, s).name, "base_seq": s,
-                 "bytes": segment_path(path, s).stat().st_size} for s in list_segments(path)]
-    info: dict[str, Any] = {"path": str(path), "segments": segments}
+    chain = read_chain(path)
+    segments = [{"name": segment_path(path, s).name, "base_seq": sid_base(s),
+                 "epoch": sid_epoch(s), "bytes": segment_path(path, s).stat().st_size,
+                 **({"fenced_at": chain.limits[s]} if s in chain.limits else {})}
+                for s in chain.segments]
+    info: dict[str, Any] = {"path": str(path), "segments": segments, "epoch": chain.epoch,
+                            "dead_segments": [segment_path(path, s).name
+                                              for s in list_segments(path)
+                                              if s not in set(chain.segments)]}
     with StreamLog.open(path) as log:
         token = log.last_token()
         info.update(first_seq=log.first_seq, last_seq=log.last_seq, last_ts=log.last_ts,

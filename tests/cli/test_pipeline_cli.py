@@ -78,7 +78,7 @@ def _trimmed(run: Path) -> int:
     n = 0
     for p in range(P):
         segs = sorted((run / "upstream" / f"p{p:04d}").glob("*.seg"))
-        n += bool(segs) and int(segs[0].stem) > 0
+        n += bool(segs) and int(segs[0].name[:20]) > 0
     return n
 
 
@@ -180,7 +180,12 @@ def test_torn_and_corrupted_output_tails_are_healed(workload: tuple[Path, Path],
     rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
     result = json.loads(rec.stdout)
     assert result["resumed"]["completed"]
-    assert [bool(p.get("repaired")) for p in result["partitions"]][1:] == [True, True]
+    parts = result["partitions"]
+    assert parts[1].get("repaired")  # a damaged whole record: corruption, repaired
+    # cut inside the last committed record: with this host's index of the log (the
+    # original directory) that is corruption; a copy has no index here, and its bytes
+    # alone look like a torn write: cut. Either way it is cut and regenerated.
+    assert parts[2].get("repaired") or parts[2]["reconcile"]["bytes_cut"] > 0
     _export_equals(run, tmp_path, reference)
 
 
