@@ -19,6 +19,7 @@ from storage_log.errors import LogTrimmedError
 from storage_log.frame import FrameCodec, FrameError, FrameInfo, Kind, decode_schema
 from storage_log.index import Committed, Entry, Snapshot
 from storage_log.reconcile import corrupt
+from storage_log.scan import check_link
 from storage_log.segment import SegmentReader, segment_path
 
 READ_AHEAD = 4  # records decoded ahead of the consumer on the codec's worker threads
@@ -84,7 +85,9 @@ class RecordReader:
 
     def _frames_forward(self, segs: list[int], entry: Entry, c: Committed, chain: Chain
                         ) -> Iterator[_Frame]:
-        """The DATA frames from ``entry`` to the committed end ``c``."""
+        """The DATA frames from ``entry`` to the committed end ``c``; each control
+        frame on the way must link to the records before it (no segment missing)."""
+        prev: int | None = None
         for seg in segs:
             path = segment_path(self.directory, seg)
             try:
@@ -98,7 +101,10 @@ class RecordReader:
                 try:
                     for buf, base, info in reader.forward(start, end):
                         if info.kind == Kind.DATA:
+                            prev = info.last_seq
                             yield buf, base, info, path
+                        elif prev is not None:
+                            check_link(info, prev, -1)
                 except FrameError as exc:
                     raise corrupt(path, exc.offset, exc.invariant) from exc
 
@@ -132,7 +138,11 @@ class RecordReader:
 
     def _frames_backward(self, segs: list[int], start_seg: int, start: int,
                          chunk_bytes: int, chain: Chain) -> Iterator[_Frame]:
-        """The DATA frames ending at or before ``start`` in ``start_seg``, newest first."""
+        """The DATA frames ending at or before ``start`` in ``start_seg``, newest first.
+
+        A control frame says where the log ended when it was written: the next DATA
+        frame met going backwards must end exactly there (no segment missing)."""
+        expect: int | None = None
         for seg in reversed(segs):
             path = segment_path(self.directory, seg)
             try:
@@ -143,8 +153,16 @@ class RecordReader:
                 end = start if seg == start_seg else chain.end(seg, reader.size())
                 try:
                     for buf, base, info in reader.backward(end, 0, chunk_bytes):
-                        if info.kind == Kind.DATA:
-                            yield buf, base, info, path
+                        if expect is not None and info.last_seq != expect:
+                            raise FrameError(info.offset, (
+                                f"records missing: a frame after this record says the "
+                                f"log ended at seq {expect}, this record ends at "
+                                f"{info.last_seq} (a segment deleted or lost?)"))
+                        if info.kind != Kind.DATA:
+                            expect = info.last_seq
+                            continue
+                        expect = None
+                        yield buf, base, info, path
                 except FrameError as exc:
                     raise corrupt(path, exc.offset, exc.invariant) from exc
 
@@ -201,20 +219,40 @@ class RecordReader:
     # -- verification ---------------------------------------------------------------
 
     def verify(self, snap: Snapshot) -> int:
-        """Check every committed frame of every segment; return the number of records."""
+        """Check every frame of every segment of the chain; return the number of records.
+
+        Not bounded by what a reader's walk found (it stops at the first bad byte):
+        every segment of the chain is read to its end (a fenced one to its fence).
+        Only a torn tail at the very end of the last segment passes, and only after
+        everything the snapshot calls committed. Checks each frame, that every
+        control frame links to the records before it (a lost segment is a gap), the
+        order of positions, and decodes every record against its footer.
+        """
+        from storage_log.scan import tail_is_torn  # noqa: PLC0415 - reconcile imports us
+
         c = snap.committed
         schema = self.schema(snap.schema)
         n = 0
         last_seq: int | None = None
         last_ts: int | None = None
         chain = read_chain(self.directory)
-        for seg in [s for s in chain.segments if s <= c.segment]:
+        floor = -1 if snap.trimmed is None else snap.trimmed
+        reached = (-1, 0)
+        for k, seg in enumerate(chain.segments):
             path = segment_path(self.directory, seg)
             with SegmentReader(path) as reader:
-                end = c.end if seg == c.segment else chain.end(seg, reader.size())
+                end = chain.end(seg, reader.size())
+                if seg in chain.limits and end < chain.limits[seg]:
+                    raise corrupt(path, end, f"segment is {end} bytes, shorter than the "
+                                  f"{chain.limits[seg]} bytes its epoch's successor fenced")
                 try:
                     for buf, base, info in reader.forward(0, end):
+                        reached = (seg, info.end)
                         if info.kind != Kind.DATA:
+                            check_link(info, last_seq, floor)
+                            if info.kind == Kind.SCHEMA and schema is None:
+                                schema = decode_schema(bytes(self.codec.payload(buf, info,
+                                                                                base)))
                             continue
                         if last_seq is not None and info.first_seq <= last_seq:
                             raise FrameError(info.offset, f"seq {info.first_seq} <= {last_seq}")
@@ -231,7 +269,14 @@ class RecordReader:
                         last_seq, last_ts = info.last_seq, info.last_ts
                         n += 1
                 except FrameError as exc:
-                    raise corrupt(path, exc.offset, exc.invariant) from exc
+                    last = k == len(chain.segments) - 1
+                    if not (last and seg not in chain.limits and tail_is_torn(path, exc.offset)
+                            and (seg, exc.offset) >= c.position):
+                        raise corrupt(path, exc.offset, exc.invariant) from exc
+        if c.segment >= 0 and reached < c.position:
+            path = segment_path(self.directory, c.segment)
+            raise corrupt(path, c.end, "the log ends before its committed end (records "
+                          f"up to seq {c.last_seq} were committed; a segment lost?)")
         return n
 
 

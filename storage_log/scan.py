@@ -28,6 +28,7 @@ from storage_log.frame import (
     OVERHEAD,
     FrameCodec,
     FrameError,
+    FrameInfo,
     Kind,
     decode_schema,
     parse_forward,
@@ -73,6 +74,10 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
     pending: list[Entry] = []
     last_seq, last_ts, records = start.last_seq, start.last_ts, start.records
     start_seg = start.segment if start.segment >= 0 else None
+    # Every control frame records where the log ended when it was written: a frame
+    # that says more than the segments before it hold reveals a lost segment. From
+    # the start of the log, the first may say anything up to the trim point.
+    floor = _start_of(directory) if start_seg is None else -1
     for seg in segments:
         path = segment_path(directory, seg)
         begin = start.end if seg == start_seg else 0
@@ -100,7 +105,9 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
                         pending.append(Entry(seg, info.offset, info.size, info.first_seq,
                                              info.last_seq, info.first_ts, info.last_ts,
                                              info.rows))
-                    elif info.kind == Kind.SCHEMA:
+                    else:
+                        check_link(info, last_seq, floor)
+                    if info.kind == Kind.SCHEMA:
                         raw = bytes(codec.payload(buf, info, base))
                         try:
                             sch = decode_schema(raw)
@@ -127,6 +134,24 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
             res.bad = (seg, 0, "segment vanished during the walk")
             break
     return res
+
+
+def _start_of(directory: Path) -> int:
+    """The last seq before the log's first record: the trim point, or -1."""
+    trimmed = read_trim_marker(directory)
+    return -1 if trimmed is None else trimmed
+
+
+def check_link(info: FrameInfo, last_seq: int | None, floor: int) -> None:
+    """A control frame must say the log ended where the records before it end (with
+    none before it: at or before ``floor``, the trim point or -1)."""
+    said = info.last_seq
+    if said == (-1 if last_seq is None else last_seq) or (last_seq is None and said <= floor):
+        return
+    have = "the start of the log" if last_seq is None else f"seq {last_seq}"
+    raise FrameError(info.offset, f"records missing: this frame was written when the log "
+                     f"ended at seq {said}, but the records before it end at {have} "
+                     "(a segment deleted or lost?)")
 
 
 def tail_is_torn(path: Path, offset: int) -> bool:
