@@ -37,5 +37,12 @@ class LogTrimmedError(StorageLogError):
     """A read that asks for records already dropped by trim."""
 
 
+class LogWriteError(StorageLogError):
+    """The file system refused a write (disk full, read-only, permission): names the
+    file and the cause. Nothing committed is lost; a later open carries on."""
+
+    exit_code = 3
+
+
 class LogClosedError(UsageError, StorageLogError):
     """Use of a closed log, or a write on a read-only or failed log."""

@@ -70,6 +70,7 @@ from storage_log.errors import (
     LogOrderError,
     LogSchemaError,
     LogSealedError,
+    LogWriteError,
 )
 from storage_log.frame import FrameCodec, Kind, encode_schema
 from storage_log.index import Committed, Entry, IndexCorrupt, LogIndex, Snapshot
@@ -154,8 +155,11 @@ class StreamLog:
         if not directory.is_dir():
             if not (create and writable):
                 raise LogNotFoundError(f"no log at {directory} (open it writable with create=True)")
-            directory.mkdir(parents=True, exist_ok=True)
-            fsync_dir(directory.parent)
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                fsync_dir(directory.parent)
+            except OSError as exc:
+                raise _write_error(directory, "create", exc) from exc
         if not writable:
             if not ((directory / ID_FILE).exists() or (directory / LOCK_NAME).exists()
                     or list_segments(directory)):
@@ -172,6 +176,18 @@ class StreamLog:
             return cls(directory, index, lock=None, fsync="never",
                        segment_bytes=segment_bytes, fsync_interval=fsync_interval,
                        compression_level=compression_level, threads=threads)
+        try:
+            return cls._open_writer(directory, fsync=fsync, segment_bytes=segment_bytes,
+                                    repair=repair, fsync_interval=fsync_interval,
+                                    compression_level=compression_level, threads=threads,
+                                    index_root=index_root)
+        except OSError as exc:
+            raise _write_error(directory, "open for writing", exc) from exc
+
+    @classmethod
+    def _open_writer(cls, directory: Path, *, fsync: str, segment_bytes: int, repair: bool,
+                     fsync_interval: float, compression_level: int, threads: int,
+                     index_root: str | os.PathLike[str] | None) -> StreamLog:
         lock = WriterLock(directory)
         try:
             report = ReconcileReport()
@@ -289,6 +305,12 @@ class StreamLog:
         Raises LogOrderError if ``ts``/``seq`` break the log's order and LogSchemaError
         if the schema differs from the log's.
         """
+        try:
+            self._append(batch)
+        except OSError as exc:
+            raise _write_error(self.path, "append to", exc) from exc
+
+    def _append(self, batch: pa.RecordBatch) -> None:
         self._check_write()
         if isinstance(batch, pa.Table):
             batch = batch.combine_chunks().to_batches()[0] if batch.num_rows else None
@@ -326,14 +348,20 @@ class StreamLog:
         self._check_write()
         if token is not None and not isinstance(token, bytes | bytearray | memoryview):
             raise UsageError(f"a commit token is bytes, not {type(token).__name__}")
-        self._commit(token)
+        try:
+            self._commit(token)
+        except OSError as exc:
+            raise _write_error(self.path, "commit to", exc) from exc
 
     def seal(self) -> None:
         """Commit what is pending and mark the end of the stream; appends then fail."""
         self._check_write(allow_sealed=True)
         if self._sealed:
             return
-        self._commit(None, seal=True)
+        try:
+            self._commit(None, seal=True)
+        except OSError as exc:
+            raise _write_error(self.path, "seal", exc) from exc
 
     def trim(self, *, before_seq: int) -> int:
         """Delete whole segments holding only records with ``seq < before_seq``.
@@ -341,6 +369,12 @@ class StreamLog:
         Commits pending appends first. Never deletes the segment holding the
         committed end. Returns how many segments were deleted.
         """
+        try:
+            return self._trim(before_seq)
+        except OSError as exc:
+            raise _write_error(self.path, "trim", exc) from exc
+
+    def _trim(self, before_seq: int) -> int:
         self._check_write(allow_sealed=True)
         out = self._appender
         if out.pending or out.written:
@@ -580,3 +614,12 @@ class StreamLog:
             delay = min(delay * 2, 0.05)
 
 
+
+
+def _write_error(path: Path, what: str, exc: OSError) -> LogWriteError:
+    """A refused write as one clear error: the log, the file, the cause, what to do."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return LogWriteError(
+        f"cannot {what} log {path}: {exc.strerror or exc}{where}. Nothing committed is "
+        "lost: make room or make it writable (the index cache too: CEC_INDEX_DIR), "
+        "then resume (cec recover --from-log RUN)")
