@@ -1,0 +1,192 @@
+"""cec on a real Spark standalone cluster (issue 15): 3 Workers on 127.0.0.1, each its own
+"host" (mount namespace, a FUSE view of the shared directory with its own page cache and
+lock domain, its own index cache; see tests/on_cluster/standalone.py).
+
+The source is a stream folder that the test fills while the run goes on, so a fault
+lands in the middle of the processing at no cost of time; ``_END`` ends the stream.
+Every run's export must equal the independent pandas computation of the same windows.
+Between Workers ``flock`` fences nothing (each has its own lock domain, as on NFS):
+only writer epochs keep the logs exact when a frozen executor wakes up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.on_cluster.standalone import Cluster
+from tests.pipeline.helpers import REPO, reference_count_windows, spec_text
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
+
+P = 4
+FILES = 12
+ROWS_PER_FILE = 25_000
+RUN_TIMEOUT_S = 420
+
+
+def _write_stream(folder: Path) -> pd.DataFrame:
+    """The whole input, as FILES csv files (not yet in the folder: see _feed)."""
+    rng = np.random.default_rng(5)
+    n = FILES * ROWS_PER_FILE
+    df = pd.DataFrame({
+        "item_id": rng.integers(0, 2000, n),
+        "item_price": np.round(rng.uniform(-5.0, 100.0, n), 2),
+        "item_time": 1_700_000_000_000_000 + np.cumsum(rng.integers(0, 2_000, n)),
+    })
+    staged = folder.parent / (folder.name + "-staged")
+    staged.mkdir()
+    for i in range(FILES):
+        part = df.iloc[i * ROWS_PER_FILE:(i + 1) * ROWS_PER_FILE]
+        part.to_csv(staged / f"part-{i:03d}.csv", index=False)
+    return df
+
+
+def _feed(folder: Path, upto: int, *, end: bool = False) -> None:
+    staged = folder.parent / (folder.name + "-staged")
+    for i in range(upto):
+        src = staged / f"part-{i:03d}.csv"
+        if src.exists():
+            tmp = folder / f".part-{i:03d}.tmp"
+            tmp.write_bytes(src.read_bytes())
+            os.replace(tmp, folder / src.name)  # files appear whole
+            src.unlink()
+    if end:
+        (folder / "_END").touch()
+
+
+def _setup(d: Path) -> tuple[Path, pd.DataFrame]:
+    stream = d / "stream"
+    stream.mkdir()
+    df = _write_stream(stream)
+    _feed(stream, 1)  # the first file fixes the column types
+    spec = d / "stream.toml"
+    spec.write_text(spec_text(f'kind = "stream-dir"\npath = "{stream}"\n'
+                              'time_field = "item_time"\npoll_ms = 200', partitions=P))
+    return spec, df
+
+
+def _cec(cluster: Cluster, *args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "cli.app", *args], cwd=cwd or REPO,
+                            env={**cluster.env(), "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = RUN_TIMEOUT_S) -> tuple[int, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{proc.args} hung ({timeout} s):\n{out[-2000:]}\n{err[-5000:]}")
+    return proc.returncode, out + err
+
+
+def _state(run: Path, p: int) -> dict[str, object]:
+    try:
+        raw = json.loads((run / "state" / f"p{p:04d}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _wait(cond: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _export_is_exact(cluster: Cluster, run: Path, df: pd.DataFrame) -> None:
+    out = run.parent / "export.csv"
+    code, text = _finish(_cec(cluster, "export", str(run), "--out", str(out)))
+    assert code == 0, text[-3000:]
+    got = pd.read_csv(out)
+    ref = reference_count_windows(df, 10)
+    cols = ["key", "window_start", "window_end", "count"]
+    assert got[cols].values.tolist() == ref[cols].values.tolist()
+    assert np.allclose(got["value"].to_numpy(), ref["value"].to_numpy())
+
+
+def _verify_clean(cluster: Cluster, run: Path) -> None:
+    code, text = _finish(_cec(cluster, "inspect", "log", str(run), "--verify"))
+    assert code == 0 and text.count("checksums=ok") == 2 * P, text[-3000:]
+
+
+def test_failure_free_run_on_three_workers(cluster: Cluster, shared_dir: Path) -> None:
+    spec, df = _setup(shared_dir)
+    _feed(spec.parent / "stream", FILES, end=True)
+    run = shared_dir / "run"
+    code, text = _finish(_cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
+                              "--master", cluster.url, "--json"))
+    assert code == 0, text[-5000:]
+    _export_is_exact(cluster, run, df)
+    _verify_clean(cluster, run)
+
+
+def _running(run: Path) -> bool:
+    return all(int(_state(run, p).get("in_tuples", 0) or 0) > 0 for p in range(P))
+
+
+def test_sigkill_of_a_worker_then_exact(cluster: Cluster, shared_dir: Path) -> None:
+    spec, df = _setup(shared_dir)
+    stream = spec.parent / "stream"
+    _feed(stream, FILES // 2)
+    run = shared_dir / "run"
+    proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
+                "--master", cluster.url)
+    _wait(lambda: _running(run), 180, "every partition to process input")
+    pid = int(_state(run, 0)["pid"])  # type: ignore[call-overload]
+    victim = cluster.worker_of(pid)
+    cluster.kill_worker(victim)
+    cluster.add_worker(3)  # a replacement host joins
+    _feed(stream, FILES, end=True)
+    code, text = _finish(proc)
+    if code != 0:  # the run gave up: recovery on the same cluster resumes it
+        code, text = _finish(_cec(cluster, "recover", "--from-log", str(run)))
+    assert code == 0, text[-5000:]
+    _export_is_exact(cluster, run, df)
+    _verify_clean(cluster, run)
+
+
+def test_frozen_executor_wakes_up_fenced(cluster: Cluster, shared_dir: Path) -> None:
+    """SIGSTOP a Worker until Spark declares its executor lost and retries its task on
+    another "host", then SIGCONT it while the retry writes: the zombie's writes are
+    fenced off by epochs (its own flock domain would not stop it)."""
+    spec, df = _setup(shared_dir)
+    stream = spec.parent / "stream"
+    _feed(stream, FILES // 2)
+    run = shared_dir / "run"
+    proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
+                "--master", cluster.url)
+    _wait(lambda: _running(run), 180, "every partition to process input")
+    pid = int(_state(run, 0)["pid"])  # type: ignore[call-overload]
+    frozen = cluster.worker_of(pid)
+    cluster.freeze_worker(frozen, signal.SIGSTOP)
+    try:
+        _wait(lambda: _state(run, 0).get("pid") not in (None, pid), 180,
+              "partition 0's task to be retried on another worker")
+        _feed(stream, FILES * 3 // 4)
+    finally:
+        cluster.freeze_worker(frozen, signal.SIGCONT)  # the zombie wakes up
+    _feed(stream, FILES, end=True)
+    code, text = _finish(proc)
+    if code != 0:
+        code, text = _finish(_cec(cluster, "recover", "--from-log", str(run)))
+    assert code == 0, text[-5000:]
+    epochs = sorted((run / "output" / "p0000" / "epochs").iterdir())
+    assert len(epochs) >= 2, "the retry took a new epoch"
+    _export_is_exact(cluster, run, df)
+    _verify_clean(cluster, run)
