@@ -9,6 +9,8 @@ process exit status the CLI maps it to:
 2    bad usage, bad spec, bad input (names the file, line, field)
 3    a corrupt log that needs ``--repair`` (names segment and offset)
 4    recovery impossible (e.g. the upstream no longer holds ``T``)
+5    the cluster lost the task slots a run needs and they did not come back in time
+     (everything committed is kept: ``cec recover`` resumes once they are back)
 ==== ==========================================================
 
 Packages add their own subclasses in their own ``errors.py``; a library error that is
@@ -52,3 +54,9 @@ class RecoveryError(CecError):
     """The state before the crash cannot be rebuilt from what is on disk."""
 
     exit_code = 4
+
+
+class ClusterError(CecError):
+    """The Spark cluster cannot run the pipeline now (lost task slots, a stopped app)."""
+
+    exit_code = 5

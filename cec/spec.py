@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from cec.errors import SpecError
+from cec.errors import SpecError, UsageError
 
 SOURCE_KINDS = ("csv", "parquet", "jsonl", "generator", "stream-dir")
 FILE_FORMATS = ("csv", "parquet", "jsonl")
@@ -114,10 +114,18 @@ class RunSpec:
     segment_kb: int = 64 * 1024  # segment size of the upstream logs
     trim_upstream: bool = True  # drop upstream segments no recovery can replay again
     trim_lag_s: float = 30.0  # ... as of this long ago (an output tail lost since heals)
+    # Spark settings ([run.spark] and --conf), applied over cec's defaults
+    spark: tuple[tuple[str, str], ...] = ()
+    executor_wait_s: float = 30.0  # how long the start waits for executors to register
+    slot_timeout_s: float = 300.0  # how long a run waits for lost task slots to come back
 
     @property
     def effective_master(self) -> str:
         return self.master or default_master(self.partitions)
+
+    @property
+    def spark_conf(self) -> dict[str, str]:
+        return dict(self.spark)
 
 
 @dataclass(frozen=True)
@@ -129,10 +137,13 @@ class PipelineSpec:
     where: str | None = None
     origin: str = "<spec>"  # the file it was read from, for messages
 
-    def with_run(self, *, partitions: int | None = None, master: str | None = None
-                 ) -> PipelineSpec:
-        """The spec with command-line overrides of ``[run]`` applied."""
+    def with_run(self, *, partitions: int | None = None, master: str | None = None,
+                 conf: Mapping[str, str] | None = None) -> PipelineSpec:
+        """The spec with command-line overrides of ``[run]`` applied (``--conf`` over
+        ``[run.spark]``)."""
         run = self.run
+        if conf:
+            run = replace(run, spark=tuple({**run.spark_conf, **conf}.items()))
         if partitions is not None:
             if partitions < 1:
                 raise SpecError(f"--partitions: must be >= 1, got {partitions}")
@@ -140,6 +151,22 @@ class PipelineSpec:
         if master is not None:
             run = replace(run, master=master)
         return replace(self, run=run)
+
+
+def parse_conf(pairs: list[str] | tuple[str, ...], option: str = "--conf") -> dict[str, str]:
+    """``key=value`` pairs of a repeatable ``--conf`` option (Spark settings)."""
+    conf: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"{option}: expected key=value (e.g. spark.driver.memory=4g), "
+                             f"got {pair!r}")
+        if not key.startswith("spark."):
+            raise UsageError(f"{option}: {key!r} is not a Spark setting (they start with "
+                             "'spark.')")
+        conf[key] = value
+    return conf
 
 
 def default_master(partitions: int) -> str:
@@ -361,7 +388,7 @@ def _checkpoint(ctx: _Ctx, tbl: dict[str, Any]) -> CheckpointSpec:
 def _run(ctx: _Ctx, tbl: dict[str, Any]) -> RunSpec:
     name = "run"
     ctx.unknown(tbl, name, ("partitions", "master", "fsync", "segment_kb", "trim_upstream",
-                            "trim_lag_s"))
+                            "trim_lag_s", "executor_wait_s", "slot_timeout_s", "spark"))
     partitions = ctx.integer(tbl, name, "partitions", default=4, minimum=1)
     master = ctx.string(tbl, name, "master")
     fsync = ctx.choice(tbl, name, "fsync", ("always", "interval", "never"), default="always")
@@ -372,7 +399,42 @@ def _run(ctx: _Ctx, tbl: dict[str, Any]) -> RunSpec:
     lag = ctx.number(tbl, name, "trim_lag_s", default=RunSpec.trim_lag_s, positive=False)
     if lag < 0:
         raise ctx.fail(f"[{name}].trim_lag_s", f"must be >= 0, got {lag!r}")
-    return RunSpec(partitions, master, fsync, segment_kb, trim, lag)
+    wait = ctx.number(tbl, name, "executor_wait_s", default=RunSpec.executor_wait_s,
+                      positive=False)
+    slot_timeout = ctx.number(tbl, name, "slot_timeout_s", default=RunSpec.slot_timeout_s)
+    if wait < 0:
+        raise ctx.fail(f"[{name}].executor_wait_s", f"must be >= 0, got {wait!r}")
+    raw_spark = tbl.get("spark", {})
+    if not isinstance(raw_spark, dict):
+        raise ctx.fail("[run.spark]", f"must be a table, got {raw_spark!r}")
+    spark = _spark_table(ctx, raw_spark)
+    return RunSpec(partitions, master, fsync, segment_kb, trim, lag, spark, wait,
+                   slot_timeout)
+
+
+def _spark_table(ctx: _Ctx, tbl: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    """``[run.spark]``: Spark settings; dotted keys may be quoted or written as TOML dotted
+    keys (``spark.driver.memory = "4g"`` is the same setting)."""
+    flat: dict[str, str] = {}
+
+    def walk(prefix: str, value: Any) -> None:
+        if isinstance(value, dict):
+            for k, v in value.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+            return
+        where = f"[run.spark].{prefix}"
+        if not prefix.startswith("spark."):
+            raise ctx.fail(where, "not a Spark setting (Spark settings start with 'spark.'; "
+                           'quote the key: "spark.driver.memory" = "4g")')
+        if isinstance(value, bool):
+            flat[prefix] = "true" if value else "false"
+        elif isinstance(value, int | float | str):
+            flat[prefix] = str(value)
+        else:
+            raise ctx.fail(where, f"must be a string, number or boolean, got {value!r}")
+
+    walk("", tbl)
+    return tuple(flat.items())
 
 
 def parse_spec(text: str, *, origin: str = "<spec>", base: Path | None = None) -> PipelineSpec:
@@ -428,7 +490,8 @@ def _toml_value(value: object) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{_toml_value(str(k))} = {_toml_value(v)}"
+                                for k, v in value.items()) + " }"
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
@@ -460,7 +523,11 @@ def spec_to_tables(spec: PipelineSpec) -> dict[str, dict[str, object]]:
                               "master": spec.run.effective_master,
                               "segment_kb": spec.run.segment_kb,
                               "trim_upstream": spec.run.trim_upstream,
-                              "trim_lag_s": spec.run.trim_lag_s}
+                              "trim_lag_s": spec.run.trim_lag_s,
+                              "executor_wait_s": spec.run.executor_wait_s,
+                              "slot_timeout_s": spec.run.slot_timeout_s}
+    if spec.run.spark:
+        run["spark"] = spec.run.spark_conf
     tables: dict[str, dict[str, object]] = {"source": source}
     if spec.where is not None:
         tables["filter"] = {"where": spec.where}

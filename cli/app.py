@@ -2,8 +2,8 @@
 
 Each command parses its arguments and calls one library function; errors from the
 library (:class:`cec.errors.CecError`) become a one-line message on stderr and the
-exit status the error class carries (2 usage/spec, 3 corrupt log, 4 recovery
-impossible).
+exit status the error class carries (2 usage/spec, 3 corrupt log or a refused write,
+4 recovery impossible, 5 the cluster lost the task slots a run needs).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rich.markup import escape
 
 from cec import pipeline
 from cec.errors import CecError
+from cec.spec import parse_conf
 
 app = typer.Typer(
     name="cec",
@@ -38,6 +39,9 @@ err_console = Console(stderr=True)
 out_console = Console()
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+ConfOpt = Annotated[list[str] | None, typer.Option(
+    "--conf", metavar="KEY=VALUE",
+    help="A Spark setting (repeatable), over the spec's [run.spark] and cec's defaults.")]
 
 
 def _emit(result: dict[str, Any], json_out: bool, rows: list[dict[str, Any]] | None = None,
@@ -71,13 +75,17 @@ def run_pipeline(
     spec: Annotated[Path, typer.Argument(help="Pipeline spec (TOML).")],
     log_dir: Annotated[Path | None, typer.Option("--log-dir", help="Where logs go.")] = None,
     partitions: Annotated[int | None, typer.Option("--partitions", min=1)] = None,
-    master: Annotated[str | None, typer.Option("--master", help="Spark master URL.")] = None,
+    master: Annotated[str | None, typer.Option(
+        "--master", help="Spark master URL (local[N], spark://HOST:PORT, yarn, k8s://...).")
+    ] = None,
+    conf: ConfOpt = None,
     max_tuples: Annotated[int | None, typer.Option("--max-tuples", min=0)] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
     result = pipeline.run_pipeline(spec, log_dir, partitions=partitions, master=master,
-                                   max_tuples=max_tuples, progress=not json_out)
+                                   conf=parse_conf(conf or []), max_tuples=max_tuples,
+                                   progress=not json_out)
     _emit(result, json_out, result["per_partition"],
           ("p", "in_tuples", "r", "g_open", "g_check", "n_open", "q", "u", "done"))
     if result["interrupted"]:
@@ -88,10 +96,14 @@ def run_pipeline(
 def recover(
     from_log: Annotated[Path, typer.Option("--from-log", help="The run's log directory.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Explain, do not resume.")] = False,
+    master: Annotated[str | None, typer.Option(
+        "--master", help="Resume on this Spark master (default: the run's own).")] = None,
+    conf: ConfOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
-    result = pipeline.recover_run(from_log, dry_run=dry_run, progress=not json_out)
+    result = pipeline.recover_run(from_log, dry_run=dry_run, progress=not json_out,
+                                  master=master, conf=parse_conf(conf or []))
     rows = [{**e, "extent_records": e.get("extent", {}).get("records"),
              "extent_bytes": e.get("extent", {}).get("bytes"),
              "replay_tuples": e.get("replay", {}).get("tuples"),

@@ -293,6 +293,7 @@ def recover(
     chunk_bytes: int = 256 << 10,
     fsync: str = "always",
     filter_replay: bool = True,
+    create: bool = True,
 ) -> Recovered:
     """Reconcile the output log, rebuild the EC, load it and replay up to ``t_c``.
 
@@ -301,7 +302,7 @@ def recover(
     it). Raises :class:`ExtentError` or :class:`ReplayUnavailableError` (exit status 4).
     """
     out, reconcile_s, reconcile_cpu = _timed(
-        StreamLog.open, output_dir, writable=True, create=True, fsync=fsync
+        StreamLog.open, output_dir, writable=True, create=create, fsync=fsync
     )
     try:
         if Path(upstream_dir).exists():

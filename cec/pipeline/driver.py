@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import signal
 import threading
 import time
@@ -28,16 +30,17 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from cec.errors import CecError, SpecError, UsageError
+from cec.errors import CecError, UsageError
+from cec.pipeline.cluster import SlotWatch, check_local_slots, probe, wait_for_slots
 from cec.pipeline.ingest import (
     IngestProgress,
     check_filter,
-    create_upstream,
+    create_logs,
     ingest,
 )
-from cec.pipeline.layout import RunLayout, RunSettings, settings_for
+from cec.pipeline.layout import DriverSupersededError, RunLayout, RunSettings, settings_for
 from cec.pipeline.progress import ProgressView
-from cec.pipeline.session import build_session
+from cec.pipeline.session import build_session, is_local
 from cec.pipeline.task import run_partition
 from cec.pipeline.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
 from cec.sources import SourcePlan, plan_source
@@ -55,11 +58,26 @@ def default_log_dir(spec_path: Path) -> Path:
     return Path("runs") / spec_path.stem
 
 
-def _task_entry(root: str) -> Callable[[int, Iterable[int]], Iterable[str]]:
+def _task_entry(root: str, run_id: str | None, driver: int | None
+                ) -> Callable[[int, Iterable[int]], Iterable[str]]:
     def run(index: int, _it: Iterable[int]) -> Iterable[str]:
-        yield json.dumps(run_partition(root, index))
+        yield json.dumps(run_partition(root, index, run_id, driver))
 
     return run
+
+
+# Errors of a task that another attempt cannot fix: the job is not resubmitted.
+_FATAL = re.compile(r"\b(RunNotVisibleError|DriverSupersededError|LogNotFoundError): (.+)")
+
+
+def _fatal(exc: BaseException) -> CecError | None:
+    """The CecError a failed Spark job carries from a task, if retrying cannot help."""
+    m = _FATAL.search(str(exc))
+    if m is None:
+        return None
+    if m.group(1) == "DriverSupersededError":
+        return DriverSupersededError(m.group(2).strip())
+    return UsageError(m.group(2).strip())
 
 
 @dataclass
@@ -68,6 +86,7 @@ class _Shared:
     ingest: IngestProgress = field(default_factory=IngestProgress)
     ingest_error: BaseException | None = None
     operator_error: BaseException | None = None
+    cluster_error: CecError | None = None
     results: list[dict[str, Any]] = field(default_factory=list)
     resubmits: int = 0
     operators_done: threading.Event = field(default_factory=threading.Event)
@@ -75,7 +94,7 @@ class _Shared:
 
 
 def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
-                     shared: _Shared) -> None:
+                     ids: tuple[str | None, int | None], shared: _Shared) -> None:
     sc = spark.sparkContext
     root = str(layout.root)
     try:
@@ -83,11 +102,15 @@ def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
             sc.setJobGroup("cec-operators", "cec operator tasks", interruptOnCancel=True)
             try:
                 rows = (sc.parallelize(range(partitions), partitions)
-                        .mapPartitionsWithIndex(_task_entry(root)).collect())
+                        .mapPartitionsWithIndex(_task_entry(root, *ids)).collect())
                 shared.results = [json.loads(r) for r in rows]
                 return
             except Exception as exc:
                 if shared.stop.is_set():
+                    return
+                fatal = _fatal(exc)
+                if fatal is not None:
+                    shared.operator_error = fatal
                     return
                 shared.resubmits += 1
                 if shared.resubmits > MAX_RESUBMITS:
@@ -103,19 +126,28 @@ def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
 
 
 def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-                   layout: RunLayout, plan: SourcePlan | None, shared: _Shared) -> None:
+                   layout: RunLayout, plan: SourcePlan | None, driver: int | None,
+                   shared: _Shared) -> None:
+    def should_stop() -> bool:  # a stop, or a newer driver took the run
+        return shared.stop.is_set() or (driver is not None
+                                        and layout.latest_driver() > driver)
+
     tries = 0
     try:
         while True:
             try:
-                ingest(spark, spec, settings, layout, shared.ingest, shared.stop.is_set,
-                       plan)
+                ingest(spark, spec, settings, layout, shared.ingest, should_stop, plan,
+                       driver=driver)
                 return
             except CecError as exc:
                 shared.ingest_error = exc
                 return
             except Exception as exc:
                 if shared.stop.is_set():
+                    return
+                fatal = _fatal(exc)
+                if fatal is not None:
+                    shared.ingest_error = fatal
                     return
                 tries += 1
                 if tries > MAX_RESUBMITS:
@@ -128,13 +160,17 @@ def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSetting
     finally:
         shared.ingest_done.set()
         if shared.ingest_error is not None:
-            _request_stop(layout, shared)
+            _request_stop(layout, shared,
+                          file=not isinstance(shared.ingest_error, DriverSupersededError))
 
 
-def _request_stop(layout: RunLayout, shared: _Shared) -> None:
+def _request_stop(layout: RunLayout, shared: _Shared, *, file: bool = True) -> None:
+    """Stop this driver's tasks: the STOP file, unless the run is no longer ours (a newer
+    driver runs it: its tasks must not see a STOP)."""
     shared.stop.set()
-    with contextlib.suppress(OSError):
-        layout.stop_file.touch()
+    if file:
+        with contextlib.suppress(OSError):
+            layout.stop_file.touch()
 
 
 def _spark_error(exc: BaseException) -> str:
@@ -175,24 +211,28 @@ def _waiting_on(spec: PipelineSpec, layout: RunLayout, partitions: int,
 
 def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
             layout: RunLayout, *, plan: SourcePlan | None = None,
-            progress: bool = True, stall_s: float = DEFAULT_STALL_S) -> dict[str, Any]:
+            progress: bool = True, stall_s: float = DEFAULT_STALL_S,
+            driver: int | None = None, watch: SlotWatch | None = None) -> dict[str, Any]:
     """Run ingest and operators of the run in ``layout`` to the end (or a stop).
 
     When nothing moves for ``stall_s`` seconds it says on stderr what it waits on and
-    leaves every thread's stack in ``RUN/watchdog/`` (:class:`Watchdog`).
+    leaves every thread's stack in ``RUN/watchdog/`` (:class:`Watchdog`). ``driver`` is
+    this driver's number (:meth:`RunLayout.take_driver`): the run stops when a newer
+    driver takes over. ``watch`` gives up when lost task slots do not come back.
     """
     partitions = spec.run.partitions
     if layout.stop_file.exists():
         layout.stop_file.unlink()
-    create_upstream(layout, partitions, spec.run.fsync)
+    create_logs(layout, partitions, spec.run.fsync)
     shared = _Shared()
     started = time.monotonic()
     started_at = time.time()
     threads = [
-        threading.Thread(target=_operator_thread, args=(spark, layout, partitions, shared),
+        threading.Thread(target=_operator_thread,
+                         args=(spark, layout, partitions, (settings.run_id, driver), shared),
                          name="cec-operators", daemon=True),
         threading.Thread(target=_ingest_thread,
-                         args=(spark, spec, settings, layout, plan, shared),
+                         args=(spark, spec, settings, layout, plan, driver, shared),
                          name="cec-ingest", daemon=True),
     ]
     for t in threads:
@@ -210,6 +250,16 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
             while not shared.operators_done.wait(0.5):
                 view.refresh()
                 if shared.ingest_done.is_set() and shared.ingest_error is not None:
+                    break
+                try:
+                    layout.check_driver(driver)
+                    if watch is not None:
+                        watch.check()
+                except CecError as exc:  # superseded, or the slots did not come back
+                    shared.cluster_error = exc
+                    _request_stop(layout, shared,
+                                  file=not isinstance(exc, DriverSupersededError))
+                    spark.sparkContext.cancelAllJobs()
                     break
                 now = _fingerprint(layout, partitions, shared.ingest)
                 if now != seen:
@@ -236,15 +286,20 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         if in_main:
             signal.signal(signal.SIGINT, previous)
     if shared.operator_error is not None:  # the operators gave up: stop the ingest too
-        _request_stop(layout, shared)
+        _request_stop(layout, shared,
+                      file=not isinstance(shared.operator_error, DriverSupersededError))
     shared.ingest_done.wait(STOP_GRACE_S)
     shared.operators_done.wait(STOP_GRACE_S)
     elapsed = time.monotonic() - started
+    if shared.cluster_error is not None:
+        raise shared.cluster_error
     if shared.ingest_error is not None:
         err = shared.ingest_error
         if isinstance(err, CecError):
             raise err
         raise PipelineError(f"ingest failed: {_spark_error(err)}") from err
+    if isinstance(shared.operator_error, CecError):
+        raise shared.operator_error
     if shared.operator_error is not None:
         raise PipelineError(f"operator job failed {shared.resubmits} times: "
                             f"{_spark_error(shared.operator_error)}") from shared.operator_error
@@ -286,29 +341,51 @@ def _session(spec: PipelineSpec) -> tuple[SparkSession, bool]:
     existed = SparkSession.getActiveSession() is not None
     master = spec.run.effective_master
     spark = announce_wait(f"Spark to start (master {master})",
-                          lambda: build_session(master, spec.run.partitions))
+                          lambda: build_session(master, spec.run.partitions,
+                                                spec.run.spark_conf))
     return spark, not existed
+
+
+def _prepare(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+             layout: RunLayout) -> SlotWatch:
+    """Before any task: enough slots (exit 2 with the numbers), and, on a cluster, every
+    executor sees the run directory and the source (exit 2 naming host and path)."""
+    sc = spark.sparkContext
+    master = spec.run.effective_master
+    slots = wait_for_slots(sc, spec.run.partitions, master, spec.run.executor_wait_s)
+    if not is_local(master):
+        paths = [str(spec.source.path)] if spec.source.path is not None else []
+        announce_wait("every executor to check that it sees the run directory",
+                      lambda: probe(sc, layout, settings.run_id, paths, slots))
+    return SlotWatch(sc, spec.run.partitions, master, spec.run.slot_timeout_s)
 
 
 def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
                  partitions: int | None = None, master: str | None = None,
+                 conf: dict[str, str] | None = None,
                  max_tuples: int | None = None, progress: bool = True) -> dict[str, Any]:
     """``cec run pipeline``: validate, store ``run.toml``, run to the end or Ctrl-C.
 
     Everything that can be wrong with the spec or a bounded source is found before
-    anything is written (exit status 2, nothing on disk).
+    anything is written (exit status 2, nothing on disk). ``conf`` (``--conf``) is
+    stored with the spec's ``[run.spark]``; the log directory is stored absolute, so
+    that every host of a cluster opens the same one.
     """
     spec_path = Path(spec_path)
-    spec = load_spec(spec_path).with_run(partitions=partitions, master=master)
+    spec = load_spec(spec_path).with_run(partitions=partitions, master=master, conf=conf)
     if max_tuples is not None and max_tuples < 0:
         raise UsageError(f"--max-tuples: must be >= 0, got {max_tuples}")
-    root = Path(log_dir) if log_dir is not None else default_log_dir(spec_path)
+    check_local_slots(spec.run.partitions, spec.run.effective_master)
+    given = Path(log_dir) if log_dir is not None else default_log_dir(spec_path)
+    root = Path(os.path.abspath(given))
     layout = RunLayout(root)
     if layout.exists():
-        raise UsageError(f"{root}: already holds a run; resume it with "
-                         f"'cec recover --from-log {root}' or choose another --log-dir")
+        raise UsageError(f"{given}: already holds a run; resume it with "
+                         f"'cec recover --from-log {given}' or choose another --log-dir")
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{given}: --log-dir exists and is not a directory")
     if root.exists() and any(root.iterdir()):
-        raise UsageError(f"{root}: --log-dir exists and is not empty")
+        raise UsageError(f"{given}: --log-dir exists and is not empty")
     plan = plan_source(spec, max_rows=max_tuples)
     if spec.source.kind == "stream-dir" and not plan.columns.names:
         raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
@@ -318,16 +395,21 @@ def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
     # line is resumed by `cec recover`, not left as a directory no command accepts
     created = not root.exists()
     layout.write_run_file(spec, settings)
-    spark, owned = _session(spec)
+    try:
+        spark, owned = _session(spec)
+    except UsageError:  # a setting Spark refused: the run never started
+        _unmake(layout, created)
+        raise
     try:
         try:
             check_filter(spark, spec, plan)
-        except SpecError:
+            watch = _prepare(spark, spec, settings, layout)
+        except UsageError:
             _unmake(layout, created)  # nothing but run.toml was written: take it back
             raise
         return execute(spark, spec, settings, layout,
                        plan=None if spec.source.kind == "stream-dir" else plan,
-                       progress=progress)
+                       progress=progress, driver=layout.take_driver(), watch=watch)
     finally:
         if owned:
             spark.stop()
@@ -342,13 +424,25 @@ def _unmake(layout: RunLayout, created: bool) -> None:
             layout.root.rmdir()
 
 
-def resume_run(root: Path | str, *, progress: bool = True) -> dict[str, Any]:
-    """Resume the run stored in ``root`` (ingest from its tokens, tasks recover)."""
-    layout = RunLayout(Path(root))
+def resume_run(root: Path | str, *, master: str | None = None,
+               conf: dict[str, str] | None = None, progress: bool = True,
+               driver: int | None = None) -> dict[str, Any]:
+    """Resume the run stored in ``root`` (ingest from its tokens, tasks recover).
+
+    ``master`` and ``conf`` override the stored ones for this resume only (a recovery
+    may run on another cluster than the run it resumes).
+    """
+    layout = RunLayout(Path(os.path.abspath(root)))
     spec, settings = layout.read_run_file()
+    spec = spec.with_run(master=master, conf=conf)
+    check_local_slots(spec.run.partitions, spec.run.effective_master)
+    if driver is None:
+        driver = layout.take_driver()  # from here on, an older driver of this run stops
     spark, owned = _session(spec)
     try:
-        return execute(spark, spec, settings, layout, progress=progress)
+        watch = _prepare(spark, spec, settings, layout)
+        return execute(spark, spec, settings, layout, progress=progress, driver=driver,
+                       watch=watch)
     finally:
         if owned:
             spark.stop()

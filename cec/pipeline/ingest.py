@@ -176,20 +176,24 @@ class WriterConfig:
     value_column: str
     segment_bytes: int = 64 << 20
     trim: bool = True
+    run_id: str | None = None
+    driver: int | None = None
 
     @classmethod
-    def for_run(cls, spec: PipelineSpec, layout: RunLayout) -> WriterConfig:
+    def for_run(cls, spec: PipelineSpec, layout: RunLayout, run_id: str | None,
+                driver: int | None = None) -> WriterConfig:
         return cls(str(layout.root), spec.run.partitions, spec.run.fsync,
                    spec.aggregate.group_by, value_column(spec),
-                   segment_bytes=spec.run.segment_kb << 10,
+                   segment_bytes=spec.run.segment_kb << 10, run_id=run_id, driver=driver,
                    # a committed output record may vanish in a machine crash without
                    # fsync; recovery would then replay from before the trimmed point
                    trim=spec.run.trim_upstream and spec.run.fsync == "always")
 
 
 def open_upstream(cfg: WriterConfig, p: int) -> StreamLog:
-    return StreamLog.open(RunLayout(Path(cfg.root)).upstream(p), writable=True, create=True,
-                          fsync=cfg.fsync, segment_bytes=cfg.segment_bytes)
+    """Partition ``p``'s upstream log for writing; only the driver creates logs."""
+    return StreamLog.open(RunLayout(Path(cfg.root)).upstream(p), writable=True,
+                          create=False, fsync=cfg.fsync, segment_bytes=cfg.segment_bytes)
 
 
 def trim_upstream(layout: RunLayout, logs: list[StreamLog]) -> int:
@@ -216,6 +220,8 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         layout = RunLayout(Path(cfg.root))
+        layout.check_visible(cfg.run_id)  # this host sees the run the driver created
+        layout.check_driver(cfg.driver)  # and the run is still this driver's
         logs = [open_upstream(cfg, p) for p in range(cfg.partitions)]
         written = 0
         started_at = time.time()
@@ -333,9 +339,11 @@ def committed_chunk(layout: RunLayout, partitions: int) -> tuple[int, int | None
     return min(done, key=lambda d: d[0]) if done else (-1, None)
 
 
-def create_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
+def create_logs(layout: RunLayout, partitions: int, fsync: str) -> None:
+    """On the driver: every upstream and output log of the run (executors only open)."""
     for p in range(partitions):
-        StreamLog.open(layout.upstream(p), writable=True, create=True, fsync=fsync).close()
+        for path in (layout.upstream(p), layout.output(p)):
+            StreamLog.open(path, writable=True, create=True, fsync=fsync).close()
 
 
 def seal_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
@@ -351,9 +359,10 @@ JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each
 
 
 def run_chunks(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-               layout: RunLayout, chunks: list[Chunk], progress: IngestProgress) -> int:
+               layout: RunLayout, chunks: list[Chunk], progress: IngestProgress,
+               driver: int | None = None) -> int:
     """Ingest consecutive chunks (one Spark job); the number of tuples written."""
-    cfg = WriterConfig.for_run(spec, layout)
+    cfg = WriterConfig.for_run(spec, layout, settings.run_id, driver)
     df = upstream_frame(spark, spec, settings.columns, chunks)
     schema = ("rows long, started_at double, trimmed long, "
               + ", ".join(f"{c} double" for c in _CLOCKS))
@@ -386,8 +395,11 @@ def _jobs(chunks: list[Chunk], resume: int) -> Iterator[list[Chunk]]:
 
 def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layout: RunLayout,
            progress: IngestProgress, should_stop: Callable[[], bool],
-           plan: SourcePlan | None = None) -> None:
-    """Run the ingest from where the upstream logs' tokens say it stopped."""
+           plan: SourcePlan | None = None, *, driver: int | None = None) -> None:
+    """Run the ingest from where the upstream logs' tokens say it stopped.
+
+    Its writer tasks stop when a newer driver than ``driver`` took the run.
+    """
     sc = spark.sparkContext
     sc.setJobGroup("cec-ingest", "cec ingest", interruptOnCancel=False)
     progress.started = time.monotonic()
@@ -397,7 +409,8 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
         while not should_stop():
             new = watcher.poll()
             _check_resume(spec, new, resume, resume_next)
-            _run_jobs(spark, spec, settings, layout, new, resume, progress, should_stop)
+            _run_jobs(spark, spec, settings, layout, new, resume, progress, should_stop,
+                      driver)
             if watcher.ended:
                 break
             if not new:
@@ -407,7 +420,8 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
             plan = plan_source(spec, max_rows=settings.max_tuples)
         progress.chunks_total = len(plan.chunks)
         _check_resume(spec, plan.chunks, resume, resume_next)
-        _run_jobs(spark, spec, settings, layout, plan.chunks, resume, progress, should_stop)
+        _run_jobs(spark, spec, settings, layout, plan.chunks, resume, progress, should_stop,
+                  driver)
     if should_stop():
         return
     seal_upstream(layout, spec.run.partitions, spec.run.fsync)
@@ -428,12 +442,12 @@ def _check_resume(spec: PipelineSpec, chunks: list[Chunk], resume: int,
 
 def _run_jobs(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
               layout: RunLayout, chunks: list[Chunk], resume: int, progress: IngestProgress,
-              should_stop: Callable[[], bool]) -> None:
+              should_stop: Callable[[], bool], driver: int | None = None) -> None:
     for job in _jobs(chunks, resume):
         if should_stop():
             return
         t0 = time.monotonic()
-        progress.tuples += run_chunks(spark, spec, settings, layout, job, progress)
+        progress.tuples += run_chunks(spark, spec, settings, layout, job, progress, driver)
         progress.job_seconds.append(time.monotonic() - t0)
         progress.chunks_done = job[-1].index + 1
         progress.source_rows = job[-1].next_seq

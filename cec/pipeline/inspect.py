@@ -5,6 +5,7 @@ All of them need nothing but the run directory (``RUN/run.toml`` and the logs).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,8 @@ def _partitions(layout: RunLayout, partition: int | None, total: int) -> list[in
 # --------------------------------------------------------------------------- recover
 
 
-def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool = True
+def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool = True,
+                master: str | None = None, conf: dict[str, str] | None = None
                 ) -> dict[str, Any]:
     """``cec recover --from-log RUN``: reconcile, rebuild every EC, explain; then resume.
 
@@ -50,10 +52,13 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     replay is counted exactly from the upstream log but not run, its time estimated)
     and nothing is resumed. Without it every partition is
     recovered for real (the logs are reconciled, torn tails cut), then the pipeline
-    resumes from where it stopped and runs to the end of a bounded source.
+    resumes from where it stopped and runs to the end of a bounded source, on
+    ``master`` with ``conf`` over the stored Spark settings if given.
     """
-    layout = RunLayout(Path(from_log))
+    layout = RunLayout(Path(os.path.abspath(from_log)))
     spec, settings = layout.read_run_file()
+    # before touching a log: a driver still running this run (another host) stops
+    driver = None if dry_run else layout.take_driver()
     explains: list[dict[str, Any]] = []
     for p in range(spec.run.partitions):
         out_path, up_path = layout.output(p), layout.upstream(p)
@@ -108,7 +113,8 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     result: dict[str, Any] = {"run_dir": str(layout.root), "dry_run": dry_run,
                               "partitions": explains}
     if not dry_run:
-        result["resumed"] = resume_run(layout.root, progress=progress)
+        result["resumed"] = resume_run(layout.root, progress=progress, master=master,
+                                       conf=conf, driver=driver)
     return result
 
 

@@ -8,6 +8,7 @@
       output/p0000/      storage_log: partition 0's operator output
       state/p0000.json   the operator task's live counters (progress display only)
       STOP               present while a clean stop is requested (Ctrl-C)
+      drivers/00000001   one file per driver that ran the run (cec run, cec recover)
 
 ``run.toml`` is written once, atomically and exclusively (a hard link: of two drivers
 racing for one directory exactly one wins), before Spark starts and before any log;
@@ -15,6 +16,12 @@ recovery reads nothing else. The ``[cec]`` table holds what the spec does not:
 ``max_tuples`` (the source is cut after that many rows, so a resumed run ends where
 the original would have), and the source's column types (so a resumed
 ``stream-dir`` ingest types its rows the same).
+Each driver takes the next number in ``drivers/`` (an exclusive hard link, as for
+``run.toml``) before it starts any task, and hands it to its tasks: a task or driver
+that sees a newer driver stops with :class:`DriverSupersededError`. So of two drivers
+on one run (two ``cec recover`` on two hosts) the newer one runs and the older one
+stops with a clear error, instead of their tasks fencing each other's logs in turn
+(the logs' own epochs keep the data exact either way).
 The ``state/`` files are advisory JSON written by the tasks with an atomic rename;
 nothing depends on them for correctness.
 """
@@ -24,7 +31,9 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 import tomllib
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +54,7 @@ class RunSettings:
     max_tuples: int | None
     columns: ColumnTypes
     key_column: str
+    run_id: str | None = None  # None: a run stored before run ids existed
 
     @property
     def key_type(self) -> str:
@@ -86,6 +96,8 @@ class RunLayout:
             "column_names": list(settings.columns.names),
             "column_types": list(settings.columns.types),
         }}
+        if settings.run_id is not None:
+            extra["cec"]["run_id"] = settings.run_id
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "state").mkdir(exist_ok=True)
         tmp = self.root / f"{RUN_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
@@ -112,11 +124,94 @@ class RunLayout:
             cec = tomllib.loads(text)["cec"]
             max_tuples = int(cec["max_tuples"])
             columns = ColumnTypes(tuple(cec["column_names"]), tuple(cec["column_types"]))
+            run_id = cec.get("run_id")
+            if run_id is not None and not isinstance(run_id, str):
+                raise TypeError(f"run_id must be a string, got {run_id!r}")
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"{origin}: [cec] table missing or damaged: {exc}") from exc
         settings = RunSettings(None if max_tuples < 0 else max_tuples, columns,
-                               spec.aggregate.group_by)
+                               spec.aggregate.group_by, run_id)
         return spec, settings
+
+    def check_visible(self, run_id: str | None) -> None:
+        """On an executor: this host sees the run the driver created (same run id).
+
+        Raises :class:`RunNotVisibleError` naming this host, the path and the cause.
+        """
+        where = f"host {socket.gethostname()} (pid {os.getpid()}, cwd {os.getcwd()})"
+        if not self.root.is_absolute():
+            raise RunNotVisibleError(f"{where}: the run directory {self.root} is a relative "
+                                     "path (the driver resolves it; is this an old driver?)")
+        if not self.root.is_dir():
+            raise RunNotVisibleError(f"{where}: cannot see the run directory {self.root} (is "
+                                     "it on a file system every host mounts at that path?)")
+        try:
+            text = self.run_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise RunNotVisibleError(f"{where}: cannot read {self.run_file}: "
+                                     f"{exc.strerror or exc}") from exc
+        if run_id is None:
+            return
+        try:
+            found = tomllib.loads(text).get("cec", {}).get("run_id")
+        except tomllib.TOMLDecodeError as exc:
+            raise RunNotVisibleError(f"{where}: {self.run_file} is damaged: {exc}") from exc
+        if found != run_id:
+            raise RunNotVisibleError(f"{where}: {self.run_file} belongs to run {found}, not "
+                                     f"to this run {run_id} (another run in the same "
+                                     "directory, or a host that sees a different directory "
+                                     "at this path)")
+
+    # ------------------------------------------------------------------ drivers
+
+    @property
+    def drivers_dir(self) -> Path:
+        return self.root / "drivers"
+
+    def take_driver(self) -> int:
+        """A new driver number for this run: one more than any before, never reused."""
+        self.drivers_dir.mkdir(exist_ok=True)
+        info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+        tmp = self.drivers_dir / f".{socket.gethostname()}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(info), encoding="utf-8")
+        try:
+            while True:
+                n = self.latest_driver() + 1
+                try:
+                    os.link(tmp, self.drivers_dir / f"{n:08d}")
+                except FileExistsError:
+                    continue  # another driver took n first: take the next
+                fsync_dir(self.drivers_dir)
+                return n
+        finally:
+            tmp.unlink()
+
+    def latest_driver(self) -> int:
+        """The newest driver number (0: none yet, a run from before driver numbers)."""
+        try:
+            names = os.listdir(self.drivers_dir)
+        except FileNotFoundError:
+            return 0
+        return max((int(n) for n in names if n.isdigit()), default=0)
+
+    def driver_info(self, n: int) -> dict[str, Any]:
+        try:
+            raw = json.loads((self.drivers_dir / f"{n:08d}").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return raw if isinstance(raw, dict) else {}
+
+    def check_driver(self, mine: int | None) -> None:
+        """DriverSupersededError if a newer driver than ``mine`` took the run."""
+        if mine is None:
+            return
+        newest = self.latest_driver()
+        if newest > mine:
+            info = self.driver_info(newest)
+            raise DriverSupersededError(
+                f"{self.root}: another driver (number {newest}, host {info.get('host')}, "
+                f"pid {info.get('pid')}) took over this run; this one (number {mine}) "
+                "stops. Its committed output is kept; the newer driver continues it")
 
     # ------------------------------------------------------------------ state files
 
@@ -137,6 +232,15 @@ class RunLayout:
         return raw if isinstance(raw, dict) else {}
 
 
+class DriverSupersededError(UsageError):
+    """A newer driver took over the run (two ``cec recover`` at once): this one stops."""
+
+
+class RunNotVisibleError(UsageError):
+    """An executor does not see the run directory the driver created (exit 2)."""
+
+
 def settings_for(spec: PipelineSpec, columns: ColumnTypes, max_tuples: int | None
                  ) -> RunSettings:
-    return RunSettings(max_tuples, columns, spec.aggregate.group_by)
+    """The settings of a new run (with a new run id)."""
+    return RunSettings(max_tuples, columns, spec.aggregate.group_by, uuid.uuid4().hex)

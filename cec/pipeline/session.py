@@ -10,22 +10,81 @@ Settings and why (DESIGN §7):
 * speculation off (a speculative copy of a long-lived task would be a second writer);
 * no UI, quiet logs.
 
+Each of these (but speculation and the daemon module) can be overridden by the spec's
+``[run.spark]`` table or ``--conf key=value``.
+
 The master defaults to ``local[P+2,3]`` (:func:`cec.spec.default_master`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
+from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
+
+from cec.errors import CecError, UsageError
 
 ARROW_BATCH_ROWS = 1 << 19
 
 
-def build_session(master: str, partitions: int, *, app_name: str = "cec") -> SparkSession:
-    """A (possibly already running) SparkSession for ``master`` with cec's settings."""
+LOG4J = Path(__file__).with_name("log4j2.properties")
+
+
+def is_local(master: str) -> bool:
+    return master.strip() == "local" or master.strip().startswith("local[")
+
+
+def default_conf(master: str, partitions: int) -> dict[str, str]:
+    """cec's Spark settings for a run; a user's ``[run.spark]``/``--conf`` override them."""
+    local = {
+        # a local run talks to itself only: never bind the driver to a public interface
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+    } if is_local(master) else {}
+    return {
+        **local,
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(partitions),
+        "spark.default.parallelism": str(partitions),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(ARROW_BATCH_ROWS),
+        "spark.sql.adaptive.enabled": "false",
+        "spark.speculation": "false",
+        "spark.pyspark.python": sys.executable,
+        "spark.python.worker.reuse": "true",
+        "spark.python.daemon.module": "cec.pipeline.daemon",
+        "spark.driver.memory": "2g",
+        "spark.sql.session.timeZone": "UTC",
+    }
+
+
+# Settings a run cannot work without: a user's value is refused, not silently used.
+FIXED = {
+    "spark.speculation": ("false", "a speculative copy of a long-lived task would be a "
+                          "second writer of its log"),
+    "spark.python.daemon.module": ("cec.pipeline.daemon", "the Python workers must fork "
+                                   "from cec's daemon"),
+}
+
+
+def build_session(master: str, partitions: int, conf: Mapping[str, str] | None = None, *,
+                  app_name: str = "cec") -> SparkSession:
+    """A (possibly already running) SparkSession for ``master`` with cec's settings.
+
+    ``conf`` (the spec's ``[run.spark]`` and ``--conf``) overrides the defaults. A
+    setting Spark refuses is a UsageError (exit 2) carrying Spark's own message.
+    """
+    conf = dict(conf or {})
+    for key, (value, why) in FIXED.items():
+        if key in conf and conf[key] != value:
+            raise UsageError(f"Spark setting {key}={conf[key]}: cec needs {value} ({why})")
     # PySpark 4.3 warns about pandas 3 on every Arrow UDF; cec moves Arrow, not pandas.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
                             category=FutureWarning)
@@ -36,24 +95,32 @@ def build_session(master: str, partitions: int, *, app_name: str = "cec") -> Spa
     os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if is_local(master):  # else Spark warns that the host name resolves to loopback
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(partitions))
-        .config("spark.default.parallelism", str(partitions))
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(ARROW_BATCH_ROWS))
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.speculation", "false")
-        .config("spark.pyspark.python", sys.executable)
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.python.daemon.module", "cec.pipeline.daemon")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    spark = builder.getOrCreate()
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in {**default_conf(master, partitions), **conf}.items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:
+        raise _start_error(exc, master, conf) from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _start_error(exc: Exception, master: str, conf: Mapping[str, str]) -> CecError:
+    """Spark did not start: a one-line error with Spark's own reason."""
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    reason = lines[0] if lines else repr(exc)
+    for ln in lines:
+        if m := re.search(r"(\w+(?:Exception|Error)): (.+)", ln):
+            reason = f"{m.group(1)}: {m.group(2)}"
+            break
+    reason = reason[:400]
+    settings = ", ".join(f"{k}={v}" for k, v in conf.items())
+    if "IllegalArgumentException" in text or "SparkException" in text or "Invalid" in text:
+        given = f" (your settings: {settings})" if settings else ""
+        return UsageError(f"Spark refused to start with master {master}{given}: {reason}")
+    return CecError(f"Spark did not start (master {master}): {reason}")

@@ -147,15 +147,24 @@ def _attempt() -> int:
     return ctx.attemptNumber() if ctx is not None else 0
 
 
-def run_partition(root: str, p: int) -> dict[str, Any]:
-    """Run partition ``p`` of the run in ``root`` until its input ends or STOP."""
+def run_partition(root: str, p: int, run_id: str | None = None, driver: int | None = None
+                  ) -> dict[str, Any]:
+    """Run partition ``p`` of the run in ``root`` until its input ends or STOP.
+
+    The driver created the run and its logs; a host that does not see them (or sees
+    another run at that path) raises :class:`RunNotVisibleError` naming itself. A task
+    of driver number ``driver`` stops as soon as a newer driver took the run.
+    """
     layout = RunLayout(Path(root))
+    layout.check_visible(run_id)
+    layout.check_driver(driver)
     spec, settings = layout.read_run_file()
     counters = TaskCounters(p, attempt=_attempt())
     layout.write_state(p, counters.as_dict())
     op = operator_for(spec, settings)
     # Recovery is decided by the output log's content, never by the attempt number.
-    rec = recover(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync)
+    rec = recover(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
+                  create=False)
     out = rec.output_log
     try:
         if out.sealed:
@@ -169,6 +178,7 @@ def run_partition(root: str, p: int) -> dict[str, Any]:
             last_state = 0.0
 
             def flush_state() -> None:  # while idle: report the last batches too
+                layout.check_driver(driver)
                 if counters.in_batches != reported[0] or floor.value() != \
                         counters.replay_after_seq:
                     counters.observe(op, floor)
@@ -194,6 +204,7 @@ def run_partition(root: str, p: int) -> dict[str, Any]:
                 counters.write_s += time.perf_counter() - t1
                 now = time.time()
                 if now - last_state >= STATE_EVERY_S:
+                    layout.check_driver(driver)
                     counters.observe(op, floor)
                     layout.write_state(p, counters.as_dict())
                     reported[0] = counters.in_batches

@@ -7,7 +7,14 @@ import sys
 
 import pytest
 
-from cec.errors import CecError, CorruptionError, RecoveryError, SpecError, UsageError
+from cec.errors import (
+    CecError,
+    ClusterError,
+    CorruptionError,
+    RecoveryError,
+    SpecError,
+    UsageError,
+)
 from cli.app import main
 
 
@@ -36,7 +43,8 @@ def test_missing_required_option_is_usage_error() -> None:
 
 @pytest.mark.parametrize(
     ("error", "code"),
-    [(CecError, 1), (UsageError, 2), (SpecError, 2), (CorruptionError, 3), (RecoveryError, 4)],
+    [(CecError, 1), (UsageError, 2), (SpecError, 2), (CorruptionError, 3), (RecoveryError, 4),
+     (ClusterError, 5)],
 )
 def test_error_tree_exit_codes(error: type[CecError], code: int) -> None:
     assert error("x").exit_code == code

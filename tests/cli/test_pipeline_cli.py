@@ -281,3 +281,71 @@ def _last_json(text: str) -> dict[str, object]:
     start = text.rfind("\n{\n") + 1 if "\n{\n" in text else text.find("{\n")
     end = text.rfind("\n}") + 2
     return json.loads(text[start:end])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--master", "local[2]"], "needs 4 Spark task slots at once (3 long-lived operator "
+                               "tasks + 1 for the ingest); local[2] has 2"),
+    (["--conf", "spark.network.timeout=12s"],
+     "Spark refused to start with master local[5,3] (your settings: "
+     "spark.network.timeout=12s): IllegalArgumentException: requirement failed: "
+     "spark.network.timeoutInterval should be less than or equal to spark.network.timeout"),
+    (["--conf", "spark.speculation=true"], "Spark setting spark.speculation=true: cec needs "
+                                           "false"),
+    (["--conf", "driver.memory=4g"], "--conf: 'driver.memory' is not a Spark setting"),
+    (["--conf", "spark.driver.memory"], "--conf: expected key=value"),
+])
+def test_bad_spark_settings_exit_2_and_leave_no_run(tmp_path: Path, args: list[str],
+                                                    needle: str) -> None:
+    """A setting Spark (or cec) refuses is one line with Spark's own reason, exit 2, in
+    a separate process (the JVM's own stack trace of it is not printed either)."""
+    write_items_csv(tmp_path / "items.csv", 100)
+    (tmp_path / "s.toml").write_text(spec_text(SOURCE, partitions=P))
+    run = tmp_path / "run"
+    got = cec(["run", "pipeline", str(tmp_path / "s.toml"), "--log-dir", str(run), *args])
+    err = " ".join(got.stderr.split())
+    assert got.returncode == 2, got.stderr[-3000:]
+    assert needle in err, err
+    assert "\tat " not in got.stderr and "Traceback" not in got.stderr, got.stderr
+    assert not run.exists()
+
+
+def test_a_second_driver_takes_over_and_the_first_stops(workload: tuple[Path, Path],
+                                                        tmp_path: Path) -> None:
+    """`cec recover` while the run's own driver still runs (as from another host): the
+    newer driver runs the run to the end, the older one stops with exit 2 naming it, and
+    the output is exactly the failure-free run's. The source is a stream folder that
+    ends (``_END``) only once the older driver has stopped."""
+    spec, reference = workload
+    rows = pd.read_csv(spec.parent / "items.csv")
+    stream = tmp_path / "stream"
+    stream.mkdir()
+    half = len(rows) // 2
+    rows.iloc[:half].to_csv(stream / "part-0.csv", index=False)
+    sspec = tmp_path / "stream.toml"
+    sspec.write_text(spec_text(f'kind = "stream-dir"\npath = "{stream}"\n'
+                               'time_field = "item_time"\npoll_ms = 100', partitions=P))
+    run = tmp_path / "run"
+    first = start_cec(["run", "pipeline", str(sspec), "--log-dir", str(run)],
+                      tmp_path / "first.log")
+    second = None
+    try:
+        wait_for(lambda: any(int(s.get("in_tuples", 0)) > 0 for s in _states(run)), 180,
+                 "the first processed batch")
+        second = start_cec(["recover", "--from-log", str(run), "--json"],
+                           tmp_path / "second.log")
+        first.wait(180)
+        rows.iloc[half:].to_csv(stream / "part-1.csv", index=False)
+        (stream / "_END").touch()
+        second.wait(600)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(30)
+    text = (tmp_path / "first.log").read_text()
+    assert first.returncode == 2, text[-3000:]
+    assert "another driver (number 2" in " ".join(text.split()), text[-3000:]
+    assert second.returncode == 0, (tmp_path / "second.log").read_text()[-3000:]
+    assert not (run / "STOP").exists()
+    _export_equals(run, tmp_path, reference)

@@ -190,3 +190,80 @@ def test_frozen_executor_wakes_up_fenced(cluster: Cluster, shared_dir: Path) -> 
     assert len(epochs) >= 2, "the retry took a new epoch"
     _export_is_exact(cluster, run, df)
     _verify_clean(cluster, run)
+
+
+def _live(cluster: Cluster) -> list[object]:
+    return [w for w in cluster.workers if w.proc.poll() is None]
+
+
+def test_too_few_slots_exit_2_with_the_numbers(cluster: Cluster, shared_dir: Path) -> None:
+    spec, _ = _setup(shared_dir)
+    run = shared_dir / "run"
+    slots = 3 * len(_live(cluster))
+    started = time.monotonic()
+    code, text = _finish(_cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
+                              "--master", cluster.url, "--partitions", str(slots)),
+                         timeout=120)
+    took = time.monotonic() - started
+    assert code == 2, text[-3000:]
+    assert f"needs {slots + 1} Spark task slots" in text and f"has {slots}:" in text, text
+    assert took < 30, f"took {took:.0f} s"
+    assert not (run / "run.toml").exists(), "a run that never started leaves no run"
+
+
+def test_run_directory_or_source_the_workers_cannot_see(cluster: Cluster,
+                                                        shared_dir: Path) -> None:
+    """The driver's working directory is private to it (the Workers mount a tmpfs over
+    it): a relative --log-dir there, or a source there, is named in an exit 2."""
+    spec, _ = _setup(shared_dir)
+    own = cluster.private / "driver-cwd"
+    own.mkdir()
+    code, text = _finish(_cec(cluster, "run", "pipeline", str(spec), "--log-dir", "run",
+                              "--master", cluster.url, cwd=own), timeout=180)
+    assert code == 2, text[-3000:]
+    assert f"cannot see the run directory {own / 'run'}" in text, text[-3000:]
+    assert "host " in text
+    assert not (own / "run" / "run.toml").exists()
+
+    # a source only the driver sees
+    private_stream = cluster.private / "stream"
+    private_stream.mkdir()
+    (private_stream / "part-000.csv").write_bytes(
+        next((shared_dir / "stream").iterdir()).read_bytes())
+    bad = shared_dir / "private-source.toml"
+    bad.write_text(spec.read_text().replace(str(shared_dir / "stream"), str(private_stream)))
+    code, text = _finish(_cec(cluster, "run", "pipeline", str(bad), "--log-dir",
+                              str(shared_dir / "run2"), "--master", cluster.url),
+                         timeout=180)
+    assert code == 2, text[-3000:]
+    assert f"cannot see the source {private_stream}" in text, text[-3000:]
+
+
+def test_slots_lost_mid_run_exit_5_then_recover_exact(cluster: Cluster,
+                                                      shared_dir: Path) -> None:
+    """Two of three Workers die and do not come back: the run says it waits, gives up
+    after [run].slot_timeout_s with exit 5; `cec recover` on the restored cluster ends
+    exact."""
+    spec, df = _setup(shared_dir)
+    spec.write_text(spec.read_text().replace("[run]", "[run]\nslot_timeout_s = 8"))
+    stream = spec.parent / "stream"
+    _feed(stream, FILES // 2)
+    run = shared_dir / "run"
+    proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
+                "--master", cluster.url)
+    _wait(lambda: _running(run), 180, "every partition to process input")
+    live = _live(cluster)
+    for w in live[:-1]:
+        cluster.kill_worker(w)  # type: ignore[arg-type]
+    code, text = _finish(proc, timeout=240)
+    assert code == 5, text[-5000:]
+    assert "task slots left" in text and "resume with 'cec recover" in text, text[-3000:]
+    for _ in live[:-1]:
+        cluster.add_worker(3)
+    cluster.wait_workers(len(live))
+    _feed(stream, FILES, end=True)
+    code, text = _finish(_cec(cluster, "recover", "--from-log", str(run), "--master",
+                              cluster.url))
+    assert code == 0, text[-5000:]
+    _export_is_exact(cluster, run, df)
+    _verify_clean(cluster, run)

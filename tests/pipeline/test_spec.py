@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from cec.errors import SpecError
+from cec.errors import SpecError, UsageError
 from cec.spec import (
     default_master,
     dump_spec,
     load_spec,
+    parse_conf,
     parse_duration_us,
     parse_spec,
     parse_stored_spec,
@@ -92,6 +93,14 @@ def test_durations(value: object, expected: int | None) -> None:
     (spec_text(CSV_SOURCE, extra_run="segment_kb = 2"), "[run].segment_kb: must be >= 4"),
     (spec_text(CSV_SOURCE, extra_run='trim_upstream = "yes"'), "[run].trim_upstream"),
     (spec_text(CSV_SOURCE, extra_run="trim_lag_s = -1"), "[run].trim_lag_s: must be >= 0"),
+    (spec_text(CSV_SOURCE, extra_run="slot_timeout_s = 0"), "[run].slot_timeout_s"),
+    (spec_text(CSV_SOURCE, extra_run="executor_wait_s = -1"),
+     "[run].executor_wait_s: must be >= 0"),
+    (spec_text(CSV_SOURCE, extra_run="spark = 3"), "[run.spark]: must be a table"),
+    (spec_text(CSV_SOURCE) + "\n[run.spark]\ndriver.memory = \"4g\"\n",
+     "[run.spark].driver.memory: not a Spark setting"),
+    (spec_text(CSV_SOURCE) + "\n[run.spark]\n\"spark.x\" = [1]\n",
+     "[run.spark].spark.x: must be a string, number or boolean"),
     (spec_text(CSV_SOURCE).replace("partitions = 3", "partitions = 0"),
      "[run].partitions: must be >= 1"),
     (spec_text('kind = "kafka"\npath = "x"\ntime_field = "t"'),
@@ -116,6 +125,25 @@ def test_bad_specs_name_file_and_field(text: str, needle: str) -> None:
     msg = str(exc.value)
     assert msg.startswith("items.toml"), msg
     assert needle in msg, msg
+
+
+def test_spark_settings_table_and_conf_overrides() -> None:
+    """[run.spark] takes quoted or dotted keys; --conf wins; both survive run.toml."""
+    text = spec_text(CSV_SOURCE) + (
+        '\n[run.spark]\n"spark.driver.memory" = "3g"\nspark.ui.enabled = true\n'
+        "spark.sql.shuffle.partitions = 7\n")
+    spec = parse_spec(text, origin="s.toml", base=REPO)
+    assert spec.run.spark_conf == {"spark.driver.memory": "3g", "spark.ui.enabled": "true",
+                                   "spark.sql.shuffle.partitions": "7"}
+    spec = spec.with_run(conf=parse_conf(["spark.driver.memory=5g", "spark.a.b=x=y"]))
+    assert spec.run.spark_conf["spark.driver.memory"] == "5g"
+    assert spec.run.spark_conf["spark.a.b"] == "x=y"
+    again = parse_stored_spec(dump_spec(spec), "run.toml")
+    assert again.run.spark_conf == spec.run.spark_conf
+    for bad, needle in ((["x"], "expected key=value"), (["=1"], "expected key=value"),
+                        (["ui=1"], "'ui' is not a Spark setting")):
+        with pytest.raises(UsageError, match=needle):
+            parse_conf(bad)
 
 
 def test_missing_spec_file(tmp_path: Path) -> None:

@@ -1,0 +1,178 @@
+"""cec on a standalone Spark cluster of 1, 2 and 3 Workers on this machine (issue 15).
+
+For each Worker count W it starts a Master and W Workers (each in its own mount
+namespace, seeing the shared directory through its own FUSE mount, as in
+``tests/on_cluster``), then runs the built-in workload (``examples/items.toml``):
+
+* failure-free: whole-process time of ``cec run pipeline`` and source rows/s;
+* with a Worker SIGKILLed once every partition has processed input (a replacement
+  Worker joins at once, as a restarted host would): the time from the kill to the
+  output complete (the run's end, or the end of ``cec recover`` if the run gave up).
+
+Every run's export must equal the first failure-free run's (same query, same
+output), or the benchmark fails. Ratios are against W = 1 in the same invocation.
+This machine has 2 cores, so Workers add slots, not CPU: throughput does not grow
+with W (the ingest does not scale out yet either, issue 16); it is reported as it is.
+
+    python -m bench.cluster_bench [--workers 1,2,3] [--rows N] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.on_cluster.standalone import Cluster, missing_tools  # noqa: E402
+
+P = 4
+RUN_TIMEOUT_S = 900
+
+
+def _cores(workers: int) -> int:
+    """Cores per Worker so that every W has at least P + 1 slots."""
+    return max(2, -(-(P + 1) // workers))
+
+
+def _cec(cluster: Cluster, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "cli.app", *args], cwd=REPO,
+                            env={**cluster.env(), "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise SystemExit(f"{proc.args} hung ({RUN_TIMEOUT_S} s):\n{err[-3000:]}") from None
+    return proc.returncode, out, err
+
+
+def _state(run: Path, p: int) -> dict[str, Any]:
+    try:
+        raw = json.loads((run / "state" / f"p{p:04d}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _export_digest(cluster: Cluster, run: Path) -> str:
+    out = run.parent / f"{run.name}.csv"
+    code, _, err = _finish(_cec(cluster, "export", str(run), "--out", str(out)))
+    if code != 0:
+        raise SystemExit(f"export of {run} failed: {err[-2000:]}")
+    return hashlib.sha256(out.read_bytes()).hexdigest()
+
+
+def _spec(d: Path, rows: int | None) -> Path:
+    text = (REPO / "examples" / "items.toml").read_text()
+    if rows is not None:
+        text = text.replace("rows = 3000000", f"rows = {rows}")
+    spec = d / "items.toml"
+    spec.write_text(text)
+    return spec
+
+
+def measure(workers: int, base: Path, rows: int | None) -> dict[str, Any]:
+    shared, private = base / "shared", base / "private"
+    shared.mkdir(parents=True)
+    private.mkdir()
+    cluster = Cluster.start(base / "spark", shared, private, workers=workers,
+                            cores=_cores(workers))
+    try:
+        spec = _spec(shared, rows)
+        run = shared / "free"
+        t0 = time.monotonic()
+        code, out, err = _finish(_cec(cluster, "run", "pipeline", str(spec), "--log-dir",
+                                      str(run), "--master", cluster.url, "--json"))
+        whole = time.monotonic() - t0
+        if code != 0:
+            raise SystemExit(f"failure-free run on {workers} Workers: exit {code}\n"
+                             f"{err[-3000:]}")
+        summary = json.loads(out)
+        free_digest = _export_digest(cluster, run)
+
+        run = shared / "killed"
+        proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
+                    "--master", cluster.url, "--json")
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        while not all(int(_state(run, p).get("in_tuples") or 0) > 0 for p in range(P)):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit(f"the run on {workers} Workers never got going")
+            time.sleep(0.2)
+        victim = cluster.worker_of(int(_state(run, 0)["pid"]))
+        killed_at = time.monotonic()
+        cluster.kill_worker(victim)
+        cluster.add_worker(_cores(workers))
+        code, _, err = _finish(proc)
+        recovered_by = "run"
+        if code != 0:  # the run gave up: recover on the same cluster
+            recovered_by = "recover"
+            code, _, err = _finish(_cec(cluster, "recover", "--from-log", str(run)))
+            if code != 0:
+                raise SystemExit(f"recover on {workers} Workers: exit {code}\n{err[-3000:]}")
+        to_complete = time.monotonic() - killed_at
+        killed_digest = _export_digest(cluster, run)
+    finally:
+        cluster.stop()
+    return {"workers": workers, "cores_per_worker": _cores(workers),
+            "source_rows": summary["source_rows"], "whole_process_s": round(whole, 2),
+            "rows_per_s": round(summary["source_rows"] / whole, 1),
+            "steady_rows_per_s": summary.get("steady_rows_per_s"),
+            "kill_to_complete_s": round(to_complete, 2), "completed_by": recovered_by,
+            "digest_free": free_digest, "digest_killed": killed_digest}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", default="1,2,3")
+    ap.add_argument("--rows", type=int, default=None, help="source rows (default 3 M)")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cluster")
+    args = ap.parse_args(argv)
+    why = missing_tools()
+    if why is not None:
+        print(f"cluster_bench: {why}", file=sys.stderr)
+        return 2
+    results = []
+    with tempfile.TemporaryDirectory(prefix="cec-cluster-bench-") as tmp:
+        for w in (int(x) for x in args.workers.split(",")):
+            r = measure(w, Path(tmp) / f"w{w}", args.rows)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    digests = {r["digest_free"] for r in results} | {r["digest_killed"] for r in results}
+    if len(digests) != 1:
+        print("cluster_bench: the exports differ between runs", file=sys.stderr)
+        return 1
+    one = results[0]
+    print(f"\nbuilt-in workload, P = {P}, {one['source_rows']} source rows; every export "
+          "equal (sha256 " + next(iter(digests))[:12] + ")")
+    print("| Workers | cores each | whole run s | rows/s | vs 1 Worker | SIGKILL of a "
+          "Worker to output complete s | vs 1 Worker | completed by |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['workers']} | {r['cores_per_worker']} | {r['whole_process_s']} | "
+              f"{r['rows_per_s']:.0f} | {r['rows_per_s'] / one['rows_per_s']:.2f} | "
+              f"{r['kill_to_complete_s']} | "
+              f"{r['kill_to_complete_s'] / one['kill_to_complete_s']:.2f} | "
+              f"{r['completed_by']} |")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "cluster.json").write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
