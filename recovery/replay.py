@@ -54,6 +54,7 @@ from recovery.upstream import (
     count_replay,
     replay,
 )
+from storage_log.frame import INT64_MAX
 from storage_log.log import StreamLog
 
 __all__ = [
@@ -151,7 +152,7 @@ def scan(
     if at_seq is not None:
         at_seq = boundary_seq(output_log, at_seq)
         before = at_seq + 1
-    if at_ts is not None:
+    if at_ts is not None and at_ts < INT64_MAX:  # at INT64_MAX nothing is newer
         nxt = next(iter(output_log.read_forward(from_ts=at_ts + 1)), None)
         if nxt is not None and nxt.num_rows:
             first_newer = int(nxt.column("seq")[0].as_py())

@@ -37,6 +37,7 @@ from cec.pipeline.ingest import (
     check_filter,
     create_logs,
     ingest,
+    upstream_sealed,
 )
 from cec.pipeline.layout import DriverSupersededError, RunLayout, RunSettings, settings_for
 from cec.pipeline.progress import ProgressView
@@ -354,7 +355,8 @@ def _prepare(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     master = spec.run.effective_master
     slots = wait_for_slots(sc, spec.run.partitions, master, spec.run.executor_wait_s)
     if not is_local(master):
-        paths = [str(spec.source.path)] if spec.source.path is not None else []
+        done = upstream_sealed(layout, spec.run.partitions)  # the source is not read again
+        paths = [str(spec.source.path)] if spec.source.path is not None and not done else []
         announce_wait("every executor to check that it sees the run directory",
                       lambda: probe(sc, layout, settings.run_id, paths, slots))
     return SlotWatch(sc, spec.run.partitions, master, spec.run.slot_timeout_s)

@@ -339,6 +339,18 @@ def committed_chunk(layout: RunLayout, partitions: int) -> tuple[int, int | None
     return min(done, key=lambda d: d[0]) if done else (-1, None)
 
 
+def upstream_sealed(layout: RunLayout, partitions: int) -> bool:
+    """Every upstream log is sealed: the ingest of the run is complete."""
+    for p in range(partitions):
+        path = layout.upstream(p)
+        if not path.exists():
+            return False
+        with StreamLog.open(path) as log:
+            if not log.sealed:
+                return False
+    return True
+
+
 def create_logs(layout: RunLayout, partitions: int, fsync: str) -> None:
     """On the driver: every upstream and output log of the run (executors only open)."""
     for p in range(partitions):
@@ -403,6 +415,10 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
     sc = spark.sparkContext
     sc.setJobGroup("cec-ingest", "cec ingest", interruptOnCancel=False)
     progress.started = time.monotonic()
+    if upstream_sealed(layout, spec.run.partitions):  # all ingested: the source is not
+        progress.sealed = True                        # needed (it may be gone)
+        progress.finished = time.monotonic()
+        return
     resume, resume_next = committed_chunk(layout, spec.run.partitions)
     if spec.source.kind == "stream-dir":
         watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples)

@@ -163,6 +163,9 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
     ``at`` (a timestamp, microseconds) looks at the extent as it was when the last
     output row with ``ts <= at`` was written.
     """
+    if at is not None and not -(1 << 63) <= at < (1 << 63):
+        raise UsageError(f"--at: {at} is not a timestamp (microseconds, a signed 64-bit "
+                         "integer)")
     layout = RunLayout(Path(root))
     spec, _ = layout.read_run_file()
     parts: list[dict[str, Any]] = []

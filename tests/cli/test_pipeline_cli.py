@@ -349,3 +349,43 @@ def test_a_second_driver_takes_over_and_the_first_stops(workload: tuple[Path, Pa
     assert second.returncode == 0, (tmp_path / "second.log").read_text()[-3000:]
     assert not (run / "STOP").exists()
     _export_equals(run, tmp_path, reference)
+
+
+def test_a_completed_run_recovers_and_exports_without_its_source(
+        workload: tuple[Path, Path], tmp_path: Path) -> None:
+    """Issue 17 item 9: the source of a completed run is gone (here: run.toml names a
+    file that does not exist); recover neither plans nor reads it."""
+    spec, reference = workload
+    run = tmp_path / "run"
+    shutil.copytree(spec.parent / "ref", run)
+    text = (run / "run.toml").read_text()
+    assert str(spec.parent / "items.csv") in text
+    (run / "run.toml").write_text(text.replace(str(spec.parent / "items.csv"),
+                                               str(tmp_path / "gone.csv")))
+    got = cec(["recover", "--from-log", str(run), "--json"])
+    assert got.returncode == 0, got.stderr[-3000:]
+    assert json.loads(got.stdout)["resumed"]["completed"]
+    _export_equals(run, tmp_path, reference)
+
+
+def _code(args: list[str]) -> int:
+    """``main``'s exit status (on success click raises SystemExit(0))."""
+    try:
+        return main(args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def test_inspect_extent_at_the_ends_of_time(workload: tuple[Path, Path],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 17 item 15: --at INT64_MAX is the newest extent, not a struct.error; a value
+    outside int64 is exit 2 naming the option."""
+    run = workload[0].parent / "ref"
+    assert _code(["inspect", "extent", str(run), "--at", str((1 << 63) - 1), "--json"]) == 0
+    newest = json.loads(capsys.readouterr().out)["partitions"]
+    assert _code(["inspect", "extent", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["partitions"] == newest
+    assert _code(["inspect", "extent", str(run), "--at", str(-(1 << 63))]) == 0
+    capsys.readouterr()
+    assert _code(["inspect", "extent", str(run), "--at", str(1 << 63)]) == 2
+    assert "--at: 9223372036854775808 is not a timestamp" in capsys.readouterr().err
