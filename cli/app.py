@@ -99,11 +99,17 @@ def recover(
     master: Annotated[str | None, typer.Option(
         "--master", help="Resume on this Spark master (default: the run's own).")] = None,
     conf: ConfOpt = None,
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="Restore a damaged run.toml from its backup; cut a damaged "
+        "upstream log at its first bad frame and read the rows cut again from the "
+        "source (exit 4 naming them if the source is gone).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
     result = pipeline.recover_run(from_log, dry_run=dry_run, progress=not json_out,
-                                  master=master, conf=parse_conf(conf or []))
+                                  master=master, conf=parse_conf(conf or []), repair=repair)
+    for line in result.get("repairs", []):
+        err_console.print(f"cec: repaired: {escape(line)}", highlight=False, soft_wrap=True)
     rows = [{**e, "extent_records": e.get("extent", {}).get("records"),
              "extent_bytes": e.get("extent", {}).get("bytes"),
              "replay_tuples": e.get("replay", {}).get("tuples"),
@@ -147,9 +153,15 @@ def inspect_log(
     result = pipeline.inspect_log(log_dir, verify=verify)
     rows = [{**e, "segments": len(e["segments"]),
              "records": e.get("verify", {}).get("records"),
-             "checksums": "ok" if e.get("verify") else "-"} for e in result["logs"]]
+             "checksums": "DAMAGED" if "damaged" in e else "ok" if e.get("verify") else "-"}
+            for e in result["logs"]]
     _emit(result, json_out, rows, ("path", "segments", "first_seq", "last_seq", "sealed",
                                    "records", "checksums", "token"))
+    if result["damaged"]:  # every damaged log is named, then exit 3
+        for line in result["damaged"]:
+            err_console.print(f"[bold red]cec:[/] {escape(line)}", highlight=False,
+                              soft_wrap=True)
+        raise typer.Exit(3)
 
 
 @app.command("export")

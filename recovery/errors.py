@@ -10,7 +10,12 @@ class ExtentError(RecoveryError):
 
 
 class ReplayUnavailableError(RecoveryError):
-    """The upstream log no longer holds the tuples after T (trimmed too far)."""
+    """The upstream log no longer holds the tuples after T (trimmed too far), or does
+    not yet reach ``t_c`` (``short_of``: the seq it must reach)."""
+
+    def __init__(self, message: str, *, short_of: int | None = None) -> None:
+        super().__init__(message)
+        self.short_of = short_of
 
 
 class InconsistentLogError(ExtentError):

@@ -114,7 +114,8 @@ def check_upstream(rec: EventualCheckpoint, upstream: UpstreamLogReader) -> None
     if last < rec.t_c:
         raise ReplayUnavailableError(
             f"the upstream log ends at seq {last}, before t_c={rec.t_c}: the output log "
-            "holds results of input the upstream never made durable"
+            "holds results of input the upstream never made durable",
+            short_of=rec.t_c,
         )
 
 

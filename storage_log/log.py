@@ -44,7 +44,8 @@ Readers (``writable=False``) never modify anything, never take a lock and never 
 an LMDB write transaction. They use this host's index of the log if there is a usable
 one (read-only) and continue it by walking the segments (:class:`ScanIndex`), so they
 see every commit of the chain whoever wrote it, on this host or another; without a
-local index the first open walks the whole log (it stops at the first invalid frame).
+local index the first open walks the whole log (it stops at the first invalid frame of
+the last segment; one in an earlier segment is CorruptLogError).
 """
 
 from __future__ import annotations

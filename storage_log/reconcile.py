@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from storage_log.epoch import read_chain
+from storage_log.epoch import read_chain, take_epoch
 from storage_log.errors import CorruptLogError
 from storage_log.frame import FLAG_COMMIT, FrameError, decode_schema
 from storage_log.index import EMPTY, Committed, IndexCorrupt, LogIndex
@@ -79,8 +79,8 @@ class TailState:
 def corrupt(path: Path, offset: int, invariant: str) -> CorruptLogError:
     return CorruptLogError(
         f"corrupt log segment {path} at byte {offset}: {invariant}. The damage lies "
-        "before the committed end; open the log with repair=True (cec: --repair) to "
-        "truncate it there, losing the records from that byte on"
+        "before the committed end; a writable open with repair=True (cec recover "
+        "--from-log RUN --repair) truncates it there, losing the records from that byte on"
     )
 
 
@@ -157,6 +157,12 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
     # corruption, reported whatever the index of this host says.
     if bad is not None and not repair and (bad[0] != segments[-1] or not res.torn):
         raise corrupt(segment_path(directory, bad[0]), bad[1], bad[2])
+
+    # A repair cuts committed data: first a new epoch fences the log at the cut, so
+    # that the fences of later epochs (which name the old, longer ends) no longer count
+    # and a crash during the cut leaves a valid chain.
+    if repair and bad is not None:
+        take_epoch(directory, point)
 
     # cut at the commit point
     keep_seg = point.segment

@@ -17,6 +17,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from storage_log.epoch import Chain, read_chain
+from storage_log.errors import CorruptLogError
 from storage_log.frame import (
     FLAG_COMMIT,
     FOOTER,
@@ -215,10 +216,12 @@ class ScanIndex:
     :meth:`snapshot` reads the log's epoch chain and walks the segments from the last
     commit point known (the base's committed end when it is further and on the
     chain), so a tailing reader sees new commits whoever writes them, on whatever
-    host. The walk stops at the first invalid frame: a reader sees the log up to the
-    first bad byte (a writable open tells a torn tail from corruption). A base whose
-    committed end is not on the chain (the log was taken over since) is ignored, and
-    trimmed segments restart the walk from the first remaining one.
+    host. The walk stops at the first invalid frame. In the chain's last segment (not
+    fenced) that may be a write in progress, so a reader sees the log up to it (a
+    writable open tells a torn tail from corruption); in any other segment it is
+    damage, and the snapshot raises CorruptLogError (a reader never sees a shorter
+    log). A base whose committed end is not on the chain (the log was taken over since)
+    is ignored, and trimmed segments restart the walk from the first remaining one.
 
     Never writes anything.
     """
@@ -270,6 +273,16 @@ class ScanIndex:
             segments = [s for s in segments if s >= point.segment]
         res = walk(self.directory, segments, point, schema_bytes=self._res.schema_bytes,
                    token=self._res.token, sealed=self._res.sealed, limits=chain.limits)
+        if res.bad is not None and (res.bad[0] != chain.segments[-1]
+                                    or res.bad[0] in chain.limits):
+            # a bad frame in a segment that was complete (a later one exists, or a newer
+            # epoch fenced it): damage, never the end of the log
+            seg, offset, invariant = res.bad
+            raise CorruptLogError(
+                f"corrupt log segment {segment_path(self.directory, seg)} at byte {offset}: "
+                f"{invariant}. The damage lies before the committed end; a writable open "
+                "with repair=True (cec recover --from-log RUN --repair) truncates it there, "
+                "losing the records from that byte on")
         for e in res.entries:
             self._entries.append(e)
             self._seq_keys.append(e.last_seq)

@@ -235,7 +235,8 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
             before = nxt
             while nxt < len(ends) and ends[nxt] <= upto:
                 for log in logs:
-                    log.commit(tokens[nxt])
+                    if not log.sealed:  # a sealed log holds its whole stream already
+                        log.commit(tokens[nxt])  # (a refill after --repair cut another)
                 nxt += 1
             if cfg.trim and nxt > before:
                 trimmed[0] += trim_upstream(layout, logs)

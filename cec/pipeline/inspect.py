@@ -5,6 +5,8 @@ All of them need nothing but the run directory (``RUN/run.toml`` and the logs).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import time
 from pathlib import Path
@@ -12,12 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from cec.errors import UsageError
+from cec.errors import CecError, RecoveryError, UsageError
 from cec.pipeline.driver import resume_run
 from cec.pipeline.layout import RunLayout
 from cec.pipeline.task import operator_for
 from cec.pipeline.watchdog import say
 from cec.records import tuple_counts
+from cec.sources import plan_source
 from recovery.ec import NothingToRecover
 from recovery.replay import plan, recover, scan
 from storage_log.cache import ID_FILE
@@ -42,8 +45,8 @@ def _partitions(layout: RunLayout, partition: int | None, total: int) -> list[in
 
 
 def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool = True,
-                master: str | None = None, conf: dict[str, str] | None = None
-                ) -> dict[str, Any]:
+                master: str | None = None, conf: dict[str, str] | None = None,
+                repair: bool = False) -> dict[str, Any]:
     """``cec recover --from-log RUN``: reconcile, rebuild every EC, explain; then resume.
 
     Per partition the explain has ``N`` (``n_c``), ``T``, ``t_c``, the extent (records
@@ -54,8 +57,16 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     recovered for real (the logs are reconciled, torn tails cut), then the pipeline
     resumes from where it stopped and runs to the end of a bounded source, on
     ``master`` with ``conf`` over the stored Spark settings if given.
+
+    ``repair`` restores a damaged ``run.toml`` from its backup and cuts a damaged
+    upstream log at its first bad frame; the rows cut are read again from the source
+    (which must still be there and unchanged: else RecoveryError, exit 4, naming the
+    partition and the rows lost).
     """
     layout = RunLayout(Path(os.path.abspath(from_log)))
+    repairs: list[str] = []
+    if repair and not dry_run:
+        repairs.append(layout.restore_run_file())
     spec, settings = layout.read_run_file()
     # before touching a log: a driver still running this run (another host) stops
     driver = None if dry_run else layout.take_driver()
@@ -85,8 +96,26 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
         else:
             if up_path.exists():  # reconcile the upstream too (its writer may have died)
                 _wait_for_lock(up_path)
-                StreamLog.open(up_path, writable=True, fsync=spec.run.fsync).close()
+                try:
+                    if repair:  # a full scan: damage anywhere is found and cut
+                        what = _repair_upstream(up_path, spec.run.fsync)
+                        if what.get("bytes_cut") or what.get("segments_removed") != "[]":
+                            entry["upstream_repaired"] = what
+                            repairs.append(f"partition {p}: upstream log cut after seq "
+                                           f"{what['last_seq']} at {what.get('cut_at')} "
+                                           f"({what.get('cut_reason')})")
+                    else:
+                        StreamLog.open(up_path, writable=True, fsync=spec.run.fsync).close()
+                except CorruptLogError as exc:
+                    raise CorruptLogError(
+                        f"partition {p}: {exc}. 'cec recover --from-log {layout.root} "
+                        "--repair' cuts it there and reads the rows cut again from the "
+                        "source") from exc
             first = _wait_for_lock(out_path)  # this open reconciles: keep its report
+            if "upstream_repaired" in entry:  # rebuilt by the resumed run, once the ingest
+                entry["refill"] = True        # has read the rows cut again
+                explains.append(entry)
+                continue
             t0 = time.perf_counter()
             try:
                 rec = recover(out_path, up_path, operator_for(spec, settings),
@@ -112,10 +141,50 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
         explains.append(entry)
     result: dict[str, Any] = {"run_dir": str(layout.root), "dry_run": dry_run,
                               "partitions": explains}
+    if repair and not dry_run:
+        result["repairs"] = repairs
+        cut = {e["partition"]: e["upstream_repaired"] for e in explains
+               if "upstream_repaired" in e}
+        if cut:
+            _source_can_refill(layout, spec, settings, cut)
     if not dry_run:
         result["resumed"] = resume_run(layout.root, progress=progress, master=master,
                                        conf=conf, driver=driver)
     return result
+
+
+def _repair_upstream(path: Path, fsync: str) -> dict[str, Any]:
+    """Cut a damaged upstream log at its first bad frame; what was cut."""
+    with StreamLog.open(path, writable=True, repair=True, fsync=fsync) as log:
+        report = _report(log.reconcile_report) or {}
+        return {**report, "last_seq": log.last_seq, "sealed": log.sealed}
+
+
+def _source_can_refill(layout: RunLayout, spec: Any, settings: Any,
+                       cut: dict[int, dict[str, Any]]) -> None:
+    """The rows cut from upstream logs can be read again: the source is there (the
+    resumed ingest then checks it is unchanged at its resume point); else exit 4."""
+    newest = 0
+    for p in range(spec.run.partitions):
+        with StreamLog.open(layout.upstream(p)) as log:
+            raw = log.last_token()
+        if raw:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                newest = max(newest, int(json.loads(raw.decode())["next_seq"]))
+    try:
+        if spec.source.kind == "stream-dir":
+            if not Path(spec.source.path).is_dir():
+                raise UsageError(f"{spec.source.path}: the stream folder is gone")
+        else:
+            plan_source(spec, max_rows=settings.max_tuples)
+    except CecError as exc:
+        def first(c: dict[str, Any]) -> int:
+            return 0 if c["last_seq"] is None else int(c["last_seq"]) + 1
+
+        lost = "; ".join(f"partition {p}: rows with seq {first(c)} to {newest - 1}"
+                         for p, c in sorted(cut.items()))
+        raise RecoveryError(f"upstream rows were cut from damaged segments and the source "
+                            f"cannot be read again ({exc}): lost {lost}") from exc
 
 
 def _wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S) -> ReconcileReport | None:
@@ -229,20 +298,21 @@ def describe_log(path: Path, *, verify: bool) -> dict[str, Any]:
                             "dead_segments": [segment_path(path, s).name
                                               for s in list_segments(path)
                                               if s not in set(chain.segments)]}
-    with StreamLog.open(path) as log:
-        token = log.last_token()
-        info.update(first_seq=log.first_seq, last_seq=log.last_seq, last_ts=log.last_ts,
-                    sealed=log.sealed,
-                    token=token.decode("utf-8", "replace") if token is not None else None,
-                    schema=[f"{f.name}: {f.type}" for f in log.schema] if log.schema else None)
-        if verify:
-            records = rows = 0
-            t0 = time.perf_counter()
-            for batch in log.read_forward():  # decodes every frame: checksums verified
-                records += 1
-                rows += batch.num_rows
-            info["verify"] = {"ok": True, "records": records, "rows": rows,
-                              "seconds": round(time.perf_counter() - t0, 3)}
+    try:
+        with StreamLog.open(path) as log:
+            token = log.last_token()
+            info.update(first_seq=log.first_seq, last_seq=log.last_seq, last_ts=log.last_ts,
+                        sealed=log.sealed,
+                        token=token.decode("utf-8", "replace") if token is not None else None,
+                        schema=[f"{f.name}: {f.type}" for f in log.schema] if log.schema
+                        else None)
+            if verify:
+                t0 = time.perf_counter()
+                records = log.verify()  # every frame of the chain, with or without index
+                info["verify"] = {"ok": True, "records": records,
+                                  "seconds": round(time.perf_counter() - t0, 3)}
+    except CorruptLogError as exc:
+        info["damaged"] = str(exc)
     return info
 
 
@@ -251,4 +321,6 @@ def inspect_log(root: Path | str, *, verify: bool = False) -> dict[str, Any]:
     root = Path(root)
     if not root.exists():
         raise UsageError(f"{root}: no such directory")
-    return {"root": str(root), "logs": [describe_log(d, verify=verify) for d in _log_dirs(root)]}
+    logs = [describe_log(d, verify=verify) for d in _log_dirs(root)]
+    return {"root": str(root), "logs": logs,
+            "damaged": [f"{e['path']}: {e['damaged']}" for e in logs if "damaged" in e]}

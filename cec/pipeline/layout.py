@@ -3,7 +3,8 @@
 ::
 
     RUN/
-      run.toml           the resolved spec + a [cec] table of run settings
+      run.toml           the resolved spec + a [cec] table of run settings + checksum
+      run.toml.bak       its copy (cec recover --repair restores run.toml from it)
       upstream/p0000/    storage_log: partition 0's input stream (the ingest writes it)
       output/p0000/      storage_log: partition 0's operator output
       state/p0000.json   the operator task's live counters (progress display only)
@@ -38,13 +39,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cec.errors import UsageError
+import xxhash
+
+from cec.errors import CorruptionError, UsageError
 from cec.sources import ColumnTypes
 from cec.spec import PipelineSpec, dump_spec, parse_stored_spec
 from storage_log.segment import fsync_dir
 
 RUN_FILE = "run.toml"
+BACKUP_FILE = "run.toml.bak"
 FORMAT_VERSION = 1
+CHECKSUM_PREFIX = "# cec-checksum: xxh64 "
+
+
+def sign_run_text(text: str) -> str:
+    """``text`` with its checksum line appended (the last line of every run.toml)."""
+    body = text if text.endswith("\n") else text + "\n"
+    return f"{body}{CHECKSUM_PREFIX}{xxhash.xxh64_hexdigest(body.encode())}\n"
+
+
+def check_run_text(text: str, origin: str) -> str | None:
+    """None if ``text`` carries a valid checksum (or none, a run from before checksums);
+    else why not."""
+    head, sep, last = text.rstrip("\n").rpartition("\n")
+    if not last.startswith(CHECKSUM_PREFIX):
+        return None if CHECKSUM_PREFIX not in text else f"{origin}: its checksum line is " \
+            "not the last line"
+    want = last[len(CHECKSUM_PREFIX):].strip()
+    got = xxhash.xxh64_hexdigest((head + sep).encode())
+    return None if got == want else f"{origin}: checksum mismatch (stored {want}, " \
+        f"content {got})"
 
 
 @dataclass(frozen=True)
@@ -70,6 +94,10 @@ class RunLayout:
     @property
     def run_file(self) -> Path:
         return self.root / RUN_FILE
+
+    @property
+    def backup_file(self) -> Path:
+        return self.root / BACKUP_FILE
 
     @property
     def stop_file(self) -> Path:
@@ -101,7 +129,8 @@ class RunLayout:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "state").mkdir(exist_ok=True)
         tmp = self.root / f"{RUN_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
-        tmp.write_text(dump_spec(spec, extra), encoding="utf-8")
+        text = sign_run_text(dump_spec(spec, extra))
+        tmp.write_text(text, encoding="utf-8")
         with tmp.open("rb") as fh:
             os.fsync(fh.fileno())
         try:  # link, not rename: of two drivers racing for one directory, one wins
@@ -112,14 +141,80 @@ class RunLayout:
                              f"{self.root}' or choose another --log-dir") from None
         finally:
             tmp.unlink()
+        self._write_backup(text)
         fsync_dir(self.root)
 
+    def _write_backup(self, text: str) -> None:
+        tmp = self.root / f"{BACKUP_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.backup_file)
+
+    def restore_run_file(self) -> str:
+        """``--repair``: put back a damaged or missing run.toml from its backup; what was
+        done (CorruptionError if the backup is damaged too)."""
+        problem = self._run_file_problem()
+        if problem is None:
+            return "run.toml is intact"
+        try:
+            backup = self.backup_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CorruptionError(f"{problem}; its backup {self.backup_file} cannot be read "
+                                  f"either ({exc}): the run's spec is lost") from exc
+        bad = check_run_text(backup, str(self.backup_file))
+        if bad is not None or CHECKSUM_PREFIX not in backup:
+            why = bad or "no checksum"
+            raise CorruptionError(f"{problem}; its backup is damaged too ({why}): the "
+                                  "run's spec is lost")
+        tmp = self.root / f"{RUN_FILE}.repair.{os.getpid()}.tmp"
+        tmp.write_text(backup, encoding="utf-8")
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.run_file)
+        fsync_dir(self.root)
+        return f"restored {self.run_file} from {self.backup_file} ({problem})"
+
+    def _run_file_problem(self) -> str | None:
+        """Why run.toml cannot be trusted (None: it can)."""
+        try:
+            text = self.run_file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return f"{self.run_file} is missing"
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"{self.run_file} cannot be read: {exc}"
+        return check_run_text(text, str(self.run_file))
+
     def read_run_file(self) -> tuple[PipelineSpec, RunSettings]:
+        """The run's spec and settings.
+
+        A run.toml whose checksum fails is damage (CorruptionError, exit 3) when it no
+        longer parses, and an edit (UsageError, exit 2: a run's spec cannot change) when
+        it does; either way ``cec recover --repair`` restores it from ``run.toml.bak``.
+        """
+        repair = f"'cec recover --from-log {self.root} --repair' restores it from " \
+                 f"{BACKUP_FILE}"
         if not self.run_file.exists():
+            if self.backup_file.exists():
+                raise CorruptionError(f"{self.run_file} is missing; {repair}")
             raise UsageError(f"{self.root}: not a cec run directory (no {RUN_FILE})")
-        text = self.run_file.read_text(encoding="utf-8")
         origin = str(self.run_file)
-        spec = parse_stored_spec(text, origin)
+        try:
+            text = self.run_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptionError(f"{origin}: damaged (not UTF-8 at byte {exc.start}); "
+                                  f"{repair}") from exc
+        bad = check_run_text(text, origin)
+        try:
+            spec = parse_stored_spec(text, origin)
+        except UsageError as exc:
+            if bad is not None:
+                raise CorruptionError(f"{bad}: damaged ({exc}); {repair}") from exc
+            raise
+        if bad is not None:
+            raise UsageError(f"{bad}: it was edited after the run started, and a run's "
+                             f"spec cannot change (start a new run for a new spec); "
+                             f"{repair}")
         try:
             cec = tomllib.loads(text)["cec"]
             max_tuples = int(cec["max_tuples"])
@@ -128,7 +223,8 @@ class RunLayout:
             if run_id is not None and not isinstance(run_id, str):
                 raise TypeError(f"run_id must be a string, got {run_id!r}")
         except (KeyError, TypeError, ValueError) as exc:
-            raise UsageError(f"{origin}: [cec] table missing or damaged: {exc}") from exc
+            raise CorruptionError(f"{origin}: [cec] table missing or damaged: {exc}; "
+                                  f"{repair}") from exc
         settings = RunSettings(None if max_tuples < 0 else max_tuples, columns,
                                spec.aggregate.group_by, run_id)
         return spec, settings

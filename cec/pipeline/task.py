@@ -41,10 +41,12 @@ from cec.policy import PolicyConfig
 from cec.records import tuple_counts
 from cec.spec import PipelineSpec
 from cec.windows import window_spec
+from recovery.errors import ReplayUnavailableError
 from recovery.replay import recover
 from storage_log.log import StreamLog
 
 TAIL_TIMEOUT_S = 0.25
+REFILL_WAIT_S = 600.0
 STATE_EVERY_S = 0.5
 
 
@@ -89,6 +91,7 @@ class TaskCounters:
     write_s: float = 0.0  # time appending + committing output records
     done: bool = False
     stopped: bool = False
+    waiting: str | None = None  # what the task waits for before it can run
     started: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
 
@@ -163,8 +166,8 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
     layout.write_state(p, counters.as_dict())
     op = operator_for(spec, settings)
     # Recovery is decided by the output log's content, never by the attempt number.
-    rec = recover(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
-                  create=False)
+    rec = _recover(layout, p, op, spec, counters)
+    op = rec.operator  # a fresh one if the first attempt had to wait
     out = rec.output_log
     try:
         if out.sealed:
@@ -227,6 +230,31 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
     finally:
         out.close()
     return counters.as_dict()
+
+
+def _recover(layout: RunLayout, p: int, op: VectorOperator, spec: PipelineSpec,
+             counters: TaskCounters) -> Any:
+    """Recover partition ``p``; when its upstream log does not yet reach the output's
+    ``t_c`` (``cec recover --repair`` cut it and the ingest is reading the rows cut
+    again), wait for the ingest, up to :data:`REFILL_WAIT_S`."""
+    deadline = time.monotonic() + REFILL_WAIT_S
+    while True:
+        try:
+            rec = recover(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
+                          create=False)
+            counters.waiting = None
+            return rec
+        except ReplayUnavailableError as exc:
+            if exc.short_of is None or time.monotonic() > deadline:
+                raise
+            counters.waiting = f"the ingest to refill the upstream log up to seq {exc.short_of}"
+            layout.write_state(p, counters.as_dict())
+            with StreamLog.open(layout.upstream(p)) as up:
+                for _ in up.tail(after_seq=up.last_seq, timeout=2.0):
+                    break
+                if up.sealed and (up.last_seq or -1) < exc.short_of:
+                    raise
+            op = operator_for(spec, layout.read_run_file()[1])  # the last one is half-loaded
 
 
 def _sealed(log: Any) -> bool:

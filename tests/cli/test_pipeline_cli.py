@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cec.pipeline.layout import CHECKSUM_PREFIX, sign_run_text
 from cli.app import main
 from tests.pipeline.helpers import (
     cec,
@@ -351,6 +352,16 @@ def test_a_second_driver_takes_over_and_the_first_stops(workload: tuple[Path, Pa
     _export_equals(run, tmp_path, reference)
 
 
+def _move_source(run: Path, old: Path, new: Path) -> None:
+    """Point run.toml at another source path (a correctly signed edit: as if the source
+    had been moved away)."""
+    text = (run / "run.toml").read_text()
+    assert str(old) in text
+    body = "".join(ln for ln in text.splitlines(keepends=True)
+                   if not ln.startswith(CHECKSUM_PREFIX))
+    (run / "run.toml").write_text(sign_run_text(body.replace(str(old), str(new))))
+
+
 def test_a_completed_run_recovers_and_exports_without_its_source(
         workload: tuple[Path, Path], tmp_path: Path) -> None:
     """Issue 17 item 9: the source of a completed run is gone (here: run.toml names a
@@ -358,10 +369,7 @@ def test_a_completed_run_recovers_and_exports_without_its_source(
     spec, reference = workload
     run = tmp_path / "run"
     shutil.copytree(spec.parent / "ref", run)
-    text = (run / "run.toml").read_text()
-    assert str(spec.parent / "items.csv") in text
-    (run / "run.toml").write_text(text.replace(str(spec.parent / "items.csv"),
-                                               str(tmp_path / "gone.csv")))
+    _move_source(run, spec.parent / "items.csv", tmp_path / "gone.csv")
     got = cec(["recover", "--from-log", str(run), "--json"])
     assert got.returncode == 0, got.stderr[-3000:]
     assert json.loads(got.stdout)["resumed"]["completed"]
@@ -389,3 +397,87 @@ def test_inspect_extent_at_the_ends_of_time(workload: tuple[Path, Path],
     capsys.readouterr()
     assert _code(["inspect", "extent", str(run), "--at", str(1 << 63)]) == 2
     assert "--at: 9223372036854775808 is not a timestamp" in capsys.readouterr().err
+
+
+def test_run_toml_damaged_edited_or_lost_then_repaired(workload: tuple[Path, Path],
+                                                       tmp_path: Path) -> None:
+    """Issue 17 item 5: run.toml carries a checksum and a backup. A flipped byte is
+    damage (exit 3, naming the file and --repair), a changed partition count is an
+    edit (exit 2), a missing run.toml with its backup present is damage; --repair
+    restores it and the run exports exactly."""
+    spec, reference = workload
+    run = tmp_path / "run"
+    shutil.copytree(spec.parent / "ref", run)
+    good = (run / "run.toml").read_bytes()
+    flipped = bytearray(good)
+    flipped[good.index(b"[aggregate]") + 1] ^= 0x20  # [aggregate] -> [Aggregate]
+    cases = [(bytes(flipped), 3, "damaged"),
+             (good.replace(b"partitions = 3", b"partitions = 4"), 2,
+              "edited after the run started"),
+             (None, 3, "run.toml is missing")]
+    for content, code, needle in cases:
+        if content is None:
+            (run / "run.toml").unlink()
+        else:
+            (run / "run.toml").write_bytes(content)
+        got = cec(["export", str(run), "--out", str(tmp_path / "x.csv")])
+        err = " ".join(got.stderr.split())
+        assert got.returncode == code, err
+        assert needle in err and f"cec recover --from-log {run} --repair" in err, err
+        assert "Traceback" not in got.stderr
+    rec = cec(["recover", "--from-log", str(run), "--repair", "--json"])
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    assert "restored" in rec.stderr
+    assert (run / "run.toml").read_bytes() == good
+    _export_equals(run, tmp_path, reference)
+
+
+def _flip_upstream(run: Path, p: int) -> int:
+    """Flip one byte in the middle of partition p's first upstream segment."""
+    seg = sorted((run / "upstream" / f"p{p:04d}").glob("*.seg"))[0]
+    data = bytearray(seg.read_bytes())
+    at = len(data) // 2
+    data[at] ^= 0x01
+    seg.write_bytes(bytes(data))
+    return at
+
+
+def _upstream_ends(run: Path) -> list[object]:
+    got = cec(["inspect", "log", str(run), "--json"], check=True)
+    return [log["last_seq"] for log in json.loads(got.stdout)["logs"]
+            if "/upstream/" in log["path"]]
+
+
+def test_damaged_upstream_is_cut_and_read_again_from_the_source(
+        workload: tuple[Path, Path], tmp_path: Path) -> None:
+    """Issue 17 item 1: a flipped byte in the middle of an upstream segment. Verify and
+    recover without --repair name the damage and the command (exit 3); with --repair the
+    log is cut at the bad frame, the rows cut are ingested again from the source, verify
+    is clean, every upstream log ends where it did and the export is exact. With the
+    source gone, --repair exits 4 naming the partition and the rows lost."""
+    spec, reference = workload
+    ends = None
+    for source_gone in (False, True):
+        run = tmp_path / f"run-{source_gone}"
+        shutil.copytree(spec.parent / "ref", run)
+        ends = ends or _upstream_ends(run)
+        _flip_upstream(run, 0)
+        verify = cec(["inspect", "log", str(run), "--verify"])
+        assert verify.returncode == 3, verify.stdout + verify.stderr
+        if source_gone:
+            _move_source(run, spec.parent / "items.csv", tmp_path / "gone.csv")
+            got = cec(["recover", "--from-log", str(run), "--repair"])
+            err = " ".join(got.stderr.split())
+            assert got.returncode == 4, err
+            assert "partition 0: rows with seq" in err and "gone.csv" in err, err
+            continue
+        plain = cec(["recover", "--from-log", str(run)])
+        assert plain.returncode == 3, plain.stderr[-2000:]
+        assert "--repair" in plain.stderr and "partition 0" in plain.stderr
+        rec = cec(["recover", "--from-log", str(run), "--repair", "--json"])
+        assert rec.returncode == 0, rec.stderr[-3000:]
+        assert "upstream log cut after seq" in rec.stderr, rec.stderr
+        assert _upstream_ends(run) == ends
+        verify = cec(["inspect", "log", str(run), "--verify"])
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+        _export_equals(run, tmp_path, reference)

@@ -44,17 +44,18 @@ def test_a_deleted_middle_segment(log_dir: Path, index: bool) -> None:
     segs[2].unlink()
     if not index:
         shutil.rmtree(index_path(log_dir))
-    with StreamLog.open(log_dir) as r:
+    if not index:  # walking the segments finds the gap: no reader sees a shorter log
         with pytest.raises(CorruptLogError, match=MISSING):
-            r.verify()
-        if index:  # the index still lists the lost records: reading across the gap fails
+            StreamLog.open(log_dir)
+    else:
+        with StreamLog.open(log_dir) as r:
+            with pytest.raises(CorruptLogError, match=MISSING):
+                r.verify()
+            # the index still lists the lost records: reading across the gap fails
             with pytest.raises(CorruptLogError, match=MISSING):
                 rows(r.read_forward())
             with pytest.raises(CorruptLogError, match=MISSING):
                 _read_back(r)
-        else:  # walking the segments: the log ends before the gap, nothing after it
-            got = rows(r.read_forward())
-            assert got == list(range(len(got))) and len(got) < 1200
     if not index:
         with pytest.raises(CorruptLogError, match=MISSING):
             StreamLog.open(log_dir, writable=True)
@@ -66,8 +67,8 @@ def test_a_deleted_first_segment_without_a_trim(log_dir: Path) -> None:
     shutil.rmtree(index_path(log_dir))
     with pytest.raises(CorruptLogError, match=MISSING):
         StreamLog.open(log_dir, writable=True)
-    with StreamLog.open(log_dir) as r, pytest.raises(CorruptLogError, match=MISSING):
-        r.verify()
+    with pytest.raises(CorruptLogError, match=MISSING):
+        StreamLog.open(log_dir)  # a reader without an index walks into the gap too
 
 
 def test_a_trimmed_log_is_not_a_lost_one(log_dir: Path) -> None:
