@@ -40,6 +40,10 @@ class InputOrderError(UsageError):
     """An input tuple whose position (ts, seq) breaks the stream's ordering rules."""
 
 
+class InputRangeError(UsageError):
+    """An input tuple whose timestamp puts one of its time windows outside int64."""
+
+
 class NotImplementedYetError(UsageError):
     """A command whose implementation has not landed yet (never a fake result)."""
 

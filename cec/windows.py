@@ -24,7 +24,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cec.errors import SpecError
+import numpy as np
+import numpy.typing as npt
+
+from cec.errors import InputRangeError, SpecError
+
+INT64_MAX = (1 << 63) - 1
+INT64_MIN = -(1 << 63)
 
 _UNITS_US = {"us": 1, "ms": 1_000, "s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000}
 _DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|h)?\s*$")
@@ -83,6 +89,32 @@ class TimeWindow:
     def max_open_per_key(self) -> int:
         """The most windows containing one instant: ceil(size / slide)."""
         return -(-self.size_us // self.slide_us)
+
+    @property
+    def ts_range(self) -> tuple[int, int]:
+        """The timestamps whose every window ``[start, start + size)`` lies in int64.
+
+        The newest window of ``ts`` starts at ``floor(ts / slide) * slide`` and must end
+        by ``2^63 - 1``; the oldest starts after ``ts - size``, which must not
+        underflow ``-2^63``.
+        """
+        hi = ((INT64_MAX - self.size_us) // self.slide_us) * self.slide_us \
+            + self.slide_us - 1
+        return INT64_MIN + self.size_us, min(hi, INT64_MAX)
+
+    def check_ts(self, ts: npt.NDArray[np.int64], seq: npt.NDArray[np.int64]) -> None:
+        """InputRangeError for the first tuple outside :attr:`ts_range` (``ts`` ascends)."""
+        if not len(ts):
+            return
+        lo, hi = self.ts_range
+        if lo <= int(ts[0]) and int(ts[-1]) <= hi:
+            return
+        i = int(np.flatnonzero((ts < lo) | (ts > hi))[0])
+        raise InputRangeError(
+            f"input tuple at position (ts={int(ts[i])}, seq={int(seq[i])}): a time window "
+            f"of size {self.size_us} us and slide {self.slide_us} us over it would "
+            f"{'end after' if int(ts[i]) > hi else 'start before'} the int64 range of "
+            f"timestamps; timestamps must lie in [{lo}, {hi}]")
 
     def starts_containing(self, ts: int) -> list[int]:
         """Starts of the windows that contain ``ts``, ascending."""

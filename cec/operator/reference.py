@@ -176,6 +176,8 @@ class ReferenceOperator:
             key_type=cfg.key_type,
         )
         check_order(cols.ts, cols.seq, self._last_ts, self._last_seq)
+        if isinstance(cfg.window, TimeWindow):
+            cfg.window.check_ts(cols.ts, cols.seq)
         check_resume(cols.ts, cols.seq, self._recon_until, self._recon_ts)
         keys = keys_to_python(cols.keys)
         for ts_, seq_, key, v in zip(

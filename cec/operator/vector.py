@@ -51,7 +51,7 @@ from cec.records import (
     decode_input,
     output_schema,
 )
-from cec.windows import CountWindow
+from cec.windows import CountWindow, TimeWindow
 
 Block = dict[str, npt.NDArray[np.generic]]
 _BLOCK_FIELDS = ("ts", "seq", "type", "t_now", "n_open", "key_idx", "win_start", "win_end",
@@ -670,6 +670,8 @@ class VectorOperator:
         ts, seq, vals = cols.ts, cols.seq, cols.values
         n = len(seq)
         check_order(ts, seq, self._last_ts, self._last_seq)
+        if isinstance(cfg.window, TimeWindow):
+            cfg.window.check_ts(ts, seq)
         check_resume(ts, seq, self._recon_until, self._recon_ts)
         blocks: list[Block] = []
         if n:

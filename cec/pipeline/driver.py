@@ -68,7 +68,8 @@ def _task_entry(root: str, run_id: str | None, driver: int | None
 
 
 # Errors of a task that another attempt cannot fix: the job is not resubmitted.
-_FATAL = re.compile(r"\b(RunNotVisibleError|DriverSupersededError|LogNotFoundError): (.+)")
+_FATAL = re.compile(r"\b(RunNotVisibleError|DriverSupersededError|LogNotFoundError|"
+                    r"InputRangeError|InputOrderError): (.+)")
 
 
 def _fatal(exc: BaseException) -> CecError | None:

@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from cec.errors import InputOrderError, SpecError, UsageError
+from cec.errors import InputOrderError, InputRangeError, SpecError, UsageError
 from cec.operator import OperatorConfig, ReferenceOperator, ec_from_output
 from cec.policy import PolicyConfig
 from cec.records import G_CHECK, G_OPEN, G_OPEN_R, R, logical_rows, output_schema, tuple_counts
@@ -259,3 +259,29 @@ def test_config_validates() -> None:
         OperatorConfig(window=count_window(2), key_type="float")
     with pytest.raises(SpecError):
         OperatorConfig(window=count_window(2), key_column="v", value_column="v")
+
+
+@impls
+@pytest.mark.parametrize(("size", "slide"), [(10, 10), (10, 3), (7, 7)])
+def test_time_windows_at_the_ends_of_int64(impl: Any, size: int, slide: int) -> None:
+    """Issue 17 item 12: a window of a tuple near INT64_MAX would end past it (and wrap
+    negative): InputRangeError naming the tuple; at the bound, every window is exact."""
+    win = time_window(size, slide)
+    lo, hi = win.ts_range
+    op = impl(cfg(win, mode="open-only"))
+    op.process(batch([(hi - 1, 0, 1, 1), (hi, 1, 1, 2)]))
+    closed = op.finish()  # every window still open closes: R rows with their ends
+    r = [(s, e) for t, s, e in zip(closed.column("type").to_pylist(),
+                                    closed.column("win_start").to_pylist(),
+                                    closed.column("win_end").to_pylist(), strict=True)
+         if t == R]
+    assert r and all(e == s + size and s <= hi < e <= (1 << 63) - 1 for s, e in r[-1:])
+    assert all(s < e for s, e in r)
+    op = impl(cfg(win, mode="open-only"))
+    op.process(batch([(hi - 1, 0, 1, 1), (hi, 1, 1, 2)]))
+    with pytest.raises(InputRangeError, match=rf"\(ts={hi + 1}, seq=2\).*end after"):
+        op.process(batch([(hi + 1, 2, 1, 3)]))
+    op2 = impl(cfg(win, mode="open-only"))
+    with pytest.raises(InputRangeError, match=rf"\(ts={lo - 1}, seq=5\).*start before"):
+        op2.process(batch([(lo - 1, 5, 1, 1)]))
+    assert hi + size > (1 << 63) - 1 - slide  # the bound is tight: the next slide overflows

@@ -481,3 +481,21 @@ def test_damaged_upstream_is_cut_and_read_again_from_the_source(
         verify = cec(["inspect", "log", str(run), "--verify"])
         assert verify.returncode == 0, verify.stdout + verify.stderr
         _export_equals(run, tmp_path, reference)
+
+
+def test_time_windows_past_int64_exit_2_naming_the_tuple(tmp_path: Path) -> None:
+    """Issue 17 item 12: timestamps near INT64_MAX under time windows used to give exit 0
+    with window_end < window_start; now exit 2 naming the tuple, no retries."""
+    top = (1 << 63) - 1
+    lines = ["item_id,item_price,item_time"] + [f"{i % 3},{i}.0,{top - 150 + i}"
+                                                 for i in range(150)]
+    (tmp_path / "items.csv").write_text("\n".join(lines) + "\n")
+    (tmp_path / "s.toml").write_text(spec_text(
+        SOURCE, partitions=2, window='{ kind = "time", size = "100us" }'))
+    started = time.monotonic()
+    got = cec(["run", "pipeline", str(tmp_path / "s.toml"), "--log-dir", str(tmp_path / "r")])
+    err = " ".join(got.stderr.split())
+    assert got.returncode == 2, err[-3000:]
+    assert "would end after the int64 range of timestamps" in err, err[-3000:]
+    assert "resubmitting" not in err
+    assert time.monotonic() - started < 120
