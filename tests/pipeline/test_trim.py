@@ -15,7 +15,7 @@ import pytest
 
 from cec.operator import OperatorConfig
 from cec.operator.vector import VectorOperator
-from cec.pipeline.ingest import WriterConfig, open_upstream, trim_upstream
+from cec.pipeline.ingest import WriterConfig, create_logs, open_upstream, trim_upstream
 from cec.pipeline.layout import RunLayout
 from cec.pipeline.task import ReplayFloor
 from cec.policy import PolicyConfig
@@ -103,6 +103,7 @@ def test_trim_drops_whole_segments_up_to_the_reported_floor(tmp_path: Path) -> N
     layout = RunLayout(tmp_path / "run")
     layout.state_file(0).parent.mkdir(parents=True)
     cfg = WriterConfig(str(layout.root), 2, "never", "key", "value", segment_bytes=4096)
+    create_logs(layout, 2, "never")  # the driver's part: executors only open logs
     logs = [open_upstream(cfg, p) for p in range(2)]
     seqs = []
     for batch in make_stream(3000, keys=5, seed=2, max_batch=40):
