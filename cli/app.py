@@ -9,6 +9,7 @@ exit status the error class carries (2 usage/spec, 3 corrupt log or a refused wr
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -103,11 +104,15 @@ def recover(
         "--repair", help="Restore a damaged run.toml from its backup; cut a damaged "
         "upstream log at its first bad frame and read the rows cut again from the "
         "source (exit 4 naming them if the source is gone).")] = False,
+    trust: Annotated[bool, typer.Option(
+        "--trust", help="Resume a run directory another user owns (its [filter] is Spark "
+        "SQL that the resume executes).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
     result = pipeline.recover_run(from_log, dry_run=dry_run, progress=not json_out,
-                                  master=master, conf=parse_conf(conf or []), repair=repair)
+                                  master=master, conf=parse_conf(conf or []), repair=repair,
+                                  trust=trust)
     for line in result.get("repairs", []):
         err_console.print(f"cec: repaired: {escape(line)}", highlight=False, soft_wrap=True)
     rows = [{**e, "extent_records": e.get("extent", {}).get("records"),
@@ -175,11 +180,24 @@ def export(
     _emit(pipeline.export(log_dir, out, fmt), json_out)
 
 
+def _set_umask() -> None:
+    """Files and directories cec creates are private (0600/0700) unless ``CEC_UMASK``
+    (octal, e.g. ``022``) says otherwise: the logs hold the user's data."""
+    raw = os.environ.get("CEC_UMASK", "077")
+    try:
+        os.umask(int(raw, 8))
+    except ValueError:
+        err_console.print(f"cec: CEC_UMASK={raw!r} is not an octal umask; using 077",
+                          highlight=False)
+        os.umask(0o077)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; maps CecError to its exit code.
 
     Usage errors found by the argument parser exit with status 2 (click's own rule).
     """
+    _set_umask()
     try:
         app(args=argv, prog_name="cec")
     except CecError as exc:

@@ -46,7 +46,7 @@ def _partitions(layout: RunLayout, partition: int | None, total: int) -> list[in
 
 def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool = True,
                 master: str | None = None, conf: dict[str, str] | None = None,
-                repair: bool = False) -> dict[str, Any]:
+                repair: bool = False, trust: bool = False) -> dict[str, Any]:
     """``cec recover --from-log RUN``: reconcile, rebuild every EC, explain; then resume.
 
     Per partition the explain has ``N`` (``n_c``), ``T``, ``t_c``, the extent (records
@@ -64,6 +64,8 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     partition and the rows lost).
     """
     layout = RunLayout(Path(os.path.abspath(from_log)))
+    if not dry_run:
+        layout.check_owner(trust)
     repairs: list[str] = []
     if repair and not dry_run:
         repairs.append(layout.restore_run_file())

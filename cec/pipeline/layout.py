@@ -258,6 +258,20 @@ class RunLayout:
                                      "directory, or a host that sees a different directory "
                                      "at this path)")
 
+    def check_owner(self, trust: bool) -> None:
+        """A run directory is code (``[filter].where`` is Spark SQL that a resume runs
+        again): refuse one whose run.toml another user owns, unless ``trust``."""
+        if trust or not hasattr(os, "getuid"):
+            return
+        try:
+            owner = self.run_file.stat().st_uid
+        except OSError:
+            return  # read_run_file names what is missing
+        if owner != os.getuid():
+            raise UsageError(f"{self.run_file} belongs to uid {owner}, not to you (uid "
+                             f"{os.getuid()}): resuming a run executes its [filter] as Spark "
+                             "SQL; pass --trust if you trust who wrote it")
+
     # ------------------------------------------------------------------ drivers
 
     @property

@@ -499,3 +499,20 @@ def test_time_windows_past_int64_exit_2_naming_the_tuple(tmp_path: Path) -> None
     assert "would end after the int64 range of timestamps" in err, err[-3000:]
     assert "resubmitting" not in err
     assert time.monotonic() - started < 120
+
+
+def test_run_directories_are_private_and_foreign_ones_need_trust(
+        workload: tuple[Path, Path], tmp_path: Path) -> None:
+    """A run directory holds the user's data and code ([filter] is Spark SQL that a
+    resume executes): cec creates it 0700/0600, and refuses to resume one another user
+    owns unless --trust."""
+    ref = workload[0].parent / "ref"
+    for path in (ref, ref / "run.toml", ref / "output", *ref.glob("output/p0000/*.seg")):
+        assert path.stat().st_mode & 0o077 == 0, (path, oct(path.stat().st_mode))
+    run = tmp_path / "run"
+    shutil.copytree(ref, run)
+    os.chown(run / "run.toml", 4242, 4242)
+    got = cec(["recover", "--from-log", str(run)])
+    assert got.returncode == 2, got.stderr
+    assert "belongs to uid 4242" in got.stderr and "--trust" in got.stderr
+    assert cec(["recover", "--from-log", str(run), "--dry-run"]).returncode == 0
