@@ -16,10 +16,11 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cec.errors import RecoveryError
 from recovery.ec import EventualCheckpoint
-from recovery.errors import ReplayUnavailableError
+from recovery.errors import InconsistentLogError, ReplayUnavailableError
 from storage_log.errors import LogTrimmedError
 
 
@@ -59,6 +60,28 @@ class ReplayStats:
 REPLAY_BATCH_ROWS = 1 << 16
 
 
+def _key_kind(t: pa.DataType, what: str) -> str:
+    """``int`` or ``str``: the kinds of key a filter matches (bytes match as UTF-8)."""
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+            or pa.types.is_large_binary(t):
+        return "str"
+    raise InconsistentLogError(f"{what} has type {t}: keys must be integers or strings")
+
+
+def _canon_keys(col: pa.Array, kind: str) -> np.ndarray[Any, Any]:
+    """Keys as int64 or Python str, whatever their Arrow width or string/binary type."""
+    if kind == "int":
+        return np.asarray(pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False))
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        try:
+            col = pc.cast(col, pa.large_string())
+        except pa.ArrowInvalid as exc:
+            raise InconsistentLogError(f"replayed keys are not UTF-8: {exc}") from exc
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
+
+
 class ReplayFilter:
     """Which replayed tuples can change the EC: those newer than a footprint of their key.
 
@@ -71,9 +94,10 @@ class ReplayFilter:
 
     def __init__(self, ec: pa.Table, key_column: str) -> None:
         self.key_column = key_column
+        self._kind = _key_kind(ec.schema.field("key").type, "the eventual checkpoint's key")
         frame = pd.DataFrame(
             {
-                "k": ec.column("key").to_numpy(zero_copy_only=False),
+                "k": _canon_keys(ec.column("key").combine_chunks(), self._kind),
                 "t": ec.column("t_now").to_numpy(),
             }
         )
@@ -82,7 +106,14 @@ class ReplayFilter:
         self._oldest = oldest.to_numpy()
 
     def needed(self, batch: pa.RecordBatch) -> np.ndarray[Any, np.dtype[np.bool_]]:
-        keys = batch.column(self.key_column).to_numpy(zero_copy_only=False)
+        col = batch.column(self.key_column)
+        kind = _key_kind(col.type, f"the replayed column {self.key_column!r}")
+        if kind != self._kind:  # never match nothing silently: the tuples would be lost
+            raise InconsistentLogError(
+                f"the replayed column {self.key_column!r} holds {col.type} keys but the "
+                f"eventual checkpoint's keys are {self._kind}s: the upstream and output "
+                "logs do not belong together")
+        keys = _canon_keys(col, kind)
         pos = np.asarray(self._index.get_indexer(keys))
         need = pos >= 0
         seq = batch.column("seq").to_numpy()
