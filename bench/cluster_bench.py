@@ -5,9 +5,11 @@ namespace, seeing the shared directory through its own FUSE mount, as in
 ``tests/on_cluster``), then runs the built-in workload (``examples/items.toml``):
 
 * failure-free: whole-process time of ``cec run pipeline`` and source rows/s;
-* with a Worker SIGKILLed once every partition has processed input (a replacement
-  Worker joins at once, as a restarted host would): the time from the kill to the
-  output complete (the run's end, or the end of ``cec recover`` if the run gave up).
+* with the Worker of partition 0 SIGKILLed once the operators have consumed
+  ``--kill-at`` (default 40 %) of the failure-free run's input (a replacement Worker
+  joins at once, as a restarted host would): the time from the kill to the output
+  complete (the run's end, or the end of ``cec recover`` if the run gave up), beside
+  the failure-free run's time from the same point to its end.
 
 Every run's export must equal the first failure-free run's (same query, same
 output), or the benchmark fails. Ratios are against W = 1 in the same invocation.
@@ -87,7 +89,11 @@ def _spec(d: Path, rows: int | None) -> Path:
     return spec
 
 
-def measure(workers: int, base: Path, rows: int | None) -> dict[str, Any]:
+def _consumed(run: Path) -> int:
+    return sum(int(_state(run, p).get("in_tuples") or 0) for p in range(P))
+
+
+def measure(workers: int, base: Path, rows: int | None, kill_at: float) -> dict[str, Any]:
     shared, private = base / "shared", base / "private"
     shared.mkdir(parents=True)
     private.mkdir()
@@ -105,15 +111,18 @@ def measure(workers: int, base: Path, rows: int | None) -> dict[str, Any]:
                              f"{err[-3000:]}")
         summary = json.loads(out)
         free_digest = _export_digest(cluster, run)
+        tuples = int(summary["operator_tuples"])
+        steady = float(summary.get("steady_s") or 0.0)
 
         run = shared / "killed"
         proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
                     "--master", cluster.url, "--json")
         deadline = time.monotonic() + RUN_TIMEOUT_S
-        while not all(int(_state(run, p).get("in_tuples") or 0) > 0 for p in range(P)):
+        while _consumed(run) < kill_at * tuples:
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit(f"the run on {workers} Workers never got going")
-            time.sleep(0.2)
+                raise SystemExit(f"the run on {workers} Workers ended before the kill point")
+            time.sleep(0.05)
+        at = _consumed(run) / tuples
         victim = cluster.worker_of(int(_state(run, 0)["pid"]))
         killed_at = time.monotonic()
         cluster.kill_worker(victim)
@@ -133,6 +142,9 @@ def measure(workers: int, base: Path, rows: int | None) -> dict[str, Any]:
             "source_rows": summary["source_rows"], "whole_process_s": round(whole, 2),
             "rows_per_s": round(summary["source_rows"] / whole, 1),
             "steady_rows_per_s": summary.get("steady_rows_per_s"),
+            "killed_at_fraction": round(at, 3),
+            # what a failure-free run spends on the same rest of its input (steady phase)
+            "free_rest_s": round((1 - at) * steady, 2),
             "kill_to_complete_s": round(to_complete, 2), "completed_by": recovered_by,
             "digest_free": free_digest, "digest_killed": killed_digest}
 
@@ -141,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", default="1,2,3")
     ap.add_argument("--rows", type=int, default=None, help="source rows (default 3 M)")
+    ap.add_argument("--kill-at", type=float, default=0.4,
+                    help="fraction of the input consumed when the Worker is killed")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cluster")
     args = ap.parse_args(argv)
     why = missing_tools()
@@ -150,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="cec-cluster-bench-") as tmp:
         for w in (int(x) for x in args.workers.split(",")):
-            r = measure(w, Path(tmp) / f"w{w}", args.rows)
+            r = measure(w, Path(tmp) / f"w{w}", args.rows, args.kill_at)
             results.append(r)
             print(json.dumps(r), flush=True)
     digests = {r["digest_free"] for r in results} | {r["digest_killed"] for r in results}
@@ -160,13 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     one = results[0]
     print(f"\nbuilt-in workload, P = {P}, {one['source_rows']} source rows; every export "
           "equal (sha256 " + next(iter(digests))[:12] + ")")
-    print("| Workers | cores each | whole run s | rows/s | vs 1 Worker | SIGKILL of a "
-          "Worker to output complete s | vs 1 Worker | completed by |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| Workers | cores each | whole run s | rows/s | vs 1 Worker | killed at | SIGKILL "
+          "of a Worker to output complete s | failure-free, same rest s | vs 1 Worker | "
+          "completed by |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['workers']} | {r['cores_per_worker']} | {r['whole_process_s']} | "
               f"{r['rows_per_s']:.0f} | {r['rows_per_s'] / one['rows_per_s']:.2f} | "
-              f"{r['kill_to_complete_s']} | "
+              f"{r['killed_at_fraction']:.0%} | {r['kill_to_complete_s']} | "
+              f"{r['free_rest_s']} | "
               f"{r['kill_to_complete_s'] / one['kill_to_complete_s']:.2f} | "
               f"{r['completed_by']} |")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -15,12 +15,12 @@ import numpy as np
 import pyarrow as pa
 
 from storage_log.epoch import Chain, read_chain
-from storage_log.errors import LogTrimmedError
+from storage_log.errors import CorruptLogError, LogTrimmedError
 from storage_log.frame import FrameCodec, FrameError, FrameInfo, Kind, decode_schema
 from storage_log.index import Committed, Entry, Snapshot
 from storage_log.reconcile import corrupt
 from storage_log.scan import check_link
-from storage_log.segment import SegmentReader, segment_path
+from storage_log.segment import SegmentReader, read_trim_marker, segment_path
 
 READ_AHEAD = 4  # records decoded ahead of the consumer on the codec's worker threads
 #: backward reads decode records smaller than this (whole frame, compressed) on the
@@ -72,7 +72,8 @@ class RecordReader:
         chain = read_chain(self.directory)
         segs = [s for s in chain.segments if entry.segment <= s <= c.segment]
         if not segs or segs[0] != entry.segment:
-            raise LogTrimmedError(f"log {self.directory}: segment {entry.segment} was trimmed")
+            raise self._gone(segment_path(self.directory, entry.segment), entry.last_seq,
+                             snap.trimmed)
         first = True
         for decoded in self._decode(self._frames_forward(segs, entry, c, chain), schema):
             batch = decoded
@@ -82,6 +83,14 @@ class RecordReader:
                 if batch.num_rows == 0:
                     continue
             yield batch
+
+    def _gone(self, path: Path, last_seq: int | None, trimmed: int | None) -> Exception:
+        """A segment the index lists is gone: trimmed (LogTrimmedError) when the trim
+        marker covers its records, else lost (CorruptLogError)."""
+        if trimmed is not None and last_seq is not None and last_seq <= trimmed:
+            return LogTrimmedError(f"log {self.directory}: segment {path.name} was trimmed")
+        return CorruptLogError(f"corrupt log segment {path} at byte 0: the segment is "
+                               "missing but not trimmed (records lost)")
 
     def _frames_forward(self, segs: list[int], entry: Entry, c: Committed, chain: Chain
                         ) -> Iterator[_Frame]:
@@ -93,8 +102,8 @@ class RecordReader:
             try:
                 reader = SegmentReader(path)
             except FileNotFoundError as exc:
-                raise LogTrimmedError(
-                    f"log {self.directory}: segment {path.name} was trimmed") from exc
+                last = entry.last_seq if seg == entry.segment else c.last_seq
+                raise self._gone(path, last, read_trim_marker(self.directory)) from exc
             with reader:
                 end = c.end if seg == c.segment else chain.end(seg, reader.size())
                 start = entry.offset if seg == entry.segment else 0

@@ -46,6 +46,7 @@ from storage_log.segment import (
     fsync_dir,
     read_trim_marker,
     segment_path,
+    sid_epoch,
 )
 
 
@@ -117,6 +118,13 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
     full = report.rebuilt
     committed = snap.committed
     schema_bytes = snap.schema
+    if not full and committed.segment >= 0 and committed.segment not in chain.segments \
+            and sid_epoch(committed.segment) == chain.epoch and not repair \
+            and (committed.last_seq or 0) > (read_trim_marker(directory) or -1):
+        # not taken over (the segment is of the newest epoch): its file is gone
+        raise corrupt(segment_path(directory, committed.segment), 0,
+                      f"the segment holding the committed end (seq {committed.last_seq}) "
+                      "is missing")
     if not full and not chain.holds(committed):
         full = True
         report.rebuilt, report.rebuild_reason = True, ("the index ends past the log's "

@@ -40,6 +40,7 @@ from storage_log.segment import (
     read_trim_marker,
     segment_path,
     sid_base,
+    sid_epoch,
 )
 
 
@@ -230,7 +231,11 @@ class ScanIndex:
         self.directory = directory
         self.base = base
         self._reset()
-        self.snapshot()
+        try:
+            self.snapshot()
+        except BaseException:
+            self.close()  # the caller never gets this object: release the base index
+            raise
 
     def _reset(self) -> None:
         self._first_segment: int | None = None
@@ -251,6 +256,17 @@ class ScanIndex:
         if self.base is None:
             return
         b = self.base.snapshot()
+        seg = b.committed.segment
+        if seg >= 0 and seg not in chain.segments and sid_epoch(seg) == chain.epoch \
+                and (b.committed.last_seq is None or
+                     b.committed.last_seq > (read_trim_marker(self.directory) or -1)) \
+                and not segment_path(self.directory, seg).exists():  # (not just created
+            # after the chain was listed)
+            # this host saw commits up to a segment of the current writer that is gone
+            raise CorruptLogError(
+                f"corrupt log segment {segment_path(self.directory, seg)} at byte 0: the "
+                f"segment is missing, but it held commits up to seq "
+                f"{b.committed.last_seq} (records lost; not trimmed)")
         if b.committed.position <= self._res.point.position or not chain.holds(b.committed):
             return
         self._entries, self._seq_keys, self._ts_keys = [], [], []
@@ -274,9 +290,10 @@ class ScanIndex:
         res = walk(self.directory, segments, point, schema_bytes=self._res.schema_bytes,
                    token=self._res.token, sealed=self._res.sealed, limits=chain.limits)
         if res.bad is not None and (res.bad[0] != chain.segments[-1]
-                                    or res.bad[0] in chain.limits):
+                                    or res.bad[0] in chain.limits or not res.torn):
             # a bad frame in a segment that was complete (a later one exists, or a newer
-            # epoch fenced it): damage, never the end of the log
+            # epoch fenced it), or a whole frame that fails (not a write cut short):
+            # damage, never the end of the log
             seg, offset, invariant = res.bad
             raise CorruptLogError(
                 f"corrupt log segment {segment_path(self.directory, seg)} at byte {offset}: "
