@@ -22,9 +22,17 @@ from cec import pipeline
 from cec.errors import CecError
 from cec.spec import parse_conf
 
+EXIT_CODES = (
+    "Exit status: 0 ok; 2 bad usage, spec, input or Spark setting (names the file, line, "
+    "field or host); 3 a damaged log or run.toml (names segment and byte; 'cec recover "
+    "--from-log DIR --repair' repairs it) or a write the file system refused; 4 recovery "
+    "impossible (names the partition and what is lost); 5 the cluster lost the task slots "
+    "a run needs ('cec recover' resumes); 130 interrupted (Ctrl-C; 'cec recover' resumes).")
+
 app = typer.Typer(
     name="cec",
     help="Continuous eventual checkpointing for windowed stream operators on Spark.",
+    epilog=EXIT_CODES,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -71,7 +79,7 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-@run_app.command("pipeline")
+@run_app.command("pipeline", epilog=EXIT_CODES)
 def run_pipeline(
     spec: Annotated[Path, typer.Argument(help="Pipeline spec (TOML).")],
     log_dir: Annotated[Path | None, typer.Option("--log-dir", help="Where logs go.")] = None,
@@ -93,7 +101,7 @@ def run_pipeline(
         raise typer.Exit(130)
 
 
-@app.command("recover")
+@app.command("recover", epilog=EXIT_CODES)
 def recover(
     from_log: Annotated[Path, typer.Option("--from-log", help="The run's log directory.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Explain, do not resume.")] = False,
@@ -133,7 +141,7 @@ def recover(
         raise typer.Exit(130)
 
 
-@inspect_app.command("extent")
+@inspect_app.command("extent", epilog=EXIT_CODES)
 def inspect_extent(
     log_dir: Annotated[Path, typer.Argument(help="The run's log directory.")],
     partition: Annotated[int | None, typer.Option("--partition", min=0)] = None,
@@ -148,7 +156,7 @@ def inspect_extent(
                                    "G_check", "oldest_age"))
 
 
-@inspect_app.command("log")
+@inspect_app.command("log", epilog=EXIT_CODES)
 def inspect_log(
     log_dir: Annotated[Path, typer.Argument(help="A log directory.")],
     verify: Annotated[bool, typer.Option("--verify", help="Check every checksum.")] = False,
@@ -169,7 +177,7 @@ def inspect_log(
         raise typer.Exit(3)
 
 
-@app.command("export")
+@app.command("export", epilog=EXIT_CODES)
 def export(
     log_dir: Annotated[Path, typer.Argument(help="The run's log directory.")],
     out: Annotated[Path, typer.Option("--out", help="Output file.")],

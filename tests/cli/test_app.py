@@ -49,3 +49,17 @@ def test_missing_required_option_is_usage_error() -> None:
 def test_error_tree_exit_codes(error: type[CecError], code: int) -> None:
     assert error("x").exit_code == code
     assert issubclass(error, CecError)
+
+
+@pytest.mark.parametrize("command", [["--help"], ["run", "pipeline", "--help"],
+                                     ["recover", "--help"], ["inspect", "log", "--help"],
+                                     ["inspect", "extent", "--help"], ["export", "--help"]])
+def test_help_documents_the_exit_codes(command: list[str],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(command)
+    assert exc.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for code in ("0 ok", "2 bad usage", "3 a damaged log", "4 recovery impossible",
+                 "5 the cluster lost"):
+        assert code in out, (command, code, out)
