@@ -438,7 +438,10 @@ class StreamLog:
     def _take_epoch(self) -> None:
         """Before the first write: a new epoch, fencing the log where we loaded it."""
         if self._epoch is None:
-            self._epoch = take_epoch(self.path, self._committed)
+            try:
+                self._epoch = take_epoch(self.path, self._committed)
+            except OSError as exc:  # disk full, read-only: nothing was written yet
+                raise _write_error(self.path, "take a writer epoch of", exc) from exc
             self._appender.epoch = self._epoch
 
     @property

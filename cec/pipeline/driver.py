@@ -46,6 +46,7 @@ from cec.pipeline.task import run_partition
 from cec.pipeline.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
 from cec.sources import SourcePlan, plan_source
 from cec.spec import PipelineSpec, load_spec
+from storage_log.errors import LogWriteError
 
 MAX_RESUBMITS = 5
 STOP_GRACE_S = 30.0
@@ -69,7 +70,7 @@ def _task_entry(root: str, run_id: str | None, driver: int | None
 
 # Errors of a task that another attempt cannot fix: the job is not resubmitted.
 _FATAL = re.compile(r"\b(RunNotVisibleError|DriverSupersededError|LogNotFoundError|"
-                    r"InputRangeError|InputOrderError): (.+)")
+                    r"InputRangeError|InputOrderError|LogWriteError): (.+)")
 
 
 def _fatal(exc: BaseException) -> CecError | None:
@@ -79,6 +80,8 @@ def _fatal(exc: BaseException) -> CecError | None:
         return None
     if m.group(1) == "DriverSupersededError":
         return DriverSupersededError(m.group(2).strip())
+    if m.group(1) == "LogWriteError":  # disk full, read-only: exit 3, once
+        return LogWriteError(m.group(2).strip())
     return UsageError(m.group(2).strip())
 
 

@@ -23,6 +23,7 @@ import pytest
 from cec.pipeline.layout import CHECKSUM_PREFIX, sign_run_text
 from cli.app import main
 from tests.pipeline.helpers import (
+    REPO,
     cec,
     reference_count_windows,
     spec_text,
@@ -516,3 +517,35 @@ def test_run_directories_are_private_and_foreign_ones_need_trust(
     assert got.returncode == 2, got.stderr
     assert "belongs to uid 4242" in got.stderr and "--trust" in got.stderr
     assert cec(["recover", "--from-log", str(run), "--dry-run"]).returncode == 0
+
+
+def test_disk_full_is_one_error_exit_3_then_recovers_exactly(workload: tuple[Path, Path],
+                                                             tmp_path: Path) -> None:
+    """Issue 17 item 10: the run directory on a 1 MiB tmpfs (its own mount namespace)
+    fills up: one message naming the file and 'No space left on device', exit 3, no
+    resubmits; the run directory, copied out to a roomy disk, recovers exactly."""
+    import shutil as sh
+    import subprocess
+    import sys
+
+    if sh.which("unshare") is None or os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("CI must run as root with unshare (util-linux)")
+        pytest.skip("needs root and unshare")
+    spec, reference = workload
+    small = tmp_path / "small"
+    small.mkdir()
+    script = ('mount -t tmpfs -o size=1m tmpfs "$1" && '
+              f'{sys.executable} -m cli.app run pipeline "$2" --log-dir "$1/run"; '
+              'echo "exit=$?"; cp -a "$1/run" "$3"')
+    proc = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           script, "sh", str(small), str(spec), str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, check=False)
+    err = " ".join(proc.stderr.split())
+    assert "exit=3" in proc.stdout, proc.stdout + proc.stderr[-3000:]
+    assert "No space left on device" in err and str(small / "run") in err, err[-3000:]
+    assert "resubmitting" not in err and "Traceback" not in proc.stderr, err[-3000:]
+    rec = cec(["recover", "--from-log", str(tmp_path / "run"), "--json"])
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    _export_equals(tmp_path / "run", tmp_path, reference)
