@@ -111,13 +111,17 @@ class RunSpec:
     partitions: int = 4
     master: str | None = None  # None: local[P+2,3] (see default_master)
     fsync: str = "always"
-    segment_kb: int = 64 * 1024  # segment size of the upstream logs
+    segment_kb: int = 64 * 1024  # segment size of the logs: the unit of trimming
     trim_upstream: bool = True  # drop upstream segments no recovery can replay again
     trim_lag_s: float = 30.0  # ... as of this long ago (an output tail lost since heals)
     # Spark settings ([run.spark] and --conf), applied over cec's defaults
     spark: tuple[tuple[str, str], ...] = ()
     executor_wait_s: float = 30.0  # how long the start waits for executors to register
     slot_timeout_s: float = 300.0  # how long a run waits for lost task slots to come back
+    # output log retention (None: keep everything); never past what recovery needs or a
+    # registered consumer (cec export --consumer) has acknowledged
+    output_keep_mb: float | None = None
+    output_keep_s: float | None = None
 
     @property
     def effective_master(self) -> str:
@@ -388,7 +392,8 @@ def _checkpoint(ctx: _Ctx, tbl: dict[str, Any]) -> CheckpointSpec:
 def _run(ctx: _Ctx, tbl: dict[str, Any]) -> RunSpec:
     name = "run"
     ctx.unknown(tbl, name, ("partitions", "master", "fsync", "segment_kb", "trim_upstream",
-                            "trim_lag_s", "executor_wait_s", "slot_timeout_s", "spark"))
+                            "trim_lag_s", "executor_wait_s", "slot_timeout_s", "spark",
+                            "output_keep_mb", "output_keep_s"))
     partitions = ctx.integer(tbl, name, "partitions", default=4, minimum=1)
     master = ctx.string(tbl, name, "master")
     fsync = ctx.choice(tbl, name, "fsync", ("always", "interval", "never"), default="always")
@@ -408,8 +413,12 @@ def _run(ctx: _Ctx, tbl: dict[str, Any]) -> RunSpec:
     if not isinstance(raw_spark, dict):
         raise ctx.fail("[run.spark]", f"must be a table, got {raw_spark!r}")
     spark = _spark_table(ctx, raw_spark)
+    keep_mb = ctx.number(tbl, name, "output_keep_mb", default=1.0) \
+        if "output_keep_mb" in tbl else None
+    keep_s = ctx.number(tbl, name, "output_keep_s", default=1.0) \
+        if "output_keep_s" in tbl else None
     return RunSpec(partitions, master, fsync, segment_kb, trim, lag, spark, wait,
-                   slot_timeout)
+                   slot_timeout, keep_mb, keep_s)
 
 
 def _spark_table(ctx: _Ctx, tbl: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -526,6 +535,10 @@ def spec_to_tables(spec: PipelineSpec) -> dict[str, dict[str, object]]:
                               "trim_lag_s": spec.run.trim_lag_s,
                               "executor_wait_s": spec.run.executor_wait_s,
                               "slot_timeout_s": spec.run.slot_timeout_s}
+    if spec.run.output_keep_mb is not None:
+        run["output_keep_mb"] = spec.run.output_keep_mb
+    if spec.run.output_keep_s is not None:
+        run["output_keep_s"] = spec.run.output_keep_s
     if spec.run.spark:
         run["spark"] = spec.run.spark_conf
     tables: dict[str, dict[str, object]] = {"source": source}

@@ -152,6 +152,10 @@ def inspect_extent(
     result = pipeline.inspect_extent(log_dir, partition=partition, at=at)
     rows = [{**e, **e.get("counts", {}), "oldest_age": e.get("oldest")}
             for e in result["partitions"]]
+    for e in result["partitions"]:
+        if e.get("trimmed_through_seq") is not None:
+            err_console.print(f"cec: partition {e['partition']}: {escape(e['reason'])}",
+                              highlight=False, soft_wrap=True)
     _emit(result, json_out, rows, ("partition", "q", "u", "T", "N", "t_c", "R", "G_open",
                                    "G_check", "oldest_age"))
 
@@ -182,10 +186,13 @@ def export(
     log_dir: Annotated[Path, typer.Argument(help="The run's log directory.")],
     out: Annotated[Path, typer.Option("--out", help="Output file.")],
     fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
+    consumer: Annotated[str | None, typer.Option(
+        "--consumer", help="Export only what this consumer has not acknowledged yet, then "
+        "acknowledge it (output retention keeps what is not acknowledged).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Every result (R) of every partition, control records dropped."""
-    _emit(pipeline.export(log_dir, out, fmt), json_out)
+    _emit(pipeline.export(log_dir, out, fmt, consumer), json_out)
 
 
 def _set_umask() -> None:

@@ -295,6 +295,7 @@ def recover(
     fsync: str = "always",
     filter_replay: bool = True,
     create: bool = True,
+    segment_bytes: int = 64 << 20,
 ) -> Recovered:
     """Reconcile the output log, rebuild the EC, load it and replay up to ``t_c``.
 
@@ -303,7 +304,8 @@ def recover(
     it). Raises :class:`ExtentError` or :class:`ReplayUnavailableError` (exit status 4).
     """
     out, reconcile_s, reconcile_cpu = _timed(
-        StreamLog.open, output_dir, writable=True, create=create, fsync=fsync
+        StreamLog.open, output_dir, writable=True, create=create, fsync=fsync,
+        segment_bytes=segment_bytes,
     )
     try:
         if Path(upstream_dir).exists():

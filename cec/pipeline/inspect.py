@@ -28,7 +28,13 @@ from storage_log.epoch import read_chain
 from storage_log.errors import CorruptLogError, LogLockedError
 from storage_log.log import StreamLog
 from storage_log.reconcile import ReconcileReport
-from storage_log.segment import list_segments, segment_path, sid_base, sid_epoch
+from storage_log.segment import (
+    list_segments,
+    read_trim_marker,
+    segment_path,
+    sid_base,
+    sid_epoch,
+)
 
 LOCK_WAIT_S = 30.0
 
@@ -248,6 +254,17 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
             parts.append(entry)
             continue
         with StreamLog.open(path) as out:
+            trimmed = read_trim_marker(path)
+            if at is not None and trimmed is not None:
+                first = next(iter(out.read_forward()), None)
+                first_ts = None if first is None else int(first.column("ts")[0].as_py())
+                if first_ts is None or at < first_ts:
+                    entry.update(empty=True, trimmed_through_seq=trimmed,
+                                 reason=f"output retention trimmed this log through seq "
+                                        f"{trimmed}: time travel reaches back to ts "
+                                        f"{first_ts} only")
+                    parts.append(entry)
+                    continue
             rec = scan(out, at_ts=at)
             counts = {"R": 0, "G_open": 0, "G_check": 0}  # output tuples by type
             for batch in out.read_forward():

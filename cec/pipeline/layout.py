@@ -10,6 +10,7 @@
       state/p0000.json   the operator task's live counters (progress display only)
       STOP               present while a clean stop is requested (Ctrl-C)
       drivers/00000001   one file per driver that ran the run (cec run, cec recover)
+      consumers/NAME.json  what `cec export --consumer NAME` acknowledged (retention)
 
 ``run.toml`` is written once, atomically and exclusively (a hard link: of two drivers
 racing for one directory exactly one wins), before Spark starts and before any log;
@@ -322,6 +323,43 @@ class RunLayout:
                 f"{self.root}: another driver (number {newest}, host {info.get('host')}, "
                 f"pid {info.get('pid')}) took over this run; this one (number {mine}) "
                 "stops. Its committed output is kept; the newer driver continues it")
+
+    # ------------------------------------------------------------------ consumers
+
+    @property
+    def consumers_dir(self) -> Path:
+        return self.root / "consumers"
+
+    def consumer_acks(self, p: int) -> list[int]:
+        """Per registered consumer, the output seq of partition ``p`` it acknowledged
+        (-1: none yet). Unreadable ack files count as nothing acknowledged."""
+        try:
+            names = sorted(n for n in os.listdir(self.consumers_dir) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        acks = []
+        for name in names:
+            acks.append(self.read_ack(name[:-len(".json")]).get(p, -1))
+        return acks
+
+    def read_ack(self, consumer: str) -> dict[int, int]:
+        try:
+            raw = json.loads((self.consumers_dir / f"{consumer}.json").read_text("utf-8"))
+            return {int(k): int(v) for k, v in raw["partitions"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def write_ack(self, consumer: str, acks: dict[int, int]) -> None:
+        self.consumers_dir.mkdir(exist_ok=True)
+        path = self.consumers_dir / f"{consumer}.json"
+        tmp = path.with_name(f".{consumer}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"consumer": consumer, "acked_at": time.time(),
+                                   "partitions": {str(k): v for k, v in acks.items()}}),
+                       encoding="utf-8")
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(self.consumers_dir)
 
     # ------------------------------------------------------------------ state files
 

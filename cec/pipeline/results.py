@@ -10,6 +10,7 @@ the partitions interleaved.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +29,40 @@ COLUMNS = ("key", "window_start", "window_end", "count", "value")
 
 def results_table(root: Path | str) -> pa.Table:
     """The sorted results of a run (see the module docstring)."""
+    return results_since(root)[0]
+
+
+def results_since(root: Path | str, after: dict[int, int] | None = None
+                  ) -> tuple[pa.Table, dict[int, int]]:
+    """The sorted results with output seq after ``after[p]`` in partition ``p`` (all
+    when None), and each partition's last output seq read."""
     layout = RunLayout(Path(root))
     spec, settings = layout.read_run_file()
     count_window = spec.aggregate.window.kind == "count"
     key_type = pa.int64() if settings.key_type == "int64" else pa.string()
     parts: list[pa.Table] = []
+    last: dict[int, int] = {}
     for p in range(spec.run.partitions):
         path = layout.output(p)
+        since = -1 if after is None else after.get(p, -1)
+        last[p] = since
         if not path.exists():
             continue
         with StreamLog.open(path) as log:
-            for batch in log.read_forward():
+            if since >= 0 and log.first_seq is not None and since + 1 < log.first_seq:
+                raise UsageError(f"{path}: the output after seq {since} that this consumer "
+                                 f"has not acknowledged starts before the log's first "
+                                 f"record {log.first_seq} (trimmed without its ack?)")
+            upto = log.last_seq
+            batches = log.read_forward(after_seq=since) if since >= 0 and upto is not None \
+                else ([] if upto is None else log.read_forward())
+            for raw in batches:
+                if raw.num_rows == 0:
+                    continue
+                batch = raw
+                seq = raw.column("seq")
+                if upto is not None and pc.max(seq).as_py() > upto:  # committed since: next
+                    batch = raw.filter(pc.less_equal(seq, upto))
                 if batch.num_rows == 0:
                     continue
                 r = batch.filter(pc.is_in(batch.column("type"), pa.array(RESULT_TYPES, pa.int8())))
@@ -54,6 +78,8 @@ def results_table(root: Path | str) -> pa.Table:
                     "value": r.column("value"),
                     "tau1": r.column("tau1"),
                 }))
+            if upto is not None:
+                last[p] = max(since, upto)
     if parts:
         table = pa.concat_tables(parts)
     else:
@@ -64,14 +90,25 @@ def results_table(root: Path | str) -> pa.Table:
                           "tau1": pa.array([], pa.int64())})
     table = table.sort_by([("key", "ascending"), ("window_start", "ascending"),
                            ("window_end", "ascending"), ("tau1", "ascending")])
-    return table.select(list(COLUMNS))
+    return table.select(list(COLUMNS)), last
 
 
-def export(root: Path | str, out: Path | str, fmt: str = "csv") -> dict[str, Any]:
-    """Write the results of the run in ``root`` to ``out``; a summary."""
+def export(root: Path | str, out: Path | str, fmt: str = "csv",
+           consumer: str | None = None) -> dict[str, Any]:
+    """Write the results of the run in ``root`` to ``out``; a summary.
+
+    With ``consumer`` only the results that consumer has not acknowledged yet are
+    written, then acknowledged (``RUN/consumers/NAME.json``): output retention never
+    deletes what a registered consumer has not acknowledged.
+    """
     if fmt not in ("csv", "parquet"):
         raise UsageError(f"--format: {fmt!r} is not one of csv|parquet")
-    table = results_table(root)
+    if consumer is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", consumer):
+        raise UsageError(f"--consumer: {consumer!r} must be 1-64 letters, digits, '_', "
+                         "'.' or '-'")
+    layout = RunLayout(Path(root))
+    after = None if consumer is None else layout.read_ack(consumer)
+    table, last = results_since(root, after)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
@@ -80,5 +117,7 @@ def export(root: Path | str, out: Path | str, fmt: str = "csv") -> dict[str, Any
     else:
         pq.write_table(table, tmp)
     tmp.replace(out)
-    return {"out": str(out), "format": fmt, "rows": table.num_rows,
+    if consumer is not None:  # the file is complete: acknowledge what it holds
+        layout.write_ack(consumer, last)
+    return {"out": str(out), "format": fmt, "rows": table.num_rows, "consumer": consumer,
             "keys": len(pc.unique(table.column("key"))) if table.num_rows else 0}

@@ -37,13 +37,16 @@ from cec.errors import CecError
 from cec.operator import OperatorConfig, VectorOperator
 from cec.pipeline.ingest import value_column
 from cec.pipeline.layout import RunLayout, RunSettings
+from cec.pipeline.retention import Lagged, retention_before
 from cec.policy import PolicyConfig
 from cec.records import tuple_counts
 from cec.spec import PipelineSpec
 from cec.windows import window_spec
 from recovery.errors import ReplayUnavailableError
 from recovery.replay import recover
+from storage_log.epoch import read_chain
 from storage_log.log import StreamLog
+from storage_log.segment import segment_path, sid_base
 
 TAIL_TIMEOUT_S = 0.25
 REFILL_WAIT_S = 600.0
@@ -92,6 +95,7 @@ class TaskCounters:
     done: bool = False
     stopped: bool = False
     waiting: str | None = None  # what the task waits for before it can run
+    output_segments_trimmed: int = 0  # output retention ([run].output_keep_mb/_s)
     started: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
 
@@ -177,6 +181,7 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
         if not rec.explain.fresh_start:
             counters.recovered = rec.explain.to_dict()
         floor = ReplayFloor(spec.run.trim_lag_s, rec.explain.T)
+        keeper = OutputKeeper(layout, p, spec)
         with StreamLog.open(layout.upstream(p)) as up:
             last_state = 0.0
 
@@ -204,10 +209,12 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
                     out.commit()
                     counters.count(result)
                     floor.note(op, result)
+                    keeper.note(op)
                 counters.write_s += time.perf_counter() - t1
                 now = time.time()
                 if now - last_state >= STATE_EVERY_S:
                     layout.check_driver(driver)
+                    counters.output_segments_trimmed += keeper.trim(out)
                     counters.observe(op, floor)
                     layout.write_state(p, counters.as_dict())
                     reported[0] = counters.in_batches
@@ -241,7 +248,7 @@ def _recover(layout: RunLayout, p: int, op: VectorOperator, spec: PipelineSpec,
     while True:
         try:
             rec = recover(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
-                          create=False)
+                          create=False, segment_bytes=spec.run.segment_kb << 10)
             counters.waiting = None
             return rec
         except ReplayUnavailableError as exc:
@@ -255,6 +262,49 @@ def _recover(layout: RunLayout, p: int, op: VectorOperator, spec: PipelineSpec,
                 if up.sealed and (up.last_seq or -1) < exc.short_of:
                     raise
             op = operator_for(spec, layout.read_run_file()[1])  # the last one is half-loaded
+
+
+class OutputKeeper:
+    """Output retention for one task (:mod:`cec.pipeline.retention`): notes where the
+    eventual checkpoint's extent starts after each commit, and every so often deletes
+    the whole segments no recovery (as of ``trim_lag_s`` ago) and no registered
+    consumer needs, beyond ``[run].output_keep_mb`` / ``output_keep_s``."""
+
+    EVERY_S = 1.0
+
+    def __init__(self, layout: RunLayout, p: int, spec: PipelineSpec,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.layout, self.p, self.clock = layout, p, clock
+        run = spec.run
+        self.keep_bytes = None if run.output_keep_mb is None else run.output_keep_mb * (1 << 20)
+        self.keep_s = run.output_keep_s
+        self.on = self.keep_bytes is not None or self.keep_s is not None
+        self.extent = Lagged(run.trim_lag_s)
+        self._next = 0.0
+
+    def note(self, op: VectorOperator) -> None:
+        if self.on:
+            start = op.next_out_seq - op.q if op.n_open else op.next_out_seq
+            self.extent.note(self.clock(), start)
+
+    def trim(self, out: StreamLog) -> int:
+        now = self.clock()
+        if not self.on or now < self._next:
+            return 0
+        self._next = now + self.EVERY_S
+        chain = read_chain(out.path)
+        segs = []
+        for sid in chain.segments:
+            try:
+                st = segment_path(out.path, sid).stat()
+            except FileNotFoundError:
+                return 0  # trimmed meanwhile: next time
+            segs.append((sid_base(sid), st.st_size, st.st_mtime))
+        before = retention_before(segs, keep_bytes=self.keep_bytes, keep_s=self.keep_s,
+                                  now=now, floors=[self.extent.value(now),
+                                                   *(a + 1 for a in
+                                                     self.layout.consumer_acks(self.p))])
+        return 0 if before is None else out.trim(before_seq=before)
 
 
 def _sealed(log: Any) -> bool:
