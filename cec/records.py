@@ -33,6 +33,12 @@ import pyarrow.compute as pc
 
 from cec.errors import InputOrderError, SpecError, UsageError
 
+#: The ``ts`` of the rows ``finish()`` emits at the end of a bounded stream (the time
+#: windows still open close there): the end-of-stream watermark, after every input
+#: timestamp, so the eventual checkpoint as of the last input's ``ts`` still has those
+#: windows open, and only as of ``END_OF_STREAM_TS`` are they closed.
+END_OF_STREAM_TS = (1 << 63) - 1
+
 DATA = 0
 """A plain data tuple of a stateless stream (the paper's special case ``N = 0``); the
 upstream logs of this project carry such tuples without a ``type`` column."""

@@ -19,6 +19,7 @@ from cec.operator.base import OperatorConfig
 from cec.operator.state import OperatorState, WindowId, WindowSnapshot, ec_rows
 from cec.policy import budget_for
 from cec.records import (
+    END_OF_STREAM_TS,
     G_CHECK,
     G_OPEN,
     G_OPEN_R,
@@ -226,7 +227,8 @@ class ReferenceOperator:
 
     def finish(self) -> pa.RecordBatch:
         if self._t_now is not None and isinstance(self.config.window, TimeWindow):
-            self._close_time_windows(2**63 - 1)
+            self._ts_now = END_OF_STREAM_TS  # flush rows: the end-of-stream watermark
+            self._close_time_windows(END_OF_STREAM_TS)
         return self._flush_rows()
 
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None:

@@ -42,6 +42,7 @@ from cec.operator.state import OperatorState, WindowSnapshot, ec_rows
 from cec.operator.store import F64, I64, FootprintOrder, KeyRegistry, WindowSlots
 from cec.policy import budget_for
 from cec.records import (
+    END_OF_STREAM_TS,
     G_CHECK,
     G_OPEN,
     G_OPEN_R,
@@ -506,7 +507,8 @@ class VectorOperator:
         n_after = self._n - np.arange(1, k + 1, dtype=np.int64)
         self._n -= k
         assert self._t_now is not None and self._ts_now is not None
-        blk = self._block(slots, np.full(k, R, np.int8), np.full(k, self._ts_now, np.int64),
+        eos = np.full(k, END_OF_STREAM_TS, np.int64)  # flush rows: end-of-stream watermark
+        blk = self._block(slots, np.full(k, R, np.int8), eos,
                           np.full(k, self._t_now, np.int64), n_after)
         sl.release(slots)
         return blk

@@ -10,8 +10,18 @@ import pytest
 from cec.errors import InputOrderError, InputRangeError, SpecError, UsageError
 from cec.operator import OperatorConfig, ReferenceOperator, ec_from_output
 from cec.policy import PolicyConfig
-from cec.records import G_CHECK, G_OPEN, G_OPEN_R, R, logical_rows, output_schema, tuple_counts
+from cec.records import (
+    END_OF_STREAM_TS,
+    G_CHECK,
+    G_OPEN,
+    G_OPEN_R,
+    R,
+    logical_rows,
+    output_schema,
+    tuple_counts,
+)
 from cec.windows import count_window, time_window
+from recovery.ec import reconstruct
 
 from .helpers import FakeClock, batch, rows
 
@@ -122,11 +132,18 @@ def test_time_sliding_and_finish(impl: Any) -> None:
         (G_OPEN, 16, 3, 2, 1, 15, 25, 1),
     ]
     fin = op.finish()
+    eos = END_OF_STREAM_TS  # flush rows: the end-of-stream watermark, after every input
     assert rows(fin, "type", "ts", "t_now", "n_open", "win_start", "cnt", "value") == [
-        (R, 16, 3, 1, 10, 2, 2.0),
-        (R, 16, 3, 0, 15, 1, 1.0),
+        (R, eos, 3, 1, 10, 2, 2.0),
+        (R, eos, 3, 0, 15, 1, 1.0),
     ]
     assert op.n_open == 0
+    # issue 17 item 14: the EC as of the last input's ts still holds the 2 open windows
+    log = [out, fin]
+    newest_first = [b for b in reversed(log)]
+    assert reconstruct(newest_first, at_ts=16).n_c == 2
+    assert reconstruct(newest_first, at_ts=eos).n_c == 0
+    assert reconstruct(newest_first).n_c == 0
 
 
 @impls
