@@ -12,6 +12,7 @@ plain line every :data:`PLAIN_EVERY_S` seconds instead.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from types import TracebackType
 from typing import Any
@@ -27,16 +28,34 @@ from storage_log.log import StreamLog
 PLAIN_EVERY_S = 10.0
 
 
-def upstream_position(layout: RunLayout, p: int) -> int | None:
-    """The committed ``last_seq`` of partition ``p``'s upstream log (None if empty)."""
-    path = layout.upstream(p)
-    if not path.exists():
-        return None
-    try:
-        with StreamLog.open(path) as log:
+class UpstreamPositions:
+    """The upstream logs' committed ends, from readers kept open: each refresh walks only
+    what was committed since (a driver on a host without the index would otherwise
+    read every upstream log from its start twice a second)."""
+
+    def __init__(self, layout: RunLayout) -> None:
+        self.layout = layout
+        self._logs: dict[int, StreamLog] = {}
+
+    def get(self, p: int) -> int | None:
+        log = self._logs.get(p)
+        try:
+            if log is None:
+                path = self.layout.upstream(p)
+                if not path.exists():
+                    return None
+                log = self._logs[p] = StreamLog.open(path)
             return log.last_seq
-    except Exception:  # a log being created: no position yet
-        return None
+        except Exception:  # a log being created, or trimmed under us: open it again
+            self.close(p)
+            return None
+
+    def close(self, p: int | None = None) -> None:
+        for q in ([p] if p is not None else list(self._logs)):
+            log = self._logs.pop(q, None)
+            if log is not None:
+                with contextlib.suppress(Exception):
+                    log.close()
 
 
 def _si(n: float) -> str:
@@ -61,6 +80,7 @@ class ProgressView:
         self.notes: list[str] = []
         self.plain = enabled and not self.console.is_terminal
         self.last_plain = self.started
+        self.upstream = UpstreamPositions(layout)
 
     def __enter__(self) -> ProgressView:
         if self.enabled and not self.plain:
@@ -71,12 +91,15 @@ class ProgressView:
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self.live is not None:
-            self.live.update(self.render())
-            self.live.__exit__(et, ev, tb)
-            self.live = None
-        elif self.plain:
-            self._plain_line()
+        try:
+            if self.live is not None:
+                self.live.update(self.render())
+                self.live.__exit__(et, ev, tb)
+                self.live = None
+            elif self.plain:
+                self._plain_line()
+        finally:
+            self.upstream.close()
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -121,7 +144,7 @@ class ProgressView:
         now = time.monotonic()
         for p in range(self.partitions):
             st: dict[str, Any] = self.layout.read_state(p)
-            up = upstream_position(self.layout, p)
+            up = self.upstream.get(p)
             tuples = int(st.get("in_tuples", 0))
             checks = int(st.get("g_check", 0))
             t0, n0, c0 = self.prev.get(p, (self.started, 0, 0))
