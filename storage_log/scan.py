@@ -289,11 +289,11 @@ class ScanIndex:
             segments = [s for s in segments if s >= point.segment]
         res = walk(self.directory, segments, point, schema_bytes=self._res.schema_bytes,
                    token=self._res.token, sealed=self._res.sealed, limits=chain.limits)
-        if res.bad is not None and (res.bad[0] != chain.segments[-1]
-                                    or res.bad[0] in chain.limits or not res.torn):
-            # a bad frame in a segment that was complete (a later one exists, or a newer
-            # epoch fenced it), or a whole frame that fails (not a write cut short):
-            # damage, never the end of the log
+        if res.bad is not None and (not res.torn or res.bad[0] in chain.limits
+                                    or self._lost_before_next(chain, res)):
+            # a whole frame that fails (not a write cut short), a bad frame in a segment
+            # a newer epoch fenced, or a cut-short frame before records that the next
+            # segment says were written: damage, never the end of the log
             seg, offset, invariant = res.bad
             raise CorruptLogError(
                 f"corrupt log segment {segment_path(self.directory, seg)} at byte {offset}: "
@@ -307,6 +307,23 @@ class ScanIndex:
         res.entries = []
         self._res = res
         return chain
+
+    def _lost_before_next(self, chain: Chain, res: WalkResult) -> bool:
+        """A cut-short frame in a segment that a later one follows is damage once the
+        later segment has a whole first frame: a writer finishes a segment before it
+        creates the next, so only a later segment still without one may be a roll in
+        progress seen half-way."""
+        assert res.bad is not None
+        i = chain.segments.index(res.bad[0]) if res.bad[0] in chain.segments else -1
+        if i < 0 or i + 1 >= len(chain.segments):
+            return False
+        path = segment_path(self.directory, chain.segments[i + 1])
+        try:
+            with SegmentReader(path) as reader:
+                info = next((f[2] for f in reader.forward(0, reader.size())), None)
+        except (OSError, FrameError):
+            return False
+        return info is not None
 
     def snapshot(self) -> Snapshot:
         self._refresh()

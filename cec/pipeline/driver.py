@@ -32,6 +32,7 @@ from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
 from cec.pipeline.cluster import SlotWatch, check_local_slots, probe, wait_for_slots
+from cec.pipeline.fingerprint import fingerprint
 from cec.pipeline.ingest import (
     IngestProgress,
     check_filter,
@@ -396,7 +397,7 @@ def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
     if spec.source.kind == "stream-dir" and not plan.columns.names:
         raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
                          "first file fixes the column types")
-    settings = settings_for(spec, plan.columns, max_tuples)
+    settings = settings_for(spec, plan.columns, max_tuples, tuple(fingerprint(spec)))
     # run.toml before Spark starts (5-20 s): a run killed at any moment after this
     # line is resumed by `cec recover`, not left as a directory no command accepts
     created = not root.exists()
@@ -425,6 +426,7 @@ def _unmake(layout: RunLayout, created: bool) -> None:
     """Remove the run files of a run that never started (a bad ``[filter]``)."""
     with contextlib.suppress(OSError):
         layout.run_file.unlink()
+        layout.backup_file.unlink(missing_ok=True)
         (layout.root / "state").rmdir()
         if created:
             layout.root.rmdir()

@@ -36,6 +36,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cec.errors import CecError, SpecError
+from cec.pipeline.fingerprint import check_fingerprint
 from cec.pipeline.layout import RunLayout, RunSettings
 from cec.sources import (
     SEQ,
@@ -421,6 +422,8 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
         progress.finished = time.monotonic()
         return
     resume, resume_next = committed_chunk(layout, spec.run.partitions)
+    if resume >= 0:  # a resumed ingest reads the source again: it must be the same
+        check_fingerprint(spec, list(settings.source_files))
     if spec.source.kind == "stream-dir":
         watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples)
         while not should_stop():

@@ -16,6 +16,7 @@ import numpy as np
 
 from cec.errors import CecError, RecoveryError, UsageError
 from cec.pipeline.driver import resume_run
+from cec.pipeline.fingerprint import check_fingerprint
 from cec.pipeline.layout import RunLayout
 from cec.pipeline.task import operator_for
 from cec.pipeline.watchdog import say
@@ -185,6 +186,7 @@ def _source_can_refill(layout: RunLayout, spec: Any, settings: Any,
                 raise UsageError(f"{spec.source.path}: the stream folder is gone")
         else:
             plan_source(spec, max_rows=settings.max_tuples)
+            check_fingerprint(spec, list(settings.source_files))
     except CecError as exc:
         def first(c: dict[str, Any]) -> int:
             return 0 if c["last_seq"] is None else int(c["last_seq"]) + 1

@@ -80,6 +80,8 @@ class RunSettings:
     columns: ColumnTypes
     key_column: str
     run_id: str | None = None  # None: a run stored before run ids existed
+    # each source file's name, size and xxh64 when the run started (cec.pipeline.fingerprint)
+    source_files: tuple[dict[str, Any], ...] = ()
 
     @property
     def key_type(self) -> str:
@@ -127,6 +129,8 @@ class RunLayout:
         }}
         if settings.run_id is not None:
             extra["cec"]["run_id"] = settings.run_id
+        if settings.source_files:
+            extra["cec"]["source_files"] = list(settings.source_files)
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "state").mkdir(exist_ok=True)
         tmp = self.root / f"{RUN_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
@@ -223,11 +227,13 @@ class RunLayout:
             run_id = cec.get("run_id")
             if run_id is not None and not isinstance(run_id, str):
                 raise TypeError(f"run_id must be a string, got {run_id!r}")
+            files = tuple({"file": str(f["file"]), "bytes": int(f["bytes"]),
+                           "xxh64": str(f["xxh64"])} for f in cec.get("source_files", []))
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptionError(f"{origin}: [cec] table missing or damaged: {exc}; "
                                   f"{repair}") from exc
         settings = RunSettings(None if max_tuples < 0 else max_tuples, columns,
-                               spec.aggregate.group_by, run_id)
+                               spec.aggregate.group_by, run_id, files)
         return spec, settings
 
     def check_visible(self, run_id: str | None) -> None:
@@ -388,7 +394,8 @@ class RunNotVisibleError(UsageError):
     """An executor does not see the run directory the driver created (exit 2)."""
 
 
-def settings_for(spec: PipelineSpec, columns: ColumnTypes, max_tuples: int | None
-                 ) -> RunSettings:
+def settings_for(spec: PipelineSpec, columns: ColumnTypes, max_tuples: int | None,
+                 source_files: tuple[dict[str, Any], ...] = ()) -> RunSettings:
     """The settings of a new run (with a new run id)."""
-    return RunSettings(max_tuples, columns, spec.aggregate.group_by, uuid.uuid4().hex)
+    return RunSettings(max_tuples, columns, spec.aggregate.group_by, uuid.uuid4().hex,
+                       source_files)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from cec.errors import SpecError
+from cec.errors import RecoveryError, SpecError
 from cec.pipeline import (
     export,
     inspect_extent,
@@ -24,7 +25,6 @@ from cec.pipeline import (
 from cec.pipeline.layout import RunLayout
 from cec.pipeline.session import build_session
 from cec.records import G_OPEN, G_OPEN_R, R, logical_rows
-from cec.sources import InputError
 from storage_log.log import StreamLog
 from tests.pipeline.helpers import (
     reference_count_windows,
@@ -71,11 +71,20 @@ def test_csv_count_windows_equal_pandas(spark: object, tmp_path: Path) -> None:
     assert again["completed"] and again["ingested_tuples"] == 0
     export(run, tmp_path / "again.csv")
     assert (tmp_path / "again.csv").read_bytes() == (tmp_path / "out.csv").read_bytes()
-    # a resumed run refuses a source that changed under it
+    # a finished run never reads its source again: a changed one does not matter ...
     with (tmp_path / "items.csv").open("a") as fh:
         fh.write(f"1,1.0,{int(df.item_time.iloc[-1]) + 1}\n")
-    with pytest.raises(InputError, match="the source changed since the run started"):
-        resume_run(run, progress=False)
+    assert resume_run(run, progress=False)["completed"]
+    # ... but a run that must read it again (an upstream log cut by --repair) refuses it
+    cut = tmp_path / "cut"
+    shutil.copytree(run, cut)
+    seg = sorted((cut / "upstream" / "p0000").glob("*.seg"))[0]
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2] ^= 1
+    seg.write_bytes(bytes(data))
+    with pytest.raises(RecoveryError, match=r"items.csv: the source changed since the run "
+                       r"started: \d+ bytes .*lost partition 0: rows with seq"):
+        recover_run(cut, repair=True, progress=False)
     # the inspection commands read the same directory
     logs = inspect_log(run, verify=True)
     assert len(logs["logs"]) == 2 * P and all(lg["verify"]["ok"] for lg in logs["logs"])
