@@ -28,6 +28,7 @@ import csv
 import io
 import itertools
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -48,6 +49,11 @@ EXTENSIONS = {"csv": (".csv",), "jsonl": (".jsonl", ".json", ".ndjson"),
               "parquet": (".parquet", ".parq")}
 _TYPES = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string(),
           "bool": pa.bool_()}
+
+
+# The slow diagnosis (Python's csv) must read every line the fast path (Arrow) reads:
+# Python's default limit of 128 KiB per field made a long line a raw traceback.
+csv.field_size_limit(1 << 30)
 
 
 class InputError(UsageError):
@@ -174,6 +180,13 @@ class _FileState:
             if arr.null_count:
                 i = int(pc.index(pc.is_null(arr), True).as_py())
                 raise InputError(f"{name}: {unit} {first_line + i}: {col}: missing value")
+            if pa.types.is_floating(arr.type):
+                finite = pc.is_finite(arr)
+                if not pc.all(finite).as_py():
+                    i = int(pc.index(finite, False).as_py())
+                    raise InputError(f"{name}: {unit} {first_line + i}: {col}: "
+                                     f"{arr[i].as_py()!r} is not a finite number (inf and "
+                                     "nan are refused)")
         if self.max_rows is not None and self.next_seq + table.num_rows > self.max_rows:
             table = table.slice(0, self.max_rows - self.next_seq)
         tf = self.spec.source.time_field
@@ -242,11 +255,22 @@ def _csv_header(path: Path) -> tuple[tuple[str, ...], int]:
         first = fh.readline()
     if not first.strip():
         raise InputError(f"{path.name}: line 1: empty file or missing header")
-    try:
-        header = next(csv.reader([first.decode("utf-8")]))
+    try:  # utf-8-sig: a byte order mark before the first column name is dropped
+        header = next(csv.reader([first.decode("utf-8-sig")]))
     except (UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"{path.name}: line 1: unreadable header: {exc}") from exc
     return tuple(h.strip() for h in header), len(first)
+
+
+_COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_ .\-]{0,63}")
+
+
+def _header_text(columns: tuple[str, ...]) -> str:
+    """The header for a message, only if it looks like column names: a file that is
+    not a CSV (a spec pointing at /etc/passwd) must not have its first line echoed."""
+    if len(columns) <= 50 and all(_COLUMN_NAME.fullmatch(c) for c in columns):
+        return f"the header has {', '.join(columns)}"
+    return f"its first line is not a header of column names ({len(columns)} fields)"
 
 
 def _parse_text(fmt: str, data: bytes, columns: tuple[str, ...],
@@ -260,7 +284,10 @@ def _parse_text(fmt: str, data: bytes, columns: tuple[str, ...],
             read_options=pacsv.ReadOptions(column_names=list(columns), block_size=16 << 20),
             parse_options=pacsv.ParseOptions(ignore_empty_lines=False),
             convert_options=pacsv.ConvertOptions(column_types=col_types,
-                                                 strings_can_be_null=False))
+                                                 strings_can_be_null=False,
+                                                 # "nan" is a number (refused later as
+                                                 # not finite), not a missing value
+                                                 null_values=[""]))
     schema = types.schema() if types is not None else None
     opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"
                                if schema is not None else "infer")
@@ -281,10 +308,13 @@ def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[
     lines = data.decode("utf-8", errors="replace").splitlines()
     for i, line in enumerate(lines):
         where = f"{name}: line {first_line + i}"
+        if not line.strip():
+            return InputError(f"{where}: the line is blank")
         if fmt == "csv":
-            if not line.strip():
-                return InputError(f"{where}: empty line")
-            row = next(csv.reader([line]))
+            try:
+                row = next(csv.reader([line]))
+            except csv.Error as exc:
+                return InputError(f"{where}: not a CSV line: {exc}")
             if len(row) != len(columns):
                 return InputError(f"{where}: expected {len(columns)} fields "
                                   f"({','.join(columns)}), got {len(row)}")
@@ -292,8 +322,9 @@ def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[
         else:
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                return InputError(f"{where}: not a JSON object: {exc.msg}")
+            except (json.JSONDecodeError, RecursionError) as exc:
+                return InputError(f"{where}: not a JSON object: "
+                                  f"{getattr(exc, 'msg', type(exc).__name__)}")
             if not isinstance(obj, dict):
                 return InputError(f"{where}: not a JSON object")
             values = obj
@@ -309,9 +340,12 @@ def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[
                     int(raw)  # type: ignore[call-overload]
                 else:
                     float(raw)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):
                 what = "an integer" if kind is int else "a number"
-                return InputError(f"{where}: {col}: {raw!r} is not {what}")
+                if col == spec.source.time_field:
+                    what = "an integer (microseconds since the epoch)"
+                shown = raw if not isinstance(raw, str) or len(raw) <= 40 else raw[:40] + "..."
+                return InputError(f"{where}: {col}: {shown!r} is not {what}")
     return InputError(f"{name}: lines {first_line}-{first_line + len(lines) - 1}: "
                       f"cannot parse: {cause}")
 
@@ -324,7 +358,7 @@ def _plan_text_file(st: _FileState, path: Path, fmt: str) -> None:
         missing = [c for c in st.needed() if c not in columns]
         if missing:
             raise InputError(f"{name}: line 1: missing column {missing[0]!r} "
-                             f"(the header has {', '.join(columns)})")
+                             f"({_header_text(columns)})")
         first_line = 2
     else:
         columns, header_len, first_line = (), 0, 1
@@ -346,13 +380,23 @@ def _plan_text_file(st: _FileState, path: Path, fmt: str) -> None:
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise _diagnose(fmt, name, data, line, columns, spec, st.columns, exc) from exc
         n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-        if table.num_rows != n_lines:
+        if table.num_rows != n_lines or data.startswith((b"\n", b"\r\n")) \
+                or b"\n\n" in data or b"\n\r\n" in data:  # a blank line: name it
             raise _diagnose(fmt, name, data, line, columns, spec, st.columns,
                             ValueError(f"{n_lines} lines gave {table.num_rows} rows"))
         if fmt == "jsonl":
             missing = [c for c in st.needed() if c not in table.column_names]
             if missing:
                 raise InputError(f"{name}: line {line}: missing field {missing[0]!r}")
+            tf = spec.source.time_field
+            tcol = table.column(tf)
+            if not pa.types.is_integer(tcol.type) and not pa.types.is_null(tcol.type):
+                i = 0 if tcol.null_count == len(tcol) else int(
+                    pc.index(pc.is_valid(tcol), True).as_py())
+                v = tcol[i].as_py()
+                shown = v.isoformat() if hasattr(v, "isoformat") else v
+                raise InputError(f"{name}: line {line + i}: {tf}: {shown!r} is not an "
+                                 "integer (microseconds since the epoch)")
         if st.columns is None:
             key = table.column(spec.aggregate.group_by)
             if pa.types.is_string(key.type):
