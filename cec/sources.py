@@ -437,6 +437,16 @@ def _plan_parquet_file(st: _FileState, path: Path) -> None:
         if st.full:
             break
         table = pf.read_row_groups(list(range(lo, hi)))
+        field = st.spec.aggregate.field
+        if field is not None and pa.types.is_integer(table.column(field).type):
+            # the aggregate reads its field as a double: above 2^53 an integer changes
+            big = pc.greater(pc.abs(table.column(field)), 1 << 53)
+            if pc.any(big).as_py():
+                i = int(pc.index(big, True).as_py())
+                raise InputError(f"{name}: row {row + i} (row groups {lo}-{hi - 1}): "
+                                 f"{field}: {table.column(field)[i].as_py()} is beyond "
+                                 "2^53, where a double (the aggregate's type) loses "
+                                 "integer precision")
         if st.columns is None:
             st.fix_types(table, name)
         assert st.columns is not None

@@ -85,3 +85,20 @@ def test_a_file_that_is_no_csv_is_not_echoed(tmp_path: Path) -> None:
     assert "(its first line is not a header of column names" in msg, msg
     ok = _error(tmp_path, "b.csv", b"id,item_price,item_time\n1,2.0,3\n")
     assert "(the header has id, item_price, item_time)" in ok
+
+
+def test_parquet_integers_beyond_2_53_in_the_value_field_are_named(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    t = pa.table({"item_id": [1, 2], "item_price": pa.array([5, (1 << 53) + 1], pa.int64()),
+                  "item_time": [1, 2]})
+    pq.write_table(t, tmp_path / "a.parquet")
+    with pytest.raises(InputError) as exc:
+        plan_source(_spec(tmp_path, "parquet", "a.parquet"))
+    assert str(exc.value).startswith("a.parquet: row 1 (row groups 0-0): item_price: "
+                                     "9007199254740993 is beyond 2^53"), str(exc.value)
+    f = pa.table({"item_id": [1], "item_price": pa.array([float("nan")]), "item_time": [1]})
+    pq.write_table(f, tmp_path / "b.parquet")
+    with pytest.raises(InputError, match=r"b\.parquet: row 0: item_price: nan is not a finite"):
+        plan_source(_spec(tmp_path, "parquet", "b.parquet"))
