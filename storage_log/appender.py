@@ -16,6 +16,7 @@ from typing import Literal
 from storage_log.frame import FLAG_COMMIT, FrameCodec, Kind, PendingFrame
 from storage_log.index import Committed, Entry
 from storage_log.segment import fsync_dir, make_sid, segment_path, sid_epoch
+from storage_log.sidefile import remove_side
 
 FsyncMode = Literal["always", "interval", "never"]
 FLUSH_BYTES = 8 << 20  # write appended frames to the file beyond this much
@@ -54,6 +55,7 @@ class SegmentAppender:
         self.pending: list[PendingFrame] = []
         self.pending_bytes = 0
         self.written: list[Entry] = []
+        self.closed: dict[int, int] = {}  # segments this writer finished -> their size
         self.unsynced_written = 0  # bytes written since the last commit
         self.failed: BaseException | None = None
         self._fd = -1
@@ -86,6 +88,7 @@ class SegmentAppender:
         """Start segment ``base`` of our epoch (writing what is pending first)."""
         if self._fd >= 0:
             self.flush(commit=False)
+            self.closed[self.active] = self.size  # complete: its final size
             if self.fsync == "never":
                 os.close(self._fd)
             else:
@@ -168,14 +171,16 @@ class SegmentAppender:
         mine = self.epoch
         for s in [s for s in self.segments if s > keep and sid_epoch(s) == mine]:
             segment_path(self.directory, s).unlink(missing_ok=True)
+            remove_side(self.directory, s)
         self.segments = [s for s in self.segments if s <= keep or sid_epoch(s) != mine]
         if keep >= 0 and sid_epoch(keep) == mine:
             os.truncate(segment_path(self.directory, keep), committed.end)
 
     def drop_segments(self, victims: list[int]) -> None:
-        """Delete whole segments (trim)."""
+        """Delete whole segments (trim), with their index side-files."""
         for s in victims:
             segment_path(self.directory, s).unlink()
+            remove_side(self.directory, s)
         self.segments = [s for s in self.segments if s not in victims]
         fsync_dir(self.directory)
 

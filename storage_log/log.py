@@ -54,6 +54,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -80,6 +81,7 @@ from storage_log.reader import RecordReader
 from storage_log.reconcile import ReconcileReport, TailState, open_index, reconcile
 from storage_log.scan import ScanIndex
 from storage_log.segment import fsync_dir, list_segments, sid_base, write_trim_marker
+from storage_log.sidefile import SideFile, write_side
 
 _FSYNC_MODES = ("always", "interval", "never")
 
@@ -121,6 +123,7 @@ class StreamLog:
         self._token: bytes | None = None
         self._sealed = False
         self._epoch: int | None = None  # taken before the first write
+        self._sides: dict[int, _SideDraft] = {}  # this writer's segments, for side-files
 
     # -- opening and closing ------------------------------------------------------
 
@@ -334,10 +337,11 @@ class StreamLog:
             out.new_segment(first_seq)
         if not out.has_schema:
             assert self._schema_bytes is not None
+            link = self._last_seq if self._last_seq is not None else -1
             out.push(FrameCodec.encode_control(
-                Kind.SCHEMA, self._schema_bytes,
-                self._last_seq if self._last_seq is not None else -1, self._last_ts or 0))
+                Kind.SCHEMA, self._schema_bytes, link, self._last_ts or 0))
             out.has_schema = True
+            self._sides[out.active] = _SideDraft(link)
         out.push(self._codec.encode_data(batch, first_seq, last_seq, first_ts, last_ts))
         if self._first_seq is None:
             self._first_seq = first_seq
@@ -421,6 +425,7 @@ class StreamLog:
         self._check_fence()
         committed = Committed(out.active, out.size, self._last_seq, self._last_ts,
                               self._records)
+        written = list(out.written)
         try:
             index.commit(out.written, committed,
                          schema=self._schema_bytes if self._committed.last_seq is None
@@ -429,11 +434,35 @@ class StreamLog:
             out.failed = exc
             raise
         out.committed()
+        self._note_sides(written, token, seal, committed.segment)
         self._committed = committed
         if token is not None:
             self._token = bytes(token)
         if seal:
             self._sealed = True
+
+    def _note_sides(self, written: list[Entry], token: bytes | None, seal: bool,
+                    current: int) -> None:
+        """Track what this writer committed into each of its segments; once a segment is
+        complete and committed (the commit point moved past it), write its side-file."""
+        out = self._appender
+        for e in written:
+            draft = self._sides.get(e.segment)
+            if draft is not None:
+                draft.entries.append(e)
+        draft = self._sides.get(out.active)
+        if draft is not None:
+            if token is not None:
+                draft.token = bytes(token)
+            draft.sealed = draft.sealed or seal
+        for sid in [s for s in self._sides if s < current and s in out.closed]:
+            d = self._sides.pop(sid)
+            last = d.entries[-1] if d.entries else None
+            with contextlib.suppress(OSError):  # a side-file is an optimisation only
+                write_side(self.path, SideFile(
+                    sid, out.closed[sid], d.link, tuple(d.entries),
+                    last.last_seq if last else None, last.last_ts if last else None,
+                    d.token, d.sealed, self._schema_bytes or b""))
 
     def _take_epoch(self) -> None:
         """Before the first write: a new epoch, fencing the log where we loaded it."""
@@ -618,6 +647,16 @@ class StreamLog:
             delay = min(delay * 2, 0.05)
 
 
+
+
+@dataclass
+class _SideDraft:
+    """What a writer committed into one of its segments so far (see storage_log.sidefile)."""
+
+    link: int
+    entries: list[Entry] = field(default_factory=list)
+    token: bytes | None = None
+    sealed: bool = False
 
 
 def _write_error(path: Path, what: str, exc: OSError) -> LogWriteError:

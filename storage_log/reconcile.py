@@ -48,6 +48,7 @@ from storage_log.segment import (
     segment_path,
     sid_epoch,
 )
+from storage_log.sidefile import remove_side
 
 
 @dataclass
@@ -155,7 +156,7 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
     start_seg = committed.segment if committed.segment >= 0 else None
     walked = [s for s in segments if start_seg is None or s >= start_seg]
     res = walk(directory, walked, committed, schema_bytes=schema_bytes, token=token,
-               sealed=sealed, limits=chain.limits)
+               sealed=sealed, limits=chain.limits, sides=not repair)  # a repair reads all
     point, bad, entries = res.point, res.bad, res.entries
     schema_bytes, token, sealed = res.schema_bytes, res.token, res.sealed
     schema = decode_schema(schema_bytes) if schema_bytes is not None else None
@@ -183,9 +184,11 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
             if report.cut_at is None:
                 report.cut_at = (path.name, 0)
             path.unlink()
+            remove_side(directory, seg)
         elif seg == keep_seg and size > point.end:
             report.bytes_cut += size - point.end
             report.cut_at = (path.name, point.end)
+            remove_side(directory, seg)  # it described the bytes cut: never trust it
             os.truncate(path, point.end)
     if report.bytes_cut:
         report.cut_reason = bad[2] if bad is not None else "uncommitted records"

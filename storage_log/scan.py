@@ -11,6 +11,7 @@ commit, whoever wrote it and wherever.
 from __future__ import annotations
 
 import bisect
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from storage_log.segment import (
     sid_base,
     sid_epoch,
 )
+from storage_log.sidefile import SideFile, read_side
 
 
 @dataclass
@@ -60,7 +62,7 @@ class WalkResult:
 
 def walk(directory: Path, segments: list[int], start: Committed, *,
          schema_bytes: bytes | None, token: bytes | None, sealed: bool,
-         limits: dict[int, int] | None = None) -> WalkResult:
+         limits: dict[int, int] | None = None, sides: bool = True) -> WalkResult:
     """Walk the frames of ``segments`` (sorted, starting with the one holding
     ``start`` if ``start`` is not empty) from the commit point ``start``; a segment in
     ``limits`` (fenced by a newer epoch) is read only up to that byte.
@@ -68,6 +70,8 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
     Checks every frame (see FrameCodec), and that DATA positions follow the
     previous record, that a record's seq is not below its segment's name, and that
     a segment's SCHEMA frame comes before its DATA frames and agrees with the log.
+    A complete segment with a usable index side-file (``sides``) is taken from it
+    instead of being read (:mod:`storage_log.sidefile`).
     """
     codec = FrameCodec()
     res = WalkResult(start, schema_bytes, token, sealed)
@@ -83,6 +87,25 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
     for seg in segments:
         path = segment_path(directory, seg)
         begin = start.end if seg == start_seg else 0
+        if sides and begin == 0 and seg != segments[-1]:  # complete: its side-file?
+            side = _usable_side(directory, seg, (limits or {}).get(seg), last_seq,
+                                last_ts, floor, p_schema)
+            if side is not None:
+                res.entries.extend(pending)  # a later commit covers everything before
+                pending.clear()
+                res.entries.extend(side.entries)
+                records += len(side.entries)
+                if side.entries:
+                    last_seq, last_ts = side.last_seq, side.last_ts
+                if p_schema is None:
+                    p_schema, p_schema_bytes = decode_schema(side.schema), side.schema
+                p_token = side.token if side.token is not None else p_token
+                p_sealed = p_sealed or side.sealed
+                res.point = Committed(seg, side.size, last_seq, last_ts, records)
+                res.token, res.sealed, res.schema_bytes = p_token, p_sealed, p_schema_bytes
+                res.has_schema[seg] = True
+                floor = -1
+                continue
         seg_schema = seg == start_seg and segment_has_schema(path, begin)
         try:
             with SegmentReader(path) as reader:
@@ -136,6 +159,39 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
             res.bad = (seg, 0, "segment vanished during the walk")
             break
     return res
+
+
+def _usable_side(directory: Path, seg: int, limit: int | None, last_seq: int | None,
+                 last_ts: int | None, floor: int, schema: pa.Schema | None
+                 ) -> SideFile | None:
+    """The side-file of ``seg`` if it describes the bytes the chain holds of it and
+    continues the log where the walk stands (else the segment is walked)."""
+    try:
+        size = os.stat(segment_path(directory, seg)).st_size
+    except FileNotFoundError:
+        return None
+    if limit is not None and size < limit:
+        return None
+    side = read_side(directory, seg, size if limit is None else limit)
+    if side is None:
+        return None
+    said = side.link
+    if not (said == (-1 if last_seq is None else last_seq)
+            or (last_seq is None and said <= floor)):
+        return None  # a gap before it: the walk reports it
+    prev_seq, prev_ts = last_seq, last_ts
+    for e in side.entries:
+        if (prev_seq is not None and e.first_seq <= prev_seq) or e.first_seq < sid_base(seg) \
+                or (prev_ts is not None and e.first_ts < prev_ts) or e.segment != seg:
+            return None
+        prev_seq, prev_ts = e.last_seq, e.last_ts
+    if schema is not None:
+        try:
+            if not decode_schema(side.schema).equals(schema):
+                return None
+        except (pa.ArrowException, ValueError):
+            return None
+    return side
 
 
 def _start_of(directory: Path) -> int:

@@ -321,6 +321,17 @@ def test_rebuild_refuses_corruption_in_an_older_segment(tmp_path: Path) -> None:
     seg0 = sorted(log_dir.glob("*.seg"))[0]
     _flip(seg0, victim.offset + 20, 5)
     shutil.rmtree(index_path(log_dir))
+    # with the complete segments' side-files an open does not read them (as with an
+    # index): the damage is found when the record is read, and by verify
+    assert list(log_dir.glob("*.seg.idx"))
+    with StreamLog.open(log_dir) as r:
+        with pytest.raises(CorruptLogError, match=f"{seg0.name} at byte {victim.offset}"):
+            r.verify()
+        with pytest.raises(CorruptLogError, match=f"{seg0.name} at byte {victim.offset}"):
+            rows(r.read_forward())
+    for side in log_dir.glob("*.seg.idx"):  # without them the open reads every segment
+        side.unlink()
+    shutil.rmtree(index_path(log_dir), ignore_errors=True)
     with pytest.raises(CorruptLogError, match=f"{seg0.name} at byte {victim.offset}"):
         StreamLog.open(log_dir, writable=True)
     # an index-less reader finds the damage too: a bad frame in a segment that a later

@@ -1,0 +1,94 @@
+"""Index side-files of complete segments: a new host loads them instead of scanning.
+
+The LMDB index lives in a per-host cache (never on the shared file system), so a host
+that never saw a log has to walk its segments to find the records. Once a segment is
+complete and every record in it committed (its writer has committed in a later
+segment), the writer puts ``SEGMENT.seg.idx`` next to it: the segment's records
+(offset, size, positions) and what a walk learns from it (the schema, the last
+token, the seal, where the log ended before it), JSON with an xxh64 checksum line.
+A walk trusts a side-file only when its checksum holds and it describes exactly the
+bytes the chain holds of that segment; anything else (no side-file, a stale one
+after a repair cut the segment, a damaged one) is walked as before. So a side-file
+can make an open faster, never different.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import xxhash
+
+from storage_log.index import Entry
+from storage_log.segment import segment_path
+
+SUFFIX = ".idx"
+VERSION = 1
+
+
+def side_path(directory: Path, sid: int) -> Path:
+    p = segment_path(directory, sid)
+    return p.with_name(p.name + SUFFIX)
+
+
+@dataclass(frozen=True)
+class SideFile:
+    """What a walk of one complete segment would have found."""
+
+    sid: int
+    size: int  # the segment's size: every byte of it is committed records/controls
+    link: int  # where the log ended before the segment (its SCHEMA frame's last_seq)
+    entries: tuple[Entry, ...]
+    last_seq: int | None  # the last record's seq in the segment, else the link's
+    last_ts: int | None
+    token: bytes | None  # the last TOKEN frame in the segment
+    sealed: bool
+    schema: bytes  # the log's schema (the segment's SCHEMA frame payload)
+
+
+def _b64(b: bytes | None) -> str | None:
+    return None if b is None else base64.b64encode(b).decode("ascii")
+
+
+def write_side(directory: Path, side: SideFile) -> None:
+    """Write the side-file of a complete segment (atomically: a temp file renamed)."""
+    body = json.dumps({
+        "v": VERSION, "sid": side.sid, "bytes": side.size, "link": side.link,
+        "entries": [list(e) for e in side.entries], "last_seq": side.last_seq,
+        "last_ts": side.last_ts, "token": _b64(side.token), "sealed": side.sealed,
+        "schema": _b64(side.schema)}, separators=(",", ":"))
+    text = f"{body}\n{xxhash.xxh64_hexdigest(body.encode())}\n"
+    path = side_path(directory, side.sid)
+    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)  # no fsync: a lost side-file only costs a walk
+
+
+def read_side(directory: Path, sid: int, size: int) -> SideFile | None:
+    """The side-file of segment ``sid`` if it is intact and describes its ``size``
+    bytes exactly, else None (the caller walks the segment)."""
+    try:
+        text = side_path(directory, sid).read_text(encoding="utf-8")
+        body, digest = text.rstrip("\n").rsplit("\n", 1)
+        if xxhash.xxh64_hexdigest(body.encode()) != digest:
+            return None
+        raw = json.loads(body)
+        if raw["v"] != VERSION or raw["sid"] != sid or raw["bytes"] != size:
+            return None
+        return SideFile(
+            sid, int(raw["bytes"]), int(raw["link"]),
+            tuple(Entry(*(int(x) for x in e)) for e in raw["entries"]),
+            None if raw["last_seq"] is None else int(raw["last_seq"]),
+            None if raw["last_ts"] is None else int(raw["last_ts"]),
+            None if raw["token"] is None else base64.b64decode(raw["token"]),
+            bool(raw["sealed"]), base64.b64decode(raw["schema"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def remove_side(directory: Path, sid: int) -> None:
+    side_path(directory, sid).unlink(missing_ok=True)
