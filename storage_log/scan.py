@@ -58,6 +58,7 @@ class WalkResult:
     bad: tuple[int, int, str] | None = None  # (segment, offset, invariant) of a bad frame
     torn: bool = False  # the bad frame is an interrupted write, not damaged data
     has_schema: dict[int, bool] = field(default_factory=dict)  # per segment, at commit points
+    bad_size: int | None = None  # the size of the bad frame's segment as the walk saw it
 
 
 def walk(directory: Path, segments: list[int], start: Committed, *,
@@ -107,6 +108,7 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
                 floor = -1
                 continue
         seg_schema = seg == start_seg and segment_has_schema(path, begin)
+        size = -1
         try:
             with SegmentReader(path) as reader:
                 size = reader.size()
@@ -153,7 +155,10 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
                         res.has_schema[seg] = seg_schema
         except FrameError as exc:
             res.bad = (seg, exc.offset, exc.invariant)
-            res.torn = (limits or {}).get(seg) is None and tail_is_torn(path, exc.offset)
+            res.bad_size = size if size >= 0 else None
+            # judged on the bytes the walk saw (a writer may have completed the frame since)
+            res.torn = (limits or {}).get(seg) is None and tail_is_torn(
+                path, exc.offset, size if size >= 0 else None)
             break
         except FileNotFoundError:
             res.bad = (seg, 0, "segment vanished during the walk")
@@ -212,7 +217,7 @@ def check_link(info: FrameInfo, last_seq: int | None, floor: int) -> None:
                      "(a segment deleted or lost?)")
 
 
-def tail_is_torn(path: Path, offset: int) -> bool:
+def tail_is_torn(path: Path, offset: int, size: int | None = None) -> bool:
     """Whether the bytes of a segment from ``offset`` on, where a frame failed to
     validate, are an interrupted write (a torn tail) rather than damaged data.
 
@@ -223,10 +228,13 @@ def tail_is_torn(path: Path, offset: int) -> bool:
     from the bytes alone: it does not depend on an index that another host may have
     and this one lacks (issue 17: a flipped bit in the last committed record was cut
     as a torn tail when the index was missing).
+    Only the first ``size`` bytes count when given (what a reader's walk saw: a writer
+    may have completed the frame since).
     """
     try:
         with SegmentReader(path) as reader:
-            size = reader.size()
+            if size is None:
+                size = reader.size()
             rest = bytes(reader.read(offset, size - offset))
     except OSError:
         return False
@@ -377,9 +385,14 @@ class ScanIndex:
         try:
             with SegmentReader(path) as reader:
                 info = next((f[2] for f in reader.forward(0, reader.size())), None)
+            if info is None:
+                return False
+            # the next segment exists, so the bad one is final now: if it is longer than
+            # when the walk read it, the walk read it while it was being written
+            now = os.stat(segment_path(self.directory, res.bad[0])).st_size
         except (OSError, FrameError):
             return False
-        return info is not None
+        return res.bad_size is not None and now == res.bad_size
 
     def snapshot(self) -> Snapshot:
         self._refresh()

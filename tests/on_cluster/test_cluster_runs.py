@@ -267,3 +267,35 @@ def test_slots_lost_mid_run_exit_5_then_recover_exact(cluster: Cluster,
     assert code == 0, text[-5000:]
     _export_is_exact(cluster, run, df)
     _verify_clean(cluster, run)
+
+
+def test_worker_lost_during_recovery(cluster: Cluster, shared_dir: Path) -> None:
+    """The driver is killed (-9, whole process group) mid-run; `cec recover` starts on the
+    cluster and a Worker is SIGKILLed while it runs: the recovery (or the next one, if
+    it gave up) ends exact."""
+    spec, df = _setup(shared_dir)
+    stream = spec.parent / "stream"
+    _feed(stream, FILES // 3)
+    run = shared_dir / "run"
+    proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
+                "--master", cluster.url)
+    _wait(lambda: _running(run), 180, "every partition to process input")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    before = {p: _state(run, p).get("pid") for p in range(P)}
+    _feed(stream, FILES * 2 // 3)
+    rec = _cec(cluster, "recover", "--from-log", str(run), "--master", cluster.url)
+    _wait(lambda: any(_state(run, p).get("pid") not in (None, before[p])
+                      and int(_state(run, p).get("in_tuples", 0) or 0) > 0
+                      for p in range(P)), 240, "the recovery's tasks to process input")
+    moved = next(p for p in range(P) if _state(run, p).get("pid") not in (None, before[p]))
+    victim = cluster.worker_of(int(_state(run, moved)["pid"]))  # type: ignore[call-overload]
+    cluster.kill_worker(victim)
+    cluster.add_worker(3)
+    _feed(stream, FILES, end=True)
+    code, text = _finish(rec)
+    if code != 0:
+        code, text = _finish(_cec(cluster, "recover", "--from-log", str(run)))
+    assert code == 0, text[-5000:]
+    _export_is_exact(cluster, run, df)
+    _verify_clean(cluster, run)

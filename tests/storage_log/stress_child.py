@@ -84,7 +84,8 @@ def reader(path: Path, until: float, opens: list[int], errors: list[str]) -> Non
                         b.column("seq")
         opens.append(n)
     except BaseException as exc:  # reported to the parent
-        errors.append(f"reader: {exc!r}")
+        import traceback
+        errors.append(f"reader: {exc!r}\n{traceback.format_exc()[-1500:]}")
 
 
 def main(argv: list[str]) -> int:
