@@ -19,6 +19,8 @@ import pyarrow as pa
 import xxhash
 import zstandard
 
+from storage_log import columnar
+
 FORMAT_VERSION = 1
 
 HEADER_MAGIC = b"CECr"
@@ -53,7 +55,13 @@ class Codec(IntEnum):
     """How a frame's payload is compressed."""
 
     NONE = 0
-    ZSTD = 1
+    ZSTD = 1  # an Arrow IPC record-batch message, zstd-compressed
+    COLUMNAR = 2  # a storage_log.columnar blob, zstd-compressed
+
+
+#: records of at least this many rows of numeric columns are written COLUMNAR; below
+#: it the per-column passes cost more than compressing the Arrow message
+COLUMNAR_MIN_ROWS = 256
 
 
 #: header flag: this frame ends a commit (everything up to its end is committed)
@@ -124,7 +132,7 @@ class PendingFrame:
     last_ts: int
     rows: int
     payload_hash: xxhash.xxh64 | None
-    future: Future[tuple[bytes, xxhash.xxh64]] | None = None
+    future: Future[tuple[int, bytes, xxhash.xxh64]] | None = None
     estimate: int = 0
     raw_size: int = 0
 
@@ -136,7 +144,7 @@ class PendingFrame:
 
     def resolve(self) -> None:
         if self.future is not None:
-            self.payload, self.payload_hash = self.future.result()
+            self.codec, self.payload, self.payload_hash = self.future.result()
             self.future = None
 
     def finish(self, flags: int) -> tuple[bytes, bytes | memoryview, bytes]:
@@ -167,7 +175,8 @@ class FrameCodec:
     4           1      format version (1)
     5           1      kind: 1 DATA, 2 SCHEMA, 3 TOKEN, 4 SEAL
     6           1      flags: bit 0 COMMIT (the frame ends a commit); others zero
-    7           1      codec: 0 none, 1 zstd (one zstd frame with its content size)
+    7           1      codec: 0 none, 1 zstd, 2 columnar (each one zstd frame with
+                       its content size)
     8           4      P, payload length (uint32)
     12          P      payload
     12+P        8      first_seq (int64)  \\
@@ -182,9 +191,13 @@ class FrameCodec:
 
     Framing costs exactly 64 bytes per frame. A DATA payload is the Arrow IPC
     *record-batch message* of the record (``RecordBatch.serialize()``, no schema),
-    zstd-compressed; the schema is written once per segment as a SCHEMA frame
-    (uncompressed IPC schema message) before that segment's first DATA frame, and
-    is mirrored in the LMDB metadata. A TOKEN payload is the caller's token bytes;
+    zstd-compressed (codec 1), or, for a record of at least ``COLUMNAR_MIN_ROWS``
+    rows whose columns are all non-null integers or floats, the
+    :mod:`storage_log.columnar` encoding of its columns, zstd-compressed (codec 2:
+    the same record to the reader, a tenth of the compression work); the schema
+    is written once per segment as a SCHEMA frame (uncompressed IPC schema
+    message) before that segment's first DATA frame, and is mirrored in the LMDB
+    metadata. A TOKEN payload is the caller's token bytes;
     a SEAL payload is empty.
 
     Invariants checked on every read: both magics, version, known kind, flags and
@@ -211,14 +224,16 @@ class FrameCodec:
 
     # -- encode -----------------------------------------------------------------
 
-    def _compress(self, batch: pa.RecordBatch) -> tuple[bytes, xxhash.xxh64]:
+    def _compress(self, batch: pa.RecordBatch) -> tuple[int, bytes, xxhash.xxh64]:
         cctx = getattr(self._local, "cctx", None)
         if cctx is None:
             cctx = self._local.cctx = zstandard.ZstdCompressor(level=self._level)
-        payload = cctx.compress(batch.serialize())
+        blob = columnar.encode(batch) if batch.num_rows >= COLUMNAR_MIN_ROWS else None
+        codec = _ZSTD if blob is None else _COLUMNAR
+        payload = cctx.compress(batch.serialize() if blob is None else blob)
         if len(payload) > MAX_PAYLOAD:
             raise ValueError(f"record payload of {len(payload)} bytes exceeds 4 GiB")
-        return payload, xxhash.xxh64(payload)
+        return codec, payload, xxhash.xxh64(payload)
 
     def encode_data(self, batch: pa.RecordBatch, first_seq: int, last_seq: int,
                     first_ts: int, last_ts: int) -> PendingFrame:
@@ -227,7 +242,7 @@ class FrameCodec:
         frame = PendingFrame(int(Kind.DATA), int(Codec.ZSTD), b"", first_seq, last_seq,
                              first_ts, last_ts, batch.num_rows, None, raw_size=raw_size)
         if self.pool is None:
-            frame.payload, frame.payload_hash = self._compress(batch)
+            frame.codec, frame.payload, frame.payload_hash = self._compress(batch)
         else:
             frame.future = self.pool.submit(self._compress, batch)
             frame.estimate = OVERHEAD + int(raw_size / self.ratio)
@@ -254,7 +269,7 @@ class FrameCodec:
         """
         start = info.payload_offset - base
         raw = buf[start:start + info.payload_len]
-        if info.codec == Codec.ZSTD:
+        if info.codec in (_ZSTD, _COLUMNAR):
             try:
                 size = zstandard.frame_content_size(raw)
                 if size < 0:
@@ -267,7 +282,12 @@ class FrameCodec:
     def decode_data(self, buf: memoryview, info: FrameInfo, schema: pa.Schema,
                     base: int = 0) -> pa.RecordBatch:
         offset, size, _, _, codec = info[:5]
-        if codec == _ZSTD:  # the common case, inlined: records may be small and many
+        if codec == _COLUMNAR:
+            try:
+                batch = columnar.decode(self.payload(buf, info, base), schema)
+            except ValueError as exc:
+                raise FrameError(offset, f"columnar payload does not decode: {exc}") from exc
+        elif codec == _ZSTD:  # inlined: records may be small and many
             start = offset - base + HEADER_SIZE
             raw = buf[start:start + size - OVERHEAD]
             try:
@@ -279,10 +299,12 @@ class FrameCodec:
         else:
             payload = self.payload(buf, info, base)
             data = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)
-        try:
-            batch = _read_record_batch(data, schema)
-        except (pa.ArrowException, ValueError) as exc:
-            raise FrameError(info.offset, f"payload is not an Arrow record batch: {exc}") from exc
+        if codec != _COLUMNAR:
+            try:
+                batch = _read_record_batch(data, schema)
+            except (pa.ArrowException, ValueError) as exc:
+                raise FrameError(info.offset,
+                                 f"payload is not an Arrow record batch: {exc}") from exc
         if batch.num_rows != info.rows:
             raise FrameError(info.offset, f"rows {batch.num_rows} != footer rows {info.rows}")
         return batch
@@ -305,6 +327,7 @@ def decode_schema(data: bytes | memoryview) -> pa.Schema:
 
 
 _ZSTD = int(Codec.ZSTD)
+_COLUMNAR = int(Codec.COLUMNAR)
 _frame_content_size = zstandard.frame_content_size
 _read_record_batch = pa.ipc.read_record_batch
 

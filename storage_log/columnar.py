@@ -1,0 +1,229 @@
+"""A columnar payload codec for records of fixed-width numeric columns (pure, no I/O).
+
+The output of a windowed aggregate is wide and redundant: sixteen 8-byte columns of
+which several repeat each other (a fast window's ``ts``, ``first_ts`` and
+``last_ts``; ``sum``, ``min``, ``max`` and ``value``), are constant over a record
+(``type``, ``cnt``) or grow by small steps (``seq``, ``ts``). A general-purpose
+compressor pays for every raw byte of it: zstd on the Arrow IPC message ran at about
+350 MB/s here, and that was 95 % of the time an operator spent appending its output
+(issue 16). This codec first removes what is structural, with a few vectorized NumPy
+passes per column, and hands only the remainder to zstd:
+
+``CONST``      every row holds one value (stored once);
+``SAME``       bit-identical to an earlier column of the record (stored as its index);
+``FOR``        value − min fits in 1, 2 or 4 bytes ("frame of reference");
+``DELTA``      row-to-row difference − min difference fits in 0, 1, 2 or 4 bytes
+               (0: an arithmetic sequence, nothing stored per row);
+``RAW``        the little-endian values as they are.
+
+A float64 column whose every value is an integer (prices in cents, counts, sums of
+integers) is encoded as the integers it holds (flag ``F2I``) when that is exact to the
+bit (``-0.0`` and NaN are not). All arithmetic is modulo 2^64 on the values' bit
+patterns, so every encoding is lossless for every input, overflow included.
+
+Layout (little-endian)::
+
+    u32 rows, u16 columns, then per column:
+      u8 tag, u8 flags, u8 width k, i64 a, i64 b, then rows*k bytes (FOR, DELTA, RAW)
+    RAW: k = the type's byte width; CONST: a = the value; SAME: a = the column index;
+    FOR: a = min; DELTA: a = first value, b = min difference.
+
+The blob is zstd-compressed by the caller (:mod:`storage_log.frame`). A record whose
+schema has a column that is not a non-null fixed-width integer or float is not
+encoded here (``encode`` returns None) and stays an Arrow IPC message.
+
+:func:`encode_reference` / :func:`decode` round-trips are checked against Arrow's own
+equality in ``tests/storage_log/test_columnar.py`` on random and adversarial records.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pyarrow as pa
+
+RAW, CONST, SAME, FOR, DELTA = 0, 1, 2, 3, 4
+F2I = 0x01
+
+_HEAD = struct.Struct("<IH")
+_COL = struct.Struct("<BBBqq")
+_SIGNED = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_WIDTHS = (1, 2, 4)
+
+
+def supported(schema: pa.Schema) -> bool:
+    """True if every column of ``schema`` is a fixed-width integer or float."""
+    return all(pa.types.is_integer(f.type) or pa.types.is_floating(f.type) for f in schema)
+
+
+def _values(col: pa.Array) -> np.ndarray:
+    """The column's values as signed integers of its byte width (a view, no copy)."""
+    width = col.type.bit_width // 8
+    buf = col.buffers()[1]
+    assert buf is not None
+    arr = np.frombuffer(buf, dtype=_SIGNED[width], count=len(col) + col.offset)
+    return arr[col.offset:]
+
+
+def _fit(span: int) -> int:
+    """The byte width (1, 2, 4) that holds 0..span, or 0 if none does."""
+    for k in _WIDTHS:
+        if span < (1 << (8 * k)):
+            return k
+    return 0
+
+
+def encode(batch: pa.RecordBatch) -> bytes | None:
+    """The columnar blob of ``batch``, or None if its schema or nulls are not handled."""
+    if not supported(batch.schema) or any(c.null_count for c in batch.columns):
+        return None
+    n = batch.num_rows
+    parts: list[bytes | memoryview] = [_HEAD.pack(n, batch.num_columns)]
+    seen: list[tuple[int, np.ndarray]] = []  # (type id, values) of earlier columns
+    for col in batch.columns:
+        v = _values(col)
+        width = v.dtype.itemsize
+        if n == 0:
+            parts.append(_COL.pack(RAW, 0, width, 0, 0))
+            continue
+        tid = col.type.id
+        same = next((i for i, (t, w) in enumerate(seen) if t == tid and w[0] == v[0]
+                     and w[-1] == v[-1] and np.array_equal(w, v)), -1)
+        seen.append((tid, v))
+        if same >= 0:
+            parts.append(_COL.pack(SAME, 0, 0, same, 0))
+            continue
+        flags = 0
+        ints = v
+        if pa.types.is_floating(col.type):
+            if width != 8:
+                parts += _raw(v)
+                continue
+            ints = v[:0]  # no gain unless every value is an integer
+            f = v.view(np.float64)
+            if np.isfinite(f).all() and (np.abs(f) < 2.0 ** 62).all():
+                as_int = f.astype(np.int64)
+                if np.array_equal(as_int.astype(np.float64).view(np.int64), v):
+                    ints, flags = as_int, F2I
+        parts += _integers(ints, flags, width) or _raw(v)
+    return b"".join(parts)
+
+
+def _raw(v: np.ndarray) -> list[bytes | memoryview]:
+    return [_COL.pack(RAW, 0, v.dtype.itemsize, 0, 0), memoryview(np.ascontiguousarray(v))]
+
+
+def _integers(v: np.ndarray, flags: int, width: int) -> list[bytes | memoryview] | None:
+    """The cheapest of CONST, FOR and DELTA for ``v``; None if none is smaller than RAW."""
+    if len(v) == 0:
+        return None
+    lo, hi = int(v.min()), int(v.max())
+    if lo == hi:
+        return [_COL.pack(CONST, flags, 0, lo, 0)]
+    best_k = _fit(hi - lo)
+    out: list[bytes | memoryview] | None = None
+    if best_k and best_k < width:
+        out = [_COL.pack(FOR, flags, best_k, lo, 0),
+               memoryview((v - np.array(lo, v.dtype)).astype(_UNSIGNED[best_k]))]
+    if len(v) > 1:
+        v64 = v.astype(np.int64, copy=False)
+        d = np.diff(v64)
+        dlo, dhi = int(d.min()), int(d.max())
+        k = 0 if dlo == dhi else _fit(dhi - dlo)
+        if (dlo == dhi or k) and (out is None or k < best_k):
+            first = int(v64[0])
+            if k == 0:
+                return [_COL.pack(DELTA, flags, 0, first, dlo)]
+            resid = (d - np.int64(dlo)).astype(_UNSIGNED[k])
+            return [_COL.pack(DELTA, flags, k, first, dlo), memoryview(resid)]
+    return out
+
+
+def decode(blob: bytes | memoryview | pa.Buffer, schema: pa.Schema) -> pa.RecordBatch:
+    """The record encoded by :func:`encode`; raises ValueError on a malformed blob."""
+    mv = memoryview(blob)
+    if len(mv) < _HEAD.size:
+        raise ValueError("columnar payload shorter than its header")
+    n, ncols = _HEAD.unpack_from(mv, 0)
+    if ncols != len(schema):
+        raise ValueError(f"columnar payload has {ncols} columns, the schema {len(schema)}")
+    pos = _HEAD.size
+    cols: list[np.ndarray] = []
+    arrays: list[pa.Array] = []
+    for j, field in enumerate(schema):
+        if not (pa.types.is_integer(field.type) or pa.types.is_floating(field.type)):
+            raise ValueError(f"column {field.name!r}: type {field.type} is not columnar")
+        width = field.type.bit_width // 8
+        if pos + _COL.size > len(mv):
+            raise ValueError(f"column {field.name!r}: header cut short")
+        tag, flags, k, a, b = _COL.unpack_from(mv, pos)
+        pos += _COL.size
+        body = n * k if tag in (RAW, FOR) else max(n - 1, 0) * k if tag == DELTA else 0
+        if pos + body > len(mv):
+            raise ValueError(f"column {field.name!r}: values cut short")
+        raw = mv[pos:pos + body]
+        pos += body
+        if tag == SAME:
+            if not 0 <= a < j or cols[a].dtype.itemsize != width:
+                raise ValueError(f"column {field.name!r}: bad reference {a}")
+            bits = cols[a]
+        else:
+            bits = _decode_column(tag, flags, k, a, b, raw, n, width, field.name)
+        cols.append(bits)
+        arrays.append(pa.Array.from_buffers(field.type, n, [None, pa.py_buffer(bits)]))
+    if pos != len(mv):
+        raise ValueError(f"columnar payload has {len(mv) - pos} bytes past its columns")
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _decode_column(tag: int, flags: int, k: int, a: int, b: int, raw: memoryview, n: int,
+                   width: int, name: str) -> np.ndarray:
+    """The bit pattern of one column, as signed integers of ``width`` bytes."""
+    out_t = _SIGNED[width]
+    if tag == RAW:
+        if k != width:
+            raise ValueError(f"column {name!r}: raw width {k} != {width}")
+        v = np.frombuffer(raw, dtype=out_t).copy()
+    elif tag == CONST:
+        v = np.full(n, a, dtype=np.int64)
+    elif tag == FOR:
+        if k not in _WIDTHS:
+            raise ValueError(f"column {name!r}: width {k}")
+        v = np.frombuffer(raw, dtype=_UNSIGNED[k]).astype(np.int64)
+        v += np.int64(a)
+    elif tag == DELTA:
+        if k not in (0, *_WIDTHS):
+            raise ValueError(f"column {name!r}: width {k}")
+        if n == 0:
+            v = np.empty(0, dtype=np.int64)
+        else:
+            d = (np.full(n - 1, b, dtype=np.int64) if k == 0 else
+                 np.frombuffer(raw, dtype=_UNSIGNED[k]).astype(np.int64) + np.int64(b))
+            v = np.empty(n, dtype=np.int64)
+            v[0] = a
+            np.cumsum(d, out=v[1:])
+            v[1:] += np.int64(a)
+    else:
+        raise ValueError(f"column {name!r}: unknown encoding {tag}")
+    if flags & F2I:
+        if width != 8:
+            raise ValueError(f"column {name!r}: F2I on a {width}-byte column")
+        return v.astype(np.float64).view(np.int64)
+    if flags:
+        raise ValueError(f"column {name!r}: unknown flags {flags:#x}")
+    return v.astype(out_t, copy=False)
+
+
+def encode_reference(batch: pa.RecordBatch) -> bytes | None:
+    """A short oracle for tests: every column RAW (the decoder must accept it too)."""
+    if not supported(batch.schema) or any(c.null_count for c in batch.columns):
+        return None
+    parts: list[bytes | memoryview] = [_HEAD.pack(batch.num_rows, batch.num_columns)]
+    for col in batch.columns:
+        parts += _raw(_values(col))
+    return b"".join(parts)
+
+
+__all__ = ["decode", "encode", "encode_reference", "supported"]
