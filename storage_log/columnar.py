@@ -112,7 +112,7 @@ def encode(batch: pa.RecordBatch) -> bytes | None:
 
 
 def _raw(v: np.ndarray) -> list[bytes | memoryview]:
-    return [_COL.pack(RAW, 0, v.dtype.itemsize, 0, 0), memoryview(np.ascontiguousarray(v))]
+    return [_COL.pack(RAW, 0, v.dtype.itemsize, 0, 0), np.ascontiguousarray(v).data]
 
 
 def _integers(v: np.ndarray, flags: int, width: int) -> list[bytes | memoryview] | None:
@@ -126,7 +126,7 @@ def _integers(v: np.ndarray, flags: int, width: int) -> list[bytes | memoryview]
     out: list[bytes | memoryview] | None = None
     if best_k and best_k < width:
         out = [_COL.pack(FOR, flags, best_k, lo, 0),
-               memoryview((v - np.array(lo, v.dtype)).astype(_UNSIGNED[best_k]))]
+               (v - np.array(lo, v.dtype)).astype(_UNSIGNED[best_k]).data]
     if len(v) > 1:
         v64 = v.astype(np.int64, copy=False)
         d = np.diff(v64)
@@ -137,7 +137,7 @@ def _integers(v: np.ndarray, flags: int, width: int) -> list[bytes | memoryview]
             if k == 0:
                 return [_COL.pack(DELTA, flags, 0, first, dlo)]
             resid = (d - np.int64(dlo)).astype(_UNSIGNED[k])
-            return [_COL.pack(DELTA, flags, k, first, dlo), memoryview(resid)]
+            return [_COL.pack(DELTA, flags, k, first, dlo), resid.data]
     return out
 
 

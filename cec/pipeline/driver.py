@@ -42,7 +42,7 @@ from cec.pipeline.ingest import (
 )
 from cec.pipeline.layout import DriverSupersededError, RunLayout, RunSettings, settings_for
 from cec.pipeline.progress import ProgressView
-from cec.pipeline.session import build_session, is_local
+from cec.pipeline.session import build_session, is_local, stop_session
 from cec.pipeline.task import run_partition
 from cec.pipeline.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
 from cec.sources import SourcePlan, plan_source
@@ -348,7 +348,8 @@ def _session(spec: PipelineSpec) -> tuple[SparkSession, bool]:
     master = spec.run.effective_master
     spark = announce_wait(f"Spark to start (master {master})",
                           lambda: build_session(master, spec.run.partitions,
-                                                spec.run.spark_conf))
+                                                spec.run.spark_conf,
+                                                write_archive=not existed))
     return spark, not existed
 
 
@@ -419,7 +420,7 @@ def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
                        progress=progress, driver=layout.take_driver(), watch=watch)
     finally:
         if owned:
-            spark.stop()
+            stop_session(spark)
 
 
 def _unmake(layout: RunLayout, created: bool) -> None:
@@ -453,4 +454,4 @@ def resume_run(root: Path | str, *, master: str | None = None,
                        watch=watch)
     finally:
         if owned:
-            spark.stop()
+            stop_session(spark)

@@ -25,9 +25,11 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
+from cec.pipeline import jvm_archive
 
 ARROW_BATCH_ROWS = 1 << 19
 
@@ -74,12 +76,19 @@ FIXED = {
 }
 
 
+# the class archive this process's JVM writes at its exit (None: it writes none)
+_WRITING: list[jvm_archive.Archive] = []
+
+
 def build_session(master: str, partitions: int, conf: Mapping[str, str] | None = None, *,
-                  app_name: str = "cec") -> SparkSession:
+                  app_name: str = "cec", write_archive: bool = False) -> SparkSession:
     """A (possibly already running) SparkSession for ``master`` with cec's settings.
 
     ``conf`` (the spec's ``[run.spark]`` and ``--conf``) overrides the defaults. A
-    setting Spark refuses is a UsageError (exit 2) carrying Spark's own message.
+    setting Spark refuses is a UsageError (exit 2) carrying Spark's own message. A new
+    driver JVM maps the class archive of :mod:`cec.pipeline.jvm_archive` if there is
+    one; with ``write_archive`` and none yet, it writes one at its exit, which
+    :func:`stop_session` (not ``spark.stop()``) waits for and keeps.
     """
     conf = dict(conf or {})
     for key, (value, why) in FIXED.items():
@@ -98,15 +107,33 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
     if is_local(master):  # else Spark warns that the host name resolves to loopback
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
+    settings = {**default_conf(master, partitions), **conf}
+    archive = None
+    if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in conf:
+        archive = jvm_archive.plan()
+        if archive is not None and archive.part is not None and not write_archive:
+            archive = None  # nobody would wait for the dump: don't pay for it
+        if archive is not None:
+            settings["spark.driver.extraJavaOptions"] += " " + archive.options
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in {**default_conf(master, partitions), **conf}.items():
+    for key, value in settings.items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
     except Exception as exc:
         raise _start_error(exc, master, conf) from exc
     spark.sparkContext.setLogLevel("ERROR")
+    if archive is not None and archive.part is not None:
+        _WRITING[:] = [archive]
     return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """``spark.stop()``; if this process's JVM writes a class archive, end the JVM and
+    keep the archive (the first run of an installation only)."""
+    spark.stop()
+    while _WRITING:
+        jvm_archive.finish(_WRITING.pop())
 
 
 def _start_error(exc: Exception, master: str, conf: Mapping[str, str]) -> CecError:
