@@ -122,6 +122,10 @@ class RunSpec:
     # registered consumer (cec export --consumer) has acknowledged
     output_keep_mb: float | None = None
     output_keep_s: float | None = None
+    # Spark tasks that read the source and write the upstream logs (1: one task reads
+    # and writes all P logs, no shuffle; N > 1: N readers, a shuffle by key partition,
+    # min(N, P) writers each owning its logs)
+    ingest_tasks: int = 1
 
     @property
     def effective_master(self) -> str:
@@ -393,8 +397,10 @@ def _run(ctx: _Ctx, tbl: dict[str, Any]) -> RunSpec:
     name = "run"
     ctx.unknown(tbl, name, ("partitions", "master", "fsync", "segment_kb", "trim_upstream",
                             "trim_lag_s", "executor_wait_s", "slot_timeout_s", "spark",
-                            "output_keep_mb", "output_keep_s"))
+                            "output_keep_mb", "output_keep_s", "ingest_tasks"))
     partitions = ctx.integer(tbl, name, "partitions", default=4, minimum=1)
+    ingest_tasks = ctx.integer(tbl, name, "ingest_tasks", default=RunSpec.ingest_tasks,
+                               minimum=1)
     master = ctx.string(tbl, name, "master")
     fsync = ctx.choice(tbl, name, "fsync", ("always", "interval", "never"), default="always")
     segment_kb = ctx.integer(tbl, name, "segment_kb", default=RunSpec.segment_kb, minimum=4)
@@ -418,7 +424,7 @@ def _run(ctx: _Ctx, tbl: dict[str, Any]) -> RunSpec:
     keep_s = ctx.number(tbl, name, "output_keep_s", default=1.0) \
         if "output_keep_s" in tbl else None
     return RunSpec(partitions, master, fsync, segment_kb, trim, lag, spark, wait,
-                   slot_timeout, keep_mb, keep_s)
+                   slot_timeout, keep_mb, keep_s, ingest_tasks)
 
 
 def _spark_table(ctx: _Ctx, tbl: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -535,6 +541,8 @@ def spec_to_tables(spec: PipelineSpec) -> dict[str, dict[str, object]]:
                               "trim_lag_s": spec.run.trim_lag_s,
                               "executor_wait_s": spec.run.executor_wait_s,
                               "slot_timeout_s": spec.run.slot_timeout_s}
+    if spec.run.ingest_tasks != 1:
+        run["ingest_tasks"] = spec.run.ingest_tasks
     if spec.run.output_keep_mb is not None:
         run["output_keep_mb"] = spec.run.output_keep_mb
     if spec.run.output_keep_s is not None:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -72,20 +73,24 @@ def _chunk_reader(chunks: list[str], columns: str
     return read
 
 
-def _file_frame(spark: SparkSession, columns: ColumnTypes, chunks: list[Chunk]) -> DataFrame:
+def _file_frame(spark: SparkSession, columns: ColumnTypes, chunks: list[Chunk],
+                readers: int = 1) -> DataFrame:
     """Consecutive chunks of a file source read by a Spark task, as Arrow batches.
 
     ``spark.range(len(chunks))`` in one partition hands the chunk numbers in order to
     a Python function (``mapInArrow``) that reads them (:func:`cec.sources.read_chunk`,
     pyarrow) and yields typed Arrow batches plus ``SEQ``. The same function as a
     Python data source (``spark.read.format(...)``) started two Python planner
-    processes per query: a cold run reached its first row 3–5 s later.
+    processes per query: a cold run reached its first row 3–5 s later. With
+    ``readers`` > 1 the chunk numbers are cut into that many consecutive runs, one
+    task each.
     """
     fields = [f"`{n}` {_SPARK_TYPES[t]}" for n, t in zip(columns.names, columns.types,
                                                          strict=True)]
     schema = ", ".join([*fields, f"`{SEQ}` BIGINT"])
     reader = _chunk_reader([c.to_json() for c in chunks], columns.to_json())
-    return spark.range(0, len(chunks), 1, 1).mapInArrow(reader, schema)
+    return spark.range(0, len(chunks), 1, max(1, min(readers, len(chunks)))).mapInArrow(
+        reader, schema)
 
 
 # --------------------------------------------------------------------------- frames
@@ -102,27 +107,28 @@ def partition_expr(key: Column, partitions: int) -> Column:
 
 
 def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
-                 chunks: list[Chunk]) -> DataFrame:
-    """The rows of consecutive chunks with every source column plus ``SEQ``, in order."""
+                 chunks: list[Chunk], readers: int = 1) -> DataFrame:
+    """The rows of consecutive chunks with every source column plus ``SEQ``, read by
+    ``readers`` tasks (each in order; with one, the whole frame is in order)."""
     chunk = chunks[0]
     if chunk.fmt == "generator":
         gen = spec.source.generator
         assert gen is not None
         ids = F.col("id")
-        return spark.range(chunk.start, chunks[-1].stop, 1, 1).select(
+        return spark.range(chunk.start, chunks[-1].stop, 1, readers).select(
             F.pmod(F.xxhash64(F.lit(gen.seed), ids), F.lit(gen.keys)).alias("item_id"),
             (F.pmod(F.xxhash64(F.lit(gen.seed + 1), ids), F.lit(10_000)) + 1)
             .cast("double").alias("item_price"),
             (F.lit(gen.start_ts) + ids * F.lit(gen.interval_us)).alias("item_time"),
             ids.alias(SEQ),
         )
-    return _file_frame(spark, columns, chunks)
+    return _file_frame(spark, columns, chunks, readers)
 
 
 def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
-                   chunks: list[Chunk]) -> DataFrame:
+                   chunks: list[Chunk], readers: int = 1) -> DataFrame:
     """Filtered, projected and partitioned rows: ts, seq, key, value, PART."""
-    df = source_frame(spark, spec, columns, chunks)
+    df = source_frame(spark, spec, columns, chunks, readers)
     if spec.where is not None:
         df = df.where(spec.where)
     agg = spec.aggregate
@@ -197,7 +203,7 @@ def open_upstream(cfg: WriterConfig, p: int) -> StreamLog:
                           create=False, fsync=cfg.fsync, segment_bytes=cfg.segment_bytes)
 
 
-def trim_upstream(layout: RunLayout, logs: list[StreamLog]) -> int:
+def trim_upstream(layout: RunLayout, logs: list[StreamLog | None]) -> int:
     """Drop upstream segments below what every recovery of their partition replays.
 
     Each operator task reports ``replay_after_seq`` in its state file
@@ -207,15 +213,22 @@ def trim_upstream(layout: RunLayout, logs: list[StreamLog]) -> int:
     """
     dropped = 0
     for p, log in enumerate(logs):
+        if log is None:  # another writer's log
+            continue
         floor = layout.read_state(p).get("replay_after_seq")
         if isinstance(floor, int) and not isinstance(floor, bool) and floor >= 0:
             dropped += log.trim(before_seq=floor + 1)
     return dropped
 
 
-def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
+def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk], writers: int = 1
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The mapInArrow function that writes consecutive chunks into the P upstream logs."""
+    """The mapInArrow function that writes consecutive chunks into upstream logs.
+
+    With one writer it writes all P logs; with ``writers`` > 1, Spark partition ``w``
+    (the task's partition id) owns the logs ``p`` with ``p % writers == w`` and must
+    receive exactly their rows, in ``seq`` order (:func:`run_chunks` routes and sorts).
+    """
     ends = [c.next_seq for c in chunks]
     tokens = [_token(c) for c in chunks]
 
@@ -223,7 +236,14 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
         layout = RunLayout(Path(cfg.root))
         layout.check_visible(cfg.run_id)  # this host sees the run the driver created
         layout.check_driver(cfg.driver)  # and the run is still this driver's
-        logs = [open_upstream(cfg, p) for p in range(cfg.partitions)]
+        w = 0
+        if writers > 1:
+            ctx = TaskContext.get()
+            assert ctx is not None
+            w = ctx.partitionId()
+        logs: list[StreamLog | None] = [
+            open_upstream(cfg, p) if p % writers == w else None
+            for p in range(cfg.partitions)]
         written = 0
         started_at = time.time()
         nxt = 0  # the next chunk to commit
@@ -236,15 +256,18 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
             before = nxt
             while nxt < len(ends) and ends[nxt] <= upto:
                 for log in logs:
-                    if not log.sealed:  # a sealed log holds its whole stream already
-                        log.commit(tokens[nxt])  # (a refill after --repair cut another)
+                    # a sealed log holds its whole stream already (a refill after
+                    # --repair cut another)
+                    if log is not None and not log.sealed:
+                        log.commit(tokens[nxt])
                 nxt += 1
             if cfg.trim and nxt > before:
                 trimmed[0] += trim_upstream(layout, logs)
             clock[2] += time.perf_counter() - t0
 
         try:
-            above = [-1 if log.last_seq is None else log.last_seq for log in logs]
+            above = [-1 if log is None or log.last_seq is None else log.last_seq
+                     for log in logs]
             it = iter(batches)
             while True:
                 t0 = time.perf_counter()
@@ -277,7 +300,8 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
             commit_through(ends[-1])
         finally:
             for log in logs:
-                log.close()
+                if log is not None:
+                    log.close()
         yield pa.RecordBatch.from_pydict({
             "rows": pa.array([written], pa.int64()),
             "started_at": pa.array([started_at], pa.float64()),
@@ -288,9 +312,10 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk]
     return write
 
 
-def _append_split(logs: list[StreamLog], batch: pa.RecordBatch, above: list[int],
+def _append_split(logs: list[StreamLog | None], batch: pa.RecordBatch, above: list[int],
                   partitions: int) -> int:
-    """Append the rows of ``batch`` to their partitions' logs (one record each)."""
+    """Append the rows of ``batch`` to their partitions' logs (one record each); a row
+    of a log this writer does not own is a routing error, never written."""
     part = batch.column(PART).to_numpy()
     order = np.argsort(part, kind="stable")
     counts = np.bincount(part, minlength=partitions)
@@ -298,12 +323,16 @@ def _append_split(logs: list[StreamLog], batch: pa.RecordBatch, above: list[int]
     offset = written = 0
     for p, n in enumerate(counts.tolist()):
         if n:
+            log = logs[p]
+            if log is None:
+                raise CecError(f"ingest: a writer received {n} rows of partition {p}, "
+                               "which another writer owns (the shuffle routed them wrong)")
             sub = body.slice(offset, n)
             if above[p] >= 0 and sub.column(1)[0].as_py() <= above[p]:
                 seqs = sub.column(1).to_numpy()
                 sub = sub.slice(int(np.searchsorted(seqs, above[p], "right")))
             if sub.num_rows:
-                logs[p].append(sub)
+                log.append(sub)
                 written += sub.num_rows
         offset += n
     return written
@@ -377,10 +406,18 @@ def run_chunks(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
                driver: int | None = None) -> int:
     """Ingest consecutive chunks (one Spark job); the number of tuples written."""
     cfg = WriterConfig.for_run(spec, layout, settings.run_id, driver)
-    df = upstream_frame(spark, spec, settings.columns, chunks)
+    tasks = spec.run.ingest_tasks
+    readers = min(tasks, len(chunks)) if chunks[0].fmt != "generator" else tasks
+    writers = min(tasks, spec.run.partitions)
+    df = upstream_frame(spark, spec, settings.columns, chunks, readers)
+    if readers > 1 or writers > 1:
+        # rows to their writer through Spark's shuffle: Spark partition w holds the key
+        # partitions p % writers == w, in seq order (each log keeps the source order)
+        df = (df.repartition(writers, _route(spark, writers))
+              .sortWithinPartitions("seq"))
     schema = ("rows long, started_at double, trimmed long, "
               + ", ".join(f"{c} double" for c in _CLOCKS))
-    out = df.mapInArrow(_chunk_writer(cfg, chunks), schema).collect()
+    out = df.mapInArrow(_chunk_writer(cfg, chunks, writers), schema).collect()
     clocks = progress.writer_s
     if "first_writer_at" not in clocks:
         clocks["first_writer_at"] = min(float(r["started_at"]) for r in out)
@@ -389,6 +426,27 @@ def run_chunks(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         for c in _CLOCKS:
             clocks[c] = clocks.get(c, 0.0) + float(row[c])
     return int(sum(r["rows"] for r in out))
+
+
+_ROUTES: dict[int, list[int]] = {}
+
+
+def _route(spark: SparkSession, writers: int) -> Column:
+    """A column whose hash partitioning sends key partition ``p`` to Spark partition
+    ``p % writers``: ``repartition(n, col)`` puts a row in ``pmod(murmur3(col), n)``, so
+    each writer gets a value that Spark itself hashes to it (found once per process)."""
+    if writers not in _ROUTES:
+        rows = spark.range(0, 64 * writers).select(
+            "id", F.pmod(F.hash("id"), F.lit(writers)).alias("w")).collect()
+        first: dict[int, int] = {}
+        for r in rows:
+            first.setdefault(int(r["w"]), int(r["id"]))
+        if len(first) < writers:
+            raise CecError(f"ingest: no route value for {writers - len(first)} of "
+                           f"{writers} writers")
+        _ROUTES[writers] = [first[w] for w in range(writers)]
+    values = F.array(*[F.lit(v).cast("long") for v in _ROUTES[writers]])
+    return F.element_at(values, F.pmod(F.col(PART), F.lit(writers)) + 1)
 
 
 def _jobs(chunks: list[Chunk], resume: int) -> Iterator[list[Chunk]]:
