@@ -550,6 +550,16 @@ smaller sizes without Spark (under 3 minutes; results in `bench/results/quick/`)
 full run writes `bench/results/results.md`, `results.json` (every repetition) and the
 PNG plots, and rewrites this file from the same tables: no number here is typed by hand.
 
+**Read the anchor section with care.** It compares cec with a *different* Spark query
+(a running `groupBy(item_id).avg` in update mode into a noop sink) and its headline
+ratios time warm sessions from after the JVM started: it is not a like-for-like,
+whole-process comparison. The fair one (same event-time windows on both sides, both
+outputs exported and compared equal, Spark at its best micro-batch size and state
+store, whole processes from the command to output complete, the same kill -9 and
+restart for recovery) is `bench/fair_spark.py`, with its own generated report in
+`bench/results/fair/`. Latency (a row entering a stream folder to its window's result
+durable) is `bench/latency.py`.
+
 How each figure is measured is in the docstring of `bench/paper.py`; the paper's numbers
 are the ones its text states (Borealis on quad-core Xeons, 100-byte tuples, output log on
 PVFS; ours are 32-byte Arrow tuples on one 2-core machine), so compare trends and ratios,

@@ -1,0 +1,66 @@
+"""The fair benchmark's pure parts: its output comparison must catch every difference."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.fair_spark import (
+    SENTINEL_KEY,
+    alternate,
+    compare,
+    make_data,
+    normalize,
+    summary,
+)
+
+
+def _windows(rows: list[tuple[int, int, int, float]]) -> pa.Table:
+    k, s, e, a = zip(*rows, strict=True)
+    return pa.table({"key": list(k), "window_start": list(s), "window_end": list(e),
+                     "avg": list(a)})
+
+
+BASE = [(2, 0, 10, 1.5), (1, 10, 20, 3.0), (1, 0, 10, 2.0), (SENTINEL_KEY, 99, 109, 0.0)]
+
+
+def test_equal_outputs_in_any_order_without_the_sentinel() -> None:
+    a = normalize(_windows(BASE))
+    b = normalize(_windows(list(reversed(BASE[:3]))))
+    assert a.num_rows == 3 and SENTINEL_KEY not in a.column("key").to_pylist()
+    assert a.column("key").to_pylist() == [1, 1, 2]
+    assert compare(a, b) is None
+    near = normalize(_windows([(k, s, e, v * (1 + 1e-12)) for k, s, e, v in BASE]))
+    assert compare(a, near) is None
+
+
+def test_every_kind_of_difference_is_named() -> None:
+    a = normalize(_windows(BASE))
+    missing = normalize(_windows(BASE[1:]))
+    assert "3 windows" in (compare(a, missing) or "") and "2" in (compare(a, missing) or "")
+    value = normalize(_windows([(2, 0, 10, 1.5), (1, 10, 20, 3.0), (1, 0, 10, 2.0001)]))
+    msg = compare(a, value)
+    assert msg is not None and "averages differ" in msg and "row 0" in msg
+    end = normalize(_windows([(2, 0, 10, 1.5), (1, 10, 19, 3.0), (1, 0, 10, 2.0)]))
+    msg = compare(a, end)
+    assert msg is not None and "window_end" in msg and "row 1" in msg
+    key = normalize(_windows([(3, 0, 10, 1.5), (1, 10, 20, 3.0), (1, 0, 10, 2.0)]))
+    assert "key" in (compare(a, key) or "")
+
+
+def test_summary_and_alternating_schedule() -> None:
+    assert summary([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    order: list[str] = []
+    alternate(4, lambda i: order.append(f"a{i}"), lambda i: order.append(f"b{i}"))
+    assert order == ["a0", "b0", "b1", "a1", "a2", "b2", "b3", "a3"]
+
+
+def test_input_files_are_in_stream_order_with_the_sentinel_last(tmp_path: Path) -> None:
+    make_data(tmp_path, 25, 4, 10)
+    files = sorted(tmp_path.glob("*.parquet"))
+    assert [pq.read_metadata(f).num_rows for f in files] == [10, 10, 5, 1]
+    t = pa.concat_tables([pq.read_table(f) for f in files])
+    ts = t.column("item_time").to_pylist()
+    assert ts == sorted(ts) and t.column("item_id").to_pylist()[-1] == SENTINEL_KEY
