@@ -30,6 +30,10 @@ from storage_log.errors import LogNotFoundError
 from storage_log.log import StreamLog
 
 PER = 7  # rows per record
+# Each thread runs for SECONDS *and* until it has done this much work, so a loaded
+# machine makes the test slower, never weaker (the hard timeout still bounds it).
+MIN_COMMITS = 200  # the writer's commits
+MIN_OPENS = 200  # each reader thread's opens
 
 
 def batch(first: int) -> pa.RecordBatch:
@@ -42,10 +46,12 @@ def writer(path: Path, until: float, errors: list[str]) -> None:
         with StreamLog.open(path, writable=True, create=True, fsync="never",
                             segment_bytes=8192) as log:
             nxt = 0 if log.last_seq is None else log.last_seq + 1
-            while time.monotonic() < until:
+            commits = 0
+            while time.monotonic() < until or commits < MIN_COMMITS:
                 log.append(batch(nxt))
                 nxt += PER
                 log.commit(str(nxt - 1).encode())
+                commits += 1
     except BaseException as exc:  # reported to the parent
         errors.append(f"writer: {exc!r}")
 
@@ -54,7 +60,7 @@ def reader(path: Path, until: float, opens: list[int], errors: list[str]) -> Non
     seen = -1
     n = 0
     try:
-        while time.monotonic() < until:
+        while time.monotonic() < until or n < MIN_OPENS:
             if not path.is_dir():
                 continue
             try:
@@ -90,7 +96,7 @@ def reader(path: Path, until: float, opens: list[int], errors: list[str]) -> Non
 
 def main(argv: list[str]) -> int:
     path, role, seconds, threads = Path(argv[0]), argv[1], float(argv[2]), int(argv[3])
-    faulthandler.dump_traceback_later(seconds + 30, exit=True)  # evidence of a hang
+    faulthandler.dump_traceback_later(seconds + 120, exit=True)  # evidence of a hang
     until = time.monotonic() + seconds
     errors: list[str] = []
     opens: list[int] = []

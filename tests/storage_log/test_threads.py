@@ -20,7 +20,7 @@ from storage_log.log import StreamLog
 
 ROOT = Path(__file__).resolve().parents[2]
 SECONDS = 4.0
-HARD_TIMEOUT = SECONDS + 60
+HARD_TIMEOUT = SECONDS + 150  # the child dumps its stacks after SECONDS + 120
 
 
 def _start(log: Path, role: str, threads: int) -> subprocess.Popen[str]:
@@ -47,7 +47,7 @@ def test_threads_of_one_process(tmp_path: Path) -> None:
     """A writer thread and 6 reader threads of one process: thousands of opens."""
     log = tmp_path / "log"
     opens = _finish(_start(log, "writer", 6))
-    assert opens >= 1000, f"only {opens} reader opens in {SECONDS} s"
+    assert opens >= 1000, f"only {opens} reader opens"
     with StreamLog.open(log) as r:
         assert r.verify() > 100
 
