@@ -525,13 +525,11 @@ def test_time_windows_past_int64_exit_2_naming_the_tuple(tmp_path: Path) -> None
     (tmp_path / "items.csv").write_text("\n".join(lines) + "\n")
     (tmp_path / "s.toml").write_text(spec_text(
         SOURCE, partitions=2, window='{ kind = "time", size = "100us" }'))
-    started = time.monotonic()
     got = cec(["run", "pipeline", str(tmp_path / "s.toml"), "--log-dir", str(tmp_path / "r")])
     err = " ".join(got.stderr.split())
     assert got.returncode == 2, err[-3000:]
     assert "would end after the int64 range of timestamps" in err, err[-3000:]
-    assert "resubmitting" not in err
-    assert time.monotonic() - started < 120
+    assert "resubmitting" not in err and "Lost task" not in err, err[-3000:]
 
 
 def test_run_directories_are_private_and_foreign_ones_need_trust(

@@ -200,14 +200,13 @@ def test_too_few_slots_exit_2_with_the_numbers(cluster: Cluster, shared_dir: Pat
     spec, _ = _setup(shared_dir)
     run = shared_dir / "run"
     slots = 3 * len(_live(cluster))
-    started = time.monotonic()
     code, text = _finish(_cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
                               "--master", cluster.url, "--partitions", str(slots)),
                          timeout=120)
-    took = time.monotonic() - started
     assert code == 2, text[-3000:]
     assert f"needs {slots + 1} Spark task slots" in text and f"has {slots}:" in text, text
-    assert took < 30, f"took {took:.0f} s"
+    # refused before any task ran (no timing assertion: a loaded CI machine is slow)
+    assert "Lost task" not in text and "TaskSetManager" not in text, text[-3000:]
     assert not (run / "run.toml").exists(), "a run that never started leaves no run"
 
 
