@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,7 +21,7 @@ from rich.markup import escape
 
 from cec import pipeline
 from cec.errors import CecError
-from cec.spec import parse_conf
+from cec.spec import PipelineSpec, load_spec, parse_conf
 
 EXIT_CODES = (
     "Exit status: 0 ok; 2 bad usage, spec, input or Spark setting (names the file, line, "
@@ -79,6 +80,23 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+def _start_spark_early(spec_of: Callable[[], PipelineSpec]) -> None:
+    """Start the run's Spark driver now, in the background, so that the JVM starts
+    while the command imports the pipeline and prepares the run
+    (:func:`cec.pipeline.session.start_early`). A spec that cannot be read starts
+    nothing here: the command itself then reports what is wrong with it."""
+    try:
+        spec = spec_of()
+    except Exception:
+        return
+    pipeline.start_early(spec.run.effective_master, spec.run.partitions, spec.run.spark_conf)
+
+
+def _stored_spec(from_log: Path, master: str | None, conf: dict[str, str]) -> PipelineSpec:
+    spec, _ = pipeline.RunLayout(Path(os.path.abspath(from_log))).read_run_file()
+    return spec.with_run(master=master, conf=conf)
+
+
 @run_app.command("pipeline", epilog=EXIT_CODES)
 def run_pipeline(
     spec: Annotated[Path, typer.Argument(help="Pipeline spec (TOML).")],
@@ -92,6 +110,8 @@ def run_pipeline(
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
+    _start_spark_early(lambda: load_spec(spec).with_run(
+        partitions=partitions, master=master, conf=parse_conf(conf or [])))
     result = pipeline.run_pipeline(spec, log_dir, partitions=partitions, master=master,
                                    conf=parse_conf(conf or []), max_tuples=max_tuples,
                                    progress=not json_out)
@@ -118,6 +138,8 @@ def recover(
     json_out: JsonOpt = False,
 ) -> None:
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
+    if not dry_run:
+        _start_spark_early(lambda: _stored_spec(from_log, master, parse_conf(conf or [])))
     result = pipeline.recover_run(from_log, dry_run=dry_run, progress=not json_out,
                                   master=master, conf=parse_conf(conf or []), repair=repair,
                                   trust=trust)

@@ -19,10 +19,12 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark import SparkContext
+from pyspark.sql import SparkSession
 
 from cec.errors import ClusterError, UsageError
 from cec.pipeline.layout import RunLayout, RunNotVisibleError
@@ -171,8 +173,10 @@ def where_am_i() -> str:
 
 
 def _probe_entry(root: str, run_id: str | None, paths: list[str]
-                 ) -> Callable[[int, Iterable[int]], Iterable[str]]:
-    def run(_index: int, _it: Iterable[int]) -> Iterable[str]:
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in batches:
+            pass
         problems: list[str] = []
         try:
             RunLayout(Path(root)).check_visible(run_id)
@@ -181,23 +185,25 @@ def _probe_entry(root: str, run_id: str | None, paths: list[str]
         for path in paths:
             if not os.path.exists(path):
                 problems.append(f"{where_am_i()}: cannot see the source {path}")
-        yield json.dumps({"where": where_am_i(), "host": socket.gethostname(),
-                          "problems": problems})
+        found = json.dumps({"where": where_am_i(), "host": socket.gethostname(),
+                            "problems": problems})
+        yield pa.RecordBatch.from_pydict({"found": pa.array([found], pa.string())})
 
     return run
 
 
-def probe(sc: SparkContext, layout: RunLayout, run_id: str | None, source_paths: list[str],
-          tasks: int) -> list[str]:
+def probe(spark: SparkSession, layout: RunLayout, run_id: str | None,
+          source_paths: list[str], tasks: int) -> list[str]:
     """One short task per slot: every host must see the run directory and the source.
 
-    Returns the hosts seen; raises UsageError (exit 2) naming each host and path that
-    failed.
+    A SQL job (``mapInArrow``), as the operator and ingest jobs are, so that it starts
+    the Python worker daemon they will fork from on each executor. Returns the hosts
+    seen; raises UsageError (exit 2) naming each host and path that failed.
     """
-    sc.setJobGroup("cec-probe", "cec: can every executor see the run directory?")
-    rows = [json.loads(r) for r in sc.parallelize(range(tasks), tasks)
-            .mapPartitionsWithIndex(_probe_entry(str(layout.root), run_id, source_paths))
-            .collect()]
+    spark.sparkContext.setJobGroup("cec-probe",
+                                   "cec: can every executor see the run directory?")
+    rows = [json.loads(r["found"]) for r in spark.range(0, tasks, 1, tasks).mapInArrow(
+        _probe_entry(str(layout.root), run_id, source_paths), "found string").collect()]
     problems = sorted({p for r in rows for p in r["problems"]})
     if problems:
         shown = "; ".join(problems[:4]) + (f"; and {len(problems) - 4} more"

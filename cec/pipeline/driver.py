@@ -23,11 +23,12 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
@@ -42,7 +43,12 @@ from cec.pipeline.ingest import (
 )
 from cec.pipeline.layout import DriverSupersededError, RunLayout, RunSettings, settings_for
 from cec.pipeline.progress import ProgressView
-from cec.pipeline.session import build_session, is_local, stop_session
+from cec.pipeline.session import (
+    early_start_pending,
+    is_local,
+    session_for,
+    stop_session,
+)
 from cec.pipeline.task import run_partition
 from cec.pipeline.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
 from cec.sources import SourcePlan, plan_source
@@ -62,9 +68,19 @@ def default_log_dir(spec_path: Path) -> Path:
 
 
 def _task_entry(root: str, run_id: str | None, driver: int | None
-                ) -> Callable[[int, Iterable[int]], Iterable[str]]:
-    def run(index: int, _it: Iterable[int]) -> Iterable[str]:
-        yield json.dumps(run_partition(root, index, run_id, driver))
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The operator job's function: Spark partition ``p`` holds the one number ``p``.
+
+    The job is ``spark.range(P, P partitions).mapInArrow(...)``, a SQL job like the
+    ingest's, so that both jobs' Python workers fork from one worker daemon (an RDD
+    job and a SQL job each started their own: two interpreters importing cec at the
+    start of every run, on two cores).
+    """
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for p in batch.column(0).to_pylist():
+                result = json.dumps(run_partition(root, int(p), run_id, driver))
+                yield pa.RecordBatch.from_pydict({"result": pa.array([result], pa.string())})
 
     return run
 
@@ -107,9 +123,9 @@ def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
         while True:
             sc.setJobGroup("cec-operators", "cec operator tasks", interruptOnCancel=True)
             try:
-                rows = (sc.parallelize(range(partitions), partitions)
-                        .mapPartitionsWithIndex(_task_entry(root, *ids)).collect())
-                shared.results = [json.loads(r) for r in rows]
+                rows = (spark.range(0, partitions, 1, partitions)
+                        .mapInArrow(_task_entry(root, *ids), "result string").collect())
+                shared.results = [json.loads(r["result"]) for r in rows]
                 return
             except Exception as exc:
                 if shared.stop.is_set():
@@ -344,12 +360,12 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
 
 
 def _session(spec: PipelineSpec) -> tuple[SparkSession, bool]:
-    existed = SparkSession.getActiveSession() is not None
+    existed = not early_start_pending() and SparkSession.getActiveSession() is not None
     master = spec.run.effective_master
     spark = announce_wait(f"Spark to start (master {master})",
-                          lambda: build_session(master, spec.run.partitions,
-                                                spec.run.spark_conf,
-                                                write_archive=not existed))
+                          lambda: session_for(master, spec.run.partitions,
+                                              spec.run.spark_conf,
+                                              write_archive=not existed))
     return spark, not existed
 
 
@@ -364,7 +380,7 @@ def _prepare(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         done = upstream_sealed(layout, spec.run.partitions)  # the source is not read again
         paths = [str(spec.source.path)] if spec.source.path is not None and not done else []
         announce_wait("every executor to check that it sees the run directory",
-                      lambda: probe(sc, layout, settings.run_id, paths, slots))
+                      lambda: probe(spark, layout, settings.run_id, paths, slots))
     return SlotWatch(sc, spec.run.partitions, master, spec.run.slot_timeout_s)
 
 

@@ -146,6 +146,8 @@ def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes
 
 def check_filter(spark: SparkSession, spec: PipelineSpec, plan: SourcePlan) -> None:
     """Analyse the query of the first chunk: a bad ``where`` is a SpecError, before any write."""
+    if spec.where is None:  # nothing of the user's to analyse: the columns are planned
+        return
     chunk = plan.chunks[0] if plan.chunks else Chunk(0, "generator", "", 0, 0, 0, 0)
     if chunk.fmt != "generator" and not plan.chunks:
         return

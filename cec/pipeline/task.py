@@ -1,7 +1,7 @@
 """One long-lived operator task: a key partition's aggregate, from upstream log to output log.
 
-The driver runs ONE Spark job of P tasks (``sc.parallelize(range(P), P)
-.mapPartitionsWithIndex``); task ``p`` calls :func:`run_partition` with nothing but
+The driver runs ONE Spark job of P tasks (``spark.range(P, P partitions)
+.mapInArrow``); task ``p`` calls :func:`run_partition` with nothing but
 the run directory and ``p``. It:
 
 1. opens its output log as the writer (which reconciles a torn tail);

@@ -1,0 +1,73 @@
+"""Start-up and shut-down of a run's SparkSession (issue 16: the fixed cost of a run).
+
+In a child process (a fresh JVM each, as a ``cec`` command has): the session started
+early in a background thread is the one the driver then takes, it is the taking
+thread's active session, it runs a Python job, and ``stop_session`` leaves the process
+able to start another session and run a job in it (the accumulator server's shutdown
+is left to a thread). A session started early for other settings is stopped, not
+handed out in their place.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.pipeline.helpers import REPO
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+CHILD = textwrap.dedent('''
+    import threading
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from cec.pipeline import session as s
+
+    def double(batches):
+        for b in batches:
+            yield pa.RecordBatch.from_pydict({"x": pa.compute.multiply(b.column(0), 2)})
+
+    def job(spark):
+        rows = spark.range(0, 4, 1, 2).mapInArrow(double, "x long").collect()
+        return sorted(r["x"] for r in rows)
+
+    s.start_early("local[2]", 2, {"spark.sql.shuffle.partitions": "2"})
+    assert s.early_start_pending()
+    assert threading.active_count() >= 2          # the start runs beside this thread
+    spark = s.session_for("local[2]", 2, {"spark.sql.shuffle.partitions": "2"})
+    assert not s.early_start_pending()
+    assert SparkSession.getActiveSession() is spark or \\
+        SparkSession.getActiveSession()._jsparkSession.equals(spark._jsparkSession)
+    assert job(spark) == [0, 2, 4, 6]
+    s.stop_session(spark)
+    again = s.session_for("local[2]", 2, {})      # nothing early: built anew
+    assert again.sparkContext is not spark.sparkContext
+    assert job(again) == [0, 2, 4, 6]
+    s.stop_session(again)
+
+    # A JVM exists now, so nothing starts early; session_for builds the session.
+    s.start_early("local[2]", 3, {})
+    assert not s.early_start_pending()
+    print("OK")
+''')
+
+MISMATCH = textwrap.dedent('''
+    from cec.pipeline import session as s
+    s.start_early("local[2]", 2, {"spark.app.name": "early"})
+    spark = s.session_for("local[2]", 3, {})
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "3", \\
+        spark.conf.get("spark.sql.shuffle.partitions")
+    s.stop_session(spark)
+    print("OK")
+''')
+
+
+@pytest.mark.parametrize("code", [CHILD, MISMATCH], ids=["taken", "other-settings"])
+def test_session_started_early(code: str) -> None:
+    got = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, timeout=300, check=False)
+    assert got.returncode == 0 and got.stdout.strip().endswith("OK"), \
+        f"exit {got.returncode}\n{got.stdout[-2000:]}\n{got.stderr[-4000:]}"
