@@ -80,11 +80,18 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+# Whether this process is the `cec` command itself (see main): only then may a command
+# start Spark early; a caller that embeds the CLI may start sessions of its own.
+_OWN_PROCESS = [False]
+
+
 def _start_spark_early(spec_of: Callable[[], PipelineSpec]) -> None:
     """Start the run's Spark driver now, in the background, so that the JVM starts
     while the command imports the pipeline and prepares the run
     (:func:`cec.pipeline.session.start_early`). A spec that cannot be read starts
     nothing here: the command itself then reports what is wrong with it."""
+    if not _OWN_PROCESS[0]:
+        return
     try:
         spec = spec_of()
     except Exception:
@@ -92,8 +99,13 @@ def _start_spark_early(spec_of: Callable[[], PipelineSpec]) -> None:
     pipeline.start_early(spec.run.effective_master, spec.run.partitions, spec.run.spark_conf)
 
 
-def _stored_spec(from_log: Path, master: str | None, conf: dict[str, str]) -> PipelineSpec:
-    spec, _ = pipeline.RunLayout(Path(os.path.abspath(from_log))).read_run_file()
+def _stored_spec(from_log: Path, master: str | None, conf: dict[str, str],
+                 trust: bool) -> PipelineSpec:
+    """The spec a resume runs; a run directory not trusted starts nothing (its Spark
+    settings are code as much as its [filter])."""
+    layout = pipeline.RunLayout(Path(os.path.abspath(from_log)))
+    layout.check_owner(trust)
+    spec, _ = layout.read_run_file()
     return spec.with_run(master=master, conf=conf)
 
 
@@ -139,7 +151,8 @@ def recover(
 ) -> None:
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
     if not dry_run:
-        _start_spark_early(lambda: _stored_spec(from_log, master, parse_conf(conf or [])))
+        _start_spark_early(lambda: _stored_spec(from_log, master, parse_conf(conf or []),
+                                                trust))
     result = pipeline.recover_run(from_log, dry_run=dry_run, progress=not json_out,
                                   master=master, conf=parse_conf(conf or []), repair=repair,
                                   trust=trust)
@@ -233,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; maps CecError to its exit code.
 
     Usage errors found by the argument parser exit with status 2 (click's own rule).
+    Without ``argv`` this process is the `cec` command (the console script,
+    ``python -m cli.app``): its run and recover commands start the Spark driver early.
     """
+    _OWN_PROCESS[0] = argv is None
     _set_umask()
     try:
         app(args=argv, prog_name="cec")

@@ -532,6 +532,26 @@ def test_time_windows_past_int64_exit_2_naming_the_tuple(tmp_path: Path) -> None
     assert "resubmitting" not in err and "Lost task" not in err, err[-3000:]
 
 
+def test_two_runs_racing_for_one_empty_directory(workload: tuple[Path, Path],
+                                                 tmp_path: Path) -> None:
+    """Issue 17 item 8: two `cec run` on the same empty --log-dir at the same moment.
+    One runs to the end (its export is the reference); the other exits 2 up front
+    saying the directory holds a run or is not empty: no traceback, no exit 1, and the
+    winner's run is untouched."""
+    spec, reference = workload
+    run = tmp_path / "run"
+    run.mkdir()
+    procs = [start_cec(["run", "pipeline", str(spec), "--log-dir", str(run)],
+                       tmp_path / f"run{i}.log") for i in range(2)]
+    codes = [p.wait(600) for p in procs]
+    logs = [(tmp_path / f"run{i}.log").read_text() for i in range(2)]
+    assert sorted(codes) == [0, 2], (codes, [log[-3000:] for log in logs])
+    loser = logs[codes.index(2)]
+    assert "already holds a run" in loser or "is not empty" in loser, loser[-3000:]
+    assert "Traceback" not in loser, loser[-3000:]
+    _export_equals(run, tmp_path, reference)
+
+
 def test_run_directories_are_private_and_foreign_ones_need_trust(
         workload: tuple[Path, Path], tmp_path: Path) -> None:
     """A run directory holds the user's data and code ([filter] is Spark SQL that a
