@@ -1,14 +1,15 @@
-"""``python -m bench``: the paper's evaluation (§IV, Figs. 5–9) and the Spark anchor.
+"""``python -m bench``: the paper's evaluation (§IV, Figs. 5–9), cec vs Spark, latency.
 
 Runs :mod:`bench.paper` (Fig. 5 baseline impact, Figs. 6/7 Q and U, Figs. 8/9 CP) and,
-unless ``--no-spark``, the anchor: :func:`bench.spark_baseline.run_anchor` (Spark
-Structured Streaming ``groupBy(item_id).avg`` with the RocksDB+changelog and the HDFS
-state store providers, run and restart) beside :func:`bench.paper.cec_anchor`
-(``cec run pipeline`` and ``cec recover``) on the same parquet dataset. Writes, under
-``--out`` (default ``bench/results``; ``bench/results/quick`` with ``--quick``):
-``results.md`` (every table, the paper's numbers beside ours), ``results.json`` (every
-repetition) and one PNG per figure; the full run also rewrites ``BENCHMARKS.md`` at the
-repository root from the same tables (``--no-summary`` to skip, ``--summary`` to force).
+unless ``--no-spark``, :mod:`bench.fair_spark` (cec and Spark Structured Streaming on the
+same event-time query, outputs compared equal, whole processes cold, Spark's best
+setting, the same kill -9 and restart for recovery) and :mod:`bench.latency`. Writes,
+under ``--out`` (default ``bench/results``; ``bench/results/quick`` with ``--quick``):
+``results.md`` (every table of the paper's figures, the paper's numbers beside ours),
+``results.json`` (every repetition), one PNG per figure, ``fair/`` and ``latency/``; the
+full run then rewrites ``BENCHMARKS.md`` from every result there (:mod:`bench.report`;
+``--no-summary`` to skip, ``--summary`` to force, ``--report`` to do only that).
+With ``--only``, the sections not run keep their earlier results.
 
 Presets: full (default, < 25 min on 2 cores), ``--quick`` (< 3 min, no Spark unless
 ``--spark``) and ``--preset tiny`` (the smoke test's sizes).
@@ -32,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import paper
+from bench import paper, report
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,19 +53,18 @@ class Preset:
     fig89_tuples: int
     fig89_batch: int
     fig89_reps: int
-    anchor_rows: int
-    anchor_keys: int
-    anchor_files: int
-    anchor_reps: int
+    fair_rows: int
+    fair_repeats: int
+    latency_seconds: float
 
 
 PRESETS = {
     "full": Preset("full", 2_000_000, 65_536, 9, 10, 100_000, 2_000_000, 3,
-                   100_000, 1_000_000, 2_000_000, 1_000, 5, 1_600_000, 100_000, 16, 1),
+                   100_000, 1_000_000, 2_000_000, 1_000, 5, 3_000_000, 5, 20.0),
     "quick": Preset("quick", 400_000, 65_536, 3, 5, 20_000, 400_000, 1,
-                    20_000, 200_000, 400_000, 1_000, 3, 400_000, 100_000, 8, 1),
+                    20_000, 200_000, 400_000, 1_000, 3, 400_000, 1, 10.0),
     "tiny": Preset("tiny", 20_000, 4_096, 2, 1, 2_000, 40_000, 1,
-                   2_000, 20_000, 40_000, 500, 1, 100_000, 10_000, 4, 1),
+                   2_000, 20_000, 40_000, 500, 1, 100_000, 1, 5.0),
 }
 
 # The paper's numbers, as its text states them (§IV; the figures themselves are not in
@@ -243,72 +243,37 @@ def table_fig89(rows: Sequence[paper.Fig89Row]) -> str:
     return head + body
 
 
-def anchor_summary(report: Any, cec: paper.CecAnchor | None) -> tuple[str, dict[str, Any]]:
-    from bench.spark_baseline import _median
-
-    lines = ["| system | reps | wall rows/s (cold) | wall rows/s (warm) | steady rows/s "
-             "| checkpoint B/tuple | recovery s | catch-up to end s |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|"]
-    ratios: dict[str, Any] = {}
-    if cec is not None:
-        lines.append(
-            f"| cec run pipeline (P={cec.partitions}) | {cec.reps} | {_f(cec.rows_per_s)} "
-            f"| {_f(cec.warm_rows_per_s)} | {_f(cec.steady_rows_per_s)} "
-            f"| {cec.ckpt_bytes_per_tuple:.1f} (G rows; whole output log "
-            f"{cec.output_bytes_per_tuple:.1f}, upstream log {cec.upstream_bytes_per_tuple:.1f}) "
-            f"| {_f(cec.recover_caught_up_s, '.2f')} (`cec recover` until caught up) "
-            f"| {_f(cec.resumed_elapsed_s, '.2f')} |")
-    if report is not None:
-        for provider in ("rocksdb", "hdfs"):
-            rs = [r for r in report.runs if r.provider == provider and r.session_run == 0]
-            ws = [r for r in report.runs if r.provider == provider and r.session_run > 0]
-            ss = [s for s in report.restarts if s.provider == provider]
-            if not rs:
-                continue
-            wall = _median([r.wall_rows_per_s for r in rs])
-            warm = _median([r.wall_rows_per_s for r in ws])
-            steady = _median([r.steady_rows_per_s for r in rs + ws])
-            restart = _median([s.restart_first_batch_s for s in ss])
-            lines.append(
-                f"| Spark {rs[0].spark_version} {provider} | {len(rs)} | {_f(wall)} "
-                f"| {_f(warm)} | {_f(steady)} "
-                f"| {_median([r.checkpoint_bytes_per_tuple for r in rs]):.1f} "
-                f"| {_f(restart, '.2f')} (restart → 1st batch) "
-                f"| {_f(_median([s.catch_up_s for s in ss]), '.2f')} |")
-            if cec is not None:
-                ratios[provider] = {
-                    "throughput_vs_wall": cec.rows_per_s / wall,
-                    "throughput_warm": cec.warm_rows_per_s / warm,
-                    "throughput_vs_steady": cec.rows_per_s / steady,
-                    "recovery_ratio": cec.recover_caught_up_s / restart if ss else float("nan"),
-                }
-    text = "\n".join(lines) + "\n"
-    if ratios:
-        text += ("\n| cec vs Spark (same run, same input) | cold: cec wall ÷ Spark wall "
-                 "| warm: cec wall ÷ Spark wall | cec cold wall ÷ Spark steady "
-                 "| cec recovery ÷ Spark restart |\n|---|--:|--:|--:|--:|\n")
-        for p, r in ratios.items():
-            text += (f"| {p} | {r['throughput_vs_wall']:.2f}× | {r['throughput_warm']:.2f}× "
-                     f"| {r['throughput_vs_steady']:.2f}× | {r['recovery_ratio']:.3f} |\n")
-    if cec is not None and cec.error:
-        text += f"\ncec recovery could not be measured: {cec.error}\n"
-    return text, ratios
-
-
 # ------------------------------------------------------------------------------ runner
+
+
+PAPER_SECTIONS = ("fig5", "fig67", "fig89")
+SECTIONS = (*PAPER_SECTIONS, "fair", "latency")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     preset = PRESETS[args.preset]
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    only = set(args.only.split(",")) if args.only else {"fig5", "fig67", "fig89", "anchor"}
+    only = set(args.only.split(",")) if args.only else set(SECTIONS)
+    unknown = only - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"python -m bench: --only: unknown section(s) {sorted(unknown)}; "
+                         f"the sections are {', '.join(SECTIONS)}")
     spark = args.spark if args.spark is not None else preset.name == "full"
     res: dict[str, Any] = {"preset": asdict(preset), "machine": machine(),
                            "command": "python -m bench " + shlex.join(args.argv),
                            "started_utc": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-                           "sections_s": {}, "pngs": []}
-    md: list[str] = []
+                           "sections_s": {}, "pngs": {}, "sections_md": {}}
+    earlier = _earlier(out) if args.only else None
+    if earlier is not None:  # the sections not run now keep their earlier results
+        for key in PAPER_SECTIONS:
+            if key not in only and key in earlier:
+                res[key] = earlier[key]
+                res["sections_md"][key] = earlier["sections_md"][key]
+                res["pngs"][key] = earlier["pngs"].get(key, [])
+                res["sections_s"][key] = earlier["sections_s"].get(key, 0.0)
+        res["earlier"] = {"started_utc": earlier["started_utc"],
+                          "commit": earlier["machine"]["commit"]}
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cec-bench-", dir=args.workdir) as tmp:
         work = Path(tmp)
@@ -320,42 +285,44 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ratios5 = paper.fig5_ratios(rows5, runs5)
             res["fig5"] = {"rows": [asdict(r) for r in rows5], "runs": [asdict(r) for r in runs5],
                            "ratios": ratios5}
-            md.append("## Fig. 5: baseline impact (G_open only)\n\n"
-                      f"Count windows of 1 (fast) and 1000 (slow), 2 keys, "
-                      f"{preset.fig5_tuples:,} tuples in batches of {preset.fig5_batch:,}, "
-                      f"the output log with fsync `{args.fsync}` and one commit per batch "
-                      f"(the in-memory configurations run {preset.fig5_passes} passes per "
-                      "repetition, timed together); configurations interleaved in each "
-                      "repetition, medians. With fast windows a tuple's G_open and R are "
-                      "one `G_open+R` row in the log (docs/ARCHITECTURE.md §3); the sink "
-                      "and Real count both tuples.\n\n"
-                      + table_fig5(rows5, ratios5))
+            text = ("## Fig. 5: baseline impact (G_open only)\n\n"
+                    f"Count windows of 1 (fast) and 1000 (slow), 2 keys, "
+                    f"{preset.fig5_tuples:,} tuples in batches of {preset.fig5_batch:,}, "
+                    f"the output log with fsync `{args.fsync}` and one commit per batch "
+                    f"(the in-memory configurations run {preset.fig5_passes} passes per "
+                    "repetition, timed together); configurations interleaved in each "
+                    "repetition, medians. With fast windows a tuple's G_open and R are "
+                    "one `G_open+R` row in the log (docs/ARCHITECTURE.md §3); the sink "
+                    "and Real count both tuples.\n\n"
+                    + table_fig5(rows5, ratios5))
             if spark:
                 rows5p = paper.fig5_pipeline(tuples=preset.fig5_tuples,
                                              reps=preset.fig5_reps, work=work, log=_log)
                 res["fig5"]["pipeline"] = [asdict(r) for r in rows5p]
-                md.append(table_fig5_pipeline(rows5p))
+                text += "\n" + table_fig5_pipeline(rows5p)
+            res["sections_md"]["fig5"] = text
             from bench import plots
 
-            res["pngs"].append(plots.fig5(rows5, out / "fig5_baseline.png").name)
+            res["pngs"]["fig5"] = [plots.fig5(rows5, out / "fig5_baseline.png").name]
             res["sections_s"]["fig5"] = time.perf_counter() - t0
-            _write(out, res, md, t_all)
+            _write(out, res, t_all)
         if "fig67" in only:
             t0 = time.perf_counter()
             setup, rows67, _ = paper.fig67(keys=preset.fig67_keys, tuples=preset.fig67_tuples,
                                            reps=preset.fig67_reps, work=work, log=_log)
             res["fig67"] = {"setup": asdict(setup), "rows": [asdict(r) for r in rows67]}
-            md.append("## Figs. 6 and 7: effect of Q and U on recovery\n\n"
-                      f"Paper: about {PAPER_OPENWINS:,} open windows; its text gives the "
-                      "values in the last column (G_check counts only as a trend: they "
-                      "\"drop sharply for Q > 2x\").\n\n" + table_fig67(setup, rows67))
+            res["sections_md"]["fig67"] = (
+                "## Figs. 6 and 7: effect of Q and U on recovery\n\n"
+                f"Paper: about {PAPER_OPENWINS:,} open windows; its text gives the "
+                "values in the last column (G_check counts only as a trend: they "
+                "\"drop sharply for Q > 2x\").\n\n" + table_fig67(setup, rows67))
             from bench import plots
 
             num, _ = _paper_fig67(rows67)
-            res["pngs"].append(plots.fig67(rows67, "Q", out / "fig6_q.png", num).name)
-            res["pngs"].append(plots.fig67(rows67, "U", out / "fig7_u.png", num).name)
+            res["pngs"]["fig67"] = [plots.fig67(rows67, "Q", out / "fig6_q.png", num).name,
+                                    plots.fig67(rows67, "U", out / "fig7_u.png", num).name]
             res["sections_s"]["fig67"] = time.perf_counter() - t0
-            _write(out, res, md, t_all)
+            _write(out, res, t_all)
         if "fig89" in only:
             t0 = time.perf_counter()
             rows89, runs89 = paper.fig89(keys=preset.fig89_keys, warm=preset.fig89_warm,
@@ -363,107 +330,69 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                          reps=preset.fig89_reps, log=_log)
             res["fig89"] = {"rows": [asdict(r) for r in rows89],
                             "runs": [asdict(r) for r in runs89]}
-            md.append("## Figs. 8 and 9: effect of the checkpoint period CP\n\n"
-                      f"{preset.fig89_keys:,} keys, count windows of 10, Q = 1× open "
-                      f"windows, U unbounded, CI = {paper.CI_MS:g} ms on the real clock, "
-                      "beside mode none (no CEC) and G_open only (no G_check); "
-                      f"{preset.fig89_warm:,} warm-up tuples, then {preset.fig89_tuples:,} "
-                      f"timed, batches of {preset.fig89_batch:,}, output not persisted. "
-                      "Response time = wall clock from the end of the batch that opened a "
-                      "window to the end of the batch that closed it (windows closed after "
-                      "the warm-up); ÷ no CEC is taken within each repetition. Paper: "
-                      "response times as its text states them.\n\n" + table_fig89(rows89))
+            res["sections_md"]["fig89"] = (
+                "## Figs. 8 and 9: effect of the checkpoint period CP\n\n"
+                f"{preset.fig89_keys:,} keys, count windows of 10, Q = 1× open "
+                f"windows, U unbounded, CI = {paper.CI_MS:g} ms on the real clock, "
+                "beside mode none (no CEC) and G_open only (no G_check); "
+                f"{preset.fig89_warm:,} warm-up tuples, then {preset.fig89_tuples:,} "
+                f"timed, batches of {preset.fig89_batch:,}, output not persisted. "
+                "Response time = wall clock from the end of the batch that opened a "
+                "window to the end of the batch that closed it (windows closed after "
+                "the warm-up); ÷ no CEC is taken within each repetition. Paper: "
+                "response times as its text states them.\n\n" + table_fig89(rows89))
             from bench import plots
 
-            res["pngs"].append(plots.fig8(rows89, runs89, out / "fig8_response.png").name)
-            res["pngs"].append(plots.fig9(rows89, out / "fig9_extent.png").name)
+            res["pngs"]["fig89"] = [plots.fig8(rows89, runs89, out / "fig8_response.png").name,
+                                    plots.fig9(rows89, out / "fig9_extent.png").name]
             res["sections_s"]["fig89"] = time.perf_counter() - t0
-            _write(out, res, md, t_all)
-        if "anchor" in only and spark:
-            t0 = time.perf_counter()
-            try:
-                md.append(anchor_section(preset, work, res, out))
-            except Exception as exc:  # keep the paper's figures whatever the anchor does
-                _log(f"anchor failed: {exc!r}")
-                md.append(f"## Anchor\n\nThe anchor failed in this run: `{exc!r}`\n")
-            res["sections_s"]["anchor"] = time.perf_counter() - t0
-    _write(out, res, md, t_all)
+            _write(out, res, t_all)
+    if "fair" in only and spark:
+        from bench import fair_spark
+
+        t0 = time.perf_counter()
+        _log("fair: cec vs Spark on the same query (bench/fair_spark.py)")
+        code = fair_spark.main(["--rows", str(preset.fair_rows), "--repeats",
+                                str(preset.fair_repeats), "--out", str(out / "fair")])
+        if code != 0:
+            raise SystemExit(f"python -m bench: bench/fair_spark.py exited {code}")
+        res["sections_s"]["fair"] = time.perf_counter() - t0
+    if "latency" in only and spark:
+        from bench import latency
+
+        t0 = time.perf_counter()
+        _log("latency: bench/latency.py")
+        target = out / "latency" / "latency.json"
+        started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+        load = os.getloadavg()[0]
+        code = latency.main(["--seconds", f"{preset.latency_seconds:g}", "--out", str(target)])
+        if code != 0:
+            raise SystemExit(f"python -m bench: bench/latency.py exited {code}")
+        lat = json.loads(target.read_text())
+        lat.setdefault("started", started)
+        lat.setdefault("commit", res["machine"]["commit"])
+        lat.setdefault("load_start", load)
+        target.write_text(json.dumps(lat, indent=1) + "\n")
+        res["sections_s"]["latency"] = time.perf_counter() - t0
+    _write(out, res, t_all)
     return res
 
 
-def _write(out: Path, res: dict[str, Any], md: list[str], t_all: float) -> None:
+def _earlier(out: Path) -> dict[str, Any] | None:
+    """The results.json of an earlier run in ``out`` (None if absent or of an older form)."""
+    try:
+        data = json.loads((out / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data.get("sections_md"), dict) else None
+
+
+def _write(out: Path, res: dict[str, Any], t_all: float) -> None:
     """results.json and results.md as they stand (after every section)."""
     res["total_s"] = time.perf_counter() - t_all
     res["machine"]["load_avg_end"] = os.getloadavg()[0]
-    res["markdown"] = md
     (out / "results.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     (out / "results.md").write_text(results_md(res))
-
-
-def anchor_section(preset: Preset, work: Path, res: dict[str, Any], out: Path) -> str:
-    from bench import plots
-    from bench.spark_baseline import run_anchor
-    from bench.workload import DEFAULT_SEED, ensure_dataset
-
-    data = work / "anchor-data"
-    ensure_dataset(data, preset.anchor_rows, preset.anchor_keys, DEFAULT_SEED,
-                   preset.anchor_files)
-    report = None
-    cec = None
-    try:
-        (work / "cec").mkdir()
-        cec = paper.cec_anchor(data, work / "cec", rows=preset.anchor_rows,
-                               keys=preset.anchor_keys, reps=preset.anchor_reps, log=_log)
-    except RuntimeError as exc:
-        _log(f"anchor: cec run failed: {exc}")
-    try:
-        report = run_anchor(data, work / "spark", repeats=preset.anchor_reps, log=_log)
-    except (RuntimeError, TimeoutError, OSError) as exc:
-        _log(f"anchor: Spark failed: {exc}")
-    text, ratios = anchor_summary(report, cec)
-    res["anchor"] = {"cec": None if cec is None else asdict(cec),
-                     "spark": None if report is None else report.to_dict(), "ratios": ratios}
-    bars: list[tuple[str, float]] = []
-    rec: list[tuple[str, float]] = []
-    if cec is not None:
-        bars.append(("cec pipeline\n(cold)", cec.rows_per_s))
-        bars.append(("cec pipeline\n(warm)", cec.warm_rows_per_s))
-        rec.append(("cec recover\n(caught up)", cec.recover_caught_up_s))
-    if report is not None:
-        for r in report.runs:
-            bars.append((f"Spark {r.provider}\n({'warm' if r.session_run else 'cold'})",
-                         r.wall_rows_per_s))
-        for s in report.restarts:
-            rec.append((f"Spark {s.provider}\n(restart→1st batch)", s.restart_first_batch_s))
-    if bars:
-        res["pngs"].append(plots.anchor(bars, rec, out / "anchor.png").name)
-    spark_head = "" if report is None else report.to_markdown() + "\n\n"
-    return ("## Anchor: Spark Structured Streaming's stateful aggregation\n\n"
-            f"The same parquet dataset ({preset.anchor_rows:,} rows, {preset.anchor_keys:,} "
-            f"keys, {preset.anchor_files} files) read by `cec run pipeline` (count windows "
-            "of 10, Q 2x, U 1,000,000, CI/CP 5/100 ms, fsync always) and by Spark's "
-            "`groupBy(item_id).avg(item_price)` (update mode, noop sink, one file per "
-            "micro-batch). Throughput: rows / wall time of the run after the session "
-            "started (cec: the pipeline's ingest and operator jobs until every output log "
-            "is sealed; Spark: `start()` until the query terminated). Each repetition is "
-            "one fresh process per system that runs the workload twice into new "
-            "directories: cold is the session's first run (as `cec run pipeline` in a new "
-            "process), warm the second (JIT-compiled JVM, started Python workers, as in a "
-            "long-lived Spark application). Steady: cec from the first input batch an "
-            "operator saw to the end, Spark over the batches after the first. cec "
-            "checkpoint bytes: the G rows' share (by rows) of the output logs' segment "
-            "bytes. Recovery: cec = `cec recover` of a run whose process group was "
-            "SIGKILLed once half the input was committed to its upstream logs"
-            + ("" if cec is None or cec.error else
-               f" ({cec.killed_at_tuples:,} rows there, {cec.operator_tuples_at_kill:,} "
-               f"reported processed by the operators; EC extent {cec.extent_records:,} "
-               f"records, {cec.replay_tuples:,} tuples replayed)")
-            + ", reconcile + EC scan + load + replay summed over partitions (then it "
-            "resumes the run to the end: last column); Spark = restart on the checkpoint "
-            "of a query "
-            "killed mid-batch at half the input, `start()` until the first batch after the "
-            "restart committed (JVM start not counted in either).\n\n"
-            + text + "\n" + spark_head)
 
 
 def headline(res: dict[str, Any]) -> str:
@@ -505,13 +434,6 @@ def headline(res: dict[str, Any]) -> str:
                      + ", ".join(f"{r['cp_ms']:g} ms = {r['vs_open']:.2f}" for r in cps)
                      + "; mean extent " + ", ".join(f"{r['extent_mean']:,.0f}" for r in cps)
                      + " records.")
-    if "anchor" in res:
-        for p, r in res["anchor"]["ratios"].items():
-            lines.append(f"- Anchor vs Spark {p} (target ≥ 5×): cec end-to-end throughput "
-                         f"{r['throughput_warm']:.2f}× Spark's in a warm session, "
-                         f"{r['throughput_vs_wall']:.2f}× as each session's first query "
-                         f"(cold JVM); cec recovery {r['recovery_ratio']:.3f} of "
-                         "Spark's restart (target ≤ 0.2).")
     return "\n".join(lines) + "\n"
 
 
@@ -529,50 +451,22 @@ def environment_md(res: dict[str, Any]) -> str:
         f"matplotlib {m['matplotlib']}, pyspark {m['pyspark']}, {m['java']}; cec commit "
         f"{m['commit']}{' (work tree had uncommitted changes)' if m['dirty'] else ''}.\n"
         f"- Repetitions: Fig. 5 {p['fig5_reps']}, Figs. 6/7 {p['fig67_reps']}, Figs. 8/9 "
-        f"{p['fig89_reps']}, anchor {p['anchor_reps']}; every number is a median over "
+        f"{p['fig89_reps']}; every number is a median over "
         "them and every ratio is taken within one repetition.\n"
     )
 
 
 def results_md(res: dict[str, Any]) -> str:
-    pngs = "".join(f"![{n}]({n})\n" for n in res["pngs"])
+    sections = [res["sections_md"][k] for k in PAPER_SECTIONS if k in res["sections_md"]]
+    pngs = "".join(f"![{n}]({n})\n" for k in PAPER_SECTIONS for n in res["pngs"].get(k, []))
+    kept = res.get("earlier")
+    note = ""
+    if kept:
+        note = (f"- Sections not run by this command are kept from the run of "
+                f"{kept['started_utc']} (commit {kept['commit']}).\n")
     return ("# cec benchmarks: the paper's evaluation on this machine\n\n"
-            + environment_md(res) + "\n## Headline\n\n" + headline(res) + "\n"
-            + "\n".join(res["markdown"]) + "\n## Plots\n\n" + pngs)
-
-
-BENCHMARKS_INTRO = """# Benchmarks
-
-`make bench` (or `python -m bench`) reproduces the evaluation of the CEC paper (DSN 2011,
-§IV: Figs. 5–9) on this machine and measures cec against Spark Structured Streaming's own
-stateful aggregation of the same workload. `python -m bench --quick` is the same at
-smaller sizes without Spark (under 3 minutes; results in `bench/results/quick/`). The
-full run writes `bench/results/results.md`, `results.json` (every repetition) and the
-PNG plots, and rewrites this file from the same tables: no number here is typed by hand.
-
-**Read the anchor section with care.** It compares cec with a *different* Spark query
-(a running `groupBy(item_id).avg` in update mode into a noop sink) and its headline
-ratios time warm sessions from after the JVM started: it is not a like-for-like,
-whole-process comparison. The fair one (same event-time windows on both sides, both
-outputs exported and compared equal, Spark at its best micro-batch size and state
-store, whole processes from the command to output complete, the same kill -9 and
-restart for recovery) is `bench/fair_spark.py`, with its own generated report in
-`bench/results/fair/`. Latency (a row entering a stream folder to its window's result
-durable) is `bench/latency.py`.
-
-How each figure is measured is in the docstring of `bench/paper.py`; the paper's numbers
-are the ones its text states (Borealis on quad-core Xeons, 100-byte tuples, output log on
-PVFS; ours are 32-byte Arrow tuples on one 2-core machine), so compare trends and ratios,
-not absolute values.
-
-"""
-
-
-def benchmarks_md(res: dict[str, Any], out: Path) -> str:
-    rel = os.path.relpath(out, REPO)
-    pngs = "".join(f"![{n}]({rel}/{n})\n" for n in res["pngs"])
-    return (BENCHMARKS_INTRO + "## This run\n\n" + environment_md(res) + "\n## Headline\n\n"
-            + headline(res) + "\n" + "\n".join(res["markdown"]) + "\n## Plots\n\n" + pngs)
+            + environment_md(res) + note + "\n## Headline\n\n" + headline(res) + "\n"
+            + "\n".join(sections) + "\n## Plots\n\n" + pngs)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -581,9 +475,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="smaller sizes, no Spark (< 3 min)")
     ap.add_argument("--preset", choices=sorted(PRESETS), default=None)
     ap.add_argument("--spark", dest="spark", action="store_true", default=None,
-                    help="run the Spark anchor (default: only in the full preset)")
+                    help="run the Spark sections, fair and latency (default: only in the full "
+                    "preset)")
     ap.add_argument("--no-spark", dest="spark", action="store_false")
-    ap.add_argument("--only", default=None, help="comma list of fig5,fig67,fig89,anchor")
+    ap.add_argument("--only", default=None, help="comma list of " + ",".join(SECTIONS))
     ap.add_argument("--out", type=Path, default=None, help="results directory")
     ap.add_argument("--fsync", choices=["always", "interval", "never"], default="always",
                     help="fsync of the Fig. 5 output log (default: the pipeline's)")
@@ -592,8 +487,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="rewrite BENCHMARKS.md (default: a whole full run into "
                     "bench/results)")
     ap.add_argument("--no-summary", dest="summary", action="store_false")
+    ap.add_argument("--report", action="store_true",
+                    help="only rewrite BENCHMARKS.md from the results in bench/results")
     args = ap.parse_args(argv)
     args.argv = argv
+    if args.report:
+        _log(f"wrote {report.write()}")
+        return 0
     if args.preset is None:
         args.preset = "quick" if args.quick else "full"
     default_out = args.out is None
@@ -601,11 +501,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         base = REPO / "bench" / "results"
         args.out = base if args.preset == "full" else base / args.preset
     res = run(args)
-    # BENCHMARKS.md summarizes bench/results: only a whole full run written there
+    # BENCHMARKS.md summarizes bench/results: only full-size results written there
     summary = (args.summary if args.summary is not None
-               else args.preset == "full" and default_out and args.only is None)
+               else args.preset == "full" and default_out)
     if summary:
-        (REPO / "BENCHMARKS.md").write_text(benchmarks_md(res, args.out))
+        _log(f"wrote {report.write(args.out)}")
     print((args.out / "results.md").read_text())
     _log(f"done in {res['total_s']:.0f} s; results in {args.out}")
     return 0

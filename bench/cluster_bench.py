@@ -162,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cluster_bench: {why}", file=sys.stderr)
         return 2
     results = []
+    meta: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                                 capture_output=True, text=True, check=False).stdout.strip(),
+        "load_start": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory(prefix="cec-cluster-bench-") as tmp:
         for w in (int(x) for x in args.workers.split(",")):
             r = measure(w, Path(tmp) / f"w{w}", args.rows, args.kill_at)
@@ -186,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['kill_to_complete_s'] / one['kill_to_complete_s']:.2f} | "
               f"{r['completed_by']} |")
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "cluster.json").write_text(json.dumps(results, indent=2))
+    meta["load_end"] = os.getloadavg()[0]
+    (args.out / "cluster.json").write_text(json.dumps({**meta, "runs": results}, indent=2))
     return 0
 
 

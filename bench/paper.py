@@ -1,5 +1,4 @@
-"""The paper's evaluation (CEC, DSN 2011, §IV) on this machine: Figs. 5–9 and the cec side
-of the Spark anchor.
+"""The paper's evaluation (CEC, DSN 2011, §IV) on this machine: Figs. 5–9.
 
 Every experiment reuses the benchmark modules next to it: the workload of
 :mod:`bench.workload`, the operator configurations of :mod:`bench.operator_bench`, the
@@ -28,27 +27,17 @@ of :mod:`bench.pipeline_bench`. Each function returns plain dataclasses; the run
   Response time of a window = wall clock from the end of the batch that opened it to
   the end of the batch that closed it, for windows closing after the warm-up. The
   extent ``q`` is sampled at 16 points of the timed part.
-* **Anchor, cec side** (:func:`cec_anchor`): the pipeline over the parquet dataset,
-  cold and warm (:func:`bench.pipeline_bench.run_cec_session`), then a run killed
-  (SIGKILL of its process group) once half of the input is in the upstream logs, and
-  ``cec recover --from-log`` timed.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import os
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -510,180 +499,3 @@ def fig89(*, keys: int, warm: int, tuples: int, batch: int, reps: int,
             extent_end=median([r.extent_end for r in rs]),
         ))
     return rows, runs
-
-
-# ------------------------------------------------------------------- anchor, cec side
-
-
-@dataclass
-class CecAnchor:
-    rows: int
-    keys: int
-    partitions: int
-    reps: int
-    wall_s: float  # failure-free run: ingest + operators until sealed (median)
-    rows_per_s: float  # median
-    steady_rows_per_s: float  # median, as the pipeline reports it
-    warm_wall_s: float  # the same run again in the session the first left warm (median)
-    warm_rows_per_s: float
-    output_bytes: int  # output logs' segment bytes (R + G rows)
-    upstream_bytes: int  # upstream logs' segment bytes
-    g_rows: int
-    out_rows: int
-    # recovery of a run killed once half of the input reached the operators
-    killed_at_tuples: int = 0  # source rows in the upstream logs at the kill
-    operator_tuples_at_kill: int = 0  # as the tasks last reported (every 0.5 s)
-    recover_caught_up_s: float = float("nan")  # Σ partitions: reconcile+scan+load+replay
-    recover_phases: dict[str, float] = field(default_factory=dict)
-    recover_process_s: float = float("nan")  # the whole `cec recover` process
-    resumed_elapsed_s: float = float("nan")  # resume to the end, after recovery
-    replay_tuples: int = 0
-    extent_records: int = 0
-    error: str | None = None
-
-    @property
-    def ckpt_bytes_per_tuple(self) -> float:
-        """The G rows' share of the output log, per input tuple (pro rata by rows)."""
-        if not self.out_rows:
-            return float("nan")
-        return self.output_bytes * self.g_rows / self.out_rows / self.rows
-
-    @property
-    def output_bytes_per_tuple(self) -> float:
-        return self.output_bytes / self.rows
-
-    @property
-    def upstream_bytes_per_tuple(self) -> float:
-        return self.upstream_bytes / self.rows
-
-
-def _seg_bytes(path: Path) -> int:
-    return _dir_bytes(path) if path.exists() else 0
-
-
-def _parquet_spec(data: Path, partitions: int, chunk_rows: int) -> str:
-    from bench.pipeline_bench import _spec
-
-    return _spec(f'kind = "parquet"\npath = "{data}"\ntime_field = "item_time"',
-                 partitions, chunk_rows)
-
-
-def _operator_tuples(run_dir: Path) -> int:
-    """Input tuples the operator tasks report (their state files, every 0.5 s)."""
-    total = 0
-    for f in (run_dir / "state").glob("p*.json"):
-        with contextlib.suppress(ValueError, OSError):
-            total += int(json.loads(f.read_text()).get("in_tuples", 0))
-    return total
-
-
-def _upstream_rows(run_dir: Path) -> int:
-    """Source rows committed to the upstream logs so far (seq is the source row number)."""
-    last = -1
-    for d in (run_dir / "upstream").glob("p*"):
-        # not created or indexed yet: no rows
-        with contextlib.suppress(Exception), StreamLog.open(d) as up:
-            if up.last_seq is not None:
-                last = max(last, int(up.last_seq))
-    return last + 1
-
-
-def kill_and_recover(spec_text: str, work: Path, rows: int, *, fraction: float = 0.5,
-                     timeout_s: float = 900.0) -> dict[str, Any]:
-    """Run ``cec run pipeline``, SIGKILL its process group once ``fraction`` of the rows
-    are committed to the upstream logs, then time ``cec recover --from-log`` (a fresh
-    process, which recovers every partition and resumes the run to the end)."""
-    from bench.pipeline_bench import REPO
-
-    spec = work / "kill.toml"
-    spec.write_text(spec_text)
-    run_dir = work / f"run-kill-{time.time_ns()}"
-    cli = [sys.executable, "-m", "cli.app"]
-    with open(work / "kill-run.log", "w") as out:
-        victim = subprocess.Popen([*cli, "run", "pipeline", str(spec), "--log-dir",
-                                   str(run_dir), "--json"], cwd=REPO, stdout=out,
-                                  stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout_s
-        try:
-            while _upstream_rows(run_dir) < fraction * rows:
-                if victim.poll() is not None:
-                    raise RuntimeError(f"cec run ended before the kill (exit {victim.returncode})")
-                if time.monotonic() > deadline:
-                    raise TimeoutError("cec run: no progress to the kill point")
-                time.sleep(0.02)
-        finally:
-            if victim.poll() is None:
-                os.killpg(victim.pid, signal.SIGKILL)
-            victim.wait()
-    killed_at = _upstream_rows(run_dir)
-    operator_at = _operator_tuples(run_dir)
-    t0 = time.perf_counter()
-    proc = subprocess.run([*cli, "recover", "--from-log", str(run_dir), "--json"], cwd=REPO,
-                          capture_output=True, text=True, check=False, timeout=timeout_s)
-    process_s = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"cec recover failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    res = json.loads(proc.stdout)
-    phases: dict[str, float] = {}
-    caught_up = 0.0
-    replay = extent = 0
-    for part in res["partitions"]:
-        caught_up += float(part.get("recover_s") or 0.0)
-        replay += int((part.get("replay") or {}).get("tuples") or 0)
-        extent += int((part.get("extent") or {}).get("records") or 0)
-        for ph in part.get("phases", []):
-            v = ph.get("measured_s")
-            phases[ph["name"]] = phases.get(ph["name"], 0.0) + float(v or 0.0)
-    resumed = res.get("resumed") or {}
-    shutil.rmtree(run_dir, ignore_errors=True)
-    return {"killed_at_tuples": killed_at, "operator_tuples_at_kill": operator_at,
-            "recover_caught_up_s": caught_up,
-            "recover_phases": phases, "recover_process_s": process_s,
-            "resumed_elapsed_s": float(resumed.get("elapsed_s", float("nan"))),
-            "replay_tuples": replay, "extent_records": extent}
-
-
-def cec_anchor(data: Path, work: Path, *, rows: int, keys: int, partitions: int = 2,
-               chunk_rows: int = 100_000, reps: int = 1, recover: bool = True,
-               log: Log = _quiet) -> CecAnchor:
-    from bench.pipeline_bench import run_cec_session
-
-    spec_text = _parquet_spec(data, partitions, chunk_rows)
-    runs, warm = [], []
-    sizes = (0, 0)
-    for rep in range(reps):
-        cold_run, *warm_runs = run_cec_session(spec_text, work, f"parquet-{rep}", runs=2)
-        for r in (cold_run, *warm_runs):
-            run_dir = Path(r["log_dir"])
-            sizes = (_seg_bytes(run_dir / "output"), _seg_bytes(run_dir / "upstream"))
-            state = [json.loads(f.read_text())
-                     for f in sorted((run_dir / "state").glob("p*.json"))]
-            r["out_rows"] = sum(int(s.get("out_rows", 0)) for s in state)
-            shutil.rmtree(run_dir, ignore_errors=True)
-            log(f"anchor cec rep {rep} session run {r['session_run']}: "
-                f"{r['rows_per_s']:,.0f} rows/s, wall {r['wall_s']:.2f} s")
-        runs.append(cold_run)
-        warm.extend(warm_runs)
-    summary_path = work / "kill.json"
-    res = CecAnchor(
-        rows=rows, keys=keys, partitions=partitions, reps=reps,
-        wall_s=median([r["wall_s"] for r in runs]),
-        rows_per_s=median([r["rows_per_s"] for r in runs]),
-        steady_rows_per_s=median([float(r.get("steady_rows_per_s") or float("nan"))
-                                  for r in runs]),
-        warm_wall_s=median([r["wall_s"] for r in warm]),
-        warm_rows_per_s=median([r["rows_per_s"] for r in warm]),
-        output_bytes=sizes[0], upstream_bytes=sizes[1],
-        g_rows=runs[-1]["g_open"] + runs[-1]["g_check"], out_rows=runs[-1]["out_rows"],
-    )
-    if recover:
-        try:
-            k = kill_and_recover(spec_text, work, rows)
-            res = replace(res, **k)
-            summary_path.write_text(json.dumps(k))
-            log(f"anchor cec recover: caught up in {res.recover_caught_up_s:.2f} s "
-                f"(process {res.recover_process_s:.1f} s)")
-        except (RuntimeError, TimeoutError, subprocess.TimeoutExpired, ValueError) as exc:
-            res.error = str(exc)
-            log(f"anchor cec recover failed: {exc}")
-    return res

@@ -140,20 +140,25 @@ def fig9(rows: Sequence[Fig89Row], path: Path) -> Path:
     return _save(fig, path)
 
 
-def anchor(bars: Sequence[tuple[str, float]], recov: Sequence[tuple[str, float]],
-           path: Path) -> Path:
-    """Throughput and recovery time, cec against Spark's state store providers."""
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4),
-                                   gridspec_kw={"width_ratios": [max(len(bars), 1),
-                                                                 max(len(recov), 2)]})
-    for ax, data, title, unit in ((ax1, bars, "throughput (rows/s, wall)", "{:,.0f}"),
-                                  (ax2, recov, "recovery time (s)", "{:.2f}")):
+def bars(left: Sequence[tuple[str, float]], right: Sequence[tuple[str, float]], path: Path,
+         left_title: str, right_title: str, title: str) -> Path:
+    """Two bar charts side by side (cec's bars blue, the others orange)."""
+    fig, axes = plt.subplots(1, 2 if right else 1, figsize=(12 if right else 7, 4),
+                             squeeze=False,
+                             gridspec_kw={"width_ratios": [max(len(left), 1), max(len(right), 2)]
+                                          if right else [1]})
+    panels = [(axes[0][0], left, left_title)]
+    if right:
+        panels.append((axes[0][1], right, right_title))
+    for ax, data, sub in panels:
         b = ax.bar(range(len(data)), [v for _, v in data],
                    color=["#4c72b0" if n.startswith("cec") else "#dd8452" for n, _ in data])
         for bar, (_, v) in zip(b, data, strict=True):
-            ax.annotate(unit.format(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ax.annotate(f"{v:,.2f}" if v < 100 else f"{v:,.0f}",
+                        (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(data)), [n for n, _ in data], fontsize=7)
-        ax.set_title(title, fontsize=9)
-    fig.suptitle("Anchor: cec run pipeline vs Spark stateful groupBy(item_id).avg", fontsize=10)
+        ax.set_title(sub, fontsize=9)
+    fig.suptitle(title, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
     return _save(fig, path)

@@ -26,10 +26,11 @@ def test_writes_table_json_and_readable_pngs(run: tuple[Path, dict[str, Any]]) -
     for section in ("## Fig. 5", "## Figs. 6 and 7", "## Figs. 8 and 9", "## Headline"):
         assert section in md
     assert "## Anchor" not in md  # no Spark unless asked
-    assert sorted(res["pngs"]) == sorted(
+    pngs = [n for names in res["pngs"].values() for n in names]
+    assert sorted(pngs) == sorted(
         ["fig5_baseline.png", "fig6_q.png", "fig7_u.png", "fig8_response.png",
          "fig9_extent.png"])
-    for name in res["pngs"]:
+    for name in pngs:
         data = (out / name).read_bytes()
         assert data.startswith(PNG_MAGIC) and len(data) > 5_000
         assert f"]({name})" in md
@@ -104,29 +105,27 @@ def test_fig89_rows_per_cp(run: tuple[Path, dict[str, Any]]) -> None:
     assert "| no CEC |" in md and "| G_open only |" in md and "| CP 250 ms |" in md
 
 
-def test_anchor_summary_pairs_cold_with_cold_and_warm_with_warm() -> None:
-    """The anchor's ratios (its runs need Spark; the summary is plain data)."""
-    import dataclasses
+def test_only_one_section_keeps_the_others(run: tuple[Path, dict[str, Any]],
+                                           tmp_path: Path) -> None:
+    """``--only fig5`` into a results directory replaces Fig. 5 and keeps Figs. 6-9."""
+    import shutil
 
-    from bench.__main__ import anchor_summary
-    from bench.paper import CecAnchor
-    from bench.spark_baseline import AnchorReport, BaselineResult
+    out, before = run
+    again = tmp_path / "again"
+    shutil.copytree(out, again)
+    assert main(["--preset", "tiny", "--no-spark", "--no-summary", "--only", "fig5",
+                 "--out", str(again)]) == 0
+    after = json.loads((again / "results.json").read_text())
+    assert after["fig67"] == before["fig67"] and after["fig89"] == before["fig89"]
+    assert after["fig5"]["runs"] != before["fig5"]["runs"]  # measured again
+    assert after["earlier"]["started_utc"] == before["started_utc"]
+    md = (again / "results.md").read_text()
+    for section in ("## Fig. 5", "## Figs. 6 and 7", "## Figs. 8 and 9"):
+        assert section in md
+    assert "kept from the run of" in md
 
-    def spark_run(provider: str, session_run: int, rows_per_s: float) -> BaselineResult:
-        values: dict[str, Any] = {f.name: 0 for f in dataclasses.fields(BaselineResult)}
-        values.update(provider=provider, query="keyed", spark_version="4.x",
-                      session_run=session_run, wall_rows_per_s=rows_per_s,
-                      steady_rows_per_s=2 * rows_per_s, session_start_s=None,
-                      batch_stats=[], sink="noop")
-        return BaselineResult(**values)
 
-    report = AnchorReport(rows=1000, keys=10, files=2, shuffle_partitions=2, repeats=1,
-                          runs=[spark_run("hdfs", 0, 100.0), spark_run("hdfs", 1, 200.0)])
-    cec = CecAnchor(rows=1000, keys=10, partitions=2, reps=1, wall_s=2.0, rows_per_s=500.0,
-                    steady_rows_per_s=900.0, warm_wall_s=1.0, warm_rows_per_s=1000.0,
-                    output_bytes=100, upstream_bytes=100, g_rows=5, out_rows=10,
-                    recover_caught_up_s=0.5)
-    text, ratios = anchor_summary(report, cec)
-    assert ratios["hdfs"]["throughput_vs_wall"] == 5.0  # cold 500 ÷ cold 100
-    assert ratios["hdfs"]["throughput_warm"] == 5.0  # warm 1000 ÷ warm 200
-    assert "| hdfs | 5.00× | 5.00× |" in text
+def test_unknown_section_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"unknown section.*fig5, fig67, fig89, fair, latency"):
+        main(["--preset", "tiny", "--no-spark", "--no-summary", "--only", "anchor",
+              "--out", str(tmp_path)])

@@ -1,0 +1,69 @@
+"""BENCHMARKS.md from result files: every number comes from them, targets judged from them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench import report
+
+
+def _fair(rows: int, speedup: float, ratio: float) -> dict[str, Any]:
+    run = {"median": 10.0, "min": 9.0, "max": 11.0, "n": 5}
+    return {"rows": rows, "keys": 100, "partitions": 4, "window": "10 s tumbling",
+            "windows": 1234, "commit": "abc1234", "started": "2026-11-25 09:00 UTC",
+            "load_end": 2.5,
+            "sweep": [{"store": "hdfs", "rows_per_batch": "all", "files_per_trigger": 31,
+                       "wall_s": 20.0, "load": 2.0}],
+            "spark_best": {"store": "hdfs", "rows_per_batch": "all", "files_per_trigger": 31,
+                           "wall_s": 20.0, "load": 2.0},
+            "cec_runs": [{"wall_s": 10.0, "export_s": 1.0, "load": 2.0}],
+            "cec": run, "cec_with_export": run, "spark": run, "speedup_median": speedup,
+            "speedup_pairs": {"median": speedup, "min": speedup, "max": speedup, "n": 5},
+            "recovery": {"cec": {"restart_s": 1.0, "killed_at_rows": 500, "load": 2.0},
+                         "spark": {"restart_s": 10.0, "load": 2.0}, "ratio": ratio}}
+
+
+def _write(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_nothing_measured_says_so(tmp_path: Path) -> None:
+    rows = report.targets(tmp_path)
+    assert [(r[2], r[3]) for r in rows] == [("not measured", None)]
+    md = report.benchmarks_md(tmp_path)
+    assert "| not measured |" in md and "## cec vs Spark" not in md
+
+
+def test_targets_met_and_missed_from_the_files(tmp_path: Path) -> None:
+    _write(tmp_path / "fair" / "fair.json", _fair(3_000_000, 6.0, 0.1))
+    _write(tmp_path / "fair-30m" / "fair.json", _fair(30_000_000, 7.5, 0.1))
+    _write(tmp_path / "cluster" / "cluster.json", [  # the older form: a bare list
+        {"workers": 1, "cores_per_worker": 2, "source_rows": 100, "whole_process_s": 10.0,
+         "rows_per_s": 100.0, "kill_to_complete_s": 5.0, "completed_by": "run",
+         "digest_free": "ab" * 32},
+        {"workers": 2, "cores_per_worker": 1, "source_rows": 100, "whole_process_s": 12.0,
+         "rows_per_s": 80.0, "kill_to_complete_s": 6.0, "completed_by": "run",
+         "digest_free": "ab" * 32}])
+    _write(tmp_path / "results.json", {"fig5": {"ratios": {"fast": {"disk_vs_net": 0.31},
+                                                           "slow": {"disk_vs_net": 0.8}}}})
+    _write(tmp_path / "latency" / "latency.json", {
+        "rate_rows_per_s": 50000, "file_ms": 100, "window_ms": 100, "poll_ms": 20,
+        "partitions": 2, "seconds": 20, "load_avg_1m": 1.5,
+        "row_latency": {"n": 10, "p50_ms": 300.0, "p99_ms": 1200.0, "max_ms": 1500.0},
+        "close_latency": {"n": 5, "p50_ms": 200.0, "p99_ms": 900.0, "max_ms": 1000.0}})
+    got = {r[0].split(",")[0].split(" (")[0]: (r[2], r[3]) for r in report.targets(tmp_path)}
+    assert got["cold whole process"] == ("6.0× (pairs 6.0–6.0×); 30,000,000 rows: 7.5× "
+                                         "(growing)", True)
+    assert got["recovery after kill -9"] == ("0.1", True)
+    assert got["2 Workers ÷ 1 Worker"][1] is False and "0.80×" in got["2 Workers ÷ 1 Worker"][0]
+    assert got["operator + output log on disk ÷ operator in memory"] == ("0.310; slow 0.800",
+                                                                         True)
+    lat = [v for k, v in got.items() if k.startswith("latency p99")]
+    assert lat == [("1,200 ms (p50 300 ms)", False)]
+    md = report.benchmarks_md(tmp_path)
+    assert md.count("| met |") == 3 and md.count("| **missed** |") == 2
+    assert "`fair-30m`" in md and "1-min load average 1.5 at the end" in md
+    assert "| 2 | 1 | 12.0 | 80 | 0.80 | 6.0 | run |" in md
