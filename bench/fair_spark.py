@@ -186,15 +186,19 @@ def _load() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def _spawn(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+def _spawn(cmd: list[str], log: Path, stdout: Path | None = None
+           ) -> subprocess.Popen[bytes]:
     fh = log.open("ab")
-    return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO,
-                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    out = fh if stdout is None else stdout.open("wb")
+    return subprocess.Popen(cmd, stdout=out, stderr=fh if stdout else subprocess.STDOUT,
+                            cwd=REPO, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def _timed(cmd: list[str], log: Path, timeout: float = 1800) -> float:
+def _timed(cmd: list[str], log: Path, timeout: float = 1800, stdout: Path | None = None
+           ) -> float:
     t0 = time.perf_counter()
-    proc = _spawn(cmd, log)
+    proc = _spawn(cmd, log, stdout)
     try:
         code = proc.wait(timeout)
     finally:
@@ -219,11 +223,20 @@ def cec_spec(work: Path, data: Path, sliding: bool, partitions: int) -> Path:
 def run_cec(spec: Path, run: Path, log: Path) -> dict[str, Any]:
     shutil.rmtree(run, ignore_errors=True)
     load = _load()
-    wall = _timed([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run)], log)
+    summary = run.with_suffix(".json")
+    wall = _timed([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--json"], log,
+                  stdout=summary)
     out = run.with_suffix(".parquet")
     export_s = _timed([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"],
                       log)
-    return {"wall_s": round(wall, 2), "export_s": round(export_s, 2), "load": load,
+    phases: dict[str, Any] = {}
+    try:  # cec's own account of the run, reported beside the whole-process time
+        own = json.loads(summary.read_text())
+        phases = {k: round(float(own[k]), 2) for k in ("elapsed_s", "steady_s")
+                  if isinstance(own.get(k), int | float)}
+    except (OSError, ValueError):
+        pass
+    return {"wall_s": round(wall, 2), "export_s": round(export_s, 2), "load": load, **phases,
             "output": cec_output(out)}
 
 
