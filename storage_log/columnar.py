@@ -58,13 +58,14 @@ def supported(schema: pa.Schema) -> bool:
     return all(pa.types.is_integer(f.type) or pa.types.is_floating(f.type) for f in schema)
 
 
-def _values(col: pa.Array) -> np.ndarray:
-    """The column's values as signed integers of its byte width (a view, no copy)."""
+def _values(col: pa.Array) -> tuple[np.ndarray, int]:
+    """The column's values as signed integers of its byte width (a view, no copy), and
+    the address of its first value."""
     width = col.type.bit_width // 8
     buf = col.buffers()[1]
     assert buf is not None
     arr = np.frombuffer(buf, dtype=_SIGNED[width], count=len(col) + col.offset)
-    return arr[col.offset:]
+    return arr[col.offset:], buf.address + col.offset * width
 
 
 def _fit(span: int) -> int:
@@ -76,39 +77,65 @@ def _fit(span: int) -> int:
 
 
 def encode(batch: pa.RecordBatch) -> bytes | None:
-    """The columnar blob of ``batch``, or None if its schema or nulls are not handled."""
-    if not supported(batch.schema) or any(c.null_count for c in batch.columns):
+    """The columnar blob of ``batch``, or None if its schema or nulls are not handled.
+
+    Each column costs a handful of vectorized passes: a column whose values live at the
+    same address as an earlier one's is SAME without a comparison, an integral float
+    column is tried as integers only if its first and last values are integral, and
+    only the chosen encoding's bytes are materialized.
+    """
+    cols = batch.columns
+    if not supported(batch.schema) or any(c.null_count for c in cols):
         return None
     n = batch.num_rows
-    parts: list[bytes | memoryview] = [_HEAD.pack(n, batch.num_columns)]
-    seen: list[tuple[int, np.ndarray]] = []  # (type id, values) of earlier columns
-    for col in batch.columns:
-        v = _values(col)
+    parts: list[bytes | memoryview] = [_HEAD.pack(n, len(cols))]
+    seen: list[tuple[int, int, np.ndarray]] = []  # (type id, address, values) of earlier columns
+    for col in cols:
+        v, addr = _values(col)
         width = v.dtype.itemsize
         if n == 0:
             parts.append(_COL.pack(RAW, 0, width, 0, 0))
             continue
         tid = col.type.id
-        same = next((i for i, (t, w) in enumerate(seen) if t == tid and w[0] == v[0]
-                     and w[-1] == v[-1] and np.array_equal(w, v)), -1)
-        seen.append((tid, v))
+        same = _same(seen, tid, addr, v)
+        seen.append((tid, addr, v))
         if same >= 0:
             parts.append(_COL.pack(SAME, 0, 0, same, 0))
             continue
-        flags = 0
-        ints = v
         if pa.types.is_floating(col.type):
-            if width != 8:
-                parts += _raw(v)
-                continue
-            ints = v[:0]  # no gain unless every value is an integer
-            f = v.view(np.float64)
-            if np.isfinite(f).all() and (np.abs(f) < 2.0 ** 62).all():
-                as_int = f.astype(np.int64)
-                if np.array_equal(as_int.astype(np.float64).view(np.int64), v):
-                    ints, flags = as_int, F2I
-        parts += _integers(ints, flags, width) or _raw(v)
+            ints = _float_ints(v) if width == 8 else None
+            out = _integers(ints, F2I, width) if ints is not None else None
+        else:
+            out = _integers(v, 0, width)
+        parts += out or _raw(v)
     return b"".join(parts)
+
+
+def _same(seen: list[tuple[int, int, np.ndarray]], tid: int, addr: int, v: np.ndarray) -> int:
+    """The index of an earlier column of the same type holding the same values; -1: none."""
+    for i, (t, a, _) in enumerate(seen):
+        if t == tid and a == addr:
+            return i
+    v0, v1 = v[0], v[-1]
+    for i, (t, _, w) in enumerate(seen):
+        if t == tid and w[0] == v0 and w[-1] == v1 and bool((w == v).all()):
+            return i
+    return -1
+
+
+def _float_ints(v: np.ndarray) -> np.ndarray | None:
+    """The int64 values of a float64 column (as bits ``v``) if converting them back gives
+    the same bits for every row (so ``-0.0``, NaN, infinities and fractions are not);
+    None otherwise."""
+    f = v.view(np.float64)
+    for x in (float(f[0]), float(f[-1])):  # the common case, fractions, costs no pass
+        if not (x.is_integer() and abs(x) < 2.0 ** 62):
+            return None
+    with np.errstate(invalid="ignore"):  # NaN, inf: whatever they become fails the check
+        ints = f.astype(np.int64)
+    if not bool((ints.astype(np.float64).view(np.int64) == v).all()):
+        return None
+    return ints
 
 
 def _raw(v: np.ndarray) -> list[bytes | memoryview]:
@@ -116,29 +143,59 @@ def _raw(v: np.ndarray) -> list[bytes | memoryview]:
 
 
 def _integers(v: np.ndarray, flags: int, width: int) -> list[bytes | memoryview] | None:
-    """The cheapest of CONST, FOR and DELTA for ``v``; None if none is smaller than RAW."""
-    if len(v) == 0:
+    """The cheapest of CONST, FOR and DELTA for ``v``; None if none is smaller than RAW.
+
+    Ties go to CONST, then FOR. Statistics are computed only where they can change the
+    choice (the first, second and last values rule out an arithmetic sequence; a value
+    range that fits one byte leaves DELTA nothing to win), then only the chosen
+    encoding's bytes are materialized.
+    """
+    n = len(v)
+    if n == 0:
         return None
-    lo, hi = int(v.min()), int(v.max())
-    if lo == hi:
-        return [_COL.pack(CONST, flags, 0, lo, 0)]
+    first = int(v[0])
+    if n == 1:
+        return [_COL.pack(CONST, flags, 0, first, 0)]
+    last, step = int(v[-1]), int(v[1]) - first
+    lo = hi = 0
+    have_range = False
+    if step == 0 and last == first:
+        lo, hi, have_range = int(v.min()), int(v.max()), True
+        if lo == hi:
+            return [_COL.pack(CONST, flags, 0, first, 0)]
+    d: np.ndarray | None = None
+    dlo = dhi = 0
+    # an arithmetic sequence (modulo 2^64, like the decoder's sum) that is not constant
+    # has step != 0 and v[i] - first == i * step at i = mid and n - 1
+    mid = n // 2
+    if step and (last - first - (n - 1) * step) % (1 << 64) == 0 \
+            and (int(v[mid]) - first - mid * step) % (1 << 64) == 0:
+        d, dlo, dhi = _diffs(v)
+        if dlo == dhi:
+            return [_COL.pack(DELTA, flags, 0, first, dlo)]
+    if not have_range:
+        lo, hi = int(v.min()), int(v.max())
     best_k = _fit(hi - lo)
-    out: list[bytes | memoryview] | None = None
-    if best_k and best_k < width:
-        out = [_COL.pack(FOR, flags, best_k, lo, 0),
-               (v - np.array(lo, v.dtype)).astype(_UNSIGNED[best_k]).data]
-    if len(v) > 1:
-        v64 = v.astype(np.int64, copy=False)
-        d = np.diff(v64)
-        dlo, dhi = int(d.min()), int(d.max())
-        k = 0 if dlo == dhi else _fit(dhi - dlo)
-        if (dlo == dhi or k) and (out is None or k < best_k):
-            first = int(v64[0])
-            if k == 0:
-                return [_COL.pack(DELTA, flags, 0, first, dlo)]
-            resid = (d - np.int64(dlo)).astype(_UNSIGNED[k])
-            return [_COL.pack(DELTA, flags, k, first, dlo), resid.data]
-    return out
+    use_for = 0 < best_k < width
+    if not (use_for and best_k == 1):  # else no DELTA (0 ruled out above) is smaller
+        if d is None:
+            d, dlo, dhi = _diffs(v)
+        k = _fit(dhi - dlo)
+        if k and k <= width and not (use_for and best_k <= k):
+            if dlo:
+                np.subtract(d, np.int64(dlo), out=d)
+            return [_COL.pack(DELTA, flags, k, first, dlo), d.astype(_UNSIGNED[k]).data]
+    if use_for:
+        vals = v if lo == 0 else v - np.array(lo, v.dtype)
+        return [_COL.pack(FOR, flags, best_k, lo, 0), vals.astype(_UNSIGNED[best_k]).data]
+    return None
+
+
+def _diffs(v: np.ndarray) -> tuple[np.ndarray, int, int]:
+    """Row-to-row differences of ``v`` as int64 (modulo 2^64), their min and max."""
+    v64 = v.astype(np.int64, copy=False)
+    d = np.subtract(v64[1:], v64[:-1])
+    return d, int(d.min()), int(d.max())
 
 
 def decode(blob: bytes | memoryview | pa.Buffer, schema: pa.Schema) -> pa.RecordBatch:
@@ -222,7 +279,7 @@ def encode_reference(batch: pa.RecordBatch) -> bytes | None:
         return None
     parts: list[bytes | memoryview] = [_HEAD.pack(batch.num_rows, batch.num_columns)]
     for col in batch.columns:
-        parts += _raw(_values(col))
+        parts += _raw(_values(col)[0])
     return b"".join(parts)
 
 

@@ -47,7 +47,8 @@ def _bits_equal(a: pa.RecordBatch, b: pa.RecordBatch) -> bool:
 def column(draw: st.DrawFn, n: int) -> tuple[pa.DataType, np.ndarray]:
     t = draw(st.sampled_from(TYPES))
     w = t.bit_width // 8
-    shape = draw(st.sampled_from(["random", "const", "step", "small", "extreme", "floaty"]))
+    shape = draw(st.sampled_from(["random", "const", "step", "small", "extreme", "floaty",
+                                  "almost", "bits"]))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     bits = rng.integers(0, 256, n * w, dtype=np.uint8).view(f"i{w}")
     if shape == "const":
@@ -58,6 +59,16 @@ def column(draw: st.DrawFn, n: int) -> tuple[pa.DataType, np.ndarray]:
         bits = (start + step * np.arange(n, dtype=np.int64)).astype(f"i{w}")
     elif shape == "small":
         bits = (rng.integers(-300, 300, n) + (bits[0] if n else 0)).astype(f"i{w}")
+    elif shape == "almost":  # a step sequence but for one row: not arithmetic, though
+        # its first, middle and last values say it could be
+        start = draw(st.integers(-(1 << (8 * w - 1)), (1 << (8 * w - 1)) - 1))
+        step = draw(st.integers(-3, 3))
+        bits = (start + step * np.arange(n, dtype=np.int64)).astype(f"i{w}")
+        if n > 3:
+            i = draw(st.sampled_from([1, n // 2 - 1, n // 2 + 1, n - 2]))
+            bits[i] = bits[i] + np.array(draw(st.sampled_from([1, -1, 7])), f"i{w}")
+    elif shape == "bits":  # few distinct values
+        bits = rng.integers(0, draw(st.sampled_from([2, 3, 4, 16, 17])), n).astype(f"i{w}")
     elif shape == "extreme":  # the ends of the range: deltas wrap modulo 2^64
         lo, hi = -(1 << (8 * w - 1)), (1 << (8 * w - 1)) - 1
         bits = rng.choice(np.array([lo, hi, 0, -1, 1], dtype=np.int64), n).astype(f"i{w}")
@@ -115,6 +126,52 @@ def test_encodings_chosen_for_structure() -> None:
                     (columnar.FOR, columnar.F2I), (columnar.RAW, 0), (columnar.FOR, 0)]
     assert len(blob) < batch.nbytes / 3
     assert columnar.decode(blob, batch.schema).equals(batch)
+
+
+def _tags(blob: bytes, n: int, ncols: int) -> list[tuple[int, int, int, int]]:
+    """(tag, flags, width, a) of each column of a codec-2 blob."""
+    out, pos = [], struct.calcsize("<IH")
+    col = struct.Struct("<BBBqq")
+    for _ in range(ncols):
+        tag, flags, k, a, _b = col.unpack_from(blob, pos)
+        out.append((tag, flags, k, a))
+        pos += col.size + (n * k if tag in (columnar.RAW, columnar.FOR) else
+                           (n - 1) * k if tag == columnar.DELTA else 0)
+    assert pos == len(blob)
+    return out
+
+
+def test_same_column_found_by_address_or_by_value() -> None:
+    n = 2000
+    ts = np.cumsum(np.random.default_rng(2).integers(0, 30, n)).astype(np.int64)
+    shared = pa.array(ts)
+    batch = pa.record_batch([shared, shared, pa.array(ts.copy()), pa.array(ts + 1),
+                             pa.array(ts.view(np.float64))], names=list("abcde"))
+    blob = columnar.encode(batch)
+    assert blob is not None
+    tags = _tags(blob, n, 5)
+    assert tags[0][:3] == (columnar.DELTA, 0, 1)
+    assert tags[1] == (columnar.SAME, 0, 0, 0) and tags[2] == (columnar.SAME, 0, 0, 0)
+    assert tags[3][0] == columnar.DELTA  # equal deltas, but not the same values
+    assert tags[4][0] != columnar.SAME  # the same bits as another type: not SAME
+    assert _bits_equal(columnar.decode(blob, batch.schema), batch)
+    sliced = batch.slice(7, 1500)  # offsets into shared buffers
+    blob = columnar.encode(sliced)
+    assert blob is not None and _tags(blob, 1500, 5)[1][0] == columnar.SAME
+    assert _bits_equal(columnar.decode(blob, sliced.schema), sliced)
+
+
+@pytest.mark.parametrize("bad", [0.5, float("nan"), float("inf"), -0.0, 2.0 ** 64])
+def test_integral_floats_with_one_exception_stay_exact(bad: float) -> None:
+    n = 1000
+    for i in (1, n // 2, n - 2):  # first and last rows integral: the full check decides
+        f = np.random.default_rng(i).integers(-5000, 5000, n).astype(np.float64)
+        f[i] = bad
+        batch = pa.record_batch({"f": f})
+        blob = columnar.encode(batch)
+        assert blob is not None
+        assert _tags(blob, n, 1)[0][1] == 0  # not F2I
+        assert _bits_equal(columnar.decode(blob, batch.schema), batch)
 
 
 def test_unsupported_schemas_and_nulls_are_left_to_arrow() -> None:
