@@ -60,20 +60,54 @@ _SPARK_TYPES = {"int64": "BIGINT", "float64": "DOUBLE", "string": "STRING", "boo
 # --------------------------------------------------------------------------- reading
 
 
-def _chunk_reader(chunks: list[str], columns: str
+JOB_PROPERTY = "cec.ingest.chunks"  # the chunks of the running ingest job (JSON)
+
+
+def _job_chunks() -> list[Chunk]:
+    """On an executor: the chunks of the ingest job this task belongs to.
+
+    A file source's query is built once per ingest and run once per job
+    (:class:`IngestQuery`); the job's chunks travel as a Spark local property of the
+    driver thread, which Spark hands to every task (and every retry) of that job.
+    """
+    ctx = TaskContext.get()
+    raw = ctx.getLocalProperty(JOB_PROPERTY) if ctx is not None else None
+    if not raw:
+        raise CecError(f"ingest: the task carries no chunk list (Spark local property "
+                       f"{JOB_PROPERTY} unset): a query of this ingest was run outside "
+                       "IngestQuery.run")
+    return [Chunk.from_json(text) for text in json.loads(raw)]
+
+
+def _reader_run(chunks: list[Chunk], i: int, readers: int) -> list[Chunk]:
+    """Reader ``i`` of ``readers``: the ``i``-th of as many consecutive runs of chunks
+    (the cut ``spark.range(0, n, 1, readers)`` makes of ``n`` chunk numbers)."""
+    n = len(chunks)
+    return chunks[i * n // readers:(i + 1) * n // readers]
+
+
+def _chunk_reader(chunks: list[str] | None, columns: str, readers: int = 1
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The mapInArrow function that turns chunk indices into the chunks' rows, in order."""
+    """The mapInArrow function that turns chunk indices into the chunks' rows, in order.
+
+    With ``chunks`` None the indices are reader numbers (of ``readers``) and the chunks
+    are the job's (:func:`_job_chunks`).
+    """
 
     def read(indices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cols = ColumnTypes.from_json(columns)
+        job = _job_chunks() if chunks is None else None
         for batch in indices:
             for i in batch.column(0).to_pylist():
-                yield from read_chunk(Chunk.from_json(chunks[i]), cols)
+                run = (_reader_run(job, i, readers) if job is not None
+                       else [Chunk.from_json(chunks[i])] if chunks is not None else [])
+                for chunk in run:
+                    yield from read_chunk(chunk, cols)
 
     return read
 
 
-def _file_frame(spark: SparkSession, columns: ColumnTypes, chunks: list[Chunk],
+def _file_frame(spark: SparkSession, columns: ColumnTypes, chunks: list[Chunk] | None,
                 readers: int = 1) -> DataFrame:
     """Consecutive chunks of a file source read by a Spark task, as Arrow batches.
 
@@ -83,11 +117,16 @@ def _file_frame(spark: SparkSession, columns: ColumnTypes, chunks: list[Chunk],
     Python data source (``spark.read.format(...)``) started two Python planner
     processes per query: a cold run reached its first row 3–5 s later. With
     ``readers`` > 1 the chunk numbers are cut into that many consecutive runs, one
-    task each.
+    task each. With ``chunks`` None the frame reads the chunks of whichever job runs
+    it (:func:`_job_chunks`): one query serves every job.
     """
     fields = [f"`{n}` {_SPARK_TYPES[t]}" for n, t in zip(columns.names, columns.types,
                                                          strict=True)]
     schema = ", ".join([*fields, f"`{SEQ}` BIGINT"])
+    if chunks is None:
+        readers = max(1, readers)
+        return spark.range(0, readers, 1, readers).mapInArrow(
+            _chunk_reader(None, columns.to_json(), readers), schema)
     reader = _chunk_reader([c.to_json() for c in chunks], columns.to_json())
     return spark.range(0, len(chunks), 1, max(1, min(readers, len(chunks)))).mapInArrow(
         reader, schema)
@@ -107,9 +146,15 @@ def partition_expr(key: Column, partitions: int) -> Column:
 
 
 def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
-                 chunks: list[Chunk], readers: int = 1) -> DataFrame:
+                 chunks: list[Chunk] | None, readers: int = 1) -> DataFrame:
     """The rows of consecutive chunks with every source column plus ``SEQ``, read by
-    ``readers`` tasks (each in order; with one, the whole frame is in order)."""
+    ``readers`` tasks (each in order; with one, the whole frame is in order).
+
+    ``chunks`` None (file sources only): the chunks of the job that runs the query."""
+    if chunks is None:
+        if spec.source.kind == "generator":
+            raise CecError("ingest: a generator query needs its chunks")
+        return _file_frame(spark, columns, None, readers)
     chunk = chunks[0]
     if chunk.fmt == "generator":
         gen = spec.source.generator
@@ -126,7 +171,7 @@ def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
 
 
 def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
-                   chunks: list[Chunk], readers: int = 1) -> DataFrame:
+                   chunks: list[Chunk] | None, readers: int = 1) -> DataFrame:
     """Filtered, projected and partitioned rows: ts, seq, key, value, PART."""
     df = source_frame(spark, spec, columns, chunks, readers)
     if spec.where is not None:
@@ -223,21 +268,32 @@ def trim_upstream(layout: RunLayout, logs: list[StreamLog | None]) -> int:
     return dropped
 
 
-def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk], writers: int = 1
+def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 1
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function that writes consecutive chunks into upstream logs.
 
     With one writer it writes all P logs; with ``writers`` > 1, Spark partition ``w``
     (the task's partition id) owns the logs ``p`` with ``p % writers == w`` and must
     receive exactly their rows, in ``seq`` order (:func:`run_chunks` routes and sorts).
+    With ``chunks`` None they are the job's (:func:`_job_chunks`).
+
+    The chunks a batch completes (a row at or past a chunk's end is in it) are
+    committed together, once, with the token of the last of them: the logs then hold
+    every row of those chunks, exactly as a commit per chunk would have left them.
     """
-    ends = [c.next_seq for c in chunks]
-    tokens = [_token(c) for c in chunks]
+    fixed = None if chunks is None else (np.array([c.next_seq for c in chunks], np.int64),
+                                         [_token(c) for c in chunks])
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         layout = RunLayout(Path(cfg.root))
         layout.check_visible(cfg.run_id)  # this host sees the run the driver created
         layout.check_driver(cfg.driver)  # and the run is still this driver's
+        if fixed is None:
+            job = _job_chunks()
+            ends, tokens = (np.array([c.next_seq for c in job], np.int64),
+                            [_token(c) for c in job])
+        else:
+            ends, tokens = fixed
         w = 0
         if writers > 1:
             ctx = TaskContext.get()
@@ -255,17 +311,23 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk], writers: int = 1
         def commit_through(upto: int) -> None:  # commit every chunk ending at or before
             nonlocal nxt
             t0 = time.perf_counter()
-            before = nxt
-            while nxt < len(ends) and ends[nxt] <= upto:
+            done = int(np.searchsorted(ends, upto, "right"))
+            if done > nxt:
+                nxt = done
                 for log in logs:
                     # a sealed log holds its whole stream already (a refill after
                     # --repair cut another)
                     if log is not None and not log.sealed:
-                        log.commit(tokens[nxt])
-                nxt += 1
-            if cfg.trim and nxt > before:
-                trimmed[0] += trim_upstream(layout, logs)
+                        log.commit(tokens[nxt - 1])
+                if cfg.trim:
+                    trimmed[0] += trim_upstream(layout, logs)
             clock[2] += time.perf_counter() - t0
+
+        def append(batch: pa.RecordBatch) -> None:
+            nonlocal written
+            t0 = time.perf_counter()
+            written += _append_split(logs, batch, above, cfg.partitions)
+            clock[1] += time.perf_counter() - t0
 
         try:
             above = [-1 if log is None or log.last_seq is None else log.last_seq
@@ -274,8 +336,7 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk], writers: int = 1
             while True:
                 t0 = time.perf_counter()
                 batch = next(it, None)
-                t1 = time.perf_counter()
-                clock[0] += t1 - t0
+                clock[0] += time.perf_counter() - t0
                 if batch is None:
                     break
                 if batch.num_rows == 0:
@@ -283,23 +344,19 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk], writers: int = 1
                 seqs = batch.column(1).to_numpy()
                 if int(seqs[-1]) >= ends[-1]:
                     raise CecError(f"ingest: row seq {int(seqs[-1])} is past the job's "
-                                   f"chunks (ending at {ends[-1]}): the source was not "
+                                   f"chunks (ending at {int(ends[-1])}): the source was not "
                                    "read in order")
-                lo = 0
-                while lo < batch.num_rows:
-                    # rows of the chunk being written; commit when a chunk is complete
-                    cut = batch.num_rows
-                    if nxt < len(ends):
-                        cut = max(lo, int(np.searchsorted(seqs, ends[nxt], "left")))
-                    if cut > lo:
-                        t2 = time.perf_counter()
-                        written += _append_split(logs, batch.slice(lo, cut - lo), above,
-                                                 cfg.partitions)
-                        clock[1] += time.perf_counter() - t2
-                    if cut < batch.num_rows:
-                        commit_through(int(seqs[cut]))
-                    lo = cut
-            commit_through(ends[-1])
+                # the chunks this batch completes: those ending at or before its last row
+                cut = 0
+                last = int(np.searchsorted(ends, seqs[-1], "right"))
+                if last > nxt:
+                    cut = int(np.searchsorted(seqs, ends[last - 1], "left"))
+                    if cut:
+                        append(batch.slice(0, cut))
+                    commit_through(int(seqs[cut]))
+                if cut < batch.num_rows:  # rows of the chunk after: committed later
+                    append(batch.slice(cut))
+            commit_through(int(ends[-1]))
         finally:
             for log in logs:
                 if log is not None:
@@ -403,31 +460,65 @@ _CLOCKS = ("wait_s", "append_s", "commit_s")
 JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each)
 
 
+class IngestQuery:
+    """The Spark query of an ingest, run once per job (a run of consecutive chunks).
+
+    A file source's query does not depend on the chunks: it is built the first time
+    and run again for every job, which hands the job's chunks to its tasks as a Spark
+    local property (:data:`JOB_PROPERTY`, :func:`_job_chunks`). Building the query and
+    planning it again for every job took about 0.1 s of a ``stream-dir`` poll's job.
+    The generator's chunks are the query's range: its query is built per job.
+    """
+
+    _SCHEMA = ("rows long, started_at double, trimmed long, "
+               + ", ".join(f"{c} double" for c in _CLOCKS))
+
+    def __init__(self, spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+                 layout: RunLayout, driver: int | None = None) -> None:
+        self.spark, self.spec, self.settings = spark, spec, settings
+        self.cfg = WriterConfig.for_run(spec, layout, settings.run_id, driver)
+        self.tasks = spec.run.ingest_tasks
+        self.writers = min(self.tasks, spec.run.partitions)
+        self._reused: DataFrame | None = None
+
+    def _query(self, chunks: list[Chunk] | None, readers: int) -> DataFrame:
+        df = upstream_frame(self.spark, self.spec, self.settings.columns, chunks, readers)
+        if readers > 1 or self.writers > 1:
+            # rows to their writer through Spark's shuffle: Spark partition w holds the
+            # key partitions p % writers == w, in seq order (each log keeps the source
+            # order)
+            df = (df.repartition(self.writers, _route(self.spark, self.writers))
+                  .sortWithinPartitions("seq"))
+        return df.mapInArrow(_chunk_writer(self.cfg, chunks, self.writers), self._SCHEMA)
+
+    def run(self, chunks: list[Chunk], progress: IngestProgress) -> int:
+        """Ingest consecutive chunks (one Spark job); the number of tuples written."""
+        if chunks[0].fmt == "generator":
+            out = self._query(chunks, self.tasks).collect()
+        else:
+            if self._reused is None:
+                self._reused = self._query(None, self.tasks)
+            sc = self.spark.sparkContext
+            sc.setLocalProperty(JOB_PROPERTY, json.dumps([c.to_json() for c in chunks]))
+            try:
+                out = self._reused.collect()
+            finally:
+                sc.setLocalProperty(JOB_PROPERTY, None)  # type: ignore[arg-type]
+        clocks = progress.writer_s
+        if "first_writer_at" not in clocks:
+            clocks["first_writer_at"] = min(float(r["started_at"]) for r in out)
+        for row in out:
+            progress.trimmed_segments += int(row["trimmed"])
+            for c in _CLOCKS:
+                clocks[c] = clocks.get(c, 0.0) + float(row[c])
+        return int(sum(r["rows"] for r in out))
+
+
 def run_chunks(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
                layout: RunLayout, chunks: list[Chunk], progress: IngestProgress,
                driver: int | None = None) -> int:
     """Ingest consecutive chunks (one Spark job); the number of tuples written."""
-    cfg = WriterConfig.for_run(spec, layout, settings.run_id, driver)
-    tasks = spec.run.ingest_tasks
-    readers = min(tasks, len(chunks)) if chunks[0].fmt != "generator" else tasks
-    writers = min(tasks, spec.run.partitions)
-    df = upstream_frame(spark, spec, settings.columns, chunks, readers)
-    if readers > 1 or writers > 1:
-        # rows to their writer through Spark's shuffle: Spark partition w holds the key
-        # partitions p % writers == w, in seq order (each log keeps the source order)
-        df = (df.repartition(writers, _route(spark, writers))
-              .sortWithinPartitions("seq"))
-    schema = ("rows long, started_at double, trimmed long, "
-              + ", ".join(f"{c} double" for c in _CLOCKS))
-    out = df.mapInArrow(_chunk_writer(cfg, chunks, writers), schema).collect()
-    clocks = progress.writer_s
-    if "first_writer_at" not in clocks:
-        clocks["first_writer_at"] = min(float(r["started_at"]) for r in out)
-    for row in out:
-        progress.trimmed_segments += int(row["trimmed"])
-        for c in _CLOCKS:
-            clocks[c] = clocks.get(c, 0.0) + float(row[c])
-    return int(sum(r["rows"] for r in out))
+    return IngestQuery(spark, spec, settings, layout, driver).run(chunks, progress)
 
 
 _ROUTES: dict[int, list[int]] = {}
@@ -484,13 +575,13 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
     resume, resume_next = committed_chunk(layout, spec.run.partitions)
     if resume >= 0:  # a resumed ingest reads the source again: it must be the same
         check_fingerprint(spec, list(settings.source_files))
+    query = IngestQuery(spark, spec, settings, layout, driver)
     if spec.source.kind == "stream-dir":
         watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples)
         while not should_stop():
             new = watcher.poll()
             _check_resume(spec, new, resume, resume_next)
-            _run_jobs(spark, spec, settings, layout, new, resume, progress, should_stop,
-                      driver)
+            _run_jobs(query, new, resume, progress, should_stop)
             if watcher.ended:
                 break
             if not new:
@@ -500,8 +591,7 @@ def ingest(spark: SparkSession, spec: PipelineSpec, settings: RunSettings, layou
             plan = plan_source(spec, max_rows=settings.max_tuples)
         progress.chunks_total = len(plan.chunks)
         _check_resume(spec, plan.chunks, resume, resume_next)
-        _run_jobs(spark, spec, settings, layout, plan.chunks, resume, progress, should_stop,
-                  driver)
+        _run_jobs(query, plan.chunks, resume, progress, should_stop)
     if should_stop():
         return
     seal_upstream(layout, spec.run.partitions, spec.run.fsync)
@@ -520,14 +610,13 @@ def _check_resume(spec: PipelineSpec, chunks: list[Chunk], resume: int,
                 "(a resumed run must read the same input)")
 
 
-def _run_jobs(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-              layout: RunLayout, chunks: list[Chunk], resume: int, progress: IngestProgress,
-              should_stop: Callable[[], bool], driver: int | None = None) -> None:
+def _run_jobs(query: IngestQuery, chunks: list[Chunk], resume: int,
+              progress: IngestProgress, should_stop: Callable[[], bool]) -> None:
     for job in _jobs(chunks, resume):
         if should_stop():
             return
         t0 = time.monotonic()
-        progress.tuples += run_chunks(spark, spec, settings, layout, job, progress, driver)
+        progress.tuples += query.run(job, progress)
         progress.job_seconds.append(time.monotonic() - t0)
         progress.chunks_done = job[-1].index + 1
         progress.source_rows = job[-1].next_seq
