@@ -48,7 +48,12 @@ from storage_log.epoch import read_chain
 from storage_log.log import StreamLog
 from storage_log.segment import segment_path, sid_base
 
-TAIL_TIMEOUT_S = 0.25
+TAIL_TIMEOUT_S = 0.25  # idle this long: report state, check the driver (on_idle)
+# The longest a wait for upstream commits lasts before it starts over: StreamLog.tail
+# polls from 1 ms backing off to 50 ms; restarting it every 20 ms keeps the gap
+# between two looks under ~10 ms, so a commit of the ingest is seen soon after it
+# lands, even after an idle spell (issue 16 item 4: latency).
+TAIL_POLL_S = 0.02
 REFILL_WAIT_S = 600.0
 STATE_EVERY_S = 0.5
 
@@ -315,12 +320,13 @@ def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], N
           ) -> Iterator[pa.RecordBatch]:
     """Upstream records after ``after`` until the log is sealed and read, or STOP.
 
-    ``on_idle`` is called whenever a wait for new records timed out.
+    ``on_idle`` is called whenever no new record came for :data:`TAIL_TIMEOUT_S`.
     """
     last = after
+    idle_since = time.monotonic()
     while True:
         got = False
-        for batch in up.tail(after_seq=last, timeout=TAIL_TIMEOUT_S):
+        for batch in up.tail(after_seq=last, timeout=TAIL_POLL_S):
             if batch.num_rows == 0:
                 continue
             got = True
@@ -333,5 +339,9 @@ def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], N
         if not got and _sealed(up) and (up.last_seq is None or
                                         (last is not None and last >= up.last_seq)):
             return
-        if not got:
+        now = time.monotonic()
+        if got:
+            idle_since = now
+        elif now - idle_since >= TAIL_TIMEOUT_S:
             on_idle()
+            idle_since = now
