@@ -8,8 +8,10 @@ trailing magic).
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import IntEnum
@@ -135,6 +137,7 @@ class PendingFrame:
     future: Future[tuple[int, bytes, xxhash.xxh64]] | None = None
     estimate: int = 0
     raw_size: int = 0
+    work: Callable[[], tuple[int, bytes, xxhash.xxh64]] | None = None
 
     @property
     def size(self) -> int:
@@ -143,8 +146,16 @@ class PendingFrame:
         return OVERHEAD + len(self.payload)
 
     def resolve(self) -> None:
+        """Wait for the background compression; if no worker has started it yet, cancel
+        it and compress on the calling thread (a wait would only add two thread
+        hand-offs: a record committed as soon as it is appended has nothing to overlap
+        with)."""
         if self.future is not None:
-            self.codec, self.payload, self.payload_hash = self.future.result()
+            work, self.work = self.work, None
+            if work is not None and self.future.cancel():
+                self.codec, self.payload, self.payload_hash = work()
+            else:
+                self.codec, self.payload, self.payload_hash = self.future.result()
             self.future = None
 
     def finish(self, flags: int) -> tuple[bytes, bytes | memoryview, bytes]:
@@ -244,7 +255,8 @@ class FrameCodec:
         if self.pool is None:
             frame.codec, frame.payload, frame.payload_hash = self._compress(batch)
         else:
-            frame.future = self.pool.submit(self._compress, batch)
+            frame.work = functools.partial(self._compress, batch)
+            frame.future = self.pool.submit(frame.work)
             frame.estimate = OVERHEAD + int(raw_size / self.ratio)
         return frame
 

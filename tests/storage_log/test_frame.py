@@ -26,7 +26,7 @@ from storage_log.frame import (
     parse_forward,
 )
 from storage_log.log import StreamLog
-from tests.storage_log.conftest import rows
+from tests.storage_log.conftest import make_batch, rows
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -154,3 +154,39 @@ def test_log_round_trip(tmp_path_factory: pytest.TempPathFactory, sizes: list[in
         back = list(r.read_backward(chunk_bytes=chunk))
         assert back == sent[:visible][::-1]
         assert rows(r.read_forward(after_seq=5)) == [s for s in rows(sent[:visible]) if s > 5]
+
+
+def test_a_frame_no_worker_started_is_compressed_by_the_caller() -> None:
+    """With worker threads, resolving a frame whose compression no worker has picked up
+    yet compresses it on the calling thread (the queued job is cancelled) instead of
+    waiting; one a worker has finished is taken from it. Same bytes either way."""
+    import threading
+
+    codec = FrameCodec(1, threads=2)
+    inline = FrameCodec(1, threads=0)
+    gate = threading.Event()
+    safety = threading.Timer(20, gate.set)  # a caller that waits would be freed by this
+    safety.start()
+    try:
+        assert codec.pool is not None
+        blockers = [codec.pool.submit(gate.wait) for _ in range(2)]  # both workers busy
+        batch = make_batch(0, 5000)
+        frame = codec.encode_data(batch, 0, 4999, 0, 4999)
+        assert frame.future is not None and not frame.future.running()
+        frame.resolve()
+        assert frame.future is None and not gate.is_set()  # did not wait for a worker
+        ref = inline.encode_data(batch, 0, 4999, 0, 4999)
+        assert _bytes(frame, FLAG_COMMIT) == _bytes(ref, FLAG_COMMIT)
+        gate.set()
+        for b in blockers:
+            b.result()
+        done = codec.encode_data(batch, 0, 4999, 0, 4999)
+        assert done.future is not None
+        done.future.result()  # a worker compressed it
+        done.resolve()
+        assert _bytes(done, FLAG_COMMIT) == _bytes(ref, FLAG_COMMIT)
+    finally:
+        safety.cancel()
+        gate.set()
+        codec.close()
+        inline.close()
