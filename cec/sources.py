@@ -28,6 +28,7 @@ import csv
 import io
 import itertools
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -538,6 +539,7 @@ class StreamDirWatcher:
         self.folder = spec.source.path
         self._st = _FileState(spec, max_rows)
         self._seen: list[str] = []
+        self._known: set[str] = set()  # every name looked at: consumed or skipped
         self.ended = False
 
     @property
@@ -554,19 +556,42 @@ class StreamDirWatcher:
         before = len(self._st.chunks)
         end_seen = (self.folder / END_MARKER).exists()
         fmt = self.spec.source.format
-        for path in source_files(self.folder, fmt):
-            if path.name in self._seen:
-                continue
+        for path in self._new_files(fmt):
             if self._seen and path.name < self._seen[-1]:
                 raise InputError(f"{path.name}: arrived after {self._seen[-1]} but sorts before "
                                  "it; stream-dir files are consumed in name order")
             _plan_file(self._st, path, _file_format(path, fmt))
             self._seen.append(path.name)
+            self._known.add(path.name)
             if self._st.full:
                 end_seen = True
                 break
         self.ended = end_seen
         return self._st.chunks[before:]
+
+    def _new_files(self, fmt: str | None) -> list[Path]:
+        """The data files not consumed yet, in name order (as :func:`source_files`).
+
+        Only names not seen before are looked at: a poll costs one listing of the
+        folder, not a look at every file it ever consumed (a long stream has many).
+        """
+        try:
+            with os.scandir(self.folder) as it:
+                names = sorted(e.name for e in it if e.name not in self._known)
+        except FileNotFoundError as exc:
+            raise InputError(f"{self.folder}: [source].path: not a directory") from exc
+        files = []
+        for name in names:
+            if name.startswith((".", "_")):
+                continue  # hidden: being written, or the end marker
+            path = self.folder / name
+            if not path.is_file():
+                continue
+            if fmt is not None and not name.lower().endswith(EXTENSIONS[fmt]):
+                self._known.add(name)  # never a data file of this source
+                continue
+            files.append(path)
+        return files
 
 
 # --------------------------------------------------------------------------- reading
