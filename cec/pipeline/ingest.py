@@ -281,7 +281,8 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
     committed together, once, with the token of the last of them: the logs then hold
     every row of those chunks, exactly as a commit per chunk would have left them.
     """
-    fixed = None if chunks is None else (np.array([c.next_seq for c in chunks], np.int64),
+    fixed = None if chunks is None else (chunks[0].first_seq,
+                                         np.array([c.next_seq for c in chunks], np.int64),
                                          [_token(c) for c in chunks])
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -290,10 +291,11 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
         layout.check_driver(cfg.driver)  # and the run is still this driver's
         if fixed is None:
             job = _job_chunks()
-            ends, tokens = (np.array([c.next_seq for c in job], np.int64),
-                            [_token(c) for c in job])
+            first, ends, tokens = (job[0].first_seq,
+                                   np.array([c.next_seq for c in job], np.int64),
+                                   [_token(c) for c in job])
         else:
-            ends, tokens = fixed
+            first, ends, tokens = fixed
         w = 0
         if writers > 1:
             ctx = TaskContext.get()
@@ -342,10 +344,12 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
                 if batch.num_rows == 0:
                     continue
                 seqs = batch.column(1).to_numpy()
-                if int(seqs[-1]) >= ends[-1]:
-                    raise CecError(f"ingest: row seq {int(seqs[-1])} is past the job's "
-                                   f"chunks (ending at {int(ends[-1])}): the source was not "
-                                   "read in order")
+                if int(seqs[-1]) >= ends[-1] or int(seqs[0]) < first:
+                    bad = int(seqs[-1]) if int(seqs[-1]) >= ends[-1] else int(seqs[0])
+                    raise CecError(f"ingest: row seq {bad} is outside the job's chunks "
+                                   f"(rows {first} to {int(ends[-1]) - 1}): the source was "
+                                   "not read in order, or Spark handed the writer another "
+                                   "job's rows")
                 # the chunks this batch completes: those ending at or before its last row
                 cut = 0
                 last = int(np.searchsorted(ends, seqs[-1], "right"))
@@ -463,11 +467,14 @@ JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each
 class IngestQuery:
     """The Spark query of an ingest, run once per job (a run of consecutive chunks).
 
-    A file source's query does not depend on the chunks: it is built the first time
-    and run again for every job, which hands the job's chunks to its tasks as a Spark
-    local property (:data:`JOB_PROPERTY`, :func:`_job_chunks`). Building the query and
-    planning it again for every job took about 0.1 s of a ``stream-dir`` poll's job.
-    The generator's chunks are the query's range: its query is built per job.
+    A file source's query with one ingest task does not depend on the chunks: it is
+    built the first time and run again for every job, which hands the job's chunks to
+    its task as a Spark local property (:data:`JOB_PROPERTY`, :func:`_job_chunks`).
+    Building the query and planning it again for every job took about 0.1 s of a
+    ``stream-dir`` poll's job. The generator's chunks are the query's range, and with
+    ``ingest_tasks`` > 1 a shuffle sits in the query (Spark reuses the shuffle output
+    of a physical plan run again, which would hand a job the previous job's rows):
+    those queries are built per job.
     """
 
     _SCHEMA = ("rows long, started_at double, trimmed long, "
@@ -493,8 +500,12 @@ class IngestQuery:
 
     def run(self, chunks: list[Chunk], progress: IngestProgress) -> int:
         """Ingest consecutive chunks (one Spark job); the number of tuples written."""
-        if chunks[0].fmt == "generator":
-            out = self._query(chunks, self.tasks).collect()
+        if chunks[0].fmt == "generator" or self.tasks > 1:
+            # with several tasks the rows go through a shuffle, whose output Spark
+            # keeps and hands again to a query run again: built per job
+            readers = min(self.tasks, len(chunks)) if chunks[0].fmt != "generator" \
+                else self.tasks
+            out = self._query(chunks, readers).collect()
         else:
             if self._reused is None:
                 self._reused = self._query(None, self.tasks)
