@@ -79,6 +79,8 @@ class SegmentAppender:
         return self.unsynced_written + self.pending_bytes
 
     def push(self, frame: PendingFrame) -> None:
+        if frame.kind == Kind.DATA:  # another record before the commit: see background
+            self.codec.background(self.pending)
         self.pending.append(frame)
         self.pending_bytes += frame.size
         if self.pending_bytes >= FLUSH_BYTES:
@@ -110,7 +112,7 @@ class SegmentAppender:
             return
         try:
             for f in frames:
-                if f.future is not None:
+                if f.work is not None:
                     f.resolve()
                     self.codec.observe(f)
             parts: list[bytes | memoryview] = []

@@ -120,9 +120,10 @@ class PendingFrame:
     """An encoded frame whose flags (the commit bit) are fixed only when it is written.
 
     The checksum covers the payload first, so the payload is hashed once at append
-    time and the hash state is copied to finish the header and footer later. A DATA
-    frame may still be compressing on a worker thread (``future``); :meth:`resolve`
-    waits for it, and until then :attr:`size` is an estimate.
+    time and the hash state is copied to finish the header and footer later. With
+    worker threads a DATA frame is not encoded yet (``work``) or is being encoded on a
+    worker (``future``, see :meth:`FrameCodec.background`); :meth:`resolve` makes it
+    encoded, and until then :attr:`size` is an estimate.
     """
 
     kind: int
@@ -141,22 +142,23 @@ class PendingFrame:
 
     @property
     def size(self) -> int:
-        if self.future is not None:
+        if self.work is not None:
             return self.estimate
         return OVERHEAD + len(self.payload)
 
     def resolve(self) -> None:
-        """Wait for the background compression; if no worker has started it yet, cancel
-        it and compress on the calling thread (a wait would only add two thread
-        hand-offs: a record committed as soon as it is appended has nothing to overlap
-        with)."""
-        if self.future is not None:
-            work, self.work = self.work, None
-            if work is not None and self.future.cancel():
-                self.codec, self.payload, self.payload_hash = work()
-            else:
-                self.codec, self.payload, self.payload_hash = self.future.result()
-            self.future = None
+        """Encode the frame now: on the calling thread if it was never handed to a
+        worker or no worker has started it (the job is cancelled), else wait for the
+        worker. Waiting for a worker that has not started would only add two thread
+        hand-offs."""
+        work = self.work
+        if work is None:
+            return
+        future = self.future
+        cancelled = future is None or future.cancel()
+        result = work() if cancelled or future is None else future.result()
+        self.codec, self.payload, self.payload_hash = result
+        self.work = self.future = None
 
     def finish(self, flags: int) -> tuple[bytes, bytes | memoryview, bytes]:
         """Return (header, payload, footer) ready to be written."""
@@ -248,7 +250,8 @@ class FrameCodec:
 
     def encode_data(self, batch: pa.RecordBatch, first_seq: int, last_seq: int,
                     first_ts: int, last_ts: int) -> PendingFrame:
-        """Encode one record; with worker threads, compression runs in the background."""
+        """Encode one record; with worker threads, the encoding is left to
+        :meth:`background` or to :meth:`PendingFrame.resolve`, whichever comes first."""
         raw_size = batch.nbytes
         frame = PendingFrame(int(Kind.DATA), int(Codec.ZSTD), b"", first_seq, last_seq,
                              first_ts, last_ts, batch.num_rows, None, raw_size=raw_size)
@@ -256,9 +259,24 @@ class FrameCodec:
             frame.codec, frame.payload, frame.payload_hash = self._compress(batch)
         else:
             frame.work = functools.partial(self._compress, batch)
-            frame.future = self.pool.submit(frame.work)
             frame.estimate = OVERHEAD + int(raw_size / self.ratio)
         return frame
+
+    def background(self, frames: list[PendingFrame]) -> None:
+        """Hand the not yet encoded ``frames`` to the worker threads.
+
+        Called when another record is appended before a commit: the caller appends
+        several records per commit, so their encoding can overlap with its work. A
+        record committed right after it was appended is encoded by the committing
+        thread (no worker would start before the commit needs it; waking one only
+        costs hand-offs).
+        """
+        pool = self.pool
+        if pool is None:
+            return
+        for f in frames:
+            if f.work is not None and f.future is None:
+                f.future = pool.submit(f.work)
 
     def observe(self, frame: PendingFrame) -> None:
         """Learn the compression ratio from a resolved frame (for size estimates)."""

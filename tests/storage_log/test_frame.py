@@ -156,10 +156,11 @@ def test_log_round_trip(tmp_path_factory: pytest.TempPathFactory, sizes: list[in
         assert rows(r.read_forward(after_seq=5)) == [s for s in rows(sent[:visible]) if s > 5]
 
 
-def test_a_frame_no_worker_started_is_compressed_by_the_caller() -> None:
-    """With worker threads, resolving a frame whose compression no worker has picked up
-    yet compresses it on the calling thread (the queued job is cancelled) instead of
-    waiting; one a worker has finished is taken from it. Same bytes either way."""
+def test_frames_are_encoded_by_the_caller_unless_handed_to_a_worker_that_started() -> None:
+    """With worker threads, a DATA frame is encoded when it is resolved (at the commit)
+    unless :meth:`FrameCodec.background` handed it to a worker first; a handed frame
+    that no worker has started yet is cancelled and encoded by the caller, one a worker
+    finished is taken from it. The bytes are the same in every case."""
     import threading
 
     codec = FrameCodec(1, threads=2)
@@ -169,24 +170,55 @@ def test_a_frame_no_worker_started_is_compressed_by_the_caller() -> None:
     safety.start()
     try:
         assert codec.pool is not None
-        blockers = [codec.pool.submit(gate.wait) for _ in range(2)]  # both workers busy
         batch = make_batch(0, 5000)
-        frame = codec.encode_data(batch, 0, 4999, 0, 4999)
-        assert frame.future is not None and not frame.future.running()
-        frame.resolve()
-        assert frame.future is None and not gate.is_set()  # did not wait for a worker
-        ref = inline.encode_data(batch, 0, 4999, 0, 4999)
-        assert _bytes(frame, FLAG_COMMIT) == _bytes(ref, FLAG_COMMIT)
+        ref = _bytes(inline.encode_data(batch, 0, 4999, 0, 49990), FLAG_COMMIT)
+        lazy = codec.encode_data(batch, 0, 4999, 0, 49990)
+        assert lazy.work is not None and lazy.future is None
+        assert lazy.size == lazy.estimate
+        assert _bytes(lazy, FLAG_COMMIT) == ref and lazy.work is None
+
+        blockers = [codec.pool.submit(gate.wait) for _ in range(2)]  # both workers busy
+        queued = codec.encode_data(batch, 0, 4999, 0, 49990)
+        codec.background([queued])
+        assert queued.future is not None and not queued.future.running()
+        queued.resolve()
+        assert queued.work is None and not gate.is_set()  # did not wait for a worker
+        assert _bytes(queued, FLAG_COMMIT) == ref
         gate.set()
         for b in blockers:
             b.result()
-        done = codec.encode_data(batch, 0, 4999, 0, 4999)
+
+        done = codec.encode_data(batch, 0, 4999, 0, 49990)
+        codec.background([done])
         assert done.future is not None
-        done.future.result()  # a worker compressed it
-        done.resolve()
-        assert _bytes(done, FLAG_COMMIT) == _bytes(ref, FLAG_COMMIT)
+        done.future.result()  # a worker encoded it
+        assert _bytes(done, FLAG_COMMIT) == ref
     finally:
         safety.cancel()
         gate.set()
         codec.close()
         inline.close()
+
+
+@pytest.mark.parametrize("per_commit", [1, 3])
+def test_worker_threads_write_the_same_bytes(tmp_path: Path, per_commit: int) -> None:
+    """Records appended several per commit go to the workers (all but the newest);
+    a log written with or without worker threads holds the same bytes."""
+    sizes = [5000, 300, 70000, 20, 9000, 4096, 1]
+    files = []
+    for threads in (0, 2):
+        path = tmp_path / f"t{threads}"
+        with StreamLog.open(path, writable=True, create=True, threads=threads) as log:
+            seq = 0
+            for i, n in enumerate(sizes):
+                log.append(make_batch(seq, n))
+                seq += n
+                pending = log._appender.pending
+                if threads and per_commit > 1 and i % per_commit:
+                    assert pending[-2].future is not None and pending[-1].future is None
+                if i % per_commit == per_commit - 1:
+                    log.commit(b"token %d" % i)
+            log.commit()
+            assert log.verify() == len(sizes)
+        files.append(sorted((p.name, p.read_bytes()) for p in path.glob("*.seg")))
+    assert files[0] == files[1]
