@@ -58,12 +58,17 @@ class Codec(IntEnum):
 
     NONE = 0
     ZSTD = 1  # an Arrow IPC record-batch message, zstd-compressed
-    COLUMNAR = 2  # a storage_log.columnar blob, zstd-compressed
+    COLUMNAR = 2  # a storage_log.columnar blob (layout 1), zstd-compressed
+    PACKED = 3  # a storage_log.columnar layout-2 blob: each column compressed or not
 
 
 #: records of at least this many rows of numeric columns are written COLUMNAR; below
 #: it the per-column passes cost more than compressing the Arrow message
 COLUMNAR_MIN_ROWS = 256
+#: records of at least this many rows are written PACKED (each column's bytes are
+#: compressed only if they compress); below it one zstd frame of the whole blob
+#: compresses better
+PACKED_MIN_ROWS = 4096
 
 
 #: header flag: this frame ends a commit (everything up to its end is committed)
@@ -189,7 +194,7 @@ class FrameCodec:
     5           1      kind: 1 DATA, 2 SCHEMA, 3 TOKEN, 4 SEAL
     6           1      flags: bit 0 COMMIT (the frame ends a commit); others zero
     7           1      codec: 0 none, 1 zstd, 2 columnar (each one zstd frame with
-                       its content size)
+                       its content size), 3 packed (not compressed as a whole)
     8           4      P, payload length (uint32)
     12          P      payload
     12+P        8      first_seq (int64)  \\
@@ -207,7 +212,10 @@ class FrameCodec:
     zstd-compressed (codec 1), or, for a record of at least ``COLUMNAR_MIN_ROWS``
     rows whose columns are all non-null integers or floats, the
     :mod:`storage_log.columnar` encoding of its columns, zstd-compressed (codec 2:
-    the same record to the reader, a tenth of the compression work); the schema
+    the same record to the reader, a tenth of the compression work), or, from
+    ``PACKED_MIN_ROWS`` rows, its layout-2 encoding (codec 3, not compressed as a
+    whole: each column's bytes are bit-packed and zstd-compressed as they merit,
+    :func:`storage_log.columnar.encode_packed`); the schema
     is written once per segment as a SCHEMA frame (uncompressed IPC schema
     message) before that segment's first DATA frame, and is mirrored in the LMDB
     metadata. A TOKEN payload is the caller's token bytes;
@@ -241,7 +249,14 @@ class FrameCodec:
         cctx = getattr(self._local, "cctx", None)
         if cctx is None:
             cctx = self._local.cctx = zstandard.ZstdCompressor(level=self._level)
-        blob = columnar.encode(batch) if batch.num_rows >= COLUMNAR_MIN_ROWS else None
+        n = batch.num_rows
+        if n >= PACKED_MIN_ROWS:
+            payload = columnar.encode_packed(batch, cctx.compress)
+            if payload is not None:
+                if len(payload) > MAX_PAYLOAD:
+                    raise ValueError(f"record payload of {len(payload)} bytes exceeds 4 GiB")
+                return _PACKED, payload, xxhash.xxh64(payload)
+        blob = columnar.encode(batch) if n >= COLUMNAR_MIN_ROWS else None
         codec = _ZSTD if blob is None else _COLUMNAR
         payload = cctx.compress(batch.serialize() if blob is None else blob)
         if len(payload) > MAX_PAYLOAD:
@@ -312,7 +327,13 @@ class FrameCodec:
     def decode_data(self, buf: memoryview, info: FrameInfo, schema: pa.Schema,
                     base: int = 0) -> pa.RecordBatch:
         offset, size, _, _, codec = info[:5]
-        if codec == _COLUMNAR:
+        if codec == _PACKED:
+            start = offset - base + HEADER_SIZE
+            try:
+                batch = columnar.decode_packed(buf[start:start + size - OVERHEAD], schema)
+            except ValueError as exc:
+                raise FrameError(offset, f"packed payload does not decode: {exc}") from exc
+        elif codec == _COLUMNAR:
             try:
                 batch = columnar.decode(self.payload(buf, info, base), schema)
             except ValueError as exc:
@@ -329,7 +350,7 @@ class FrameCodec:
         else:
             payload = self.payload(buf, info, base)
             data = payload if isinstance(payload, pa.Buffer) else pa.py_buffer(payload)
-        if codec != _COLUMNAR:
+        if codec not in (_COLUMNAR, _PACKED):
             try:
                 batch = _read_record_batch(data, schema)
             except (pa.ArrowException, ValueError) as exc:
@@ -358,6 +379,7 @@ def decode_schema(data: bytes | memoryview) -> pa.Schema:
 
 _ZSTD = int(Codec.ZSTD)
 _COLUMNAR = int(Codec.COLUMNAR)
+_PACKED = int(Codec.PACKED)
 _frame_content_size = zstandard.frame_content_size
 _read_record_batch = pa.ipc.read_record_batch
 

@@ -9,10 +9,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage_log import columnar
+from storage_log import frame as frame_mod
 from storage_log.frame import (
     COLUMNAR_MIN_ROWS,
     FLAG_COMMIT,
@@ -248,3 +250,158 @@ def test_log_of_columnar_records_reads_back(tmp_path: Path) -> None:
             pa.Table.from_batches(batches))
         back = list(log.read_backward())
         assert pa.Table.from_batches(back[::-1]).equals(pa.Table.from_batches(batches))
+
+
+# -- layout 2 (frame codec PACKED): bit-packed and per-column compressed ------------
+
+_ZSTD = zstandard.ZstdCompressor(level=1)
+_COL2 = struct.Struct("<BBBqqI")
+
+
+def _tags2(blob: bytes) -> list[tuple[int, int, int, int]]:
+    """(tag, flags, width, stored length) of each column of a layout-2 blob."""
+    _, ncols = struct.unpack_from("<IH", blob)
+    out, pos = [], struct.calcsize("<IH")
+    for _ in range(ncols):
+        tag, flags, k, _a, _b, length = _COL2.unpack_from(blob, pos)
+        out.append((tag, flags, k, length))
+        pos += _COL2.size + length
+    assert pos == len(blob)
+    return out
+
+
+@SETTINGS
+@given(batch=batches(), small=st.booleans())
+def test_packed_round_trip_is_exact_to_the_bit(batch: pa.RecordBatch, small: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    if small:  # compress (or try to) even the short columns of these small records
+        monkeypatch.setattr(columnar, "ZSTD_MIN_BYTES", 8)
+        monkeypatch.setattr(columnar, "SAMPLE", 16)
+    blob = columnar.encode_packed(batch, _ZSTD.compress)
+    assert blob is not None
+    assert _bits_equal(columnar.decode_packed(blob, batch.schema), batch)
+
+
+def test_packed_bits_and_compression_chosen_per_column() -> None:
+    n = 20000
+    rng = np.random.default_rng(3)
+    ts = np.cumsum(rng.integers(0, 40, n)).astype(np.int64)
+    batch = pa.record_batch({
+        "ts": ts, "key": rng.integers(0, 2, n), "type": rng.integers(0, 4, n).astype(np.int8),
+        "part": rng.integers(0, 16, n), "price": rng.integers(0, 60000, n).astype(np.float64),
+        "run": np.repeat(np.arange(n // 1000, dtype=np.int64), 1000) * 3,
+        "walk": np.cumsum(rng.integers(0, 4, n)) + 10**12,
+    })
+    blob = columnar.encode_packed(batch, _ZSTD.compress)
+    assert blob is not None
+    tags = _tags2(blob)
+    bits, zstd = columnar.BITS, columnar.ZSTD
+    assert tags[0][:3] == (columnar.DELTA, zstd, 1)  # deltas < 40: a byte, compressible
+    assert tags[1] == (columnar.FOR, bits, 1, n // 8)  # 0/1 at a bit, incompressible
+    assert tags[2] == (columnar.FOR, bits, 2, n // 4)
+    assert tags[3] == (columnar.FOR, bits, 4, n // 2)
+    assert tags[4] == (columnar.FOR, columnar.F2I, 2, 2 * n)  # random: stored as is
+    assert tags[5][:3] == (columnar.FOR, zstd, 1)  # runs of values below 60
+    assert tags[6] == (columnar.DELTA, bits, 2, (n - 1 + 3) // 4)  # random steps 0..3
+    assert len(blob) < len(_ZSTD.compress(columnar.encode(batch) or b""))
+    assert _bits_equal(columnar.decode_packed(blob, batch.schema), batch)
+
+
+@pytest.mark.parametrize("damage", ["flags", "bits_raw", "bits_width", "length", "zstd_body",
+                                    "zstd_size", "short", "long"])
+def test_malformed_packed_blob_is_a_value_error(damage: str) -> None:
+    n = 5000
+    rng = np.random.default_rng(4)
+    batch = pa.record_batch({"key": rng.integers(0, 2, n),
+                             "ts": np.cumsum(rng.integers(0, 9, n)).astype(np.int64)})
+    blob = columnar.encode_packed(batch, _ZSTD.compress)
+    assert blob is not None
+    assert [t[:2] for t in _tags2(blob)] == [(columnar.FOR, columnar.BITS),
+                                             (columnar.DELTA, columnar.BITS | columnar.ZSTD)]
+    raw = bytearray(blob)
+    c0 = struct.calcsize("<IH")  # first column's header
+    c1 = c0 + _COL2.size + _tags2(blob)[0][3]  # second column's header
+    if damage == "flags":
+        raw[c0 + 1] |= 0x40
+    elif damage == "bits_raw":
+        raw[c0] = columnar.RAW
+    elif damage == "bits_width":
+        raw[c0 + 2] = 3
+    elif damage == "length":  # a stored length that is not the values' size
+        struct.pack_into("<I", raw, c0 + 19, _tags2(blob)[0][3] - 1)
+    elif damage == "zstd_body":
+        raw[c1 + _COL2.size + 8] ^= 0xFF
+    elif damage == "zstd_size":  # a valid zstd frame of the wrong size
+        other = _ZSTD.compress(b"\0" * 10)
+        raw[c1 + _COL2.size:] = other
+        struct.pack_into("<I", raw, c1 + 19, len(other))
+    elif damage == "short":
+        raw = raw[:-3]
+    else:
+        raw += b"\0"
+    with pytest.raises(ValueError):
+        columnar.decode_packed(bytes(raw), batch.schema)
+
+
+#: a layout-1 blob written by the encoder before layout 2 existed (commit 0e52597):
+#: ts, seq, key, c (int32), v (float64), same, x (float64) of 24 rows from seq 100
+OLD_BLOB = bytes.fromhex(
+    "180000000700030001e9030000000000000000000000000000000b131e29313c474f5a656d78838b96"
+    "a1a9b4bfc7d2dde5040000640000000000000001000000000000000300010000000000000000000000"
+    "000000000000010203040001020304000102030400010203040001020301000007000000000000000000"
+    "000000000000030101000000000000000000000000000000000102030405060708090a000102030405"
+    "060708090a000102020000000000000000000000000000000000000000080000000000000000000000"
+    "00000000000000000000003940000000000040394000000000008039400000000000c0394000000000"
+    "00003a400000000000403a400000000000803a400000000000c03a400000000000003b400000000000"
+    "403b400000000000803b400000000000c03b400000000000003c400000000000403c40000000000080"
+    "3c400000000000c03c400000000000003d400000000000403d400000000000803d400000000000c03d"
+    "400000000000003e400000000000403e400000000000803e400000000000c03e40")
+
+
+def _old_batch() -> pa.RecordBatch:
+    seq = np.arange(100, 124, dtype=np.int64)
+    return pa.record_batch({"ts": seq * 10 + seq % 3, "seq": seq, "key": seq % 5,
+                            "c": np.full(24, 7, np.int32), "v": (seq % 11).astype(np.float64),
+                            "same": seq * 10 + seq % 3, "x": seq.astype(np.float64) / 4})
+
+
+def test_layout_1_blobs_of_the_previous_encoder_still_decode() -> None:
+    batch = _old_batch()
+    assert _bits_equal(columnar.decode(OLD_BLOB, batch.schema), batch)
+    assert columnar.encode(batch) == OLD_BLOB  # and layout 1 is still written the same
+
+
+def test_log_with_columnar_and_packed_frames_reads_back(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log written before PACKED existed (COLUMNAR frames), continued by this version
+    (PACKED frames), reads back whole, both ways."""
+    path = tmp_path / "log"
+    old = [_wide(5000, i * 5000) for i in range(3)]
+    new = [_wide(5000, 15000 + i * 5000) for i in range(3)]
+    with monkeypatch.context() as m:
+        m.setattr(frame_mod, "PACKED_MIN_ROWS", 1 << 40)
+        with StreamLog.open(path, writable=True, create=True) as log:
+            for b in old:
+                log.append(b)
+                log.commit()
+    with StreamLog.open(path, writable=True) as log:
+        for b in new:
+            log.append(b)
+            log.commit()
+    codecs = []
+    for seg in sorted(path.glob("*.seg")):
+        data = memoryview(seg.read_bytes())
+        pos = 0
+        while pos < len(data):
+            info = parse_forward(data, pos)
+            assert info is not None
+            if info.rows:
+                codecs.append(info.codec)
+            pos = info.end
+    assert codecs == [Codec.COLUMNAR] * 3 + [Codec.PACKED] * 3
+    with StreamLog.open(path) as log:
+        assert log.verify() == 6
+        assert pa.Table.from_batches(list(log.read_forward())).equals(
+            pa.Table.from_batches(old + new))
+        back = list(log.read_backward())
+        assert pa.Table.from_batches(back[::-1]).equals(pa.Table.from_batches(old + new))
