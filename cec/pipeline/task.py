@@ -49,11 +49,14 @@ from storage_log.log import StreamLog
 from storage_log.segment import segment_path, sid_base
 
 TAIL_TIMEOUT_S = 0.25  # idle this long: report state, check the driver (on_idle)
-# The longest a wait for upstream commits lasts before it starts over: StreamLog.tail
-# polls from 1 ms backing off to 50 ms; restarting it every 20 ms keeps the gap
-# between two looks under ~10 ms, so a commit of the ingest is seen soon after it
-# lands, even after an idle spell (issue 16 item 4: latency).
-TAIL_POLL_S = 0.02
+# How often the task looks for new upstream commits while the stream flows: a look
+# costs ~1 ms of CPU (StreamLog.tail's own wait backs off to 50 ms between looks and
+# starts at 1 ms after each record, most looks where no commit comes). Every 15 ms a
+# commit of the ingest is seen within 15 ms of landing, for about the same CPU; after
+# TAIL_SLOW_AFTER_S without input the look is every TAIL_SLOW_S (issue 16 item 4).
+TAIL_POLL_S = 0.015
+TAIL_SLOW_S = 0.05
+TAIL_SLOW_AFTER_S = 2.0
 REFILL_WAIT_S = 600.0
 STATE_EVERY_S = 0.5
 
@@ -320,13 +323,14 @@ def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], N
           ) -> Iterator[pa.RecordBatch]:
     """Upstream records after ``after`` until the log is sealed and read, or STOP.
 
+    Looks every :data:`TAIL_POLL_S` (:data:`TAIL_SLOW_S` once idle for a while);
     ``on_idle`` is called whenever no new record came for :data:`TAIL_TIMEOUT_S`.
     """
     last = after
-    idle_since = time.monotonic()
+    got_at = reported_at = time.monotonic()
     while True:
         got = False
-        for batch in up.tail(after_seq=last, timeout=TAIL_POLL_S):
+        for batch in up.tail(after_seq=last, timeout=0):  # one look (more while records come)
             if batch.num_rows == 0:
                 continue
             got = True
@@ -341,7 +345,9 @@ def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], N
             return
         now = time.monotonic()
         if got:
-            idle_since = now
-        elif now - idle_since >= TAIL_TIMEOUT_S:
+            got_at = reported_at = now
+            continue
+        if now - reported_at >= TAIL_TIMEOUT_S:
             on_idle()
-            idle_since = now
+            reported_at = now
+        time.sleep(TAIL_POLL_S if now - got_at < TAIL_SLOW_AFTER_S else TAIL_SLOW_S)
