@@ -80,6 +80,7 @@ _Spec = tuple[int, int, int, int, int, "np.ndarray | None", int]
 _SIGNED = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _WIDTHS = (1, 2, 4)
+_PROBE = 256  # rows whose differences are looked at before all of them
 
 
 def supported(schema: pa.Schema) -> bool:
@@ -171,7 +172,9 @@ def _specs(batch: pa.RecordBatch) -> list[_Spec] | None:
         return None
     n = batch.num_rows
     specs: list[_Spec] = []
-    seen: list[tuple[int, int, np.ndarray]] = []  # (type id, address, values) of earlier columns
+    at: dict[tuple[int, int], int] = {}  # (type id, address) -> an earlier column's index
+    ends: dict[tuple[int, int, int], list[int]] = {}  # (type id, first, last) -> indices
+    values: list[np.ndarray] = []
     for col in cols:
         v, addr = _values(col)
         width = v.dtype.itemsize
@@ -179,8 +182,13 @@ def _specs(batch: pa.RecordBatch) -> list[_Spec] | None:
             specs.append((RAW, 0, width, 0, 0, None, 0))
             continue
         tid = col.type.id
-        same = _same(seen, tid, addr, v)
-        seen.append((tid, addr, v))
+        same = at.setdefault((tid, addr), len(values))
+        if same == len(values):  # not at an earlier column's address: equal to one?
+            key = (tid, int(v[0]), int(v[-1]))
+            twins = ends.setdefault(key, [])
+            same = next((i for i in twins if bool((values[i] == v).all())), -1)
+            twins.append(len(values))
+        values.append(v)
         if same >= 0:
             specs.append((SAME, 0, 0, same, 0, None, 0))
             continue
@@ -191,18 +199,6 @@ def _specs(batch: pa.RecordBatch) -> list[_Spec] | None:
             out = _integers(v, 0, width)
         specs.append(out or _raw(v))
     return specs
-
-
-def _same(seen: list[tuple[int, int, np.ndarray]], tid: int, addr: int, v: np.ndarray) -> int:
-    """The index of an earlier column of the same type holding the same values; -1: none."""
-    for i, (t, a, _) in enumerate(seen):
-        if t == tid and a == addr:
-            return i
-    v0, v1 = v[0], v[-1]
-    for i, (t, _, w) in enumerate(seen):
-        if t == tid and w[0] == v0 and w[-1] == v1 and bool((w == v).all()):
-            return i
-    return -1
 
 
 def _float_ints(v: np.ndarray) -> np.ndarray | None:
@@ -260,7 +256,13 @@ def _integers(v: np.ndarray, flags: int, width: int) -> _Spec | None:
     best_k = _fit(hi - lo)
     # FOR of a one-byte column is no smaller than RAW, but layout 2 packs small values
     use_for = 0 < best_k < width or (best_k == 1 and hi - lo < 16)
-    if not (use_for and best_k == 1):  # else no DELTA (0 ruled out above) is smaller
+    delta_may_win = not (use_for and best_k == 1)  # no DELTA (0 ruled out) is smaller
+    if delta_may_win and use_for and d is None and n > 2 * _PROBE:
+        # the differences of a prefix span no more than all of them: if they need
+        # best_k bytes already, DELTA cannot be smaller than FOR (random values)
+        _, plo, phi = _diffs(v[:_PROBE])
+        delta_may_win = 0 < _fit(phi - plo) < best_k
+    if delta_may_win:
         if d is None:
             d, dlo, dhi = _diffs(v)
         k = _fit(dhi - dlo)
