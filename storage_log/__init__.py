@@ -5,6 +5,7 @@ package is a flat set of nouns, like Kafka's log layer:
 
 =============  ==============================================================
 ``frame``      a record on disk: byte layout (:class:`FrameCodec`), encode/parse
+``columnar``   the columnar payload encodings of numeric records (pure)
 ``segment``    segment files: naming, listing, chunked forward/backward walks
 ``index``      the LMDB index and metadata (:class:`LogIndex`), a rebuildable cache
 ``scan``       walking segments to find commits; the index-less reader's index
@@ -18,9 +19,12 @@ package is a flat set of nouns, like Kafka's log layer:
 
 Choices the architecture leaves open, made here:
 
-* A record is one zstd-compressed Arrow IPC record-batch message; the schema is
-  written once per segment (a SCHEMA frame) and kept in the LMDB metadata, so
-  framing costs exactly 64 bytes per record.
+* A record is one zstd-compressed Arrow IPC record-batch message, or, when all its
+  columns are non-null integers or floats and it has 256 rows or more, a columnar
+  encoding of them (``columnar``: zstd-compressed as a whole, or from 4096 rows
+  bit-packed and compressed column by column); the schema is written once per
+  segment (a SCHEMA frame) and kept in the LMDB metadata, so framing costs exactly
+  64 bytes per record.
 * A commit is marked in the segments themselves (a COMMIT flag on the last frame,
   a TOKEN frame for the token, a SEAL frame for the end of stream), so the
   segments alone determine the committed log, token and seal; the index is only a

@@ -143,8 +143,10 @@ class StreamLog:
         Extra knobs (not in the architecture contract): ``fsync_interval`` for
         ``fsync="interval"``; ``compression_level`` (zstd, 1-3);
         ``threads``, worker threads that compress appended records in the
-        background and decode records ahead of a reader (default: 2 if the machine
-        has 2 cores or more; 0 or 1: everything on the calling thread);
+        background when several are appended per commit (all but the newest; a
+        commit encodes on its own thread what no worker has started) and decode
+        records ahead of a reader (default: 2 if the machine has 2 cores or more;
+        0 or 1: everything on the calling thread);
         ``index_root``, this host's index cache (:func:`storage_log.cache.index_root`).
         """
         if threads is None:
