@@ -235,6 +235,7 @@ class FrameCodec:
         self._arrow_zstd = pa.Codec("zstd")
         self.pool = ThreadPoolExecutor(threads, "storage_log-zstd") if threads > 1 else None
         self.ratio = 4.0  # running compressed/raw estimate, for sizes of pending frames
+        self._row_width: tuple[pa.Schema, int | None] | None = None
 
     def close(self) -> None:
         if self.pool is not None:
@@ -267,15 +268,26 @@ class FrameCodec:
                     first_ts: int, last_ts: int) -> PendingFrame:
         """Encode one record; with worker threads, the encoding is left to
         :meth:`background` or to :meth:`PendingFrame.resolve`, whichever comes first."""
-        raw_size = batch.nbytes
         frame = PendingFrame(int(Kind.DATA), int(Codec.ZSTD), b"", first_seq, last_seq,
-                             first_ts, last_ts, batch.num_rows, None, raw_size=raw_size)
+                             first_ts, last_ts, batch.num_rows, None)
         if self.pool is None:
             frame.codec, frame.payload, frame.payload_hash = self._compress(batch)
         else:
+            frame.raw_size = self._raw_size(batch)
             frame.work = functools.partial(self._compress, batch)
-            frame.estimate = OVERHEAD + int(raw_size / self.ratio)
+            frame.estimate = OVERHEAD + int(frame.raw_size / self.ratio)
         return frame
+
+    def _raw_size(self, batch: pa.RecordBatch) -> int:
+        """The record's size in memory, for estimates: rows times the row width when
+        every column is a fixed-width number (``batch.nbytes`` walks every buffer)."""
+        schema = batch.schema
+        known = self._row_width
+        if known is None or not known[0].equals(schema):
+            width = (sum(f.type.bit_width for f in schema) // 8
+                     if columnar.supported(schema) else None)
+            known = self._row_width = (schema, width)
+        return batch.num_rows * known[1] if known[1] is not None else int(batch.nbytes)
 
     def background(self, frames: list[PendingFrame]) -> None:
         """Hand the not yet encoded ``frames`` to the worker threads.
