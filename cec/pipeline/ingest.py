@@ -11,8 +11,10 @@ decided) and hands Arrow batches to :func:`_chunk_writer` (``mapInArrow``). The
 writer splits each batch by partition (a stable argsort, so each partition's rows
 stay in ``seq`` order), appends one record per partition per batch and, as soon as it
 has passed the end of a chunk, commits every one of the P logs with the token
-``{"chunk": c, "next_seq": ...}``; then it trims the upstream logs
-(:func:`trim_upstream`).
+``{"chunk": c, "next_seq": ...}`` of the last chunk it completed; then it trims the
+upstream logs (:func:`trim_upstream`). With one ingest task a file source's query is
+built once and run for every job (:class:`IngestQuery`): the job's chunks travel as a
+Spark local property (a ``stream-dir`` source runs a job per poll that found files).
 
 Idempotence and resumption: a restarted ingest starts at the chunk after the oldest
 token of the P logs; while writing, a log only receives rows whose ``seq`` is above its
