@@ -153,6 +153,7 @@ def percentiles(x: np.ndarray) -> dict[str, float]:
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
+    load_start = os.getloadavg()[0]
     folder = work / "in"
     folder.mkdir(parents=True)
     spec = work / "spec.toml"
@@ -218,7 +219,10 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
         "ingest_job_s_p50": round(float(np.percentile(jobs, 50)), 3),
         "ingest_job_s_p99": round(float(np.percentile(jobs, 99)), 3),
         "ingest_writer_s": summary.get("ingest_writer_s"),
-        "load_avg_1m": os.getloadavg()[0],
+        # the machine's 1-minute load average before and after (2 cores here: a load
+        # above 2 means cec waited for the CPU)
+        "load_avg_1m_start": round(load_start, 2),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
     }
 
 
