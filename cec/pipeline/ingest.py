@@ -282,6 +282,8 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
     The chunks a batch completes (a row at or past a chunk's end is in it) are
     committed together, once, with the token of the last of them: the logs then hold
     every row of those chunks, exactly as a commit per chunk would have left them.
+    When the job has at most :data:`COMMIT_AT_END_ROWS` source rows left, that
+    commit is the job's last one.
     """
     fixed = None if chunks is None else (chunks[0].first_seq,
                                          np.array([c.next_seq for c in chunks], np.int64),
@@ -359,7 +361,10 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
                     cut = int(np.searchsorted(seqs, ends[last - 1], "left"))
                     if cut:
                         append(batch.slice(0, cut))
-                    commit_through(int(seqs[cut]))
+                    if int(ends[-1]) - int(seqs[-1]) > COMMIT_AT_END_ROWS:
+                        commit_through(int(seqs[cut]))
+                    # else the job ends within a few rows: its last commit covers
+                    # these chunks too (one fsync per log for a stream-dir poll's job)
                 if cut < batch.num_rows:  # rows of the chunk after: committed later
                     append(batch.slice(cut))
             commit_through(int(ends[-1]))
@@ -463,6 +468,9 @@ def seal_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
 
 
 _CLOCKS = ("wait_s", "append_s", "commit_s")
+# A batch that completes chunks when fewer source rows than this remain in the job
+# leaves their commit to the job's last one.
+COMMIT_AT_END_ROWS = 1 << 16
 JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each)
 
 

@@ -192,3 +192,28 @@ def test_watcher_looks_only_at_new_names(tmp_path: Path) -> None:
     (folder / "_END").touch()
     (folder / "e0000.csv").unlink()
     assert watcher.poll() == [] and watcher.ended
+
+
+def test_many_batches_commit_as_chunks_complete(spark: object, tmp_path: Path) -> None:
+    """Batches of 7,000 rows over chunks of 25,000 (a job of 200,000 rows): chunks are
+    committed as batches complete them, the last ones with the job's last commit;
+    the logs hold exactly the kept rows, a job run again adds nothing."""
+    spec, df = _stream(tmp_path, 200_000, 1, chunk_rows=25_000)
+    _drop(tmp_path / "in", df, 0, 0, 200_000)
+    _, layout, query = _setup(spark, spec, tmp_path / "run")
+    chunks = StreamDirWatcher(load_spec(spec)).poll()
+    assert len(chunks) == 8
+    conf = spark.conf  # type: ignore[attr-defined]
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    before = conf.get(key)
+    conf.set(key, "7000")
+    try:
+        progress = IngestProgress()
+        written = query.run(chunks, progress)  # type: ignore[attr-defined]
+        assert query.run(chunks, progress) == 0  # type: ignore[attr-defined]
+    finally:
+        conf.set(key, before)
+    assert written == int((df.item_price >= 0).sum())
+    _check_exactly_once(spark, layout, df, chunks[-1].index)
+    with StreamLog.open(layout.upstream(0)) as log:
+        assert sum(1 for _ in log.read_forward()) > len(chunks)  # many batches came
