@@ -14,10 +14,16 @@ process exit status the CLI maps it to:
 ==== ==========================================================
 
 Packages add their own subclasses in their own ``errors.py``; a library error that is
-wrapped is re-raised with ``raise ... from exc`` so the cause stays visible.
+wrapped is re-raised with ``raise ... from exc`` so the cause stays visible. The one
+exception is the layer below cec, ``storage_log``, which imports nothing from the
+project: its errors derive from :class:`storage_log.errors.StorageLogError` and carry
+the same ``exit_code`` numbers. Code that catches "an error a user can meet" catches
+:data:`USER_ERRORS` (and bad usage, :data:`USAGE_ERRORS`), not :class:`CecError` alone.
 """
 
 from __future__ import annotations
+
+from storage_log.errors import LogUsageError, StorageLogError
 
 
 class CecError(Exception):
@@ -64,3 +70,20 @@ class ClusterError(CecError):
     """The Spark cluster cannot run the pipeline now (lost task slots, a stopped app)."""
 
     exit_code = 5
+
+
+#: An error raised on purpose, by cec or by the log below it (one line, an exit status).
+UserError = CecError | StorageLogError
+
+#: The classes of :data:`UserError`, for ``except`` and ``isinstance``.
+USER_ERRORS = (CecError, StorageLogError)
+
+#: Bad usage, a bad spec or bad input (exit 2), from cec or from the log.
+USAGE_ERRORS = (UsageError, LogUsageError)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The process exit status for ``exc``: its class's for a user error, else 1."""
+    if isinstance(exc, USER_ERRORS):
+        return exc.exit_code
+    return 1

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from cec import pipeline
-from cec.errors import CecError
+from cec.errors import USER_ERRORS
 from cec.spec import PipelineSpec, load_spec, parse_conf
 
 EXIT_CODES = (
@@ -243,7 +243,8 @@ def _set_umask() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; maps CecError to its exit code.
+    """Entry point of the console script; maps a user error (cec's or the log's,
+    :data:`cec.errors.USER_ERRORS`) to a one-line message and its exit code.
 
     Usage errors found by the argument parser exit with status 2 (click's own rule).
     Without ``argv`` this process is the `cec` command (the console script,
@@ -253,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     _set_umask()
     try:
         app(args=argv, prog_name="cec")
-    except CecError as exc:
+    except USER_ERRORS as exc:
         err_console.print(f"[bold red]cec:[/] {escape(str(exc))}", highlight=False,
                           soft_wrap=True)
         return exc.exit_code

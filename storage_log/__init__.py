@@ -14,7 +14,7 @@ package is a flat set of nouns, like Kafka's log layer:
 ``reader``     the read side: forward, backward, verify, read-ahead decoding
 ``lock``       the single-writer lock (``flock`` + pid)
 ``log``        :class:`StreamLog`, the API the other packages use
-``errors``     the log's errors (all under ``cec.errors.CecError``)
+``errors``     the log's errors (all under ``StorageLogError``, each with its exit code)
 =============  ==============================================================
 
 Choices the architecture leaves open, made here:
@@ -47,6 +47,8 @@ from storage_log.errors import (
     LogSchemaError,
     LogSealedError,
     LogTrimmedError,
+    LogUsageError,
+    LogWriteError,
     StorageLogError,
 )
 from storage_log.log import StreamLog
@@ -61,6 +63,8 @@ __all__ = [
     "LogSchemaError",
     "LogSealedError",
     "LogTrimmedError",
+    "LogUsageError",
+    "LogWriteError",
     "ReconcileReport",
     "StorageLogError",
     "StreamLog",

@@ -61,7 +61,6 @@ from types import TracebackType
 import numpy as np
 import pyarrow as pa
 
-from cec.errors import UsageError
 from storage_log.appender import FsyncMode, SegmentAppender
 from storage_log.cache import ID_FILE, cache_name, ensure_log_id, index_path
 from storage_log.cache import index_root as cache_root
@@ -72,6 +71,7 @@ from storage_log.errors import (
     LogOrderError,
     LogSchemaError,
     LogSealedError,
+    LogUsageError,
     LogWriteError,
 )
 from storage_log.frame import FrameCodec, Kind, encode_schema
@@ -152,11 +152,11 @@ class StreamLog:
         if threads is None:
             threads = 2 if (os.cpu_count() or 1) >= 2 else 0
         if not 1 <= compression_level <= 19:
-            raise UsageError(f"compression_level must be 1..19, not {compression_level}")
+            raise LogUsageError(f"compression_level must be 1..19, not {compression_level}")
         if fsync not in _FSYNC_MODES:
-            raise UsageError(f"fsync must be one of {', '.join(_FSYNC_MODES)}, not {fsync!r}")
+            raise LogUsageError(f"fsync must be one of {', '.join(_FSYNC_MODES)}, not {fsync!r}")
         if segment_bytes < 4096:
-            raise UsageError(f"segment_bytes must be at least 4096, not {segment_bytes}")
+            raise LogUsageError(f"segment_bytes must be at least 4096, not {segment_bytes}")
         directory = Path(path)
         if not directory.is_dir():
             if not (create and writable):
@@ -354,7 +354,7 @@ class StreamLog:
         """Make everything appended durable (per ``fsync``) and visible, with ``token``."""
         self._check_write()
         if token is not None and not isinstance(token, bytes | bytearray | memoryview):
-            raise UsageError(f"a commit token is bytes, not {type(token).__name__}")
+            raise LogUsageError(f"a commit token is bytes, not {type(token).__name__}")
         try:
             self._commit(token)
         except OSError as exc:
@@ -592,7 +592,7 @@ class StreamLog:
         (``from_ts`` before the first kept record starts at that record).
         """
         if after_seq is not None and from_ts is not None:
-            raise UsageError("read_forward takes after_seq or from_ts, not both")
+            raise LogUsageError("read_forward takes after_seq or from_ts, not both")
         snap, entry = self._locate(after_seq=after_seq, from_ts=from_ts)
         return self._reader.forward(snap, entry, after_seq=after_seq, from_ts=from_ts)
 

@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from cec.errors import CecError, UsageError
+from cec.errors import USAGE_ERRORS, USER_ERRORS, CecError, UsageError, UserError
 from cec.pipeline.cluster import SlotWatch, check_local_slots, probe, wait_for_slots
 from cec.pipeline.fingerprint import fingerprint
 from cec.pipeline.ingest import (
@@ -90,8 +90,8 @@ _FATAL = re.compile(r"\b(RunNotVisibleError|DriverSupersededError|LogNotFoundErr
                     r"InputRangeError|InputOrderError|LogWriteError): (.+)")
 
 
-def _fatal(exc: BaseException) -> CecError | None:
-    """The CecError a failed Spark job carries from a task, if retrying cannot help."""
+def _fatal(exc: BaseException) -> UserError | None:
+    """The user error a failed Spark job carries from a task, if retrying cannot help."""
     m = _FATAL.search(str(exc))
     if m is None:
         return None
@@ -161,7 +161,7 @@ def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSetting
                 ingest(spark, spec, settings, layout, shared.ingest, should_stop, plan,
                        driver=driver)
                 return
-            except CecError as exc:
+            except USER_ERRORS as exc:  # cec's, or the log's (a refused write, a lock)
                 shared.ingest_error = exc
                 return
             except Exception as exc:
@@ -317,10 +317,10 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         raise shared.cluster_error
     if shared.ingest_error is not None:
         err = shared.ingest_error
-        if isinstance(err, CecError):
+        if isinstance(err, USER_ERRORS):
             raise err
         raise PipelineError(f"ingest failed: {_spark_error(err)}") from err
-    if isinstance(shared.operator_error, CecError):
+    if isinstance(shared.operator_error, USER_ERRORS):
         raise shared.operator_error
     if shared.operator_error is not None:
         raise PipelineError(f"operator job failed {shared.resubmits} times: "
@@ -428,7 +428,7 @@ def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
         try:
             check_filter(spark, spec, plan)
             watch = _prepare(spark, spec, settings, layout)
-        except UsageError:
+        except USAGE_ERRORS:  # cec's, or the log's (_prepare may open the upstream logs)
             _unmake(layout, created)  # nothing but run.toml was written: take it back
             raise
         return execute(spark, spec, settings, layout,

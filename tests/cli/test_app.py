@@ -4,18 +4,43 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+import cli.app
 from cec.errors import (
+    USER_ERRORS,
     CecError,
     ClusterError,
     CorruptionError,
     RecoveryError,
     SpecError,
     UsageError,
+    exit_code,
 )
 from cli.app import main
+from storage_log.epoch import LogFencedError
+from storage_log.errors import (
+    CorruptLogError,
+    LogClosedError,
+    LogLockedError,
+    LogNotFoundError,
+    LogOrderError,
+    LogSchemaError,
+    LogSealedError,
+    LogTrimmedError,
+    LogUsageError,
+    LogWriteError,
+    StorageLogError,
+)
+
+# The log's errors do not derive from CecError (storage_log imports nothing of cec) but
+# exit with the status they had when they did.
+STORAGE_CODES = [(StorageLogError, 1), (LogUsageError, 2), (CorruptLogError, 3),
+                 (LogLockedError, 1), (LogFencedError, 1), (LogOrderError, 2),
+                 (LogSchemaError, 2), (LogSealedError, 2), (LogNotFoundError, 2),
+                 (LogTrimmedError, 1), (LogWriteError, 3), (LogClosedError, 2)]
 
 
 def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,6 +74,32 @@ def test_missing_required_option_is_usage_error() -> None:
 def test_error_tree_exit_codes(error: type[CecError], code: int) -> None:
     assert error("x").exit_code == code
     assert issubclass(error, CecError)
+
+
+@pytest.mark.parametrize(("error", "code"), STORAGE_CODES)
+def test_storage_error_exit_codes(error: type[StorageLogError], code: int) -> None:
+    assert error("x").exit_code == code == exit_code(error("x"))
+    assert issubclass(error, StorageLogError) and not issubclass(error, CecError)
+    assert isinstance(error("x"), USER_ERRORS)
+
+
+def test_exit_code_of_an_unexpected_error_is_1() -> None:
+    assert exit_code(RuntimeError("x")) == 1
+    assert exit_code(SpecError("x")) == 2
+
+
+@pytest.mark.parametrize(("error", "code"), [*STORAGE_CODES, (UsageError, 2),
+                                             (RecoveryError, 4)])
+def test_main_maps_an_error_to_one_line_and_its_exit_code(
+        error: type[Exception], code: int, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error(f"{tmp_path}/upstream-0: segment 00000000000000000000.seg at byte 64")
+
+    monkeypatch.setattr(cli.app.pipeline, "inspect_log", fail)
+    assert main(["inspect", "log", str(tmp_path)]) == code
+    err = capsys.readouterr().err
+    assert err == f"cec: {tmp_path}/upstream-0: segment 00000000000000000000.seg at byte 64\n"
 
 
 @pytest.mark.parametrize("command", [["--help"], ["run", "pipeline", "--help"],

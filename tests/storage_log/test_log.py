@@ -306,7 +306,7 @@ def test_crash_before_first_commit_leaves_an_empty_log(log_dir: Path) -> None:
 
 
 def test_fsync_modes_and_bad_options(log_dir: Path) -> None:
-    from cec.errors import UsageError
+    from storage_log.errors import LogUsageError
 
     for mode in ("always", "interval", "never"):
         with StreamLog.open(log_dir, writable=True, create=True, fsync=mode,
@@ -315,8 +315,9 @@ def test_fsync_modes_and_bad_options(log_dir: Path) -> None:
             w.commit()
     with StreamLog.open(log_dir) as r:
         assert rows(r.read_forward()) == list(range(15))
-    with pytest.raises(UsageError):
+    with pytest.raises(LogUsageError) as exc:
         StreamLog.open(log_dir, writable=True, fsync="sometimes")
+    assert exc.value.exit_code == 2
 
 
 def test_uncommitted_bytes(log_dir: Path) -> None:
