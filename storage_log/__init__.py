@@ -4,7 +4,8 @@ The public API is :class:`storage_log.log.StreamLog` (docs/ARCHITECTURE.md §2).
 package is a flat set of nouns, like Kafka's log layer:
 
 =============  ==============================================================
-``frame``      a record on disk: byte layout (:class:`FrameCodec`), encode/parse
+``frame``      a record on disk: byte layout, payload encode/decode (:class:`FrameCodec`)
+``framing``    the header and footer around a payload: pack, parse, validate
 ``columnar``   the columnar payload encodings of numeric records (pure)
 ``segment``    segment files: naming, listing, chunked forward/backward walks
 ``index``      the LMDB index and metadata (:class:`LogIndex`), a rebuildable cache

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from storage_log.entry import Committed, Entry
 from storage_log.frame import FLAG_COMMIT, FrameCodec, Kind, PendingFrame
-from storage_log.index import Committed, Entry
 from storage_log.segment import fsync_dir, make_sid, segment_path, sid_epoch
 from storage_log.sidefile import remove_side
 

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storage_log.entry import Committed
 from storage_log.errors import CorruptLogError, LogLockedError
-from storage_log.index import Committed
 from storage_log.segment import (
     MAX_EPOCH,
     fsync_dir,

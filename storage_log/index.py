@@ -1,4 +1,8 @@
-"""The LMDB index of a log: a rebuildable cache over the segments (see LogIndex)."""
+"""The LMDB index of a log: a rebuildable cache over the segments (see LogIndex).
+
+The values it stores (:class:`Entry`, :class:`Committed`, :class:`Snapshot`) and their
+byte encoding are defined in :mod:`storage_log.entry` and re-exported here.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +10,21 @@ import os
 import struct
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import lmdb
+
+from storage_log.entry import COMMITTED, EMPTY, Committed, Entry, Snapshot
+
+__all__ = ["EMPTY", "FORMAT", "MAP_SIZE", "Committed", "Entry", "IndexCorrupt", "LogIndex",
+           "Snapshot", "acquire_env", "key_i64", "key_ts_seq", "release_env"]
 
 FORMAT = 3  # 1: three named databases (see _P_META for why they went); 2: no epochs
 MAP_SIZE = 1 << 30  # initial map; doubled when full (about 5 M records per GiB)
 
 _KEY = struct.Struct(">Q")
 _KEY2 = struct.Struct(">QQ")
-ENTRY = struct.Struct("<qQIqqqqII")
-COMMITTED = struct.Struct("<qQqqQBI")
-_EPOCH_BITS = 24  # storage_log.segment.EPOCH_BITS (segment ids: base << 24 | epoch)
-_EPOCH_MASK = (1 << _EPOCH_BITS) - 1
 _U32 = struct.Struct("<I")
 _I64 = struct.Struct("<q")
 _BIAS = 1 << 63
@@ -32,82 +36,6 @@ def key_i64(v: int) -> bytes:
 
 def key_ts_seq(ts: int, seq: int) -> bytes:
     return _KEY2.pack(ts + _BIAS, seq + _BIAS)
-
-
-def _split(sid: int) -> tuple[int, int]:
-    return (-1, 0) if sid < 0 else (sid >> _EPOCH_BITS, sid & _EPOCH_MASK)
-
-
-def _join(base: int, epoch: int) -> int:
-    return -1 if base < 0 else (base << _EPOCH_BITS) | epoch
-
-
-class Entry(NamedTuple):
-    """Where one committed record lives (``segment``: the segment id)."""
-
-    segment: int
-    offset: int
-    size: int
-    first_seq: int
-    last_seq: int
-    first_ts: int
-    last_ts: int
-    rows: int
-
-    def encode(self) -> bytes:
-        base, epoch = _split(self.segment)
-        return ENTRY.pack(base, *self[1:], epoch)
-
-    @classmethod
-    def decode(cls, data: bytes) -> Entry:
-        base, *rest, epoch = ENTRY.unpack(data)
-        return cls(_join(base, epoch), *rest)
-
-
-@dataclass(frozen=True)
-class Committed:
-    """The committed end of the log."""
-
-    segment: int
-    end: int
-    last_seq: int | None
-    last_ts: int | None
-    records: int
-
-    def encode(self) -> bytes:
-        has = self.last_seq is not None
-        base, epoch = _split(self.segment)
-        return COMMITTED.pack(base, self.end, self.last_seq if has else -1,
-                              self.last_ts if self.last_ts is not None else 0,
-                              self.records, 1 if has else 0, epoch)
-
-    @classmethod
-    def decode(cls, data: bytes) -> Committed:
-        base, end, last_seq, last_ts, records, has, epoch = COMMITTED.unpack(data)
-        seg = _join(base, epoch)
-        if not has:
-            return cls(seg, end, None, None, records)
-        return cls(seg, end, last_seq, last_ts, records)
-
-    @property
-    def position(self) -> tuple[int, int]:
-        """(segment id, end): commit points compare in chain order."""
-        return (self.segment, self.end)
-
-
-EMPTY = Committed(-1, 0, None, None, 0)
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """Everything a reader needs, read in one transaction."""
-
-    committed: Committed
-    first_seq: int | None
-    schema: bytes | None
-    token: bytes | None
-    sealed: bool
-    trimmed: int | None
 
 
 class IndexCorrupt(Exception):

@@ -64,6 +64,7 @@ import pyarrow as pa
 from storage_log.appender import FsyncMode, SegmentAppender
 from storage_log.cache import ID_FILE, cache_name, ensure_log_id, index_path
 from storage_log.cache import index_root as cache_root
+from storage_log.entry import Committed, Entry, Snapshot
 from storage_log.epoch import LogFencedError, fenced_by, take_epoch
 from storage_log.errors import (
     LogClosedError,
@@ -75,7 +76,7 @@ from storage_log.errors import (
     LogWriteError,
 )
 from storage_log.frame import FrameCodec, Kind, encode_schema
-from storage_log.index import Committed, Entry, IndexCorrupt, LogIndex, Snapshot
+from storage_log.index import IndexCorrupt, LogIndex
 from storage_log.lock import LOCK_NAME, WriterLock
 from storage_log.reader import RecordReader
 from storage_log.reconcile import ReconcileReport, TailState, open_index, reconcile

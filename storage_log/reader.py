@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from storage_log.entry import Committed, Entry, Snapshot
 from storage_log.epoch import Chain, read_chain
 from storage_log.errors import CorruptLogError, LogTrimmedError
 from storage_log.frame import FrameCodec, FrameError, FrameInfo, Kind, decode_schema
-from storage_log.index import Committed, Entry, Snapshot
 from storage_log.reconcile import corrupt
 from storage_log.scan import check_link
 from storage_log.segment import SegmentReader, read_trim_marker, segment_path

@@ -36,10 +36,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from storage_log.entry import EMPTY, Committed
 from storage_log.epoch import read_chain, take_epoch
 from storage_log.errors import CorruptLogError
 from storage_log.frame import FLAG_COMMIT, FrameError, decode_schema
-from storage_log.index import EMPTY, Committed, IndexCorrupt, LogIndex
+from storage_log.index import IndexCorrupt, LogIndex
 from storage_log.scan import walk
 from storage_log.segment import (
     SegmentReader,

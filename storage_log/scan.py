@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from storage_log.entry import EMPTY, Committed, Entry, Snapshot
 from storage_log.epoch import Chain, read_chain
 from storage_log.errors import CorruptLogError
 from storage_log.frame import (
@@ -35,7 +36,7 @@ from storage_log.frame import (
     decode_schema,
     parse_forward,
 )
-from storage_log.index import EMPTY, Committed, Entry, LogIndex, Snapshot
+from storage_log.index import LogIndex
 from storage_log.segment import (
     SegmentReader,
     read_trim_marker,

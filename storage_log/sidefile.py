@@ -23,7 +23,7 @@ from pathlib import Path
 
 import xxhash
 
-from storage_log.index import Entry
+from storage_log.entry import Entry
 from storage_log.segment import segment_path
 
 SUFFIX = ".idx"
