@@ -225,6 +225,38 @@ class WindowSlots:
     def live_slots(self) -> I64:
         return np.flatnonzero(self.live).astype(np.int64, copy=False)
 
+    def open(self, slots: I64, key_idx: I64, win_start: I64, win_end: I64 | int,
+             seq: I64, ts: I64) -> None:
+        """Initialise freshly allocated ``slots`` as empty windows opened by tuple ``seq``.
+
+        ``tau1 = tau2 = seq``, no footprint yet (``fp_seq = -1``), an empty aggregate;
+        the opening tuple itself is added by :meth:`accumulate` like every other one.
+        """
+        self.key_idx[slots] = key_idx
+        self.win_start[slots] = win_start
+        self.win_end[slots] = win_end
+        self.tau1[slots] = seq
+        self.tau2[slots] = seq
+        self.fp_seq[slots] = -1
+        self.cnt[slots] = 0
+        self.sum[slots] = 0.0
+        self.min[slots] = np.inf
+        self.max[slots] = -np.inf
+        self.first_ts[slots] = ts
+        self.last_ts[slots] = ts
+
+    def accumulate(self, slots: I64, values: F64, ts: I64) -> None:
+        """Add tuple ``i`` (``values[i]``, ``ts[i]``) to window ``slots[i]``, for every ``i``.
+
+        Unbuffered ``ufunc.at`` in the given (input) order, so float sums are
+        bit-identical to the reference's sequential additions.
+        """
+        np.add.at(self.cnt, slots, 1)
+        np.add.at(self.sum, slots, values)
+        np.minimum.at(self.min, slots, values)
+        np.maximum.at(self.max, slots, values)
+        np.maximum.at(self.last_ts, slots, ts)
+
 
 class FootprintOrder:
     """The open windows ordered by footprint, kept incrementally (lazy deletion).
