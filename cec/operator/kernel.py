@@ -1,0 +1,117 @@
+"""The kernel interface of the vectorized operator: what one window kind computes.
+
+:class:`~cec.operator.vector.VectorOperator` is a shell around one :class:`WindowKernel`,
+chosen from the window spec by :func:`cec.operator.vector.make_kernel`:
+
+=========================  ======================  ==================================
+window kind                kernel                  module
+=========================  ======================  ==================================
+count, size 1              ``CountSizeOneKernel``  :mod:`cec.operator.count_tumbling`
+count, tumbling            ``CountTumblingKernel`` :mod:`cec.operator.count_tumbling`
+count, sliding             ``CountSlidingKernel``  :mod:`cec.operator.count_sliding`
+time, tumbling or sliding  ``TimeKernel``          :mod:`cec.operator.time_windows`
+=========================  ======================  ==================================
+
+From one input batch (:class:`TupleBatch`) a kernel computes, with a handful of numpy
+calls and no per-tuple Python:
+
+* the **window assignment**: which windows of its key each tuple belongs to (the
+  *memberships*, pairs (tuple, slot)), through the per-key index
+  (:class:`~.key_index.KeyWindows`) for windows already open;
+* the **windows that open**: new slots (:meth:`~.store.WindowSlots.alloc`,
+  :meth:`~.store.WindowSlots.open`);
+* the **aggregates' updates**: :meth:`~.store.WindowSlots.accumulate` over the
+  memberships in input order (bit-identical float sums);
+* the **windows that close**, and all opens and closes in output order, rendered as
+  rows by :meth:`~.rows.RowWriter.events` before the closed slots are released.
+
+Everything else is the shell's and the same for every kind (:mod:`cec.operator.vector`):
+keys to indices, the input checks, ``G_open``/``G_check`` policy (:mod:`.rows`,
+:mod:`.background`), key compaction, EC load and reconstruction (:mod:`.ec_io`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from cec.operator.rows import Block, RowWriter
+from cec.operator.store import F64, I64
+
+
+@dataclass(frozen=True)
+class TupleBatch:
+    """The tuples of one input batch a kernel processes (input order, non-empty)."""
+
+    ts: I64  #: event timestamps
+    seq: I64  #: input positions (the tuples' ``seq``, increasing)
+    values: F64  #: the aggregated values
+    key_idx: I64  #: dense key indices (:class:`~.store.KeyRegistry`)
+    n_keys: int  #: keys registered so far (every ``key_idx`` is below it)
+
+
+@dataclass(frozen=True)
+class WindowShape:
+    """A window spec in the kernels' units (tuples for count, microseconds for time)."""
+
+    size: int  #: a window's length
+    slide: int  #: the distance between two consecutive windows' starts
+    max_open: int  #: ceil(size / slide): the most windows one key has open at once
+
+
+@dataclass(frozen=True)
+class KeyGroups:
+    """A batch in the key-sorted domain: tuples sorted by (key, position).
+
+    Index ``i`` below is a position in that sorted order.
+    """
+
+    idx: I64  #: ``arange(n)``
+    order: I64  #: ``order[i]``: the batch index of sorted tuple ``i`` (a stable key sort)
+    keys: I64  #: ``key_idx[order]``
+    first: npt.NDArray[np.bool_]  #: sorted tuple ``i`` is its key's first in the batch
+    group_start: I64  #: the sorted index of the first tuple of ``i``'s key
+
+    @property
+    def last_of_key(self) -> I64:
+        """Sorted indices of each key's last tuple in the batch (keys ascending)."""
+        return np.flatnonzero(np.append(self.first[1:], True))
+
+
+def key_groups(key_idx: I64) -> KeyGroups:
+    """The batch's tuples grouped by key (:class:`KeyGroups`); ``key_idx`` non-empty."""
+    n = len(key_idx)
+    idx = np.arange(n, dtype=np.int64)
+    order = np.argsort(key_idx * n + idx)
+    keys = key_idx[order]
+    first = np.empty(n, dtype=np.bool_)
+    first[0] = True
+    np.not_equal(keys[1:], keys[:-1], out=first[1:])
+    group_start = np.maximum.accumulate(np.where(first, idx, 0))
+    return KeyGroups(idx, order, keys, first, group_start)
+
+
+class WindowKernel(Protocol):
+    """What one window kind computes (see the module docstring)."""
+
+    def step(self, batch: TupleBatch, out: RowWriter) -> Block:
+        """Process one batch: open, update and close windows; return its foreground rows.
+
+        The rows are the opens and closes in output order (:meth:`RowWriter.events`),
+        the closed windows' slots are released and the per-key index is up to date.
+        """
+        ...
+
+    def close_all(self, out: RowWriter, t_now: int) -> Block | None:
+        """End of bounded input: the closes of all open windows (``None``: they stay)."""
+        ...
+
+    def index_loaded(self, slots: I64, key_idx: I64) -> None:
+        """Enter windows just loaded from an EC into the per-key index (rows ensured).
+
+        Raises :class:`~cec.errors.UsageError` if they cannot be open together.
+        """
+        ...

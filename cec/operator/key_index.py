@@ -1,0 +1,108 @@
+"""Per-key index of the open windows: which slots hold the windows of each key.
+
+:class:`KeyWindows` is a ``(keys, max_open)`` table of slot numbers (``-1``: none),
+row ``k`` for key index ``k``, ``max_open = ceil(size / slide)`` columns (the most
+windows one key can have open at once). The kernels read it to find a tuple's open
+windows without a search; what a column means depends on the window kind:
+
+* **count windows**: newest first: ``table[k, age]`` is the key's ``age``-th newest
+  open window (``age = 0`` the newest), ``-1`` past the oldest; kept exact by the count
+  kernels (an entry is removed when its window closes);
+* **time windows**: a ring: window ``[m * slide, m * slide + size)`` of key ``k`` is at
+  ``table[k, m % max_open]`` (a key's open time windows span at most ``max_open``
+  consecutive ``m``); entries of closed windows are left behind (*stale*) and fail the
+  check "slot live, of key ``k``, starting at ``m * slide``".
+
+Key compaction (:meth:`cec.operator.vector.VectorOperator._maybe_compact`) uses
+:meth:`current_rows` and :meth:`compact`. Pure in-memory data, no I/O.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from cec.errors import UsageError
+from cec.operator.store import I64, WindowSlots
+
+
+class KeyWindows:
+    """The open windows' slots per key index (see the module docstring for the layout)."""
+
+    #: rows allocated at first and after a compaction, at least
+    MIN_ROWS = 1024
+
+    def __init__(self, max_open: int) -> None:
+        #: ceil(size / slide): the columns of :attr:`table`
+        self.max_open = max_open
+        #: ``table[key_idx, j]``: slot of an open window of the key, or -1 (module doc)
+        self.table: I64 = np.full((self.MIN_ROWS, max_open), -1, dtype=np.int64)
+
+    def ensure(self, n_keys: int) -> None:
+        """Rows for key indices ``0 .. n_keys - 1`` (grows the table, doubling)."""
+        cap = self.table.shape[0]
+        if n_keys > cap:
+            grown = np.full((max(n_keys, 2 * cap), self.max_open), -1, dtype=np.int64)
+            grown[:cap] = self.table
+            self.table = grown
+
+    def current_rows(self, n_keys: int, slots: WindowSlots) -> tuple[npt.NDArray[np.bool_], I64]:
+        """Which keys have an open window, and their rows with only current entries.
+
+        Every open window of key ``k`` is referenced from ``table[k]`` (count windows
+        exactly; time windows among stale entries, which fail the check "slot live and
+        of key ``k``"). So the live keys and all open windows are found from the rows of
+        the registered keys, O(keys * max_open), without a scan of the slot arrays.
+        Returns ``(keep, rows)``: ``keep[k]`` iff key ``k`` has an open window, and
+        ``table[:n_keys]`` with every entry that is not a current window set to -1.
+        """
+        rows = np.full((n_keys, self.max_open), -1, dtype=np.int64)
+        h = min(n_keys, self.table.shape[0])  # size-1 count windows never grow the table
+        rows[:h] = self.table[:h]
+        s = np.maximum(rows, 0)
+        cur = (rows >= 0) & slots.live[s] & (slots.key_idx[s] == np.arange(n_keys)[:, None])
+        rows[~cur] = -1
+        return cur.any(axis=1), rows
+
+    def compact(self, keep: npt.NDArray[np.bool_], rows: I64, slots: WindowSlots) -> None:
+        """Keep only the keys in ``keep``; kept key ``k`` becomes ``cumsum(keep)[k] - 1``.
+
+        ``rows`` are the cleaned rows of :meth:`current_rows`; they reference every open
+        window, so renumbering the windows' ``key_idx`` through them covers all slots.
+        (The caller compacts the key registry the same way.)
+        """
+        rows = rows[keep]  # row i is the kept key whose new index is i
+        kept = len(rows)
+        wins = rows >= 0
+        slots.key_idx[rows[wins]] = np.nonzero(wins)[0]
+        table = np.full((max(self.MIN_ROWS, 2 * kept), self.max_open), -1, dtype=np.int64)
+        table[:kept] = rows
+        self.table = table
+
+    # -- filling the index from loaded windows (load_ec) -----------------------------
+    def fill_newest_first(self, new: I64, key_idx: I64, slots: WindowSlots) -> None:
+        """Count windows: enter the windows ``new`` (of keys ``key_idx``), newest first.
+
+        Raises :class:`~cec.errors.UsageError` if a key has more than ``max_open``.
+        """
+        k = len(new)
+        order = np.lexsort((-slots.win_start[new], key_idx))
+        by_key, keys = new[order], key_idx[order]
+        first = np.ones(k, dtype=np.bool_)
+        first[1:] = keys[1:] != keys[:-1]
+        group_start = np.maximum.accumulate(np.where(first, np.arange(k), 0))
+        age = np.arange(k) - group_start
+        if (age >= self.max_open).any():
+            raise UsageError("EC has more open windows for one key than the spec allows")
+        self.table[keys, age] = by_key
+
+    def fill_ring(self, new: I64, key_idx: I64, slots: WindowSlots, slide: int) -> None:
+        """Time windows: enter the windows ``new`` (of keys ``key_idx``) in the ring.
+
+        Raises :class:`~cec.errors.UsageError` if two of a key's windows share a ring
+        position (they cannot be open together).
+        """
+        ring = (slots.win_start[new] // slide) % self.max_open
+        if len(np.unique(key_idx * self.max_open + ring)) != len(new):
+            raise UsageError("EC has time windows of one key that cannot be open together")
+        self.table[key_idx, ring] = new

@@ -1,0 +1,178 @@
+"""Output rows of the vectorized operator: row blocks, output seqs, ``N``, the batch.
+
+A batch's output is built as a list of :data:`Block` s (one column array per output
+field, rows in output order) and turned into one Arrow batch by
+:meth:`RowWriter.to_batch`. :class:`RowWriter` owns what every row needs whatever the
+window kind: the next output seq, ``N`` (the open windows' count), whether ``G_open``
+rows are emitted (the policy mode) and the footprints they write (``fp_seq`` and the
+:class:`~.store.FootprintOrder`).
+
+The kernels (:mod:`cec.operator.kernel`) describe a batch's window events (opens and
+closes, in output order) and call :meth:`RowWriter.events`; the background step and
+end-of-stream closes call :meth:`RowWriter.block`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from cec.aggregates import Reducer
+from cec.operator.store import F64, I64, FootprintOrder, KeyRegistry, WindowSlots
+from cec.records import G_OPEN, R
+
+#: output rows: one array per field (the output schema's columns but ``key``, which is
+#: ``key_idx`` here, and ``value``, computed from the aggregate by :meth:`to_batch`)
+Block = dict[str, npt.NDArray[np.generic]]
+BLOCK_FIELDS = ("ts", "seq", "type", "t_now", "n_open", "key_idx", "win_start", "win_end",
+                "tau1", "cnt", "sum", "min", "max", "first_ts", "last_ts")
+_FLOAT_FIELDS = ("sum", "min", "max")
+
+
+class RowWriter:
+    """Builds output rows; owns the output seq counter, ``N`` and the footprints."""
+
+    def __init__(self, slots: WindowSlots, keys: KeyRegistry, reducer: Reducer,
+                 schema: pa.Schema, *, emits_open: bool,
+                 fp_order: FootprintOrder | None) -> None:
+        self.slots = slots
+        self.keys = keys
+        self.reducer = reducer
+        self.schema = schema
+        #: the policy emits ``G_open`` rows (every mode but ``none``)
+        self.emits_open = emits_open
+        #: the seq of the next output row
+        self.next_out = 0
+        #: ``N``: the number of open windows
+        self.n_open = 0
+        #: the open windows by footprint, kept from the start when the background step
+        #: runs, else from the operator's first q/u query on (None until then)
+        self.fp_order = fp_order
+
+    def new_seqs(self, k: int, stride: int = 1) -> I64:
+        """Output seqs for ``k`` rows each taking ``stride`` positions (the last one's)."""
+        first = self.next_out
+        self.next_out += stride * k
+        return np.arange(first + stride - 1, self.next_out, stride, dtype=np.int64)
+
+    def block(self, slots: I64, typ: npt.NDArray[np.int8], ts: I64, t_now: I64,
+              n_open: I64) -> Block:
+        """Rows with the slots' current state; seq numbers assigned here."""
+        sl = self.slots
+        return {
+            "ts": ts, "seq": self.new_seqs(len(slots)), "type": typ, "t_now": t_now,
+            "n_open": n_open, "key_idx": sl.key_idx[slots], "win_start": sl.win_start[slots],
+            "win_end": sl.win_end[slots], "tau1": sl.tau1[slots], "cnt": sl.cnt[slots],
+            "sum": sl.sum[slots], "min": sl.min[slots], "max": sl.max[slots],
+            "first_ts": sl.first_ts[slots], "last_ts": sl.last_ts[slots],
+        }
+
+    def events(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, ts: I64,
+               seq: I64, vals: F64, kidx: I64 | None = None) -> Block:
+        """The foreground rows of a batch's window events, in output order.
+
+        Events are opens (``is_close`` False) and closes of ``slots`` caused by input
+        tuple ``tuples`` (indices into the batch's ``ts``, ``seq``, ``vals``); ``N``
+        after each event is counted over all of them, then the opens are dropped when
+        the policy emits no ``G_open``. ``kidx`` (the batch's key indices) is given for
+        count windows, whose ``G_open`` rows take their identity from the opening tuple.
+        """
+        n_after = self.n_open + np.cumsum(np.where(is_close, -1, 1))
+        if len(n_after):
+            self.n_open = int(n_after[-1])
+        if not self.emits_open:
+            slots, tuples, n_after = slots[is_close], tuples[is_close], n_after[is_close]
+            is_close = np.ones(len(slots), dtype=np.bool_)
+        return self._rows(slots, is_close, tuples, n_after, ts, seq, vals, kidx)
+
+    def _rows(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, n_open: I64,
+              ts: I64, seq: I64, vals: F64, kidx: I64 | None) -> Block:
+        """Foreground rows: R with the slot's state, G_open with the opening tuple's.
+
+        Only the R rows read the (large, randomly accessed) slot arrays; a G_open row is
+        built from its tuple, and for count windows (``kidx`` given) so is its identity.
+        A G_open row is the window's footprint: its seq goes to ``fp_seq``.
+        """
+        sl = self.slots
+        k = len(slots)
+        ci = np.flatnonzero(is_close)
+        if len(ci) == k:
+            return self.block(slots, np.full(k, R, np.int8), ts[tuples], seq[tuples], n_open)
+        oi = np.flatnonzero(~is_close)
+        seqs = self.new_seqs(k)
+        cs, to = slots[ci], tuples[oi]
+        v_o, ts_o = vals[to], ts[to]
+
+        def merge(close: npt.ArrayLike, opened: npt.ArrayLike, dtype: type) -> npt.NDArray[Any]:
+            out: npt.NDArray[Any] = np.empty(k, dtype=dtype)
+            out[ci] = close
+            out[oi] = opened
+            return out
+
+        typ = np.full(k, G_OPEN, dtype=np.int8)
+        typ[ci] = R
+        blk: Block = {
+            "ts": ts[tuples], "seq": seqs, "type": typ, "t_now": seq[tuples], "n_open": n_open,
+            "cnt": merge(sl.cnt[cs], 1, np.int64),
+            "sum": merge(sl.sum[cs], v_o, np.float64),
+            "min": merge(sl.min[cs], v_o, np.float64),
+            "max": merge(sl.max[cs], v_o, np.float64),
+            "first_ts": merge(sl.first_ts[cs], ts_o, np.int64),
+            "last_ts": merge(sl.last_ts[cs], ts_o, np.int64),
+        }
+        if kidx is not None:  # count windows: id (key, seq of the opening tuple), end -1
+            seq_o = seq[to]
+            blk["key_idx"] = merge(sl.key_idx[cs], kidx[to], np.int64)
+            blk["win_start"] = merge(sl.win_start[cs], seq_o, np.int64)
+            blk["win_end"] = merge(sl.win_end[cs], -1, np.int64)
+            blk["tau1"] = merge(sl.tau1[cs], seq_o, np.int64)
+        else:
+            for f in ("key_idx", "win_start", "win_end", "tau1"):
+                blk[f] = getattr(sl, f)[slots]
+        if self.emits_open:
+            s_o, f_o = slots[oi], seqs[oi]
+            sl.fp_seq[s_o] = f_o
+            if self.fp_order is not None:
+                self.fp_order.push(sl, f_o, s_o)
+        return blk
+
+    def to_batch(self, blocks: list[Block]) -> pa.RecordBatch:
+        """One output batch of the blocks' rows, in order (keys and values filled in)."""
+        blocks = [b for b in blocks if len(b["seq"])]
+        if not blocks:
+            cols: Block = {
+                f: np.empty(0, dtype=np.float64 if f in _FLOAT_FIELDS
+                            else np.int8 if f == "type" else np.int64)
+                for f in BLOCK_FIELDS
+            }
+        elif len(blocks) == 1:
+            cols = blocks[0]
+        else:
+            cols = {f: np.concatenate([b[f] for b in blocks]) for f in BLOCK_FIELDS}
+        cnt = np.asarray(cols["cnt"], dtype=np.int64)
+        value = self.reducer.result_array(
+            cnt, np.asarray(cols["sum"], np.float64), np.asarray(cols["min"], np.float64),
+            np.asarray(cols["max"], np.float64),
+        )
+        arrays = [
+            pa.array(cols["ts"], pa.int64()),
+            pa.array(cols["seq"], pa.int64()),
+            pa.array(np.asarray(cols["type"], dtype=np.int8), pa.int8()),
+            pa.array(cols["t_now"], pa.int64()),
+            pa.array(cols["n_open"], pa.int64()),
+            self.keys.values(np.asarray(cols["key_idx"], dtype=np.int64)),
+            pa.array(cols["win_start"], pa.int64()),
+            pa.array(cols["win_end"], pa.int64()),
+            pa.array(cols["tau1"], pa.int64()),
+            pa.array(cnt, pa.int64()),
+            pa.array(cols["sum"], pa.float64()),
+            pa.array(cols["min"], pa.float64()),
+            pa.array(cols["max"], pa.float64()),
+            pa.array(cols["first_ts"], pa.int64()),
+            pa.array(cols["last_ts"], pa.int64()),
+            pa.array(value, pa.float64()),
+        ]
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
