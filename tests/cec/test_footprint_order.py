@@ -140,7 +140,7 @@ def test_operator_with_a_tiny_buffer(window: WindowSpec, mode: str, ci_ms: float
 
     ref = ReferenceOperator(cfg())
     vec = VectorOperator(cfg())
-    vec._fp_order = FootprintOrder(capacity=1, slack=0)
+    vec._out.fp_order = FootprintOrder(capacity=1, slack=0)
     for b in stream(3000, 60, seed=7):
         assert rows(vec.process(b)) == rows(ref.process(b))
         assert (vec.q, vec.u) == (ref.q, ref.u)
@@ -163,5 +163,5 @@ def test_open_only_order_from_the_first_query(window: WindowSpec) -> None:
         assert rows(vec.process(b)) == rows(ref.process(b))
         if i >= 4:
             assert (vec.q, vec.u) == (ref.q, ref.u)
-    assert vec._fp_order is not None
+    assert vec._out.fp_order is not None
     assert vec.state_at() == ref.state_at()

@@ -168,7 +168,7 @@ def test_registry_bounded_on_churning_stream(window: WindowSpec, key_type: str,
         live = len(np.unique(sl.key_idx[sl.live_slots()]))  # keys with open windows
         max_live = max(max_live, live)
         worst = max(worst, len(op._keys))
-        assert op._kslots.shape[0] <= 2 * max(1024, len(op._keys) + batch_size)
+        assert op._by_key.table.shape[0] <= 2 * max(1024, len(op._keys) + batch_size)
     assert len(seen) == 20_000
     if not (isinstance(window, CountWindow) and window.slide < window.size):
         assert max_live <= 600  # sliding count windows: every key seen has an open window

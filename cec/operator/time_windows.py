@@ -1,0 +1,124 @@
+"""Time windows, tumbling and sliding: ``[m * slide, m * slide + size)`` per key.
+
+Tumbling (``slide == size``) is the case ``max_open == 1`` of the same arithmetic, so
+one kernel serves both. A tuple at ``ts`` belongs to the windows ``m`` with
+``m * slide <= ts < m * slide + size``: the ``max_open`` values up to
+``floor(ts / slide)`` whose window has not ended (the *memberships*). A key's open
+windows span at most ``max_open`` consecutive ``m``, so they are found in the ring
+``KeyWindows.table[key, m % max_open]`` (stale entries fail the check "live, of the
+key, starting at ``m * slide``"); windows not found open, factorized by ``(key, m)``.
+
+A window closes when a tuple of *any* key reaches its end (``win_end <= ts``), before
+that tuple's own window events; closes caused by one tuple are ordered
+``(win_end, tau1, win_start)``. At the end of bounded input every open window closes
+(:meth:`TimeKernel.close_all`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from cec.operator.kernel import TupleBatch, WindowShape
+from cec.operator.key_index import KeyWindows
+from cec.operator.rows import Block, RowWriter
+from cec.operator.store import I64, WindowSlots
+from cec.records import END_OF_STREAM_TS, R
+
+_EMPTY_I64: I64 = np.empty(0, dtype=np.int64)
+
+
+def factorize(key_idx: I64, m: I64, n_keys: int) -> tuple[I64, int]:
+    """Codes 0, 1, ... of the distinct (key, m) pairs, in order of first appearance."""
+    base = int(m.min())
+    span = int(m.max()) - base + 1
+    if span * (n_keys + 1) < 2**62:
+        codes, uniq = pd.factorize(key_idx * span + (m - base))
+    else:  # pragma: no cover - astronomically many keys or a huge time span
+        codes, uniq = pd.factorize(pd.MultiIndex.from_arrays([key_idx, m]))
+    return np.asarray(codes, dtype=np.int64), len(uniq)
+
+
+class TimeKernel:
+    """Time windows, tumbling or sliding (see the module docstring)."""
+
+    def __init__(self, shape: WindowShape, slots: WindowSlots, by_key: KeyWindows) -> None:
+        self.size = shape.size  # microseconds
+        self.slide = shape.slide  # microseconds
+        self.max_open = shape.max_open
+        self.slots = slots
+        #: ``by_key.table[key, m % max_open]``: the ring of the key's open windows
+        self.by_key = by_key
+
+    def step(self, batch: TupleBatch, out: RowWriter) -> Block:
+        ts, seq, vals, kidx = batch.ts, batch.seq, batch.values, batch.key_idx
+        n = len(seq)
+        size, slide, max_open = self.size, self.slide, self.max_open
+        sl = self.slots
+        # the memberships: (tuple, m) for each window m a tuple belongs to, in input order
+        # (and m ascending per tuple)
+        m = (ts // slide)[:, None] - np.arange(max_open - 1, -1, -1, dtype=np.int64)[None, :]
+        member = (m * slide > (ts - size)[:, None]).ravel()
+        member_tuple = np.repeat(np.arange(n, dtype=np.int64), max_open)[member]
+        member_m = m.ravel()[member]
+        # existing windows through the ring: stale entries fail the check
+        self.by_key.ensure(batch.n_keys)
+        member_key = kidx[member_tuple]
+        member_slot = self.by_key.table[member_key, member_m % max_open]
+        hit = np.flatnonzero(member_slot >= 0)
+        s_hit = member_slot[hit]
+        current = (sl.live[s_hit] & (sl.key_idx[s_hit] == member_key[hit])
+                   & (sl.win_start[s_hit] == member_m[hit] * slide))
+        member_slot[hit[~current]] = -1
+        missing = np.flatnonzero(member_slot < 0)
+        if len(missing):  # open the windows not found, at their first membership
+            code, n_new = factorize(member_key[missing], member_m[missing], batch.n_keys)
+            first_at = np.unique(code, return_index=True)[1]
+            opening = missing[first_at]  # opening memberships, in order
+            new_slots = sl.alloc(n_new)
+            opener = member_tuple[opening]
+            start = member_m[opening] * slide
+            sl.open(new_slots, kidx[opener], start, start + size, seq[opener], ts[opener])
+            member_slot[missing] = new_slots[code]
+        else:
+            opening = _EMPTY_I64
+            new_slots = _EMPTY_I64
+        sl.accumulate(member_slot, vals[member_tuple], ts[member_tuple])
+        # closes: every open window (any key, new ones included) that ends by the last ts,
+        # caused by the first tuple at or after its end
+        live = sl.live_slots()
+        closing = live[sl.win_end[live] <= ts[-1]]
+        closer = np.searchsorted(ts, sl.win_end[closing], side="left")
+        # events by causing tuple; per tuple the closes (ordered by (win_end, tau1,
+        # win_start)) before the opens (ordered by win_start)
+        ev_slot = np.concatenate([closing, new_slots])
+        ev_tuple = np.concatenate([closer, member_tuple[opening]])
+        ev_is_open = np.concatenate([np.zeros(len(closing), np.int64),
+                                     np.ones(len(opening), np.int64)])
+        order = np.lexsort((sl.win_start[ev_slot], sl.tau1[ev_slot], sl.win_end[ev_slot],
+                            ev_is_open, ev_tuple))
+        ev_slot, ev_tuple = ev_slot[order], ev_tuple[order]
+        is_close = ev_is_open[order] == 0
+        blk = out.events(ev_slot, is_close, ev_tuple, ts, seq, vals)
+        sl.release(closing)
+        # enter the new windows still open in the ring
+        alive = new_slots[sl.live[new_slots]]
+        self.by_key.table[sl.key_idx[alive], (sl.win_start[alive] // slide) % max_open] = alive
+        return blk
+
+    def close_all(self, out: RowWriter, t_now: int) -> Block | None:
+        """Every open window closes: ``R`` rows ordered ``(win_end, tau1, win_start)``."""
+        sl = self.slots
+        live = sl.live_slots()
+        order = np.lexsort((sl.win_start[live], sl.tau1[live], sl.win_end[live]))
+        slots = live[order]
+        k = len(slots)
+        n_after = out.n_open - np.arange(1, k + 1, dtype=np.int64)
+        out.n_open -= k
+        eos = np.full(k, END_OF_STREAM_TS, np.int64)  # flush rows: end-of-stream watermark
+        blk = out.block(slots, np.full(k, R, np.int8), eos, np.full(k, t_now, np.int64), n_after)
+        sl.release(slots)
+        return blk
+
+    def index_loaded(self, slots: I64, key_idx: I64) -> None:
+        self.by_key.fill_ring(slots, key_idx, self.slots, self.slide)
