@@ -9,10 +9,13 @@ package is a flat set of nouns, like Kafka's log layer:
 ``columnar``   the columnar payload encodings of numeric records (pure)
 ``segment``    segment files: naming, listing, chunked forward/backward walks
 ``index``      the LMDB index and metadata (:class:`LogIndex`), a rebuildable cache
-``scan``       walking segments to find commits; the index-less reader's index
+``entry``      what the index stores: record entries, the committed end, snapshots
+``walk``       walking segments to find commits; torn tail or damage
+``scan``       every reader's index: the host's LMDB index continued by a walk
 ``reconcile``  the writable open: cut a torn tail, re-index, rebuild (Kafka LogLoader)
 ``appender``   the write side: pending frames, segment roll, fsync
 ``reader``     the read side: forward, backward, verify, read-ahead decoding
+``batch``      what an append accepts: a batch's schema and positions
 ``lock``       the single-writer lock (``flock`` + pid)
 ``log``        :class:`StreamLog`, the API the other packages use
 ``errors``     the log's errors (all under ``StorageLogError``, each with its exit code)

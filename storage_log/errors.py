@@ -9,6 +9,8 @@ the file system refused.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class StorageLogError(Exception):
     """Root of the log's own errors."""
@@ -61,3 +63,12 @@ class LogWriteError(StorageLogError):
 
 class LogClosedError(LogUsageError):
     """Use of a closed log, or a write on a read-only or failed log."""
+
+
+def write_error(path: Path, what: str, exc: OSError) -> LogWriteError:
+    """A refused write as one clear error: the log, the file, the cause, what to do."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    return LogWriteError(
+        f"cannot {what} log {path}: {exc.strerror or exc}{where}. Nothing committed is "
+        "lost: make room or make it writable (the index cache too: CEC_INDEX_DIR), "
+        "then resume (cec recover --from-log RUN)")

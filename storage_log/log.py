@@ -1,5 +1,7 @@
 """StreamLog: the persistent, checksummed, LMDB-indexed stream log of one stream.
 
+(Over 400 lines: the writer's state and its commit protocol are one class, read whole.)
+
 A log is a directory (which may be on a shared file system: NFS, Lustre, a FUSE
 mount)::
 
@@ -52,42 +54,36 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
-import numpy as np
 import pyarrow as pa
 
 from storage_log.appender import FsyncMode, SegmentAppender
-from storage_log.cache import ID_FILE, cache_name, ensure_log_id, index_path
-from storage_log.cache import index_root as cache_root
-from storage_log.entry import Committed, Entry, Snapshot
+from storage_log.batch import check_schema, conform, positions
+from storage_log.entry import Committed
 from storage_log.epoch import LogFencedError, fenced_by, take_epoch
 from storage_log.errors import (
     LogClosedError,
     LogNotFoundError,
-    LogOrderError,
     LogSchemaError,
     LogSealedError,
     LogUsageError,
-    LogWriteError,
+    write_error,
 )
 from storage_log.frame import FrameCodec, Kind, encode_schema
-from storage_log.index import IndexCorrupt, LogIndex
-from storage_log.lock import LOCK_NAME, WriterLock
-from storage_log.reader import RecordReader
-from storage_log.reconcile import ReconcileReport, TailState, open_index, reconcile
-from storage_log.scan import ScanIndex
-from storage_log.segment import fsync_dir, list_segments, sid_base, write_trim_marker
-from storage_log.sidefile import SideFile, write_side
+from storage_log.index import LogIndex
+from storage_log.lock import WriterLock
+from storage_log.reader import LogReads, RecordReader
+from storage_log.reconcile import ReconcileReport, TailState, open_for_writing
+from storage_log.scan import ScanIndex, open_scan_index
+from storage_log.segment import fsync_dir, sid_base, write_trim_marker
+from storage_log.sidefile import SideDrafts
 
 _FSYNC_MODES = ("always", "interval", "never")
 
 
-class StreamLog:
+class StreamLog(LogReads):
     """One stream's log; see the module docstring for the directory and its rules.
 
     Open it with :meth:`open`. Attributes ``schema``, ``first_seq``, ``last_seq``,
@@ -96,7 +92,8 @@ class StreamLog:
     ``reconcile_report`` tells what a writable open cut or re-indexed (None for
     readers). The files are written by a :class:`SegmentAppender` and read by a
     :class:`RecordReader`; this class checks positions and schemas and runs the
-    commit protocol.
+    commit protocol. The reads (``read_forward``, ``read_backward``, ``verify``,
+    ``tail``) are those of :class:`storage_log.reader.LogReads`.
     """
 
     reconcile_report: ReconcileReport | None
@@ -124,7 +121,7 @@ class StreamLog:
         self._token: bytes | None = None
         self._sealed = False
         self._epoch: int | None = None  # taken before the first write
-        self._sides: dict[int, _SideDraft] = {}  # this writer's segments, for side-files
+        self._sides = SideDrafts(path)  # this writer's segments, for side-files
 
     # -- opening and closing ------------------------------------------------------
 
@@ -166,21 +163,10 @@ class StreamLog:
                 directory.mkdir(parents=True, exist_ok=True)
                 fsync_dir(directory.parent)
             except OSError as exc:
-                raise _write_error(directory, "create", exc) from exc
+                raise write_error(directory, "create", exc) from exc
         if not writable:
-            if not ((directory / ID_FILE).exists() or (directory / LOCK_NAME).exists()
-                    or list_segments(directory)):
-                raise LogNotFoundError(f"{directory} is not a log (no {ID_FILE}, lock or "
-                                       "segment files)")
-            base: LogIndex | None = None
-            local = index_path(directory, index_root)
-            if local is not None:
-                try:
-                    base = LogIndex(local, create=False)
-                except (FileNotFoundError, IndexCorrupt):
-                    base = None  # none on this host yet: walk the segments
-            index: LogIndex | ScanIndex = ScanIndex(directory, base)
-            return cls(directory, index, lock=None, fsync="never",
+            return cls(directory, open_scan_index(directory, index_root), lock=None,
+                       fsync="never",
                        segment_bytes=segment_bytes, fsync_interval=fsync_interval,
                        compression_level=compression_level, threads=threads)
         try:
@@ -189,26 +175,14 @@ class StreamLog:
                                     compression_level=compression_level, threads=threads,
                                     index_root=index_root)
         except OSError as exc:
-            raise _write_error(directory, "open for writing", exc) from exc
+            raise write_error(directory, "open for writing", exc) from exc
 
     @classmethod
     def _open_writer(cls, directory: Path, *, fsync: str, segment_bytes: int, repair: bool,
                      fsync_interval: float, compression_level: int, threads: int,
                      index_root: str | os.PathLike[str] | None) -> StreamLog:
-        lock = WriterLock(directory)
-        try:
-            report = ReconcileReport()
-            ident = ensure_log_id(directory)
-            index = open_index(cache_root(index_root) / cache_name(directory, ident), report,
-                               force_rebuild=repair)
-            try:
-                state = reconcile(directory, index, report, repair=repair)
-            except BaseException:
-                index.close()
-                raise
-        except BaseException:
-            lock.release()
-            raise
+        lock, index, report, state = open_for_writing(directory, repair=repair,
+                                                      index_root=index_root)
         log = cls(directory, index, lock=lock, fsync=fsync,  # type: ignore[arg-type]
                   segment_bytes=segment_bytes, fsync_interval=fsync_interval,
                   compression_level=compression_level, threads=threads)
@@ -315,7 +289,7 @@ class StreamLog:
         try:
             self._append(batch)
         except OSError as exc:
-            raise _write_error(self.path, "append to", exc) from exc
+            raise write_error(self.path, "append to", exc) from exc
 
     def _append(self, batch: pa.RecordBatch) -> None:
         self._check_write()
@@ -327,9 +301,11 @@ class StreamLog:
             raise LogSchemaError(f"append takes a pyarrow.RecordBatch, not {type(batch).__name__}")
         if batch.num_rows == 0:
             return
-        batch = self._conform(batch)
-        self._check_schema(batch.schema)
-        first_seq, last_seq, first_ts, last_ts = self._check_order(batch)
+        batch = conform(batch, self._schema)
+        if self._schema is None:
+            check_schema(batch.schema)
+        first_seq, last_seq, first_ts, last_ts = positions(batch, self._last_seq,
+                                                           self._last_ts, self.path)
         if self._schema is None:
             self._schema = batch.schema
             self._schema_bytes = encode_schema(batch.schema)
@@ -344,7 +320,7 @@ class StreamLog:
             out.push(FrameCodec.encode_control(
                 Kind.SCHEMA, self._schema_bytes, link, self._last_ts or 0))
             out.has_schema = True
-            self._sides[out.active] = _SideDraft(link)
+            self._sides.start(out.active, link)
         out.push(self._codec.encode_data(batch, first_seq, last_seq, first_ts, last_ts))
         if self._first_seq is None:
             self._first_seq = first_seq
@@ -359,7 +335,7 @@ class StreamLog:
         try:
             self._commit(token)
         except OSError as exc:
-            raise _write_error(self.path, "commit to", exc) from exc
+            raise write_error(self.path, "commit to", exc) from exc
 
     def seal(self) -> None:
         """Commit what is pending and mark the end of the stream; appends then fail."""
@@ -369,7 +345,7 @@ class StreamLog:
         try:
             self._commit(None, seal=True)
         except OSError as exc:
-            raise _write_error(self.path, "seal", exc) from exc
+            raise write_error(self.path, "seal", exc) from exc
 
     def trim(self, *, before_seq: int) -> int:
         """Delete whole segments holding only records with ``seq < before_seq``.
@@ -380,7 +356,7 @@ class StreamLog:
         try:
             return self._trim(before_seq)
         except OSError as exc:
-            raise _write_error(self.path, "trim", exc) from exc
+            raise write_error(self.path, "trim", exc) from exc
 
     def _trim(self, before_seq: int) -> int:
         self._check_write(allow_sealed=True)
@@ -437,35 +413,13 @@ class StreamLog:
             out.failed = exc
             raise
         out.committed()
-        self._note_sides(written, token, seal, committed.segment)
+        self._sides.note(written, token, seal, active=out.active, current=committed.segment,
+                         closed=out.closed, schema_bytes=self._schema_bytes or b"")
         self._committed = committed
         if token is not None:
             self._token = bytes(token)
         if seal:
             self._sealed = True
-
-    def _note_sides(self, written: list[Entry], token: bytes | None, seal: bool,
-                    current: int) -> None:
-        """Track what this writer committed into each of its segments; once a segment is
-        complete and committed (the commit point moved past it), write its side-file."""
-        out = self._appender
-        for e in written:
-            draft = self._sides.get(e.segment)
-            if draft is not None:
-                draft.entries.append(e)
-        draft = self._sides.get(out.active)
-        if draft is not None:
-            if token is not None:
-                draft.token = bytes(token)
-            draft.sealed = draft.sealed or seal
-        for sid in [s for s in self._sides if s < current and s in out.closed]:
-            d = self._sides.pop(sid)
-            last = d.entries[-1] if d.entries else None
-            with contextlib.suppress(OSError):  # a side-file is an optimisation only
-                write_side(self.path, SideFile(
-                    sid, out.closed[sid], d.link, tuple(d.entries),
-                    last.last_seq if last else None, last.last_ts if last else None,
-                    d.token, d.sealed, self._schema_bytes or b""))
 
     def _take_epoch(self) -> None:
         """Before the first write: a new epoch, fencing the log where we loaded it."""
@@ -473,7 +427,7 @@ class StreamLog:
             try:
                 self._epoch = take_epoch(self.path, self._committed)
             except OSError as exc:  # disk full, read-only: nothing was written yet
-                raise _write_error(self.path, "take a writer epoch of", exc) from exc
+                raise write_error(self.path, "take a writer epoch of", exc) from exc
             self._appender.epoch = self._epoch
 
     @property
@@ -506,166 +460,7 @@ class StreamLog:
         if self._sealed and not allow_sealed:
             raise LogSealedError(f"log {self.path} is sealed (its stream has ended)")
 
-    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """The batch with the log's schema: same names and types are required;
-        nullability flags and metadata may differ (Spark varies them) and are taken
-        from the log's schema."""
-        log_schema = self._schema
-        schema = batch.schema
-        if log_schema is None or schema.equals(log_schema):
-            return batch
-        if schema.names == log_schema.names and schema.types == log_schema.types:
-            for f, lf in zip(schema, log_schema, strict=True):
-                if f.nullable and not lf.nullable and batch.column(f.name).null_count:
-                    raise LogSchemaError(f"column {f.name!r} has nulls; the log's field is "
-                                         "not nullable")
-            return pa.RecordBatch.from_arrays(batch.columns, schema=log_schema)
-        raise LogSchemaError(
-            f"batch schema differs from the log's:\n{schema}\nlog:\n{log_schema}")
-
-    def _check_schema(self, schema: pa.Schema) -> None:
-        if self._schema is not None:
-            return
-        for name in ("ts", "seq"):
-            idx = schema.get_field_index(name)
-            if idx < 0 or schema.field(idx).type != pa.int64():
-                raise LogSchemaError(f"a logged batch needs an int64 column {name!r}: {schema}")
-        for f in schema:
-            if pa.types.is_dictionary(f.type):
-                raise LogSchemaError(f"dictionary column {f.name!r} cannot be logged")
-
-    def _check_order(self, batch: pa.RecordBatch) -> tuple[int, int, int, int]:
-        seq_col = batch.column("seq")
-        ts_col = batch.column("ts")
-        if seq_col.null_count or ts_col.null_count:
-            raise LogOrderError("ts and seq must not be null")
-        seq = seq_col.to_numpy()
-        ts = ts_col.to_numpy()
-        first_seq, last_seq = int(seq[0]), int(seq[-1])
-        first_ts, last_ts = int(ts[0]), int(ts[-1])
-        if self._last_seq is not None and first_seq <= self._last_seq:
-            raise LogOrderError(
-                f"seq {first_seq} is not after the log's last seq {self._last_seq} "
-                f"(log {self.path})")
-        if first_seq < 0:
-            raise LogOrderError(f"seq {first_seq} is negative")
-        if self._last_ts is not None and first_ts < self._last_ts:
-            raise LogOrderError(
-                f"ts {first_ts} (seq {first_seq}) is before the log's last ts {self._last_ts}")
-        if len(seq) > 1:
-            bad = np.flatnonzero(seq[1:] <= seq[:-1])
-            if len(bad):
-                i = int(bad[0]) + 1
-                raise LogOrderError(f"seq does not increase inside the batch at row {i} "
-                                    f"({int(seq[i - 1])} then {int(seq[i])})")
-            bad = np.flatnonzero(ts[1:] < ts[:-1])
-            if len(bad):
-                i = int(bad[0]) + 1
-                raise LogOrderError(f"ts decreases inside the batch at row {i} "
-                                    f"(seq {int(seq[i])}: {int(ts[i - 1])} then {int(ts[i])})")
-        return first_seq, last_seq, first_ts, last_ts
-
-    # -- reading ------------------------------------------------------------------
-
-    # -- reading ------------------------------------------------------------------
-
     def _writer_index(self) -> LogIndex:
         if not isinstance(self._index, LogIndex):
             raise LogClosedError(f"log {self.path} is not open for writing")
         return self._index
-
-    def _snapshot(self) -> Snapshot:
-        if self._index is None:
-            raise LogClosedError(f"log {self.path} is closed")
-        return self._index.snapshot()
-
-    def _locate(self, **kw: int | None) -> tuple[Snapshot, Entry | None]:
-        if self._index is None:
-            raise LogClosedError(f"log {self.path} is closed")
-        return self._index.locate(**kw)
-
-    def read_forward(self, *, after_seq: int | None = None, from_ts: int | None = None
-                     ) -> Iterator[pa.RecordBatch]:
-        """Committed records with ``seq > after_seq`` (or ``ts >= from_ts``), oldest first.
-
-        The start is one index lookup; the first batch is trimmed to the exact
-        position. Raises LogTrimmedError if ``after_seq`` lies in trimmed segments
-        (``from_ts`` before the first kept record starts at that record).
-        """
-        if after_seq is not None and from_ts is not None:
-            raise LogUsageError("read_forward takes after_seq or from_ts, not both")
-        snap, entry = self._locate(after_seq=after_seq, from_ts=from_ts)
-        return self._reader.forward(snap, entry, after_seq=after_seq, from_ts=from_ts)
-
-    def read_backward(self, *, before_seq: int | None = None, chunk_bytes: int = 256 << 10
-                      ) -> Iterator[pa.RecordBatch]:
-        """Committed records with ``seq < before_seq``, newest record first.
-
-        Rows inside a batch stay in forward order. The segments are read from the end
-        in ``chunk_bytes`` reads and walked by the frame footers; the index is used
-        only to find ``before_seq``.
-        """
-        if before_seq is not None:
-            snap, entry = self._locate(at_seq=before_seq)
-        else:
-            snap, entry = self._snapshot(), None
-        return self._reader.backward(snap, entry, before_seq=before_seq,
-                                     chunk_bytes=chunk_bytes)
-
-    def verify(self) -> int:
-        """Check every committed frame of every segment; return the number of records.
-
-        Validates each frame (magics, lengths, checksum), the order of positions
-        across records, and decodes every record, checking its rows against its
-        footer. Raises CorruptLogError naming the segment, byte and invariant.
-        """
-        return self._reader.verify(self._snapshot())
-
-    def tail(self, *, after_seq: int | None, timeout: float) -> Iterator[pa.RecordBatch]:
-        """Committed records after ``after_seq``, waiting for new commits.
-
-        Stops when the log is sealed and everything is read, or when no new record
-        was committed for ``timeout`` seconds (call again to keep following). New
-        commits are found by polling the index (1 ms, backing off to 50 ms).
-        """
-        pos = after_seq
-        deadline = time.monotonic() + timeout
-        delay = 0.001
-        while True:
-            snap, entry = self._locate(after_seq=pos)
-            got = False
-            for batch in self._reader.forward(snap, entry, after_seq=pos):
-                got = True
-                pos = batch.column("seq")[-1].as_py()
-                yield batch
-            if snap.sealed:
-                return
-            now = time.monotonic()
-            if got:
-                deadline, delay = now + timeout, 0.001
-                continue
-            if now >= deadline:
-                return
-            time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, 0.05)
-
-
-
-
-@dataclass
-class _SideDraft:
-    """What a writer committed into one of its segments so far (see storage_log.sidefile)."""
-
-    link: int
-    entries: list[Entry] = field(default_factory=list)
-    token: bytes | None = None
-    sealed: bool = False
-
-
-def _write_error(path: Path, what: str, exc: OSError) -> LogWriteError:
-    """A refused write as one clear error: the log, the file, the cause, what to do."""
-    where = f" ({exc.filename})" if exc.filename else ""
-    return LogWriteError(
-        f"cannot {what} log {path}: {exc.strerror or exc}{where}. Nothing committed is "
-        "lost: make room or make it writable (the index cache too: CEC_INDEX_DIR), "
-        "then resume (cec recover --from-log RUN)")

@@ -2,25 +2,32 @@
 
 :class:`RecordReader` turns an index snapshot (the committed end) and a start
 position into decoded record batches, walking the segment files in large reads.
+:class:`LogReads` is the read API of :class:`storage_log.log.StreamLog` on top of it.
 """
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from storage_log.entry import Committed, Entry, Snapshot
 from storage_log.epoch import Chain, read_chain
-from storage_log.errors import CorruptLogError, LogTrimmedError
+from storage_log.errors import CorruptLogError, LogClosedError, LogTrimmedError, LogUsageError
 from storage_log.frame import FrameCodec, FrameError, FrameInfo, Kind, decode_schema
 from storage_log.reconcile import corrupt
-from storage_log.scan import check_link
 from storage_log.segment import SegmentReader, read_trim_marker, segment_path
+from storage_log.walk import check_link
+
+if TYPE_CHECKING:
+    from storage_log.index import LogIndex
+    from storage_log.scan import ScanIndex
 
 READ_AHEAD = 4  # records decoded ahead of the consumer on the codec's worker threads
 #: backward reads decode records smaller than this (whole frame, compressed) on the
@@ -237,7 +244,7 @@ class RecordReader:
         control frame links to the records before it (a lost segment is a gap), the
         order of positions, and decodes every record against its footer.
         """
-        from storage_log.scan import tail_is_torn  # noqa: PLC0415 - reconcile imports us
+        from storage_log.walk import tail_is_torn  # noqa: PLC0415 - reconcile imports us
 
         c = snap.committed
         schema = self.schema(snap.schema)
@@ -298,3 +305,89 @@ def _trim_front(batch: pa.RecordBatch, after_seq: int | None, from_ts: int | Non
         ts = batch.column("ts").to_numpy()
         return batch.slice(int(np.searchsorted(ts, from_ts, "left")))
     return batch
+
+
+class LogReads:
+    """The read API of a log: committed records, found through the log's index (its
+    LMDB index for a writer, a :class:`~storage_log.scan.ScanIndex` for a reader) and
+    read by a :class:`RecordReader`. :class:`storage_log.log.StreamLog` derives from it
+    and sets the three attributes."""
+
+    path: Path
+    _index: LogIndex | ScanIndex | None
+    _reader: RecordReader
+
+    def _snapshot(self) -> Snapshot:
+        if self._index is None:
+            raise LogClosedError(f"log {self.path} is closed")
+        return self._index.snapshot()
+
+    def _locate(self, **kw: int | None) -> tuple[Snapshot, Entry | None]:
+        if self._index is None:
+            raise LogClosedError(f"log {self.path} is closed")
+        return self._index.locate(**kw)
+
+    def read_forward(self, *, after_seq: int | None = None, from_ts: int | None = None
+                     ) -> Iterator[pa.RecordBatch]:
+        """Committed records with ``seq > after_seq`` (or ``ts >= from_ts``), oldest first.
+
+        The start is one index lookup; the first batch is trimmed to the exact
+        position. Raises LogTrimmedError if ``after_seq`` lies in trimmed segments
+        (``from_ts`` before the first kept record starts at that record).
+        """
+        if after_seq is not None and from_ts is not None:
+            raise LogUsageError("read_forward takes after_seq or from_ts, not both")
+        snap, entry = self._locate(after_seq=after_seq, from_ts=from_ts)
+        return self._reader.forward(snap, entry, after_seq=after_seq, from_ts=from_ts)
+
+    def read_backward(self, *, before_seq: int | None = None, chunk_bytes: int = 256 << 10
+                      ) -> Iterator[pa.RecordBatch]:
+        """Committed records with ``seq < before_seq``, newest record first.
+
+        Rows inside a batch stay in forward order. The segments are read from the end
+        in ``chunk_bytes`` reads and walked by the frame footers; the index is used
+        only to find ``before_seq``.
+        """
+        if before_seq is not None:
+            snap, entry = self._locate(at_seq=before_seq)
+        else:
+            snap, entry = self._snapshot(), None
+        return self._reader.backward(snap, entry, before_seq=before_seq,
+                                     chunk_bytes=chunk_bytes)
+
+    def verify(self) -> int:
+        """Check every committed frame of every segment; return the number of records.
+
+        Validates each frame (magics, lengths, checksum), the order of positions
+        across records, and decodes every record, checking its rows against its
+        footer. Raises CorruptLogError naming the segment, byte and invariant.
+        """
+        return self._reader.verify(self._snapshot())
+
+    def tail(self, *, after_seq: int | None, timeout: float) -> Iterator[pa.RecordBatch]:
+        """Committed records after ``after_seq``, waiting for new commits.
+
+        Stops when the log is sealed and everything is read, or when no new record
+        was committed for ``timeout`` seconds (call again to keep following). New
+        commits are found by polling the index (1 ms, backing off to 50 ms).
+        """
+        pos = after_seq
+        deadline = time.monotonic() + timeout
+        delay = 0.001
+        while True:
+            snap, entry = self._locate(after_seq=pos)
+            got = False
+            for batch in self._reader.forward(snap, entry, after_seq=pos):
+                got = True
+                pos = batch.column("seq")[-1].as_py()
+                yield batch
+            if snap.sealed:
+                return
+            now = time.monotonic()
+            if got:
+                deadline, delay = now + timeout, 0.001
+                continue
+            if now >= deadline:
+                return
+            time.sleep(min(delay, deadline - now))
+            delay = min(delay * 2, 0.05)

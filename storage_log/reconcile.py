@@ -36,12 +36,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from storage_log.cache import cache_name, ensure_log_id
+from storage_log.cache import index_root as cache_root
 from storage_log.entry import EMPTY, Committed
 from storage_log.epoch import read_chain, take_epoch
 from storage_log.errors import CorruptLogError
 from storage_log.frame import FLAG_COMMIT, FrameError, decode_schema
 from storage_log.index import IndexCorrupt, LogIndex
-from storage_log.scan import walk
+from storage_log.lock import WriterLock
 from storage_log.segment import (
     SegmentReader,
     fsync_dir,
@@ -50,6 +52,7 @@ from storage_log.segment import (
     sid_epoch,
 )
 from storage_log.sidefile import remove_side
+from storage_log.walk import walk
 
 
 @dataclass
@@ -85,6 +88,27 @@ def corrupt(path: Path, offset: int, invariant: str) -> CorruptLogError:
         "before the committed end; a writable open with repair=True (cec recover "
         "--from-log RUN --repair) truncates it there, losing the records from that byte on"
     )
+
+
+def open_for_writing(directory: Path, *, repair: bool, index_root: str | os.PathLike[str] | None
+                     ) -> tuple[WriterLock, LogIndex, ReconcileReport, TailState]:
+    """A writable open: the writer lock, this host's index of the log reconciled with
+    its segments, what that did, and the log's state. Releases what it took on failure."""
+    lock = WriterLock(directory)
+    try:
+        report = ReconcileReport()
+        ident = ensure_log_id(directory)
+        index = open_index(cache_root(index_root) / cache_name(directory, ident), report,
+                           force_rebuild=repair)
+        try:
+            state = reconcile(directory, index, report, repair=repair)
+        except BaseException:
+            index.close()
+            raise
+    except BaseException:
+        lock.release()
+        raise
+    return lock, index, report, state
 
 
 def open_index(path: Path, report: ReconcileReport, *, force_rebuild: bool) -> LogIndex:

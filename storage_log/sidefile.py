@@ -15,10 +15,11 @@ can make an open faster, never different.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import xxhash
@@ -92,3 +93,51 @@ def read_side(directory: Path, sid: int, size: int) -> SideFile | None:
 
 def remove_side(directory: Path, sid: int) -> None:
     side_path(directory, sid).unlink(missing_ok=True)
+
+
+@dataclass
+class _Draft:
+    """What a writer committed into one of its segments so far."""
+
+    link: int
+    entries: list[Entry] = field(default_factory=list)
+    token: bytes | None = None
+    sealed: bool = False
+
+
+class SideDrafts:
+    """A writer's account of what it committed into each of its segments; once a
+    segment is complete and committed (the commit point moved past it), its side-file
+    is written (best effort: a side-file is an optimisation only)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._drafts: dict[int, _Draft] = {}
+
+    def start(self, sid: int, link: int) -> None:
+        """A segment of this writer begins; the log ended at seq ``link`` before it."""
+        self._drafts[sid] = _Draft(link)
+
+    def note(self, written: list[Entry], token: bytes | None, seal: bool, *, active: int,
+             current: int, closed: dict[int, int], schema_bytes: bytes) -> None:
+        """A commit: ``written`` entries, ``token`` and ``seal`` went into the segments
+        up to ``active``; the commit point is in segment ``current``; ``closed`` maps
+        the segments this writer finished to their final sizes."""
+        drafts = self._drafts
+        for e in written:
+            draft = drafts.get(e.segment)
+            if draft is not None:
+                draft.entries.append(e)
+        draft = drafts.get(active)
+        if draft is not None:
+            if token is not None:
+                draft.token = bytes(token)
+            draft.sealed = draft.sealed or seal
+        for sid in [s for s in drafts if s < current and s in closed]:
+            d = drafts.pop(sid)
+            last = d.entries[-1] if d.entries else None
+            with contextlib.suppress(OSError):  # a side-file is an optimisation only
+                write_side(self.directory, SideFile(
+                    sid, closed[sid], d.link, tuple(d.entries),
+                    last.last_seq if last else None, last.last_ts if last else None,
+                    d.token, d.sealed, schema_bytes))
