@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-SPEC   ?= examples/items.toml
+SPEC   ?= cli/examples/items.toml
 LOGDIR ?= runs/items
 
 .PHONY: run test lint bench install clean

@@ -2,7 +2,7 @@
 
 For each Worker count W it starts a Master and W Workers (each in its own mount
 namespace, seeing the shared directory through its own FUSE mount, as in
-``tests/on_cluster``), then runs the built-in workload (``examples/items.toml``):
+``tests/on_cluster``), then runs the built-in workload (``cli/examples/items.toml``):
 
 * failure-free: whole-process time of ``cec run pipeline`` and source rows/s;
 * with the Worker of partition 0 SIGKILLed once the operators have consumed
@@ -81,7 +81,7 @@ def _export_digest(cluster: Cluster, run: Path) -> str:
 
 
 def _spec(d: Path, rows: int | None) -> Path:
-    text = (REPO / "examples" / "items.toml").read_text()
+    text = (REPO / "cli" / "examples" / "items.toml").read_text()
     if rows is not None:
         text = text.replace("rows = 3000000", f"rows = {rows}")
     spec = d / "items.toml"

@@ -2,7 +2,7 @@
 
 Both read the same data in the same run: the paper's workload written as parquet by
 :mod:`bench.workload` (``item_id`` uniform over 100 000 keys, ``item_price``,
-``item_time``). cec runs the pipeline of ``examples/items.toml`` over it (filter, key
+``item_time``). cec runs the pipeline of ``cli/examples/items.toml`` over it (filter, key
 partitioning, upstream logs, P long-lived operator tasks with count windows of 10 and
 ``G_open``/``G_check`` checkpoints, every record fsync'ed); Spark runs
 ``groupBy(item_id).avg(item_price)`` as a Structured Streaming query with its state

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from rich.markup import escape
 from cec import pipeline
 from cec.errors import USER_ERRORS
 from cec.spec import PipelineSpec, load_spec, parse_conf
+from cli.example_specs import copy_examples, list_examples
 
 EXIT_CODES = (
     "Exit status: 0 ok; 2 bad usage, spec, input or Spark setting (names the file, line, "
@@ -42,8 +44,32 @@ run_app = typer.Typer(help="Run a pipeline.", no_args_is_help=True)
 inspect_app = typer.Typer(
     help="Look inside logs: extents, segments, checksums.", no_args_is_help=True
 )
+examples_app = typer.Typer(
+    help="The example pipelines shipped with cec: list them, or copy them to a directory.",
+    invoke_without_command=True,
+)
 app.add_typer(run_app, name="run")
 app.add_typer(inspect_app, name="inspect")
+app.add_typer(examples_app, name="examples")
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            v = version("cec")
+        except PackageNotFoundError:  # run from a checkout that is not installed
+            v = "unknown (not installed)"
+        out_console.print(f"cec {v}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main_options(
+    show_version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print cec's version and exit.")
+    ] = False,
+) -> None:
+    """Continuous eventual checkpointing for windowed stream operators on Spark."""
 
 err_console = Console(stderr=True)
 out_console = Console()
@@ -228,6 +254,34 @@ def export(
 ) -> None:
     """Every result (R) of every partition, control records dropped."""
     _emit(pipeline.export(log_dir, out, fmt, consumer), json_out)
+
+
+@examples_app.callback()
+def examples_list(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+    """List the example pipeline specs (``cec examples copy DIR`` copies them)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    found = list_examples()
+    if json_out:
+        sys.stdout.write(json.dumps([{"name": e.name, "summary": e.summary} for e in found],
+                                    indent=2) + "\n")
+        return
+    for e in found:
+        out_console.print(f"{e.name}  {escape(e.summary)}", highlight=False, soft_wrap=True)
+
+
+@examples_app.command("copy")
+def examples_copy(
+    target: Annotated[Path, typer.Argument(help="Directory to copy them into (created).")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Copy every example (specs, their data, the README of every field) into TARGET."""
+    written = copy_examples(target)
+    if json_out:
+        sys.stdout.write(json.dumps({"copied": [str(p) for p in written]}, indent=2) + "\n")
+        return
+    for path in written:
+        out_console.print(escape(str(path)), highlight=False, soft_wrap=True)
 
 
 def _set_umask() -> None:

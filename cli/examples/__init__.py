@@ -1,0 +1,1 @@
+"""Example pipeline specs and their data, shipped as package data (`cec examples`)."""
