@@ -86,14 +86,20 @@ class VectorOperator:
         self._policy = config.policy
         self._budget = budget_for(config.policy, config.clock)
         self._schema = output_schema(config.key_type)
+        #: the keys seen (and not forgotten by compaction) as dense key indices
         self._keys = KeyRegistry(config.key_type)
+        #: the open windows: identity, footprint and partial aggregate, one slot each
         self._slots = WindowSlots()
+        #: each key's open windows' slots (layout per window kind: see KeyWindows)
         self._by_key = KeyWindows(config.window.max_open_per_key)
+        #: what the window kind computes from a batch
         self._kernel = make_kernel(config.window, self._slots, self._by_key)
+        #: output rows, the next output seq, N and the footprint order
         self._out = RowWriter(
             self._slots, self._keys, config.reducer, self._schema,
             emits_open=config.policy.emits_open,
             fp_order=FootprintOrder() if config.policy.emits_check else None)
+        #: t_now and the input-order and reconstruction bookkeeping
         self._pos = StreamPosition()
         #: key compaction: the registry size at which the live keys are counted next
         self._compact_at = self.COMPACT_MIN
