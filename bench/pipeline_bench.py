@@ -135,9 +135,9 @@ def run_cec_specs(specs: Sequence[tuple[str, str]], work: Path) -> list[dict[str
 
 def _session_main(cfg_path: str) -> int:
     """Child of :func:`run_cec_specs`: one SparkSession, several pipeline runs."""
-    from cec.pipeline import run_pipeline
-    from cec.pipeline.session import build_session
     from cec.spec import load_spec
+    from cec_spark import run_pipeline
+    from cec_spark.session import build_session
 
     cfg = json.loads(Path(cfg_path).read_text())
     runs = cfg["runs"]

@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from cec import pipeline
+import cec_spark
 from cec.errors import USER_ERRORS
 from cec.spec import PipelineSpec, load_spec, parse_conf
 from cli.example_specs import copy_examples, list_examples
@@ -114,7 +114,7 @@ _OWN_PROCESS = [False]
 def _start_spark_early(spec_of: Callable[[], PipelineSpec]) -> None:
     """Start the run's Spark driver now, in the background, so that the JVM starts
     while the command imports the pipeline and prepares the run
-    (:func:`cec.pipeline.session.start_early`). A spec that cannot be read starts
+    (:func:`cec_spark.session.start_early`). A spec that cannot be read starts
     nothing here: the command itself then reports what is wrong with it."""
     if not _OWN_PROCESS[0]:
         return
@@ -122,14 +122,14 @@ def _start_spark_early(spec_of: Callable[[], PipelineSpec]) -> None:
         spec = spec_of()
     except Exception:
         return
-    pipeline.start_early(spec.run.effective_master, spec.run.partitions, spec.run.spark_conf)
+    cec_spark.start_early(spec.run.effective_master, spec.run.partitions, spec.run.spark_conf)
 
 
 def _stored_spec(from_log: Path, master: str | None, conf: dict[str, str],
                  trust: bool) -> PipelineSpec:
     """The spec a resume runs; a run directory not trusted starts nothing (its Spark
     settings are code as much as its [filter])."""
-    layout = pipeline.RunLayout(Path(os.path.abspath(from_log)))
+    layout = cec_spark.RunLayout(Path(os.path.abspath(from_log)))
     layout.check_owner(trust)
     spec, _ = layout.read_run_file()
     return spec.with_run(master=master, conf=conf)
@@ -150,7 +150,7 @@ def run_pipeline(
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
     _start_spark_early(lambda: load_spec(spec).with_run(
         partitions=partitions, master=master, conf=parse_conf(conf or [])))
-    result = pipeline.run_pipeline(spec, log_dir, partitions=partitions, master=master,
+    result = cec_spark.run_pipeline(spec, log_dir, partitions=partitions, master=master,
                                    conf=parse_conf(conf or []), max_tuples=max_tuples,
                                    progress=not json_out)
     _emit(result, json_out, result["per_partition"],
@@ -179,7 +179,7 @@ def recover(
     if not dry_run:
         _start_spark_early(lambda: _stored_spec(from_log, master, parse_conf(conf or []),
                                                 trust))
-    result = pipeline.recover_run(from_log, dry_run=dry_run, progress=not json_out,
+    result = cec_spark.recover_run(from_log, dry_run=dry_run, progress=not json_out,
                                   master=master, conf=parse_conf(conf or []), repair=repair,
                                   trust=trust)
     for line in result.get("repairs", []):
@@ -210,7 +210,7 @@ def inspect_extent(
     json_out: JsonOpt = False,
 ) -> None:
     """The extent of the eventual checkpoint, now or as of a timestamp."""
-    result = pipeline.inspect_extent(log_dir, partition=partition, at=at)
+    result = cec_spark.inspect_extent(log_dir, partition=partition, at=at)
     rows = [{**e, **e.get("counts", {}), "oldest_age": e.get("oldest")}
             for e in result["partitions"]]
     for e in result["partitions"]:
@@ -228,7 +228,7 @@ def inspect_log(
     json_out: JsonOpt = False,
 ) -> None:
     """Segments, records, index and checksums of a log."""
-    result = pipeline.inspect_log(log_dir, verify=verify)
+    result = cec_spark.inspect_log(log_dir, verify=verify)
     rows = [{**e, "segments": len(e["segments"]),
              "records": e.get("verify", {}).get("records"),
              "checksums": "DAMAGED" if "damaged" in e else "ok" if e.get("verify") else "-"}
@@ -253,7 +253,7 @@ def export(
     json_out: JsonOpt = False,
 ) -> None:
     """Every result (R) of every partition, control records dropped."""
-    _emit(pipeline.export(log_dir, out, fmt, consumer), json_out)
+    _emit(cec_spark.export(log_dir, out, fmt, consumer), json_out)
 
 
 @examples_app.callback()

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.pipeline.helpers import REPO, reference_time_windows, spec_text, write_items_csv
+from tests.cec_spark.helpers import REPO, reference_time_windows, spec_text, write_items_csv
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from cec.pipeline.layout import CHECKSUM_PREFIX, sign_run_text
+from cec_spark.layout import CHECKSUM_PREFIX, sign_run_text
 from cli.app import main
-from tests.pipeline.helpers import (
+from tests.cec_spark.helpers import (
     REPO,
     cec,
     reference_count_windows,

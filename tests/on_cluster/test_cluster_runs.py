@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.cec_spark.helpers import REPO, reference_count_windows, spec_text
 from tests.on_cluster.standalone import Cluster
-from tests.pipeline.helpers import REPO, reference_count_windows, spec_text
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
 

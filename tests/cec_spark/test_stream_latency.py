@@ -18,7 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from cec.pipeline.ingest import (
+from cec.spec import load_spec
+from cec_spark.ingest import (
     PART,
     IngestProgress,
     IngestQuery,
@@ -27,12 +28,11 @@ from cec.pipeline.ingest import (
     partition_expr,
     read_token,
 )
-from cec.pipeline.layout import RunLayout, settings_for
-from cec.pipeline.session import build_session
-from cec.sources import InputError, StreamDirWatcher
-from cec.spec import load_spec
+from cec_spark.layout import RunLayout, settings_for
+from cec_spark.session import build_session
+from cec_spark.sources import InputError, StreamDirWatcher
 from storage_log.log import StreamLog
-from tests.pipeline.helpers import spec_text, write_items_csv
+from tests.cec_spark.helpers import spec_text, write_items_csv
 
 pytestmark = pytest.mark.spark
 

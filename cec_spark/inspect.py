@@ -15,13 +15,13 @@ from typing import Any
 import numpy as np
 
 from cec.errors import CecError, RecoveryError, UsageError
-from cec.pipeline.driver import resume_run
-from cec.pipeline.fingerprint import check_fingerprint
-from cec.pipeline.layout import RunLayout
-from cec.pipeline.task import operator_for
-from cec.pipeline.watchdog import say
 from cec.records import tuple_counts
-from cec.sources import plan_source
+from cec_spark.driver import resume_run
+from cec_spark.fingerprint import check_fingerprint
+from cec_spark.layout import RunLayout
+from cec_spark.sources import plan_source
+from cec_spark.task import operator_for
+from cec_spark.watchdog import say
 from recovery.ec import NothingToRecover
 from recovery.replay import plan, recover, scan
 from storage_log.cache import ID_FILE

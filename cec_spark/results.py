@@ -20,8 +20,8 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from cec.errors import UsageError
-from cec.pipeline.layout import RunLayout
 from cec.records import RESULT_TYPES
+from cec_spark.layout import RunLayout
 from storage_log.log import StreamLog
 
 COLUMNS = ("key", "window_start", "window_end", "count", "value")

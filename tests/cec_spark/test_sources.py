@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cec.sources import SEQ, InputError, StreamDirWatcher, plan_source, read_chunk
 from cec.spec import PipelineSpec, parse_spec
-from tests.pipeline.helpers import spec_text, write_items_csv
+from cec_spark.sources import SEQ, InputError, StreamDirWatcher, plan_source, read_chunk
+from tests.cec_spark.helpers import spec_text, write_items_csv
 
 
 def _spec(tmp: Path, kind: str, path: str, chunk_rows: int = 100, **kw: object) -> PipelineSpec:

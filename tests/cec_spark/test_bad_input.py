@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cec.sources import InputError, plan_source
 from cec.spec import PipelineSpec, parse_spec
-from tests.pipeline.helpers import spec_text
+from cec_spark.sources import InputError, plan_source
+from tests.cec_spark.helpers import spec_text
 
 HEAD = "item_id,item_price,item_time\n"
 

@@ -18,7 +18,7 @@ under such a name and rename it into place), each validated as it is found, and 
 stream ends when a file named ``_END`` appears.
 
 This module does no Spark: :func:`read_chunk` is what the Spark data source
-(:mod:`cec.pipeline.ingest`) calls on an executor to produce Arrow batches.
+(:mod:`cec_spark.ingest`) calls on an executor to produce Arrow batches.
 """
 
 from __future__ import annotations

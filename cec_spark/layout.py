@@ -43,8 +43,8 @@ from typing import Any
 import xxhash
 
 from cec.errors import CorruptionError, UsageError
-from cec.sources import ColumnTypes
 from cec.spec import PipelineSpec, dump_spec, parse_stored_spec
+from cec_spark.sources import ColumnTypes
 from storage_log.segment import fsync_dir
 
 RUN_FILE = "run.toml"
@@ -80,7 +80,7 @@ class RunSettings:
     columns: ColumnTypes
     key_column: str
     run_id: str | None = None  # None: a run stored before run ids existed
-    # each source file's name, size and xxh64 when the run started (cec.pipeline.fingerprint)
+    # each source file's name, size and xxh64 when the run started (cec_spark.fingerprint)
     source_files: tuple[dict[str, Any], ...] = ()
 
     @property

@@ -31,7 +31,7 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
-from cec.pipeline import jvm_archive
+from cec_spark import jvm_archive
 
 ARROW_BATCH_ROWS = 1 << 19
 
@@ -63,7 +63,7 @@ def default_conf(master: str, partitions: int) -> dict[str, str]:
         "spark.speculation": "false",
         "spark.pyspark.python": sys.executable,
         "spark.python.worker.reuse": "true",
-        "spark.python.daemon.module": "cec.pipeline.daemon",
+        "spark.python.daemon.module": "cec_spark.daemon",
         "spark.driver.memory": "2g",
         "spark.sql.session.timeZone": "UTC",
     }
@@ -73,7 +73,7 @@ def default_conf(master: str, partitions: int) -> dict[str, str]:
 FIXED = {
     "spark.speculation": ("false", "a speculative copy of a long-lived task would be a "
                           "second writer of its log"),
-    "spark.python.daemon.module": ("cec.pipeline.daemon", "the Python workers must fork "
+    "spark.python.daemon.module": ("cec_spark.daemon", "the Python workers must fork "
                                    "from cec's daemon"),
 }
 
@@ -88,7 +88,7 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
 
     ``conf`` (the spec's ``[run.spark]`` and ``--conf``) overrides the defaults. A
     setting Spark refuses is a UsageError (exit 2) carrying Spark's own message. A new
-    driver JVM maps the class archive of :mod:`cec.pipeline.jvm_archive` if there is
+    driver JVM maps the class archive of :mod:`cec_spark.jvm_archive` if there is
     one; with ``write_archive`` and none yet, it writes one at its exit, which
     :func:`stop_session` (not ``spark.stop()``) waits for and keeps.
     """
@@ -100,7 +100,7 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
                             category=FutureWarning)
     # The JVM and the Python worker daemon it starts inherit this environment: keep
-    # the daemon single-threaded when it forks (see cec.pipeline.daemon).
+    # the daemon single-threaded when it forks (see cec_spark.daemon).
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
     os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")

@@ -35,13 +35,13 @@ from pyspark import TaskContext
 
 from cec.errors import CecError
 from cec.operator import OperatorConfig, VectorOperator
-from cec.pipeline.ingest import value_column
-from cec.pipeline.layout import RunLayout, RunSettings
-from cec.pipeline.retention import Lagged, retention_before
 from cec.policy import PolicyConfig
 from cec.records import tuple_counts
 from cec.spec import PipelineSpec
 from cec.windows import window_spec
+from cec_spark.ingest import value_column
+from cec_spark.layout import RunLayout, RunSettings
+from cec_spark.retention import Lagged, retention_before
 from recovery.errors import ReplayUnavailableError
 from recovery.replay import recover
 from storage_log.epoch import read_chain
@@ -273,7 +273,7 @@ def _recover(layout: RunLayout, p: int, op: VectorOperator, spec: PipelineSpec,
 
 
 class OutputKeeper:
-    """Output retention for one task (:mod:`cec.pipeline.retention`): notes where the
+    """Output retention for one task (:mod:`cec_spark.retention`): notes where the
     eventual checkpoint's extent starts after each commit, and every so often deletes
     the whole segments no recovery (as of ``trim_lag_s`` ago) and no registered
     consumer needs, beyond ``[run].output_keep_mb`` / ``output_keep_s``."""

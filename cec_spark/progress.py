@@ -21,8 +21,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from cec.pipeline.ingest import IngestProgress
-from cec.pipeline.layout import RunLayout
+from cec_spark.ingest import IngestProgress
+from cec_spark.layout import RunLayout
 from storage_log.log import StreamLog
 
 PLAIN_EVERY_S = 10.0

@@ -27,8 +27,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cec.errors import ClusterError, UsageError
-from cec.pipeline.layout import RunLayout, RunNotVisibleError
-from cec.pipeline.watchdog import say
+from cec_spark.layout import RunLayout, RunNotVisibleError
+from cec_spark.watchdog import say
 
 WAIT_NOTICE_S = 3.0
 POLL_S = 0.5

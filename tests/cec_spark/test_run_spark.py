@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 
 from cec.errors import RecoveryError, SpecError
-from cec.pipeline import (
+from cec.records import G_OPEN, G_OPEN_R, R, logical_rows
+from cec_spark import (
     export,
     inspect_extent,
     inspect_log,
@@ -22,11 +23,10 @@ from cec.pipeline import (
     resume_run,
     run_pipeline,
 )
-from cec.pipeline.layout import RunLayout
-from cec.pipeline.session import build_session
-from cec.records import G_OPEN, G_OPEN_R, R, logical_rows
+from cec_spark.layout import RunLayout
+from cec_spark.session import build_session
 from storage_log.log import StreamLog
-from tests.pipeline.helpers import (
+from tests.cec_spark.helpers import (
     reference_count_windows,
     reference_time_windows,
     spec_text,

@@ -1,6 +1,6 @@
 """The ingest: source → Spark (read, filter, key partition) → one upstream log per partition.
 
-The source is cut into chunks (:mod:`cec.sources`); a Spark **job** ingests a run of
+The source is cut into chunks (:mod:`cec_spark.sources`); a Spark **job** ingests a run of
 consecutive chunks (up to :data:`JOB_ROWS` source rows) with a single task, so the
 order of the stream is kept without any sort. The task reads the chunks (the generator
 through ``spark.range`` and deterministic expressions; files through a Python function
@@ -39,9 +39,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cec.errors import CecError, SpecError
-from cec.pipeline.fingerprint import check_fingerprint
-from cec.pipeline.layout import RunLayout, RunSettings
-from cec.sources import (
+from cec.spec import PipelineSpec
+from cec_spark.fingerprint import check_fingerprint
+from cec_spark.layout import RunLayout, RunSettings
+from cec_spark.sources import (
     SEQ,
     Chunk,
     ColumnTypes,
@@ -51,7 +52,6 @@ from cec.sources import (
     plan_source,
     read_chunk,
 )
-from cec.spec import PipelineSpec
 from storage_log.log import StreamLog
 
 PART = "__cec_part"
@@ -114,7 +114,7 @@ def _file_frame(spark: SparkSession, columns: ColumnTypes, chunks: list[Chunk] |
     """Consecutive chunks of a file source read by a Spark task, as Arrow batches.
 
     ``spark.range(len(chunks))`` in one partition hands the chunk numbers in order to
-    a Python function (``mapInArrow``) that reads them (:func:`cec.sources.read_chunk`,
+    a Python function (``mapInArrow``) that reads them (:func:`cec_spark.sources.read_chunk`,
     pyarrow) and yields typed Arrow batches plus ``SEQ``. The same function as a
     Python data source (``spark.read.format(...)``) started two Python planner
     processes per query: a cold run reached its first row 3–5 s later. With
@@ -256,7 +256,7 @@ def trim_upstream(layout: RunLayout, logs: list[StreamLog | None]) -> int:
     """Drop upstream segments below what every recovery of their partition replays.
 
     Each operator task reports ``replay_after_seq`` in its state file
-    (:class:`cec.pipeline.task.ReplayFloor`); a segment whose records all lie at or
+    (:class:`cec_spark.task.ReplayFloor`); a segment whose records all lie at or
     before it is never read again. A missing or unreadable report trims nothing.
     Returns the number of segments deleted.
     """

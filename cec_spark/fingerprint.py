@@ -17,8 +17,8 @@ from typing import Any
 
 import xxhash
 
-from cec.sources import InputError, source_files
 from cec.spec import PipelineSpec
+from cec_spark.sources import InputError, source_files
 
 CHUNK = 8 << 20
 

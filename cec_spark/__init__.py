@@ -17,22 +17,22 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cec.pipeline.driver import resume_run, run_pipeline
-    from cec.pipeline.inspect import inspect_extent, inspect_log, recover_run
-    from cec.pipeline.layout import RunLayout
-    from cec.pipeline.results import export, results_table
-    from cec.pipeline.session import start_early
+    from cec_spark.driver import resume_run, run_pipeline
+    from cec_spark.inspect import inspect_extent, inspect_log, recover_run
+    from cec_spark.layout import RunLayout
+    from cec_spark.results import export, results_table
+    from cec_spark.session import start_early
 
 _WHERE = {
-    "run_pipeline": "cec.pipeline.driver",
-    "resume_run": "cec.pipeline.driver",
-    "export": "cec.pipeline.results",
-    "results_table": "cec.pipeline.results",
-    "inspect_extent": "cec.pipeline.inspect",
-    "inspect_log": "cec.pipeline.inspect",
-    "recover_run": "cec.pipeline.inspect",
-    "start_early": "cec.pipeline.session",
-    "RunLayout": "cec.pipeline.layout",
+    "run_pipeline": "cec_spark.driver",
+    "resume_run": "cec_spark.driver",
+    "export": "cec_spark.results",
+    "results_table": "cec_spark.results",
+    "inspect_extent": "cec_spark.inspect",
+    "inspect_log": "cec_spark.inspect",
+    "recover_run": "cec_spark.inspect",
+    "start_early": "cec_spark.session",
+    "RunLayout": "cec_spark.layout",
 }
 
 __all__ = [
@@ -51,5 +51,5 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     module = _WHERE.get(name)
     if module is None:
-        raise AttributeError(f"module 'cec.pipeline' has no attribute {name!r}")
+        raise AttributeError(f"module 'cec_spark' has no attribute {name!r}")
     return getattr(importlib.import_module(module), name)

@@ -2,11 +2,11 @@
 
 Two threads of Spark jobs share one SparkSession:
 
-* the **operator job**: one job of P long-lived tasks (:func:`cec.pipeline.task.run_partition`).
+* the **operator job**: one job of P long-lived tasks (:func:`cec_spark.task.run_partition`).
   When it aborts (a task exhausted its ``local[N,F]`` attempts, or an executor was
   lost) the driver resubmits it, up to :data:`MAX_RESUBMITS` times; every task then
   finds its output log and recovers;
-* the **ingest**: one job per source chunk (:mod:`cec.pipeline.ingest`), resumable.
+* the **ingest**: one job per source chunk (:mod:`cec_spark.ingest`), resumable.
 
 The main thread draws the progress display and handles Ctrl-C: the first one creates
 ``RUN/STOP`` (tasks and ingest end at their next batch boundary, every log committed);
@@ -32,27 +32,27 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from cec.errors import USAGE_ERRORS, USER_ERRORS, CecError, UsageError, UserError
-from cec.pipeline.cluster import SlotWatch, check_local_slots, probe, wait_for_slots
-from cec.pipeline.fingerprint import fingerprint
-from cec.pipeline.ingest import (
+from cec.spec import PipelineSpec, load_spec
+from cec_spark.cluster import SlotWatch, check_local_slots, probe, wait_for_slots
+from cec_spark.fingerprint import fingerprint
+from cec_spark.ingest import (
     IngestProgress,
     check_filter,
     create_logs,
     ingest,
     upstream_sealed,
 )
-from cec.pipeline.layout import DriverSupersededError, RunLayout, RunSettings, settings_for
-from cec.pipeline.progress import ProgressView
-from cec.pipeline.session import (
+from cec_spark.layout import DriverSupersededError, RunLayout, RunSettings, settings_for
+from cec_spark.progress import ProgressView
+from cec_spark.session import (
     early_start_pending,
     is_local,
     session_for,
     stop_session,
 )
-from cec.pipeline.task import run_partition
-from cec.pipeline.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
-from cec.sources import SourcePlan, plan_source
-from cec.spec import PipelineSpec, load_spec
+from cec_spark.sources import SourcePlan, plan_source
+from cec_spark.task import run_partition
+from cec_spark.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
 from storage_log.errors import LogWriteError
 
 MAX_RESUBMITS = 5

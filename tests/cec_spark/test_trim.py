@@ -15,11 +15,11 @@ import pytest
 
 from cec.operator import OperatorConfig
 from cec.operator.vector import VectorOperator
-from cec.pipeline.ingest import WriterConfig, create_logs, open_upstream, trim_upstream
-from cec.pipeline.layout import RunLayout
-from cec.pipeline.task import ReplayFloor
 from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow, WindowSpec
+from cec_spark.ingest import WriterConfig, create_logs, open_upstream, trim_upstream
+from cec_spark.layout import RunLayout
+from cec_spark.task import ReplayFloor
 from recovery.replay import recover
 from storage_log.errors import LogTrimmedError
 from storage_log.log import StreamLog

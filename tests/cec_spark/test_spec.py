@@ -16,15 +16,15 @@ from cec.spec import (
     parse_spec,
     parse_stored_spec,
 )
-from tests.pipeline.helpers import REPO, spec_text
+from tests.cec_spark.helpers import REPO, spec_text
 
 CSV_SOURCE = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"'
 
 
 def test_the_contract_example_parses_verbatim() -> None:
-    spec = load_spec(REPO / "examples" / "items_csv.toml")
+    spec = load_spec(REPO / "cli" / "examples" / "items_csv.toml")
     assert spec.source.kind == "csv"
-    assert spec.source.path == (REPO / "examples" / "items.csv").resolve()
+    assert spec.source.path == (REPO / "cli" / "examples" / "items.csv").resolve()
     assert spec.where == "item_price >= 0"
     agg = spec.aggregate
     assert (agg.group_by, agg.field, agg.function) == ("item_id", "item_price", "avg")
@@ -37,7 +37,7 @@ def test_the_contract_example_parses_verbatim() -> None:
 
 
 def test_builtin_default_is_the_generator() -> None:
-    spec = load_spec(REPO / "examples" / "items.toml")
+    spec = load_spec(REPO / "cli" / "examples" / "items.toml")
     assert spec.source.kind == "generator"
     assert spec.source.generator is not None and spec.source.generator.keys == 100_000
 
