@@ -1,30 +1,29 @@
-"""End-to-end throughput of ``cec run pipeline`` against Spark's own stateful aggregation.
+"""End-to-end throughput of ``cec run pipeline``, cold and warm, in one process each.
 
-Both read the same data in the same run: the paper's workload written as parquet by
-:mod:`bench.workload` (``item_id`` uniform over 100 000 keys, ``item_price``,
-``item_time``). cec runs the pipeline of ``cli/examples/items.toml`` over it (filter, key
-partitioning, upstream logs, P long-lived operator tasks with count windows of 10 and
-``G_open``/``G_check`` checkpoints, every record fsync'ed); Spark runs
-``groupBy(item_id).avg(item_price)`` as a Structured Streaming query with its state
-store (:mod:`bench.spark_baseline`). The built-in generator workload
-(``kind = "generator"``) is measured too.
+The paper's workload written as parquet by :mod:`bench.workload` (``item_id`` uniform
+over 100 000 keys, ``item_price``, ``item_time``), and the built-in generator workload
+(``kind = "generator"``): cec runs the pipeline of ``cli/examples/items.toml`` over it
+(filter, key partitioning, upstream logs, P long-lived operator tasks with count
+windows of 10 and ``G_open``/``G_check`` checkpoints, every record fsync'ed).
 
-Each system runs in a fresh process with its own JVM, which runs the workload
+Each run is a fresh process with its own JVM, which runs the workload
 ``--session-runs`` times (default 2) into new directories: run 0 is the session's first
 (cold JVM, no Python worker yet: what ``cec run pipeline`` pays in a new process), the
 others run warm, as in a long-lived Spark application. Reported per run:
 
-* ``rows_per_s``: source rows / wall time of the run proper (cec: from the start of
-  ingest and operator jobs until every partition's output log is sealed; Spark: from
-  ``start()`` until the query terminated), both after their session started;
-* ``steady_rows_per_s``: without the start-up (cec: from the first input batch an
-  operator task processed, i.e. after the Spark jobs and Python workers started;
-  Spark: the batches after the first, as :mod:`bench.spark_baseline` reports it).
+* ``rows_per_s``: source rows / wall time of the run proper (from the start of the
+  ingest and operator jobs until every partition's output log is sealed), after the
+  session started;
+* ``steady_rows_per_s``: without the start-up (from the first input batch an operator
+  task processed, i.e. after the Spark jobs and Python workers started).
+
+The comparison with Spark Structured Streaming on the same query, whole processes, is
+:mod:`bench.fair_spark`.
 
 CLI::
 
     python -m bench.pipeline_bench --rows 4000000
-    python -m bench.pipeline_bench --rows 1000000 --skip-baseline --json out.json
+    python -m bench.pipeline_bench --rows 1000000 --json out.json
 """
 
 from __future__ import annotations
@@ -151,23 +150,6 @@ def _session_main(cfg_path: str) -> int:
     return 0
 
 
-def run_spark(data: Path, work: Path, provider: str, *, runs: int = 2
-              ) -> list[dict[str, Any]]:
-    from bench.spark_baseline import run_stateful_session
-
-    results = run_stateful_session(data, work / f"spark-{provider}-{time.time_ns()}",
-                                   provider, runs=runs)
-    return [{
-        "system": f"spark stateful groupBy.avg ({provider})",
-        "session_run": res.session_run,
-        "rows": res.rows,
-        "partitions": res.shuffle_partitions,
-        "wall_s": res.wall_s,
-        "rows_per_s": res.wall_rows_per_s,
-        "steady_rows_per_s": res.steady_rows_per_s,
-    } for res in results]
-
-
 def markdown(rows: list[dict[str, Any]], load: float) -> str:
     lines = [f"load average at start: {load:.2f}", "",
              "| system | session run | rows | P | wall s | rows/s | steady rows/s |",
@@ -177,14 +159,6 @@ def markdown(rows: list[dict[str, Any]], load: float) -> str:
         lines.append(f"| {r['system']} | {r['session_run']} | {r['rows']:,} "
                      f"| {r['partitions']} | {r['wall_s']:.2f} | {r['rows_per_s']:,.0f} "
                      f"| {'-' if steady is None else f'{steady:,.0f}'} |")
-    for run, label in ((0, "cold (the session's first run)"), (1, "warm (second run)")):
-        cec = [r for r in rows if r["system"].startswith("cec (parquet")
-               and r["session_run"] == run]
-        spark = [r for r in rows if r["system"].startswith("spark") and r["session_run"] == run]
-        if cec and spark:
-            best_wall = max(s["rows_per_s"] for s in spark)
-            lines += ["", f"{label}: cec wall ÷ best Spark wall rows/s = "
-                      f"{cec[0]['rows_per_s'] / best_wall:.2f}x"]
     return "\n".join(lines)
 
 
@@ -199,10 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--files", type=int, default=16)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--chunk-rows", type=int, default=1_000_000)
-    parser.add_argument("--provider", choices=["rocksdb", "hdfs", "both"], default="hdfs")
     parser.add_argument("--session-runs", type=int, default=2,
                         help="runs per process: the first cold, the others warm")
-    parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--skip-generator", action="store_true")
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None)
@@ -225,11 +197,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             results += run_cec_session(_spec(gen, args.partitions, args.chunk_rows), work,
                                        "generator", runs=args.session_runs)
             print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-        if not args.skip_baseline:
-            providers = ["rocksdb", "hdfs"] if args.provider == "both" else [args.provider]
-            for provider in providers:
-                results += run_spark(data, work, provider, runs=args.session_runs)
-                print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     print(markdown(results, load))
     if args.json:
         Path(args.json).write_text(json.dumps({"load_avg_1m": load, "runs": results},

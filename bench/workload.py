@@ -1,7 +1,7 @@
 """The paper's workload (CEC, DSN 2011, §IV) as a deterministic, seeded generator.
 
-Every benchmark — cec's and the Spark anchor in ``bench/spark_baseline.py`` — reads the
-same input, so this module is the single definition of it.
+Every benchmark of the paper's figures and :mod:`bench.pipeline_bench` read the same
+input, so this module is the single definition of it.
 
 Schema (one tuple per purchase):
 
