@@ -1,5 +1,9 @@
 """cec against Spark Structured Streaming on the same query, outputs checked equal.
 
+(Over 400 lines on purpose: the whole comparison, its data, both systems' runs, the
+equality check, the kill and restart and the report, reads top to bottom as one
+experiment.)
+
 ``python bench/fair_spark.py [--rows N] [--repeats K] [--sliding] [--no-sweep]``
 
 The same input on both sides: ``--rows`` rows in parquet files of ``--file-rows``
