@@ -56,3 +56,20 @@ def test_every_package_is_a_layer() -> None:
     """A new top-level package must be placed in LAYERS (or be bench/tests/scripts)."""
     packages = {p.parent.name for p in REPO.glob("*/__init__.py")}
     assert packages - {"tests", "bench"} == set(LAYERS)
+
+
+def test_the_wheel_holds_the_layers_and_nothing_else() -> None:
+    """setup.cfg installs exactly the layers (not bench, not tests), each typed."""
+    import configparser
+
+    from setuptools import find_packages
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    include = cfg["options.packages.find"]["include"].split()
+    found = find_packages(str(REPO), include=include)
+    assert {p.split(".")[0] for p in found} == set(LAYERS)
+    assert "cli.examples" in found  # the shipped examples are package data
+    assert cfg["options.package_data"]["*"].strip() == "py.typed"
+    for layer in LAYERS:
+        assert (REPO / layer / "py.typed").is_file(), layer
