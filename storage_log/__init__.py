@@ -42,6 +42,7 @@ Choices the architecture leaves open, made here:
   ``LogSealedError``, ``LogNotFoundError``, ``LogTrimmedError``, ``LogClosedError``.
 """
 
+from storage_log.appender import FSYNC_MODES, FsyncMode
 from storage_log.errors import (
     CorruptLogError,
     LogClosedError,
@@ -59,7 +60,9 @@ from storage_log.log import StreamLog
 from storage_log.reconcile import ReconcileReport
 
 __all__ = [
+    "FSYNC_MODES",
     "CorruptLogError",
+    "FsyncMode",
     "LogClosedError",
     "LogLockedError",
     "LogNotFoundError",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from storage_log.entry import Committed, Entry
 from storage_log.frame import FLAG_COMMIT, FrameCodec, Kind, PendingFrame
@@ -19,6 +19,8 @@ from storage_log.segment import fsync_dir, make_sid, segment_path, sid_epoch
 from storage_log.sidefile import remove_side
 
 FsyncMode = Literal["always", "interval", "never"]
+#: the fsync modes of a writer, in the order messages list them
+FSYNC_MODES: tuple[FsyncMode, ...] = get_args(FsyncMode)
 FLUSH_BYTES = 8 << 20  # write appended frames to the file beyond this much
 _IOV_MAX = 512
 

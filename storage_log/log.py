@@ -59,7 +59,7 @@ from types import TracebackType
 
 import pyarrow as pa
 
-from storage_log.appender import FsyncMode, SegmentAppender
+from storage_log.appender import FSYNC_MODES, FsyncMode, SegmentAppender
 from storage_log.batch import check_schema, conform, positions
 from storage_log.entry import Committed
 from storage_log.epoch import LogFencedError, fenced_by, take_epoch
@@ -79,8 +79,6 @@ from storage_log.reconcile import ReconcileReport, TailState, open_for_writing
 from storage_log.scan import ScanIndex, open_scan_index
 from storage_log.segment import fsync_dir, sid_base, write_trim_marker
 from storage_log.sidefile import SideDrafts
-
-_FSYNC_MODES = ("always", "interval", "never")
 
 
 class StreamLog(LogReads):
@@ -151,8 +149,8 @@ class StreamLog(LogReads):
             threads = 2 if (os.cpu_count() or 1) >= 2 else 0
         if not 1 <= compression_level <= 19:
             raise LogUsageError(f"compression_level must be 1..19, not {compression_level}")
-        if fsync not in _FSYNC_MODES:
-            raise LogUsageError(f"fsync must be one of {', '.join(_FSYNC_MODES)}, not {fsync!r}")
+        if fsync not in FSYNC_MODES:
+            raise LogUsageError(f"fsync must be one of {', '.join(FSYNC_MODES)}, not {fsync!r}")
         if segment_bytes < 4096:
             raise LogUsageError(f"segment_bytes must be at least 4096, not {segment_bytes}")
         directory = Path(path)
