@@ -16,37 +16,29 @@ half-open intervals ``[m*L, m*L + S)`` (integer ``m``, microseconds) that contai
 tuple's ``ts``; per key, a window opens when its first tuple of that key arrives. All
 open time windows (any key) with ``win_end <= ts(p)`` close before tuple ``p`` is
 applied. Sizes are given as ints (microseconds) or strings such as ``"10s"``,
-``"500ms"``, ``"250us"``, ``"2m"``, ``"1h"``.
+``"500ms"``, ``"250us"``, ``"2m"``, ``"1h"`` (:mod:`cec.durations`).
+
+A window is also what a spec's ``[aggregate].window`` parses into
+(:attr:`cec.spec.AggregateSpec.window`): both kinds answer ``kind``, ``size`` and
+``slide`` (tuples for a count window, microseconds for a time window) and ``tumbling``.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from cec.durations import parse_duration
 from cec.errors import InputRangeError, SpecError
 
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
 
-_UNITS_US = {"us": 1, "ms": 1_000, "s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000}
-_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|h)?\s*$")
-
-
-def parse_duration(value: int | str) -> int:
-    """A duration in microseconds from an int (microseconds) or a string like "10s"."""
-    if isinstance(value, bool):
-        raise SpecError(f"bad duration {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return int(m.group(1)) * _UNITS_US[m.group(2) or "us"]
-    raise SpecError(f"bad duration {value!r}: use an int (microseconds) or e.g. '10s', '500ms'")
+__all__ = ["INT64_MAX", "INT64_MIN", "CountWindow", "TimeWindow", "WindowSpec",
+           "count_window", "parse_duration", "time_window", "window_spec"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +54,14 @@ class CountWindow:
                 raise SpecError(f"count window {name} must be an int >= 1, got {v!r}")
         if self.slide > self.size:
             raise SpecError(f"count window slide {self.slide} exceeds its size {self.size}")
+
+    @property
+    def kind(self) -> Literal["count"]:
+        return "count"
+
+    @property
+    def tumbling(self) -> bool:
+        return self.slide == self.size
 
     @property
     def max_open_per_key(self) -> int:
@@ -84,6 +84,24 @@ class TimeWindow:
             raise SpecError(
                 f"time window slide {self.slide_us}us exceeds its size {self.size_us}us"
             )
+
+    @property
+    def kind(self) -> Literal["time"]:
+        return "time"
+
+    @property
+    def size(self) -> int:
+        """The size in microseconds (``size_us``)."""
+        return self.size_us
+
+    @property
+    def slide(self) -> int:
+        """The slide in microseconds (``slide_us``)."""
+        return self.slide_us
+
+    @property
+    def tumbling(self) -> bool:
+        return self.slide_us == self.size_us
 
     @property
     def max_open_per_key(self) -> int:
@@ -123,6 +141,7 @@ class TimeWindow:
         return [m * self.slide_us for m in range(lo, hi + 1)]
 
 
+#: a window spec: the one type of the core and of a pipeline spec
 WindowSpec = CountWindow | TimeWindow
 
 

@@ -2,9 +2,17 @@ from __future__ import annotations
 
 import pytest
 
+from cec.durations import parse_duration_us
 from cec.errors import SpecError
 from cec.policy import PolicyConfig
-from cec.windows import CountWindow, TimeWindow, count_window, parse_duration, time_window
+from cec.windows import (
+    CountWindow,
+    TimeWindow,
+    count_window,
+    parse_duration,
+    time_window,
+    window_spec,
+)
 
 
 def test_parse_duration() -> None:
@@ -13,8 +21,19 @@ def test_parse_duration() -> None:
     assert parse_duration("250us") == 250
     assert parse_duration("2m") == 120_000_000
     assert parse_duration(42) == 42
-    with pytest.raises(SpecError):
-        parse_duration("ten seconds")
+    for bad in ("ten seconds", "10", True, 1.5):
+        with pytest.raises(SpecError):
+            parse_duration(bad)  # type: ignore[arg-type]
+    assert parse_duration_us("0s") is None and parse_duration_us(-3) is None
+
+
+def test_both_kinds_answer_kind_size_slide() -> None:
+    """A window is also what a spec's [aggregate].window parses into (one type)."""
+    c, t = CountWindow(10, 5), TimeWindow(10_000_000, 10_000_000)
+    assert (c.kind, c.size, c.slide, c.tumbling) == ("count", 10, 5, False)
+    assert (t.kind, t.size, t.slide, t.tumbling) == ("time", 10_000_000, 10_000_000, True)
+    assert window_spec(c.kind, c.size, c.slide) == c
+    assert window_spec(t.kind, t.size, t.slide) == t
 
 
 def test_specs_validate() -> None:
