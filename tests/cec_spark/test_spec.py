@@ -118,6 +118,20 @@ def test_durations(value: object, expected: int | None) -> None:
     (spec_text(CSV_SOURCE).replace('[aggregate]\ngroup_by = "item_id"',
                                    '[aggregate]\ngroup_by = "item_id"\n'
                                    'mode = "x"'), "[aggregate].mode: unknown field"),
+    (spec_text(CSV_SOURCE, window='{ size = 3 }'), "[aggregate].window.kind: missing field"),
+    (spec_text(CSV_SOURCE, window='{ kind = "count", size = 3, step = 1 }'),
+     "[aggregate].window.step: unknown field (allowed: kind, size, slide)"),
+    # a misspelt key is named, not the key it meant
+    (spec_text(CSV_SOURCE).replace("window =", "windoww ="),
+     "[aggregate].windoww: unknown field (allowed: group_by, field, function, window)"),
+    (spec_text(CSV_SOURCE, extra_run='fsync = "sometimes"'),
+     "[run].fsync: 'sometimes' is not one of always|interval|never"),
+    (spec_text(CSV_SOURCE, extra_run="ingest_tasks = true"),
+     "[run].ingest_tasks: must be an integer, got True"),
+    (spec_text(CSV_SOURCE, window='{ kind = "time", size = "10" }'),
+     "[aggregate].window.size: '10' is not a duration"),
+    ('source = 3\n', "[source]: must be a table, got int"),
+    ('[source]\nkind = "generator"\n', "[aggregate]: missing table"),
 ])
 def test_bad_specs_name_file_and_field(text: str, needle: str) -> None:
     with pytest.raises(SpecError) as exc:
@@ -144,6 +158,24 @@ def test_spark_settings_table_and_conf_overrides() -> None:
                         (["ui=1"], "'ui' is not a Spark setting")):
         with pytest.raises(UsageError, match=needle):
             parse_conf(bad)
+
+
+def test_fsync_modes_are_storage_logs() -> None:
+    from storage_log import FSYNC_MODES
+
+    for mode in FSYNC_MODES:
+        spec = parse_spec(spec_text(CSV_SOURCE, extra_run=f'fsync = "{mode}"'), origin="f.toml")
+        assert spec.run.fsync == mode
+
+
+def test_window_is_the_core_window_type() -> None:
+    from cec.windows import CountWindow, TimeWindow
+
+    spec = parse_spec(spec_text(CSV_SOURCE, window='{ kind = "time", size = "1s", '
+                                'slide = "250ms" }'), origin="w.toml")
+    assert spec.aggregate.window == TimeWindow(1_000_000, 250_000)
+    spec = parse_spec(spec_text(CSV_SOURCE), origin="w.toml")
+    assert isinstance(spec.aggregate.window, CountWindow)
 
 
 def test_missing_spec_file(tmp_path: Path) -> None:

@@ -1,0 +1,171 @@
+"""The parsed spec: frozen dataclasses, what the rest of cec reads.
+
+These are the values a run uses (paths absolute, durations in microseconds, every
+default filled in); the TOML a user writes is validated into them by
+:mod:`cec.spec.tables` and :mod:`cec.spec.parse`, and written back by
+:mod:`cec.spec.dump`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal
+
+from cec.errors import SpecError, UsageError
+from cec.windows import WindowSpec
+from storage_log import FSYNC_MODES, FsyncMode
+
+SOURCE_KINDS = ("csv", "parquet", "jsonl", "generator", "stream-dir")
+FILE_FORMATS = ("csv", "parquet", "jsonl")
+FUNCTIONS = ("count", "sum", "min", "max", "avg")
+WINDOW_KINDS = ("count", "time")
+MODES = ("none", "open-only", "targets")  # cec.policy.MODES
+RESERVED_COLUMNS = ("ts", "seq")
+GENERATOR_COLUMNS = ("item_id", "item_price", "item_time")
+
+SourceKind = Literal["csv", "parquet", "jsonl", "generator", "stream-dir"]
+FileFormat = Literal["csv", "parquet", "jsonl"]
+Function = Literal["count", "sum", "min", "max", "avg"]
+Mode = Literal["none", "open-only", "targets"]
+
+__all__ = ["FILE_FORMATS", "FSYNC_MODES", "FUNCTIONS", "GENERATOR_COLUMNS", "MODES",
+           "RESERVED_COLUMNS", "SOURCE_KINDS", "WINDOW_KINDS", "AggregateSpec",
+           "CheckpointSpec", "FileFormat", "FsyncMode", "Function", "GeneratorSpec", "Mode",
+           "PipelineSpec", "RunSpec", "SourceKind", "SourceSpec", "WindowSpec",
+           "default_master", "parse_conf"]
+
+
+@dataclass(frozen=True)
+class GeneratorSpec:
+    """The paper's workload: ``item_id`` (uniform over ``keys``), ``item_price``, ``item_time``.
+
+    Row ``i`` is a pure function of ``(seed, i)``: ``item_time = start_ts + i * interval_us``.
+    """
+
+    rows: int = 2_000_000
+    keys: int = 100_000
+    seed: int = 42
+    start_ts: int = 1_700_000_000_000_000
+    interval_us: int = 10
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    kind: SourceKind
+    time_field: str
+    path: Path | None = None  # absolute; None for the generator
+    format: FileFormat | None = None  # stream-dir: the format of its files
+    poll_ms: int = 200  # stream-dir: how often the folder is listed
+    chunk_rows: int = 1_000_000  # rows per ingest chunk (the unit of resumption)
+    generator: GeneratorSpec | None = None
+
+    @property
+    def bounded(self) -> bool:
+        return self.kind != "stream-dir"
+
+
+@dataclass(frozen=True)
+class AggregateSpec:
+    group_by: str
+    field: str | None  # None only for function = "count"
+    function: Function
+    window: WindowSpec  # cec.windows.CountWindow | TimeWindow (kind, size, slide)
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    q_records: int | None = None  # Q as a number of output records
+    q_factor: float | None = 2.0  # Q as a multiple of the open windows ("2x")
+    u: int = 1_000_000  # replay target: input tuples
+    ci_ms: float = 5.0
+    cp_ms: float = 100.0
+    mode: str = "targets"  # one of MODES (str: cec.policy takes its own Literal)
+
+    @property
+    def q_text(self) -> str:
+        if self.q_records is not None:
+            return str(self.q_records)
+        return f"{self.q_factor:g}x"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    partitions: int = 4
+    master: str | None = None  # None: local[P+2,3] (see default_master)
+    fsync: FsyncMode = "always"  # storage_log.FSYNC_MODES
+    segment_kb: int = 64 * 1024  # segment size of the logs: the unit of trimming
+    trim_upstream: bool = True  # drop upstream segments no recovery can replay again
+    trim_lag_s: float = 30.0  # ... as of this long ago (an output tail lost since heals)
+    # Spark settings ([run.spark] and --conf), applied over cec's defaults
+    spark: tuple[tuple[str, str], ...] = ()
+    executor_wait_s: float = 30.0  # how long the start waits for executors to register
+    slot_timeout_s: float = 300.0  # how long a run waits for lost task slots to come back
+    # output log retention (None: keep everything); never past what recovery needs or a
+    # registered consumer (cec export --consumer) has acknowledged
+    output_keep_mb: float | None = None
+    output_keep_s: float | None = None
+    # Spark tasks that read the source and write the upstream logs (1: one task reads
+    # and writes all P logs, no shuffle; N > 1: N readers, a shuffle by key partition,
+    # min(N, P) writers each owning its logs)
+    ingest_tasks: int = 1
+
+    @property
+    def effective_master(self) -> str:
+        return self.master or default_master(self.partitions)
+
+    @property
+    def spark_conf(self) -> dict[str, str]:
+        return dict(self.spark)
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    source: SourceSpec
+    aggregate: AggregateSpec
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    run: RunSpec = field(default_factory=RunSpec)
+    where: str | None = None
+    origin: str = "<spec>"  # the file it was read from, for messages
+
+    def with_run(self, *, partitions: int | None = None, master: str | None = None,
+                 conf: Mapping[str, str] | None = None) -> PipelineSpec:
+        """The spec with command-line overrides of ``[run]`` applied (``--conf`` over
+        ``[run.spark]``)."""
+        run = self.run
+        if conf:
+            run = replace(run, spark=tuple({**run.spark_conf, **conf}.items()))
+        if partitions is not None:
+            if partitions < 1:
+                raise SpecError(f"--partitions: must be >= 1, got {partitions}")
+            run = replace(run, partitions=partitions)
+        if master is not None:
+            run = replace(run, master=master)
+        return replace(self, run=run)
+
+
+def parse_conf(pairs: list[str] | tuple[str, ...], option: str = "--conf") -> dict[str, str]:
+    """``key=value`` pairs of a repeatable ``--conf`` option (Spark settings)."""
+    conf: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"{option}: expected key=value (e.g. spark.driver.memory=4g), "
+                             f"got {pair!r}")
+        if not key.startswith("spark."):
+            raise UsageError(f"{option}: {key!r} is not a Spark setting (they start with "
+                             "'spark.')")
+        conf[key] = value
+    return conf
+
+
+def default_master(partitions: int) -> str:
+    """``local[P+2,3]``: P slots for the long-lived operator tasks, 2 for the ingest.
+
+    A slot count that does not cover P + ingest starves the ingest (Spark's fair
+    scheduler does not preempt); 3 attempts per task before the job aborts, after which
+    the driver resubmits (DESIGN §7).
+    """
+    return f"local[{partitions + 2},3]"

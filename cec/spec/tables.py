@@ -1,0 +1,336 @@
+"""The TOML a user writes, as pydantic models: one model per table, unknown keys refused.
+
+The models mirror the file (``[checkpoint].Q`` is the alias of ``q``, the generator's
+settings sit in ``[source]``, a window's size may be ``"10s"``); :mod:`cec.spec.parse`
+turns a validated :class:`SpecDocument` into the frozen :class:`~cec.spec.PipelineSpec`.
+
+Every check is a validator here. A validator's problem is a :class:`Problem` (a
+``ValueError``, so pydantic records it) carrying the message and, for a check made on
+a whole table, the field it is about; :func:`cec.spec.parse.spec_error` turns
+pydantic's ``ValidationError`` into the one :class:`~cec.errors.SpecError`. Values are
+checked by hand rather than coerced (``1`` is not ``true``, ``"4"`` is not ``4``), with
+the messages the spec has always given.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from cec.durations import parse_duration_us
+from cec.spec.model import (
+    FILE_FORMATS,
+    FSYNC_MODES,
+    FUNCTIONS,
+    GENERATOR_COLUMNS,
+    MODES,
+    RESERVED_COLUMNS,
+    SOURCE_KINDS,
+    WINDOW_KINDS,
+    FileFormat,
+    FsyncMode,
+    Function,
+    GeneratorSpec,
+    RunSpec,
+    SourceKind,
+)
+from cec.windows import CountWindow, TimeWindow, WindowSpec
+
+_Q_FACTOR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*x\s*$")
+
+
+class Problem(ValueError):
+    """A problem a validator found; ``fields`` continue pydantic's ``loc`` (a check on a
+    whole table names the field it is about)."""
+
+    def __init__(self, message: str, *fields: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
+
+
+# --------------------------------------------------------------------------- values
+
+
+def _string(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise Problem(f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _integer(minimum: int | None = None) -> BeforeValidator:
+    def check(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise Problem(f"must be an integer, got {value!r}")
+        if minimum is not None and value < minimum:
+            raise Problem(f"must be >= {minimum}, got {value}")
+        return value
+    return BeforeValidator(check)
+
+
+def _number(*, positive: bool = True) -> BeforeValidator:
+    """A finite number; positive, or (``positive=False``) >= 0."""
+    def check(value: object) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise Problem(f"must be a number, got {value!r}")
+        if not math.isfinite(value) or (positive and value <= 0):
+            raise Problem(f"must be a positive number, got {value!r}")
+        if value < 0:
+            raise Problem(f"must be >= 0, got {float(value)!r}")
+        return float(value)
+    return BeforeValidator(check)
+
+
+def _choice(choices: tuple[str, ...], *, of_strings: bool = True) -> BeforeValidator:
+    """One of ``choices``; ``of_strings``: a value that is no string is told so first."""
+    def check(value: object) -> str:
+        if of_strings:
+            _string(value)
+        if value not in choices:
+            raise Problem(f"{value!r} is not one of {'|'.join(choices)}")
+        return str(value)
+    return BeforeValidator(check)
+
+
+def _boolean(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise Problem(f"must be true or false, got {value!r}")
+    return value
+
+
+def _inline_table(value: object) -> object:
+    if not isinstance(value, dict):
+        raise Problem('must be an inline table like { kind = "count", size = 10 }')
+    return value
+
+
+def _spark_settings(value: object) -> tuple[tuple[str, str], ...]:
+    """``[run.spark]``: Spark settings; dotted keys may be quoted or written as TOML dotted
+    keys (``spark.driver.memory = "4g"`` is the same setting)."""
+    if not isinstance(value, dict):
+        raise Problem(f"must be a table, got {value!r}")
+    flat: dict[str, str] = {}
+
+    def walk(prefix: str, item: Any) -> None:
+        if isinstance(item, dict):
+            for k, v in item.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+            return
+        if not prefix.startswith("spark."):
+            raise Problem("not a Spark setting (Spark settings start with 'spark.'; "
+                          'quote the key: "spark.driver.memory" = "4g")', prefix)
+        if isinstance(item, bool):
+            flat[prefix] = "true" if item else "false"
+        elif isinstance(item, int | float | str):
+            flat[prefix] = str(item)
+        else:
+            raise Problem(f"must be a string, number or boolean, got {item!r}", prefix)
+
+    walk("", value)
+    return tuple(flat.items())
+
+
+Text = Annotated[str, BeforeValidator(_string)]
+OptText = Annotated[str | None, BeforeValidator(_string)]
+
+
+# --------------------------------------------------------------------------- tables
+
+
+class Table(BaseModel):
+    """A TOML table: unknown keys are errors, nothing is coerced."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
+
+
+class SourceTable(Table):
+    kind: Annotated[SourceKind, _choice(SOURCE_KINDS)]
+    path: OptText = None
+    time_field: OptText = None
+    format: Annotated[FileFormat | None, _choice(FILE_FORMATS)] = None
+    poll_ms: Annotated[int, _integer(1)] = 200
+    chunk_rows: Annotated[int, _integer(1)] = 1_000_000
+    # the generator's (defaults: GeneratorSpec)
+    rows: Annotated[int | None, _integer(0)] = None
+    keys: Annotated[int | None, _integer(1)] = None
+    seed: Annotated[int | None, _integer()] = None
+    start_ts: Annotated[int | None, _integer(0)] = None
+    interval_us: Annotated[int | None, _integer(0)] = None
+
+    @model_validator(mode="after")
+    def _fields_of_the_kind(self) -> SourceTable:
+        given = self.model_fields_set
+        if self.kind == "generator":
+            for key in ("path", "format"):
+                if key in given:
+                    raise Problem('not used by kind = "generator"', key)
+            if self.time_field not in (None, "item_time"):
+                raise Problem("the generator's time field is 'item_time'", "time_field")
+            return self
+        for key in ("rows", "keys", "seed", "start_ts", "interval_us"):
+            if key in given:
+                raise Problem('only used by kind = "generator"', key)
+        for key in ("path", "time_field"):
+            if key not in given:
+                raise Problem("missing field", key)
+        if "format" in given and self.kind != "stream-dir":
+            raise Problem('only used by kind = "stream-dir"', "format")
+        return self
+
+    def generator(self) -> GeneratorSpec:
+        d = GeneratorSpec()
+        return GeneratorSpec(
+            rows=d.rows if self.rows is None else self.rows,
+            keys=d.keys if self.keys is None else self.keys,
+            seed=d.seed if self.seed is None else self.seed,
+            start_ts=d.start_ts if self.start_ts is None else self.start_ts,
+            interval_us=d.interval_us if self.interval_us is None else self.interval_us)
+
+
+class FilterTable(Table):
+    where: OptText = None
+
+
+class WindowTable(Table):
+    """``[aggregate].window``: ``{ kind, size, slide }``; sizes of a time window are
+    durations (:mod:`cec.durations`), of a count window tuples."""
+
+    kind: Annotated[Literal["count", "time"], _choice(WINDOW_KINDS, of_strings=False)]
+    size: Any
+    slide: Any = None
+
+    @model_validator(mode="after")
+    def _valid(self) -> WindowTable:
+        self.window()
+        return self
+
+    def window(self) -> WindowSpec:
+        """The window (a :class:`Problem` naming ``size`` or ``slide`` if it is none)."""
+        slide = self.size if "slide" not in self.model_fields_set else self.slide
+        if self.kind == "count":
+            for key, value in (("size", self.size), ("slide", slide)):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                    raise Problem(f"a count window needs a positive integer, got {value!r}",
+                                  key)
+            if slide > self.size:
+                raise Problem("must not exceed the window size", "slide")
+            return CountWindow(self.size, slide)
+        size_us = parse_duration_us(self.size)
+        if size_us is None:
+            raise Problem(f"{self.size!r} is not a duration like \"10s\", \"500ms\" or an "
+                          "integer of microseconds", "size")
+        slide_us = parse_duration_us(slide)
+        if slide_us is None:
+            raise Problem(f"{self.slide!r} is not a duration like \"5s\"", "slide")
+        if slide_us > size_us:
+            raise Problem("must not exceed the window size", "slide")
+        return TimeWindow(size_us, slide_us)
+
+
+class AggregateTable(Table):
+    group_by: Text
+    field: OptText = None
+    function: Annotated[Function, _choice(FUNCTIONS)]
+    window: Annotated[WindowTable, BeforeValidator(_inline_table)]
+
+    @model_validator(mode="after")
+    def _field(self) -> AggregateTable:
+        if self.field is None and self.function != "count":
+            raise Problem("missing field", "field")
+        if self.field is not None and self.field == self.group_by:
+            raise Problem("must differ from group_by", "field")
+        return self
+
+
+def _q(value: object) -> int | float:
+    """``Q``: a record count (int) or a factor of the open windows (``"2x"``, a float)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if isinstance(value, str) and (m := _Q_FACTOR.match(value)) and float(m.group(1)) > 0:
+        return float(m.group(1))
+    raise Problem(f"{value!r} is neither a positive record count nor a factor like \"2x\"")
+
+
+class CheckpointTable(Table):
+    q: Annotated[int | float | None, BeforeValidator(_q)] = Field(None, alias="Q")
+    u: Annotated[int, _integer(1)] = Field(1_000_000, alias="U")
+    ci_ms: Annotated[float, _number()] = Field(5.0, alias="CI_ms")
+    cp_ms: Annotated[float, _number()] = Field(100.0, alias="CP_ms")
+    mode: Annotated[str, _choice(MODES)] = "targets"
+
+    @model_validator(mode="after")
+    def _ci_within_cp(self) -> CheckpointTable:
+        if self.ci_ms > self.cp_ms:
+            raise Problem(f"must not exceed CP_ms ({self.cp_ms:g}), got {self.ci_ms:g}",
+                          "CI_ms")
+        return self
+
+
+_RUN = RunSpec()
+
+
+class RunTable(Table):
+    partitions: Annotated[int, _integer(1)] = _RUN.partitions
+    master: OptText = None
+    fsync: Annotated[FsyncMode, _choice(FSYNC_MODES)] = _RUN.fsync
+    segment_kb: Annotated[int, _integer(4)] = _RUN.segment_kb
+    trim_upstream: Annotated[bool, BeforeValidator(_boolean)] = _RUN.trim_upstream
+    trim_lag_s: Annotated[float, _number(positive=False)] = _RUN.trim_lag_s
+    executor_wait_s: Annotated[float, _number(positive=False)] = _RUN.executor_wait_s
+    slot_timeout_s: Annotated[float, _number()] = _RUN.slot_timeout_s
+    spark: Annotated[tuple[tuple[str, str], ...], BeforeValidator(_spark_settings)] = ()
+    output_keep_mb: Annotated[float | None, _number()] = None
+    output_keep_s: Annotated[float | None, _number()] = None
+    ingest_tasks: Annotated[int, _integer(1)] = _RUN.ingest_tasks
+
+
+class SpecDocument(Table):
+    """A whole spec file; ``[source]`` and ``[aggregate]`` are required."""
+
+    source: SourceTable
+    filter: FilterTable = FilterTable.model_validate({})  # frozen: shared
+    aggregate: AggregateTable
+    checkpoint: CheckpointTable = CheckpointTable.model_validate({})  # frozen: shared
+    run: RunTable = RunTable.model_validate({})  # frozen: shared
+
+    @model_validator(mode="after")
+    def _columns(self) -> SpecDocument:
+        time_field = self.source.time_field or "item_time"
+        agg = self.aggregate
+        for key, col in (("group_by", agg.group_by), ("field", agg.field)):
+            if col in RESERVED_COLUMNS and col != time_field:
+                raise Problem(f"{col!r} is reserved for the stream position (ts, seq)",
+                              "aggregate", key)
+        if self.source.kind == "generator":
+            for key, col in (("group_by", agg.group_by), ("field", agg.field)):
+                if col is not None and col not in GENERATOR_COLUMNS:
+                    raise Problem(f"the generator has no column {col!r} "
+                                  f"(it has {', '.join(GENERATOR_COLUMNS)})", "aggregate", key)
+        return self
+
+
+#: the tables of a file; their names are the keys of :class:`SpecDocument`
+TABLES: tuple[str, ...] = tuple(SpecDocument.model_fields)
+#: tables written as ``[a.b]`` headers (other nested tables are ``[a].b`` fields)
+SUBTABLES = {("run", "spark")}
+
+
+def table_model(loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    """The model of the table at ``loc`` (keys as written), None if it is not one."""
+    model: type[BaseModel] = SpecDocument
+    for key in loc:
+        fields = {f.alias or name: f for name, f in model.model_fields.items()}
+        info = fields.get(str(key))
+        if info is None or not (isinstance(info.annotation, type)
+                                and issubclass(info.annotation, BaseModel)):
+            return None
+        model = info.annotation
+    return model
+
+
+def field_names(model: type[BaseModel]) -> list[str]:
+    """The keys a table allows, as written."""
+    return [f.alias or name for name, f in model.model_fields.items()]
