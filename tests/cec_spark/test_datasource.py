@@ -1,0 +1,110 @@
+"""``spark.read.format("cec")``: the results of a run as a DataFrame, equal to cec export."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from cec.records import G_OPEN, R, tuple_counts
+from cec_spark.layout import RunLayout
+from storage_log.log import StreamLog
+from tests.cec_spark.helpers import cec, spec_text
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+P = 2
+COLS = ["key", "window_start", "window_end", "count", "value"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("ds")
+    spec = d / "spec.toml"
+    spec.write_text(spec_text('kind = "generator"\nrows = 20000\nkeys = 40\ninterval_us = 1000',
+                              window='{ kind = "time", size = "1s", slide = "500ms" }',
+                              partitions=P))
+    cec(["run", "pipeline", str(spec), "--log-dir", str(d / "run")], check=True)
+    cec(["export", str(d / "run"), "--out", str(d / "export.parquet"), "--format", "parquet"],
+        check=True)
+    return d / "run", d / "export.parquet"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[object]:
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    from cec_spark.datasource import register
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the planner's Python too
+    session = (SparkSession.builder.master("local[2]").appName("cec-ds-test")
+               .config("spark.pyspark.python", sys.executable).getOrCreate())
+    register(session)
+    yield session
+    session.stop()
+
+
+def test_read_equals_cec_export(run: tuple[Path, Path], spark: object) -> None:
+    root, export = run
+    df = spark.read.format("cec").load(str(root))  # type: ignore[attr-defined]
+    assert df.columns == ["partition", "seq", *COLS]
+    got = df.toPandas().sort_values(["key", "window_start", "window_end"]).reset_index(drop=True)
+    want = pq.read_table(export).to_pandas()
+    assert len(got) == len(want) > 0
+    for col in ("key", "window_start", "window_end", "count"):
+        assert got[col].tolist() == want[col].tolist(), col
+    np.testing.assert_array_equal(got["value"].to_numpy(), want["value"].to_numpy())
+    assert set(got["partition"]) == set(range(P))
+
+
+def test_as_of_and_controls(run: tuple[Path, Path], spark: object) -> None:
+    root, _ = run
+    reader = spark.read.format("cec")  # type: ignore[attr-defined]
+    everything = reader.load(str(root)).count()
+    assert reader.option("asOf", -1).load(str(root)).count() == 0
+    assert reader.option("asOf", 2**63 - 1).load(str(root)).count() == everything
+    # as of a middle ts: exactly the results whose output record is at or before it
+    expect, middle = 0, None
+    for p in range(P):
+        with StreamLog.open(RunLayout(root).output(p)) as log:
+            for b in log.read_forward():
+                ts = b.column("ts").to_numpy()
+                middle = int(np.median(ts)) if middle is None else middle
+    for p in range(P):
+        with StreamLog.open(RunLayout(root).output(p)) as log:
+            for b in log.read_forward():
+                types = b.column("type").to_numpy()[b.column("ts").to_numpy() <= middle]
+                expect += int(np.isin(types, [R, 4]).sum())
+    assert 0 < reader.option("asOf", middle).load(str(root)).count() == expect < everything
+    controls = spark.read.format("cec").option("controls", "true").load(str(root))  # type: ignore[attr-defined]
+    rows = controls.select("type").toPandas()["type"].to_numpy()
+    n_r, n_open, _ = tuple_counts(rows)
+    assert n_r == everything and n_open > 0 and (rows == G_OPEN).any()
+    assert "t_now" in controls.columns and "n_open" in controls.columns
+
+
+def test_stream_reads_every_result_once(run: tuple[Path, Path], spark: object,
+                                        tmp_path: Path) -> None:
+    root, export = run
+    q = (spark.readStream.format("cec").load(str(root))  # type: ignore[attr-defined]
+         .writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True)
+         .start())
+    q.awaitTermination(300)
+    got = spark.read.parquet(str(tmp_path / "out")).toPandas()  # type: ignore[attr-defined]
+    assert len(got) == pq.read_table(export).num_rows
+    assert not got.duplicated(["partition", "seq", "key", "window_start"]).any()
+
+
+def test_missing_or_bad_options_are_clear(run: tuple[Path, Path], spark: object,
+                                          tmp_path: Path) -> None:
+    root, _ = run
+    with pytest.raises(Exception, match=r"asOf='soon' is not an integer"):
+        spark.read.format("cec").option("asOf", "soon").load(str(root)).count()  # type: ignore[attr-defined]
+    with pytest.raises(Exception, match=r"run\.toml"):
+        spark.read.format("cec").load(str(tmp_path / "nothing")).count()  # type: ignore[attr-defined]
