@@ -1,20 +1,37 @@
-"""Durations: the one parser of ``"10s"``-style durations, in microseconds.
+"""Durations: the one parser of durations, in microseconds.
 
-A duration is an int (microseconds) or a string ``<digits><unit>`` with the unit one of
-``us``, ``ms``, ``s``, ``m``, ``h`` (``"10s"``, ``"500ms"``, ``"250us"``, ``"2m"``,
-``"1h"``; blanks around the parts are allowed, the unit is not optional). Used by the
-spec (``[aggregate].window``) and by :mod:`cec.windows`.
+A duration is an int (microseconds) or a string of one or more ``<number><unit>`` parts
+that are added up: cec's short units and Spark's ``window()`` interval words alike,
+``"10s"``, ``"500ms"``, ``"250us"``, ``"1m30s"``, ``"1.5s"``, ``"10 seconds"``,
+``"1 minute 30 seconds"``, ``"2 hours"``, ``"1 day"``. Units: ``us``/``µs``/
+``microsecond(s)``, ``ms``/``millisecond(s)``, ``s``/``sec(s)``/``second(s)``,
+``m``/``min(s)``/``minute(s)``, ``h``/``hour(s)``, ``d``/``day(s)``, ``w``/``week(s)``
+(case does not matter; a unit is never optional: ``"10"`` is refused, as a bare number
+of seconds or of microseconds would be a guess). A decimal number is exact
+(``"0.1s"`` is 100,000 µs); one that is not a whole number of microseconds is refused.
+Used by the spec (``[aggregate].window``) and by :mod:`cec.windows`.
 """
 
 from __future__ import annotations
 
 import re
+from decimal import Decimal, InvalidOperation
 
 from cec.errors import SpecError
 
-#: microseconds per unit
-UNITS_US = {"us": 1, "ms": 1_000, "s": 1_000_000, "m": 60_000_000, "h": 3_600_000_000}
-_DURATION = re.compile(r"^\s*(\d+)\s*(us|ms|s|m|h)\s*$")
+#: microseconds per unit (every spelling)
+UNITS_US: dict[str, int] = {}
+for _names, _us in (
+    (("us", "µs", "microsecond", "microseconds"), 1),
+    (("ms", "millisecond", "milliseconds"), 1_000),
+    (("s", "sec", "secs", "second", "seconds"), 1_000_000),
+    (("m", "min", "mins", "minute", "minutes"), 60_000_000),
+    (("h", "hour", "hours"), 3_600_000_000),
+    (("d", "day", "days"), 86_400_000_000),
+    (("w", "week", "weeks"), 604_800_000_000),
+):
+    UNITS_US.update(dict.fromkeys(_names, _us))
+_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-zµ]+)\s*")
 
 
 def duration_us(value: object) -> int | None:
@@ -23,10 +40,20 @@ def duration_us(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str):
-        m = _DURATION.match(value)
-        if m:
-            return int(m.group(1)) * UNITS_US[m.group(2)]
+    if isinstance(value, str) and value.strip():
+        text, pos, total = value.lower(), 0, Decimal(0)
+        while pos < len(text):
+            m = _PART.match(text, pos)
+            if m is None or m.group(2) not in UNITS_US:
+                return None
+            try:
+                total += Decimal(m.group(1)) * UNITS_US[m.group(2)]
+            except InvalidOperation:
+                return None
+            pos = m.end()
+        if total != total.to_integral_value():
+            return None  # not a whole number of microseconds
+        return int(total)
     return None
 
 
@@ -38,7 +65,7 @@ def parse_duration(value: int | str) -> int:
     us = duration_us(value)
     if us is None:
         raise SpecError(f"bad duration {value!r}: use an int (microseconds) or e.g. "
-                        "'10s', '500ms'")
+                        "'10s', '500ms', '1m30s', '10 seconds'")
     return us
 
 

@@ -21,7 +21,15 @@ def test_parse_duration() -> None:
     assert parse_duration("250us") == 250
     assert parse_duration("2m") == 120_000_000
     assert parse_duration(42) == 42
-    for bad in ("ten seconds", "10", True, 1.5):
+    # Spark's window() interval syntax and compound forms, exactly
+    assert parse_duration("10 seconds") == parse_duration("10 SECONDS") == 10_000_000
+    assert parse_duration("1m30s") == parse_duration("1 minute 30 seconds") == 90_000_000
+    assert parse_duration("1.5s") == 1_500_000 and parse_duration("0.1s") == 100_000
+    assert parse_duration("2 hours") == 7_200_000_000 and parse_duration("1 day") == 86_400 * 10**6
+    assert parse_duration("1 week") == 7 * 86_400 * 10**6
+    assert parse_duration("250 microseconds") == parse_duration("250µs") == 250
+    for bad in ("ten seconds", "10", True, 1.5, "0.5us", "10 fortnights", "s", "",
+                "10s garbage", "1..5s", "-5s"):
         with pytest.raises(SpecError):
             parse_duration(bad)  # type: ignore[arg-type]
     assert parse_duration_us("0s") is None and parse_duration_us(-3) is None
