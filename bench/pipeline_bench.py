@@ -134,6 +134,8 @@ def run_cec_specs(specs: Sequence[tuple[str, str]], work: Path) -> list[dict[str
 
 def _session_main(cfg_path: str) -> int:
     """Child of :func:`run_cec_specs`: one SparkSession, several pipeline runs."""
+    import dataclasses
+
     from cec.spec import load_spec
     from cec_spark import run_pipeline
     from cec_spark.session import build_session
@@ -143,7 +145,8 @@ def _session_main(cfg_path: str) -> int:
     first = load_spec(Path(runs[0]["spec"]))
     spark = build_session(first.run.effective_master, first.run.partitions)
     try:
-        out = [run_pipeline(r["spec"], r["log_dir"], progress=False) for r in runs]
+        out = [dataclasses.asdict(run_pipeline(r["spec"], r["log_dir"], progress=False))
+               for r in runs]
     finally:
         spark.stop()
     Path(cfg["result"]).write_text(json.dumps(out, default=str))

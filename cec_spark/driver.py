@@ -43,6 +43,7 @@ from cec_spark.ingest import (
     upstream_sealed,
 )
 from cec_spark.layout import DriverSupersededError, RunLayout, RunSettings, settings_for
+from cec_spark.outcome import RunResult, partition_run
 from cec_spark.progress import ProgressView
 from cec_spark.session import (
     early_start_pending,
@@ -234,7 +235,7 @@ def _waiting_on(spec: PipelineSpec, layout: RunLayout, partitions: int,
 def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
             layout: RunLayout, *, plan: SourcePlan | None = None,
             progress: bool = True, stall_s: float = DEFAULT_STALL_S,
-            driver: int | None = None, watch: SlotWatch | None = None) -> dict[str, Any]:
+            driver: int | None = None, watch: SlotWatch | None = None) -> RunResult:
     """Run ingest and operators of the run in ``layout`` to the end (or a stop).
 
     When nothing moves for ``stall_s`` seconds it says on stderr what it waits on and
@@ -335,28 +336,28 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     # steady: from the first input batch any operator saw to the end (no start-up)
     firsts = [float(r["first_input_at"]) for r in results if r.get("first_input_at")]
     steady_s = time.time() - min(firsts) if firsts else None
-    return {
-        "run_dir": str(layout.root),
-        "partitions": partitions,
-        "completed": completed,
-        "interrupted": interrupted,
-        "source_rows": rows,
-        "ingested_tuples": shared.ingest.tuples,
-        "operator_tuples": tuples,
-        "elapsed_s": round(elapsed, 3),
-        "source_rows_per_s": round(rows / elapsed, 1) if elapsed > 0 else None,
-        "steady_s": None if steady_s is None else round(steady_s, 3),
-        "started_at": started_at,
-        "steady_rows_per_s": round(rows / steady_s, 1) if steady_s else None,
-        "resubmits": shared.resubmits,
-        "ingest_s": None if shared.ingest.finished is None
+    return RunResult(
+        run_dir=str(layout.root),
+        partitions=partitions,
+        completed=completed,
+        interrupted=interrupted,
+        source_rows=rows,
+        ingested_tuples=shared.ingest.tuples,
+        operator_tuples=tuples,
+        elapsed_s=round(elapsed, 3),
+        source_rows_per_s=round(rows / elapsed, 1) if elapsed > 0 else None,
+        steady_s=None if steady_s is None else round(steady_s, 3),
+        started_at_us=int(started_at * 1e6),
+        steady_rows_per_s=round(rows / steady_s, 1) if steady_s else None,
+        resubmits=shared.resubmits,
+        ingest_s=None if shared.ingest.finished is None
         else round(shared.ingest.finished - shared.ingest.started, 3),
-        "ingest_jobs_s": [round(x, 3) for x in shared.ingest.job_seconds],
-        "ingest_writer_s": {k: round(v, 3) for k, v in shared.ingest.writer_s.items()},
-        "upstream_segments_trimmed": shared.ingest.trimmed_segments,
-        "results": sum(int(r.get("r", 0)) for r in results),
-        "per_partition": results,
-    }
+        ingest_jobs_s=[round(x, 3) for x in shared.ingest.job_seconds],
+        ingest_writer_s={k: round(v, 3) for k, v in shared.ingest.writer_s.items()},
+        upstream_segments_trimmed=shared.ingest.trimmed_segments,
+        results=sum(int(r.get("r", 0)) for r in results),
+        per_partition=[partition_run(r) for r in results],
+    )
 
 
 def _session(spec: PipelineSpec) -> tuple[SparkSession, bool]:
@@ -387,7 +388,7 @@ def _prepare(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
 def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
                  partitions: int | None = None, master: str | None = None,
                  conf: dict[str, str] | None = None,
-                 max_tuples: int | None = None, progress: bool = True) -> dict[str, Any]:
+                 max_tuples: int | None = None, progress: bool = True) -> RunResult:
     """``cec run pipeline``: validate, store ``run.toml``, run to the end or Ctrl-C.
 
     Everything that can be wrong with the spec or a bounded source is found before
@@ -451,7 +452,7 @@ def _unmake(layout: RunLayout, created: bool) -> None:
 
 def resume_run(root: Path | str, *, master: str | None = None,
                conf: dict[str, str] | None = None, progress: bool = True,
-               driver: int | None = None) -> dict[str, Any]:
+               driver: int | None = None) -> RunResult:
     """Resume the run stored in ``root`` (ingest from its tokens, tasks recover).
 
     ``master`` and ``conf`` override the stored ones for this resume only (a recovery

@@ -19,6 +19,22 @@ from cec.records import tuple_counts
 from cec_spark.driver import resume_run
 from cec_spark.fingerprint import check_fingerprint
 from cec_spark.layout import RunLayout
+from cec_spark.outcome import (
+    ExtentPartition,
+    ExtentResult,
+    Footprint,
+    LogInfo,
+    LogReport,
+    OutputRepair,
+    RecoverPartition,
+    RecoverResult,
+    Segment,
+    TupleCounts,
+    UpstreamRepair,
+    Verify,
+    reconcile_of,
+    recovery_fields,
+)
 from cec_spark.sources import plan_source
 from cec_spark.task import operator_for
 from cec_spark.watchdog import say
@@ -53,10 +69,10 @@ def _partitions(layout: RunLayout, partition: int | None, total: int) -> list[in
 
 def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool = True,
                 master: str | None = None, conf: dict[str, str] | None = None,
-                repair: bool = False, trust: bool = False) -> dict[str, Any]:
+                repair: bool = False, trust: bool = False) -> RecoverResult:
     """``cec recover --from-log RUN``: reconcile, rebuild every EC, explain; then resume.
 
-    Per partition the explain has ``N`` (``n_c``), ``T``, ``t_c``, the extent (records
+    Per partition the explain has ``n_c``, ``T``, ``t_c``, the extent (records
     and bytes), the replay tuples and the time of each phase (reconcile, scan, load,
     replay). With ``dry_run`` the logs are only read (nothing is reconciled; the
     replay is counted exactly from the upstream log but not run, its time estimated)
@@ -79,20 +95,20 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     spec, settings = layout.read_run_file()
     # before touching a log: a driver still running this run (another host) stops
     driver = None if dry_run else layout.take_driver()
-    explains: list[dict[str, Any]] = []
+    explains: list[RecoverPartition] = []
     for p in range(spec.run.partitions):
         out_path, up_path = layout.output(p), layout.upstream(p)
-        entry: dict[str, Any] = {"partition": p}
         if not out_path.exists():
-            entry.update(fresh_start=True, reason="no output log yet")
-            explains.append(entry)
+            explains.append(RecoverPartition(partition=p, fresh_start=True,
+                                             reason="no output log yet"))
             continue
         if dry_run:
             try:
                 out = StreamLog.open(out_path)
             except Exception as exc:  # e.g. no index yet: only a writable open can fix it
-                entry.update(fresh_start=None, reason=f"cannot read without reconciling: {exc}")
-                explains.append(entry)
+                explains.append(RecoverPartition(
+                    partition=p, fresh_start=None,
+                    reason=f"cannot read without reconciling: {exc}"))
                 continue
             with out:
                 up = StreamLog.open(up_path) if up_path.exists() else None
@@ -101,76 +117,80 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
                 finally:
                     if up is not None:
                         up.close()
-                entry.update(explain.to_dict(), sealed=out.sealed)
-        else:
-            if up_path.exists():  # reconcile the upstream too (its writer may have died)
-                _wait_for_lock(up_path)
-                try:
-                    if repair:  # a full scan: damage anywhere is found and cut
-                        what = _repair_upstream(up_path, spec.run.fsync)
-                        if what.get("bytes_cut") or what.get("segments_removed") != "[]":
-                            entry["upstream_repaired"] = what
-                            repairs.append(f"partition {p}: upstream log cut after seq "
-                                           f"{what['last_seq']} at {what.get('cut_at')} "
-                                           f"({what.get('cut_reason')})")
-                    else:
-                        StreamLog.open(up_path, writable=True, fsync=spec.run.fsync).close()
-                except CorruptLogError as exc:
-                    raise CorruptLogError(
-                        f"partition {p}: {exc}. 'cec recover --from-log {layout.root} "
-                        "--repair' cuts it there and reads the rows cut again from the "
-                        "source") from exc
-            first = _wait_for_lock(out_path)  # this open reconciles: keep its report
-            if "upstream_repaired" in entry:  # rebuilt by the resumed run, once the ingest
-                entry["refill"] = True        # has read the rows cut again
-                explains.append(entry)
-                continue
-            t0 = time.perf_counter()
+                explains.append(RecoverPartition(partition=p,
+                                                 **recovery_fields(explain.to_dict()),
+                                                 sealed=out.sealed))
+            continue
+        upstream_repaired: UpstreamRepair | None = None
+        if up_path.exists():  # reconcile the upstream too (its writer may have died)
+            _wait_for_lock(up_path)
             try:
-                rec = recover(out_path, up_path, operator_for(spec, settings),
-                              fsync=spec.run.fsync)
+                if repair:  # a full scan: damage anywhere is found and cut
+                    what = _repair_upstream(up_path, spec.run.fsync)
+                    cut = what.reconcile
+                    if cut is not None and (cut.bytes_cut or cut.segments_removed):
+                        upstream_repaired = what
+                        repairs.append(f"partition {p}: upstream log cut after seq "
+                                       f"{what.last_seq} at {cut.cut_at} "
+                                       f"({cut.cut_reason})")
+                else:
+                    StreamLog.open(up_path, writable=True, fsync=spec.run.fsync).close()
             except CorruptLogError as exc:
-                # An output log is derived data: cut it at the first bad record and let
-                # EC + replay produce the lost records again, exactly.
-                with StreamLog.open(out_path, writable=True, repair=True,
-                                    fsync=spec.run.fsync) as log:
-                    entry["repaired"] = {"error": str(exc),
-                                         **(_report(log.reconcile_report) or {})}
-                rec = recover(out_path, up_path, operator_for(spec, settings),
-                              fsync=spec.run.fsync)
-            try:
-                report = rec.output_log.reconcile_report
-                if first is not None and (first.bytes_cut or first.rebuilt):
-                    report = first  # what was cut was cut by the first open
-                entry.update(rec.explain.to_dict(), sealed=rec.output_log.sealed,
-                             reconcile=_report(report))
-            finally:
-                rec.output_log.close()
-            entry["recover_s"] = time.perf_counter() - t0
-        explains.append(entry)
-    result: dict[str, Any] = {"run_dir": str(layout.root), "dry_run": dry_run,
-                              "partitions": explains}
+                raise CorruptLogError(
+                    f"partition {p}: {exc}. 'cec recover --from-log {layout.root} "
+                    "--repair' cuts it there and reads the rows cut again from the "
+                    "source") from exc
+        first = _wait_for_lock(out_path)  # this open reconciles: keep its report
+        if upstream_repaired is not None:  # rebuilt by the resumed run, once the ingest
+            explains.append(RecoverPartition(  # has read the rows cut again
+                partition=p, fresh_start=None, reason="", refill=True,
+                upstream_repaired=upstream_repaired))
+            continue
+        t0 = time.perf_counter()
+        repaired: OutputRepair | None = None
+        try:
+            rec = recover(out_path, up_path, operator_for(spec, settings),
+                          fsync=spec.run.fsync)
+        except CorruptLogError as exc:
+            # An output log is derived data: cut it at the first bad record and let
+            # EC + replay produce the lost records again, exactly.
+            with StreamLog.open(out_path, writable=True, repair=True,
+                                fsync=spec.run.fsync) as log:
+                repaired = OutputRepair(error=str(exc),
+                                        reconcile=reconcile_of(log.reconcile_report))
+            rec = recover(out_path, up_path, operator_for(spec, settings),
+                          fsync=spec.run.fsync)
+        try:
+            report = rec.output_log.reconcile_report
+            if first is not None and (first.bytes_cut or first.rebuilt):
+                report = first  # what was cut was cut by the first open
+            fields = recovery_fields(rec.explain.to_dict())
+            sealed = rec.output_log.sealed
+        finally:
+            rec.output_log.close()
+        explains.append(RecoverPartition(partition=p, **fields, sealed=sealed,
+                                         reconcile=reconcile_of(report), repaired=repaired,
+                                         recover_s=time.perf_counter() - t0))
     if repair and not dry_run:
-        result["repairs"] = repairs
-        cut = {e["partition"]: e["upstream_repaired"] for e in explains
-               if "upstream_repaired" in e}
-        if cut:
-            _source_can_refill(layout, spec, settings, cut)
-    if not dry_run:
-        result["resumed"] = resume_run(layout.root, progress=progress, master=master,
-                                       conf=conf, driver=driver)
-    return result
+        refill = {e.partition: e.upstream_repaired for e in explains
+                  if e.upstream_repaired is not None}
+        if refill:
+            _source_can_refill(layout, spec, settings, refill)
+    resumed = None if dry_run else resume_run(layout.root, progress=progress, master=master,
+                                              conf=conf, driver=driver)
+    return RecoverResult(run_dir=str(layout.root), dry_run=dry_run, partitions=explains,
+                         repairs=repairs, resumed=resumed)
 
 
-def _repair_upstream(path: Path, fsync: str) -> dict[str, Any]:
+def _repair_upstream(path: Path, fsync: str) -> UpstreamRepair:
     """Cut a damaged upstream log at its first bad frame; what was cut."""
     with StreamLog.open(path, writable=True, repair=True, fsync=fsync) as log:
-        report = _report(log.reconcile_report) or {}
-        return {**report, "last_seq": log.last_seq, "sealed": log.sealed}
+        return UpstreamRepair(last_seq=log.last_seq, sealed=bool(log.sealed),
+                              reconcile=reconcile_of(log.reconcile_report))
 
 
 def _source_can_refill(layout: RunLayout, spec: Any, settings: Any,
-                       cut: dict[int, dict[str, Any]]) -> None:
+                       cut: dict[int, UpstreamRepair]) -> None:
     """The rows cut from upstream logs can be read again: the source is there (the
     resumed ingest then checks it is unchanged at its resume point); else exit 4."""
     newest = 0
@@ -188,8 +208,8 @@ def _source_can_refill(layout: RunLayout, spec: Any, settings: Any,
             plan_source(spec, max_rows=settings.max_tuples)
             check_fingerprint(spec, list(settings.source_files))
     except CecError as exc:
-        def first(c: dict[str, Any]) -> int:
-            return 0 if c["last_seq"] is None else int(c["last_seq"]) + 1
+        def first(c: UpstreamRepair) -> int:
+            return 0 if c.last_seq is None else int(c.last_seq) + 1
 
         lost = "; ".join(f"partition {p}: rows with seq {first(c)} to {newest - 1}"
                          for p, c in sorted(cut.items()))
@@ -222,22 +242,12 @@ def _wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S) -> ReconcileReport 
             return None  # the caller repairs it
 
 
-def _report(report: Any) -> dict[str, Any] | None:
-    if report is None:
-        return None
-    raw = getattr(report, "__dict__", None)
-    if raw is None:
-        return {"text": str(report)}
-    return {k: v if isinstance(v, int | float | str | bool | type(None)) else str(v)
-            for k, v in raw.items()}
-
-
 # --------------------------------------------------------------------------- extent
 
 
 def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | None = None
-                   ) -> dict[str, Any]:
-    """``cec inspect extent``: q, u, T, N, the oldest windows and G_check counts.
+                   ) -> ExtentResult:
+    """``cec inspect extent``: q, u, T, n_c, the oldest windows and G_check counts.
 
     ``at`` (a timestamp, microseconds) looks at the extent as it was when the last
     output row with ``ts <= at`` was written.
@@ -247,13 +257,18 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                          "integer)")
     layout = RunLayout(Path(root))
     spec, _ = layout.read_run_file()
-    parts: list[dict[str, Any]] = []
+    parts: list[ExtentPartition] = []
     for p in _partitions(layout, partition, spec.run.partitions):
         path = layout.output(p)
-        entry: dict[str, Any] = {"partition": p}
+        entry: dict[str, Any] = {"partition": p, "empty": False, "reason": "",
+                                 "trimmed_through_seq": None, "counts": None,
+                                 "sealed": None, "n_c": None, "T": None, "t_c": None,
+                                 "t_c_ts_us": None, "q": None, "u": None,
+                                 "extent_bytes": None, "g_open_found": None,
+                                 "g_check_found": None, "oldest": []}
         if not path.exists():
             entry["empty"] = True
-            parts.append(entry)
+            parts.append(ExtentPartition(**entry))
             continue
         with StreamLog.open(path) as out:
             trimmed = read_trim_marker(path)
@@ -265,7 +280,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                                  reason=f"output retention trimmed this log through seq "
                                         f"{trimmed}: time travel reaches back to ts "
                                         f"{first_ts} only")
-                    parts.append(entry)
+                    parts.append(ExtentPartition(**entry))
                     continue
             rec = scan(out, at_ts=at)
             counts = {"R": 0, "G_open": 0, "G_check": 0}  # output tuples by type
@@ -277,19 +292,19 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                         break
                     types = types[: int(np.searchsorted(ts, at, "right"))]
                 for name, k in zip(counts, tuple_counts(types), strict=True):
-                    counts[name] += k
-            entry["counts"] = counts
-            entry["sealed"] = out.sealed
+                    counts[name] += int(k)
+            entry["counts"] = TupleCounts(**counts)
+            entry["sealed"] = bool(out.sealed)
         if isinstance(rec, NothingToRecover):
             entry.update(empty=True, reason=rec.reason)
         else:
             ext = rec.extent
-            entry.update(N=rec.n_c, T=rec.T, t_c=rec.t_c, t_c_ts=rec.t_c_ts,
+            entry.update(n_c=rec.n_c, T=rec.T, t_c=rec.t_c, t_c_ts_us=rec.t_c_ts,
                          q=ext.records, u=ext.replay_length, extent_bytes=ext.bytes,
                          g_open_found=ext.g_open_found, g_check_found=ext.g_check_found,
-                         oldest=[f.to_dict() for f in ext.oldest])
-        parts.append(entry)
-    return {"run_dir": str(layout.root), "at": at, "partitions": parts}
+                         oldest=[Footprint(**f.to_dict()) for f in ext.oldest])
+        parts.append(ExtentPartition(**entry))
+    return ExtentResult(run_dir=str(layout.root), at_us=at, partitions=parts)
 
 
 # --------------------------------------------------------------------------- log
@@ -308,40 +323,43 @@ def _log_dirs(root: Path) -> list[Path]:
     raise UsageError(f"{root}: neither a run directory nor a log")
 
 
-def describe_log(path: Path, *, verify: bool) -> dict[str, Any]:
+def describe_log(path: Path, *, verify: bool) -> LogInfo:
     """Segments, records, index and (``verify``) every record's checksum of one log."""
     chain = read_chain(path)
-    segments = [{"name": segment_path(path, s).name, "base_seq": sid_base(s),
-                 "epoch": sid_epoch(s), "bytes": segment_path(path, s).stat().st_size,
-                 **({"fenced_at": chain.limits[s]} if s in chain.limits else {})}
+    segments = [Segment(name=segment_path(path, s).name, base_seq=sid_base(s),
+                        epoch=sid_epoch(s), bytes=segment_path(path, s).stat().st_size,
+                        fenced_at=chain.limits.get(s))
                 for s in chain.segments]
     info: dict[str, Any] = {"path": str(path), "segments": segments, "epoch": chain.epoch,
                             "dead_segments": [segment_path(path, s).name
                                               for s in list_segments(path)
-                                              if s not in set(chain.segments)]}
+                                              if s not in set(chain.segments)],
+                            "first_seq": None, "last_seq": None, "last_ts_us": None,
+                            "sealed": None, "token": None, "schema": None, "verify": None,
+                            "damaged": None}
     try:
         with StreamLog.open(path) as log:
             token = log.last_token()
-            info.update(first_seq=log.first_seq, last_seq=log.last_seq, last_ts=log.last_ts,
-                        sealed=log.sealed,
+            info.update(first_seq=log.first_seq, last_seq=log.last_seq,
+                        last_ts_us=log.last_ts, sealed=log.sealed,
                         token=token.decode("utf-8", "replace") if token is not None else None,
                         schema=[f"{f.name}: {f.type}" for f in log.schema] if log.schema
                         else None)
             if verify:
                 t0 = time.perf_counter()
                 records = log.verify()  # every frame of the chain, with or without index
-                info["verify"] = {"ok": True, "records": records,
-                                  "seconds": round(time.perf_counter() - t0, 3)}
+                info["verify"] = Verify(ok=True, records=records,
+                                        elapsed_s=round(time.perf_counter() - t0, 3))
     except CorruptLogError as exc:
         info["damaged"] = str(exc)
-    return info
+    return LogInfo(**info)
 
 
-def inspect_log(root: Path | str, *, verify: bool = False) -> dict[str, Any]:
+def inspect_log(root: Path | str, *, verify: bool = False) -> LogReport:
     """``cec inspect log``: every log of a run directory (or one log directory)."""
     root = Path(root)
     if not root.exists():
         raise UsageError(f"{root}: no such directory")
     logs = [describe_log(d, verify=verify) for d in _log_dirs(root)]
-    return {"root": str(root), "logs": logs,
-            "damaged": [f"{e['path']}: {e['damaged']}" for e in logs if "damaged" in e]}
+    return LogReport(root=str(root), logs=logs,
+                     damaged=[f"{e.path}: {e.damaged}" for e in logs if e.damaged is not None])

@@ -138,7 +138,7 @@ class ProgressView:
                  f"{', sealed' if ing.sealed else ''}")
         table = Table(title=title, title_justify="left",
                       caption=" · ".join(self.notes) or None)
-        for col in ("p", "upstream seq", "tuples", "tuples/s", "N open", "extent q",
+        for col in ("partition", "upstream seq", "tuples", "tuples/s", "N open", "extent q",
                     "replay u", "G_check/s", "R", "state"):
             table.add_column(col, justify="right" if col != "state" else "left")
         now = time.monotonic()

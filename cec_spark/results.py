@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,6 +21,7 @@ import pyarrow.parquet as pq
 from cec.errors import UsageError
 from cec.records import RESULT_TYPES
 from cec_spark.layout import RunLayout
+from cec_spark.outcome import ExportResult
 from storage_log.log import StreamLog
 
 COLUMNS = ("key", "window_start", "window_end", "count", "value")
@@ -94,7 +94,7 @@ def results_since(root: Path | str, after: dict[int, int] | None = None
 
 
 def export(root: Path | str, out: Path | str, fmt: str = "csv",
-           consumer: str | None = None) -> dict[str, Any]:
+           consumer: str | None = None) -> ExportResult:
     """Write the results of the run in ``root`` to ``out``; a summary.
 
     With ``consumer`` only the results that consumer has not acknowledged yet are
@@ -119,5 +119,5 @@ def export(root: Path | str, out: Path | str, fmt: str = "csv",
     tmp.replace(out)
     if consumer is not None:  # the file is complete: acknowledge what it holds
         layout.write_ack(consumer, last)
-    return {"out": str(out), "format": fmt, "rows": table.num_rows, "consumer": consumer,
-            "keys": len(pc.unique(table.column("key"))) if table.num_rows else 0}
+    return ExportResult(out=str(out), format=fmt, rows=table.num_rows, consumer=consumer,
+                        keys=len(pc.unique(table.column("key"))) if table.num_rows else 0)

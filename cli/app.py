@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -23,7 +23,9 @@ from rich.markup import escape
 import cec_spark
 from cec.errors import USER_ERRORS
 from cec.spec import PipelineSpec, load_spec, parse_conf
+from cec_spark.outcome import Result
 from cli.example_specs import copy_examples, list_examples
+from cli.render import Column, render
 
 EXIT_CODES = (
     "Exit status: 0 ok; 2 bad usage, spec, input or Spark setting (names the file, line, "
@@ -74,36 +76,34 @@ def _main_options(
 err_console = Console(stderr=True)
 out_console = Console()
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+JsonOpt = Annotated[bool, typer.Option(
+    "--json", help="Print machine-readable JSON (its fields: docs/JSON.md).")]
 ConfOpt = Annotated[list[str] | None, typer.Option(
     "--conf", metavar="KEY=VALUE",
     help="A Spark setting (repeatable), over the spec's [run.spark] and cec's defaults.")]
 
 
-def _emit(result: dict[str, Any], json_out: bool, rows: list[dict[str, Any]] | None = None,
-          columns: tuple[str, ...] = ()) -> None:
-    """Print a library result: JSON, or a short human summary (+ a table of ``rows``)."""
-    if json_out:
-        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
-        return
-    for key, value in result.items():
-        if not isinstance(value, dict | list):
-            out_console.print(f"[bold]{key}[/]: {escape(str(value))}", highlight=False)
-    for row in rows or []:
-        line = "  ".join(f"{c}={_cell(row.get(c))}" for c in columns)
-        out_console.print(escape(line), highlight=False, soft_wrap=True)
+# The table each command prints under its summary: (heading, path into a row); see
+# cli/render.py for the paths.
+RUN_COLUMNS: tuple[Column, ...] = (
+    "partition", "in_tuples", "r", "g_open", "g_check", "n_open", "q", "u", "done")
+RECOVER_COLUMNS: tuple[Column, ...] = (
+    "partition", "n_c", "T", "t_c", ("extent_records", "extent.records"),
+    ("extent_bytes", "extent.bytes"), ("replay_positions", "extent.replay_length"),
+    ("replay_tuples", "replay.tuples"), ("reconcile_s", "phases.reconcile.seconds"),
+    ("scan_s", "phases.scan.seconds"), ("load_s", "phases.load.seconds"),
+    ("replay_s", "phases.replay.seconds"))
+EXTENT_COLUMNS: tuple[Column, ...] = (
+    "partition", "q", "u", "T", "n_c", "t_c", ("R", "counts.R"), ("G_open", "counts.G_open"),
+    ("G_check", "counts.G_check"), ("oldest_age", "oldest.0.age"))
+LOG_COLUMNS: tuple[Column, ...] = (
+    "path", ("segments", "segments.#"), "first_seq", "last_seq", "sealed",
+    ("records", "verify.records"), ("checksums_ok", "verify.ok"), "token")
 
 
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, list) and value and isinstance(value[0], dict) and "age" in value[0]:
-        return str(value[0]["age"])  # the oldest footprint's age
-    if isinstance(value, dict | list):
-        return json.dumps(value, default=str)[:60]
-    return str(value)
+def _show(result: Result, json_out: bool, rows: str | None = None,
+          columns: tuple[Column, ...] = ()) -> None:
+    render(result, json_out=json_out, rows=rows, columns=columns, console=out_console)
 
 
 # Whether this process is the `cec` command itself (see main): only then may a command
@@ -153,9 +153,8 @@ def run_pipeline(
     result = cec_spark.run_pipeline(spec, log_dir, partitions=partitions, master=master,
                                    conf=parse_conf(conf or []), max_tuples=max_tuples,
                                    progress=not json_out)
-    _emit(result, json_out, result["per_partition"],
-          ("p", "in_tuples", "r", "g_open", "g_check", "n_open", "q", "u", "done"))
-    if result["interrupted"]:
+    _show(result, json_out, "per_partition", RUN_COLUMNS)
+    if result.interrupted:
         raise typer.Exit(130)
 
 
@@ -182,23 +181,10 @@ def recover(
     result = cec_spark.recover_run(from_log, dry_run=dry_run, progress=not json_out,
                                   master=master, conf=parse_conf(conf or []), repair=repair,
                                   trust=trust)
-    for line in result.get("repairs", []):
+    for line in result.repairs:
         err_console.print(f"cec: repaired: {escape(line)}", highlight=False, soft_wrap=True)
-    rows = [{**e, "extent_records": e.get("extent", {}).get("records"),
-             "extent_bytes": e.get("extent", {}).get("bytes"),
-             "replay_tuples": e.get("replay", {}).get("tuples"),
-             "replay_positions": e.get("extent", {}).get("replay_length"),
-             **{f"{ph['name']}_s": ph["measured_s"] if ph["measured_s"] is not None
-                else ph["estimated_s"] for ph in e.get("phases", [])}}
-            for e in result["partitions"]]
-    _emit(result, json_out, rows, ("partition", "n_c", "T", "t_c", "extent_records",
-                                   "extent_bytes", "replay_positions", "replay_tuples",
-                                   "reconcile_s", "scan_s",
-                                   "load_s", "replay_s"))
-    resumed = result.get("resumed")
-    if resumed is not None and not json_out:
-        _emit(resumed, False)
-    if resumed is not None and resumed.get("interrupted"):
+    _show(result, json_out, "partitions", RECOVER_COLUMNS)
+    if result.resumed is not None and result.resumed.interrupted:
         raise typer.Exit(130)
 
 
@@ -211,14 +197,11 @@ def inspect_extent(
 ) -> None:
     """The extent of the eventual checkpoint, now or as of a timestamp."""
     result = cec_spark.inspect_extent(log_dir, partition=partition, at=at)
-    rows = [{**e, **e.get("counts", {}), "oldest_age": e.get("oldest")}
-            for e in result["partitions"]]
-    for e in result["partitions"]:
-        if e.get("trimmed_through_seq") is not None:
-            err_console.print(f"cec: partition {e['partition']}: {escape(e['reason'])}",
+    for e in result.partitions:
+        if e.trimmed_through_seq is not None:
+            err_console.print(f"cec: partition {e.partition}: {escape(e.reason)}",
                               highlight=False, soft_wrap=True)
-    _emit(result, json_out, rows, ("partition", "q", "u", "T", "N", "t_c", "R", "G_open",
-                                   "G_check", "oldest_age"))
+    _show(result, json_out, "partitions", EXTENT_COLUMNS)
 
 
 @inspect_app.command("log", epilog=EXIT_CODES)
@@ -229,14 +212,9 @@ def inspect_log(
 ) -> None:
     """Segments, records, index and checksums of a log."""
     result = cec_spark.inspect_log(log_dir, verify=verify)
-    rows = [{**e, "segments": len(e["segments"]),
-             "records": e.get("verify", {}).get("records"),
-             "checksums": "DAMAGED" if "damaged" in e else "ok" if e.get("verify") else "-"}
-            for e in result["logs"]]
-    _emit(result, json_out, rows, ("path", "segments", "first_seq", "last_seq", "sealed",
-                                   "records", "checksums", "token"))
-    if result["damaged"]:  # every damaged log is named, then exit 3
-        for line in result["damaged"]:
+    _show(result, json_out, "logs", LOG_COLUMNS)
+    if result.damaged:  # every damaged log is named, then exit 3
+        for line in result.damaged:
             err_console.print(f"[bold red]cec:[/] {escape(line)}", highlight=False,
                               soft_wrap=True)
         raise typer.Exit(3)
@@ -253,7 +231,7 @@ def export(
     json_out: JsonOpt = False,
 ) -> None:
     """Every result (R) of every partition, control records dropped."""
-    _emit(cec_spark.export(log_dir, out, fmt, consumer), json_out)
+    _show(cec_spark.export(log_dir, out, fmt, consumer), json_out)
 
 
 @examples_app.callback()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Iterator
@@ -78,7 +79,7 @@ def test_parallel_ingest_writes_the_same_logs(spark: object, tmp_path: Path,
         spec.write_text(spec_text(src, partitions=P, extra_run=f"ingest_tasks = {tasks}"))
         run = tmp_path / f"run{tasks}"
         summary = run_pipeline(spec, run, progress=False)
-        assert summary["completed"]
+        assert summary.completed
         export(run, tmp_path / f"out{tasks}.csv")
         runs[tasks] = run
     one, many = _upstream_rows(runs[1]), _upstream_rows(runs[4])
@@ -96,23 +97,23 @@ def test_csv_count_windows_equal_pandas(spark: object, tmp_path: Path) -> None:
     (tmp_path / "s.toml").write_text(spec_text(src, partitions=P))
     run = tmp_path / "run"
     summary = run_pipeline(tmp_path / "s.toml", run, progress=False)
-    assert summary["completed"] and summary["source_rows"] == 20_000
+    assert summary.completed and summary.source_rows == 20_000
     kept = int((df.item_price >= 0).sum())
-    assert summary["ingested_tuples"] == kept == summary["operator_tuples"]
+    assert summary.ingested_tuples == kept == summary.operator_tuples
     ref = reference_count_windows(df, 10)
-    assert summary["results"] == len(ref)
+    assert summary.results == len(ref)
     out = export(run, tmp_path / "out.csv")
-    assert out["rows"] == len(ref)
+    assert out.rows == len(ref)
     _assert_matches(pd.read_csv(tmp_path / "out.csv"), ref)
     # the stored run.toml is enough to resume; a finished run resumes to the same output
     again = resume_run(run, progress=False)
-    assert again["completed"] and again["ingested_tuples"] == 0
+    assert again.completed and again.ingested_tuples == 0
     export(run, tmp_path / "again.csv")
     assert (tmp_path / "again.csv").read_bytes() == (tmp_path / "out.csv").read_bytes()
     # a finished run never reads its source again: a changed one does not matter ...
     with (tmp_path / "items.csv").open("a") as fh:
         fh.write(f"1,1.0,{int(df.item_time.iloc[-1]) + 1}\n")
-    assert resume_run(run, progress=False)["completed"]
+    assert resume_run(run, progress=False).completed
     # ... but a run that must read it again (an upstream log cut by --repair) refuses it
     cut = tmp_path / "cut"
     shutil.copytree(run, cut)
@@ -125,20 +126,20 @@ def test_csv_count_windows_equal_pandas(spark: object, tmp_path: Path) -> None:
         recover_run(cut, repair=True, progress=False)
     # the inspection commands read the same directory
     logs = inspect_log(run, verify=True)
-    assert len(logs["logs"]) == 2 * P and all(lg["verify"]["ok"] for lg in logs["logs"])
-    assert all(lg["sealed"] for lg in logs["logs"])
+    assert len(logs.logs) == 2 * P and all(lg.verify and lg.verify.ok for lg in logs.logs)
+    assert all(lg.sealed for lg in logs.logs)
     extent = inspect_extent(run)
-    opened = sum(p["counts"]["G_open"] for p in extent["partitions"])
+    opened = sum(p.counts.G_open for p in extent.partitions if p.counts)
     assert opened >= len(ref)
-    assert sum(p["counts"]["R"] for p in extent["partitions"]) == len(ref)
-    assert sum(p["N"] for p in extent["partitions"]) == opened - len(ref)
+    assert sum(p.counts.R for p in extent.partitions if p.counts) == len(ref)
+    assert sum(p.n_c or 0 for p in extent.partitions) == opened - len(ref)
     t_mid = int(df.item_time.iloc[10_000])
     past = inspect_extent(run, partition=1, at=t_mid)
-    assert past["partitions"][0]["t_c_ts"] <= t_mid
+    assert (past.partitions[0].t_c_ts_us or 0) <= t_mid
     dry = recover_run(run, dry_run=True)
-    assert [p["partition"] for p in dry["partitions"]] == list(range(P))
-    assert all(p["sealed"] for p in dry["partitions"])
-    json.dumps(dry)
+    assert [p.partition for p in dry.partitions] == list(range(P))
+    assert all(p.sealed for p in dry.partitions)
+    json.dumps(dataclasses.asdict(dry))
 
 
 def test_size_one_windows_store_g_open_with_r(spark: object, tmp_path: Path) -> None:
@@ -150,12 +151,12 @@ def test_size_one_windows_store_g_open_with_r(spark: object, tmp_path: Path) -> 
     run = tmp_path / "run"
     summary = run_pipeline(tmp_path / "s.toml", run, progress=False)
     kept = int((df.item_price >= 0).sum())
-    assert summary["completed"] and summary["results"] == kept
-    assert sum(int(p["g_open"]) for p in summary["per_partition"]) == kept
+    assert summary.completed and summary.results == kept
+    assert sum(p.g_open for p in summary.per_partition) == kept
     extent = inspect_extent(run)
-    assert sum(p["counts"]["R"] for p in extent["partitions"]) == kept
-    assert sum(p["counts"]["G_open"] for p in extent["partitions"]) == kept
-    assert all(p["N"] == 0 for p in extent["partitions"])
+    assert sum(p.counts.R for p in extent.partitions if p.counts) == kept
+    assert sum(p.counts.G_open for p in extent.partitions if p.counts) == kept
+    assert all(p.n_c == 0 for p in extent.partitions)
     export(run, tmp_path / "out.csv")
     _assert_matches(pd.read_csv(tmp_path / "out.csv"), reference_count_windows(df, 1))
     # stored: one row per tuple; written out: G_open then R, dense output seq
@@ -178,7 +179,7 @@ def test_jsonl_sliding_time_windows_equal_pandas(spark: object, tmp_path: Path) 
         src, window='{ kind = "time", size = "2s", slide = "500ms" }', function="sum",
         partitions=P))
     run = tmp_path / "run"
-    assert run_pipeline(tmp_path / "s.toml", run, progress=False)["completed"]
+    assert run_pipeline(tmp_path / "s.toml", run, progress=False).completed
     got = results_table(run).to_pandas()
     ref = reference_time_windows(df, 2_000_000, 500_000, "sum")
     _assert_matches(got, ref)
@@ -191,12 +192,12 @@ def test_generator_stream_dir_and_max_tuples(spark: object, tmp_path: Path) -> N
     (tmp_path / "g.toml").write_text(spec_text(src, where=None, partitions=P))
     summary = run_pipeline(tmp_path / "g.toml", tmp_path / "g", progress=False,
                            max_tuples=50_000)
-    assert summary["completed"] and summary["source_rows"] == 50_000
+    assert summary.completed and summary.source_rows == 50_000
     ids = spark.range(50_000).select(  # type: ignore[attr-defined]
         F.pmod(F.xxhash64(F.lit(3), F.col("id")), F.lit(500)).alias("k"))
     expected = sum(int(r["n"]) // 10 for r in ids.groupBy("k").agg(F.count("*").alias("n"))
                    .collect())
-    assert summary["results"] == expected
+    assert summary.results == expected
     # a parquet folder (Spark's own reader, file by file, in name order)
     pq_dir = tmp_path / "pq"
     pq_dir.mkdir()
@@ -206,7 +207,7 @@ def test_generator_stream_dir_and_max_tuples(spark: object, tmp_path: Path) -> N
                                            row_group_size=1_000)
     src = 'kind = "parquet"\npath = "pq"\ntime_field = "item_time"\nchunk_rows = 4000'
     (tmp_path / "p.toml").write_text(spec_text(src, partitions=P))
-    assert run_pipeline(tmp_path / "p.toml", tmp_path / "p", progress=False)["completed"]
+    assert run_pipeline(tmp_path / "p.toml", tmp_path / "p", progress=False).completed
     _assert_matches(results_table(tmp_path / "p").to_pandas(), reference_count_windows(pdf, 10))
     # a stream folder whose files and _END are all there runs like a bounded source
     folder = tmp_path / "in"
@@ -217,7 +218,7 @@ def test_generator_stream_dir_and_max_tuples(spark: object, tmp_path: Path) -> N
     (folder / "_END").touch()
     src = 'kind = "stream-dir"\npath = "in"\ntime_field = "item_time"\npoll_ms = 20'
     (tmp_path / "d.toml").write_text(spec_text(src, partitions=P))
-    assert run_pipeline(tmp_path / "d.toml", tmp_path / "d", progress=False)["completed"]
+    assert run_pipeline(tmp_path / "d.toml", tmp_path / "d", progress=False).completed
     _assert_matches(results_table(tmp_path / "d").to_pandas(), reference_count_windows(df, 10))
 
 

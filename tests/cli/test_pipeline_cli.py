@@ -16,12 +16,15 @@ import shutil
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
 from cec_spark.layout import CHECKSUM_PREFIX, sign_run_text
+from cec_spark.outcome import ExportResult, ExtentResult, LogReport, RecoverResult, RunResult
 from cli.app import main
+from cli.schema import problems
 from tests.cec_spark.helpers import (
     REPO,
     cec,
@@ -39,6 +42,14 @@ P = 3
 SOURCE = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"\nchunk_rows = 6000'
 
 
+def checked(text: str, cls: type) -> dict[str, Any]:
+    """A command's ``--json`` output, parsed, after checking it against the schema of
+    docs/JSON.md (cli/schema.py)."""
+    doc: dict[str, Any] = json.loads(text)
+    assert problems(doc, cls) == [], problems(doc, cls)
+    return doc
+
+
 STEADY_S: list[float] = []  # the reference run's time from its first input batch to the end
 
 
@@ -51,10 +62,12 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     spec.write_text(spec_text(SOURCE, partitions=P))
     run = cec(["run", "pipeline", str(spec), "--log-dir", str(d / "ref"), "--json"],
               check=True)
-    summary = json.loads(run.stdout)
+    summary = checked(run.stdout, RunResult)
     assert summary["completed"] and summary["source_rows"] == ROWS
     STEADY_S.append(float(summary["steady_s"]))
-    cec(["export", str(d / "ref"), "--out", str(d / "ref.csv")], check=True)
+    exported = cec(["export", str(d / "ref"), "--out", str(d / "ref.csv"), "--json"],
+                   check=True)
+    assert checked(exported.stdout, ExportResult)["rows"] > 0
     got = pd.read_csv(d / "ref.csv")
     ref = reference_count_windows(df, 10)
     assert got[["key", "window_start", "window_end", "count"]].values.tolist() == \
@@ -131,7 +144,7 @@ def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimmi
     wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
     done = [bool(s.get("done")) for s in _states(run)]
     rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
-    result = json.loads(rec.stdout)
+    result = checked(rec.stdout, RecoverResult)
     assert result["resumed"]["completed"], (seed, delay, result)
     assert len(result["partitions"]) == P
     print(f"seed={seed} delay={delay:.2f}s partitions done at the kill: {done}, "
@@ -297,7 +310,7 @@ def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) ->
     assert summary["interrupted"] and not summary["completed"]
     assert all(s.get("stopped") for s in _states(run))
     logs = cec(["inspect", "log", str(run), "--verify", "--json"], check=True)
-    assert all(lg["verify"]["ok"] for lg in json.loads(logs.stdout)["logs"])
+    assert all(lg["verify"]["ok"] for lg in checked(logs.stdout, LogReport)["logs"])
     df.iloc[4_000:].to_csv(folder / "f-002.csv", index=False)
     (folder / "_END").touch()
     rec = json.loads(cec(["recover", "--from-log", str(run), "--json"], check=True).stdout)
@@ -423,7 +436,7 @@ def test_inspect_extent_at_the_ends_of_time(workload: tuple[Path, Path],
     outside int64 is exit 2 naming the option."""
     run = workload[0].parent / "ref"
     assert _code(["inspect", "extent", str(run), "--at", str((1 << 63) - 1), "--json"]) == 0
-    newest = json.loads(capsys.readouterr().out)["partitions"]
+    newest = checked(capsys.readouterr().out, ExtentResult)["partitions"]
     assert _code(["inspect", "extent", str(run), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["partitions"] == newest
     assert _code(["inspect", "extent", str(run), "--at", str(-(1 << 63))]) == 0
@@ -665,8 +678,8 @@ def test_output_retention_keeps_what_a_consumer_and_recovery_need(
     logs = json.loads(cec(["inspect", "log", str(run), "--json"], check=True).stdout)["logs"]
     firsts = [lg["first_seq"] for lg in logs if "/output/" in lg["path"]]
     assert any(f is not None and f > 0 for f in firsts), firsts  # retention trimmed
-    at0 = json.loads(cec(["inspect", "extent", str(run), "--at", "0", "--json"],
-                         check=True).stdout)["partitions"]
+    at0 = checked(cec(["inspect", "extent", str(run), "--at", "0", "--json"],
+                      check=True).stdout, ExtentResult)["partitions"]
     assert any("time travel reaches back to ts" in e.get("reason", "") for e in at0), at0
     everything = cec(["export", str(run), "--out", str(tmp_path / "all.csv")], check=True)
     assert everything.returncode == 0 and len(pd.read_csv(tmp_path / "all.csv")) < len(want)
