@@ -1,5 +1,8 @@
 """What each command's library function returns: frozen dataclasses, one per result.
 
+(Over 400 lines: declarations only, one documented field per line, one file so that
+``docs/JSON.md`` and its schema test come from one place.)
+
 * :class:`RunResult` (``cec run pipeline``, and the ``resumed`` run of ``cec recover``),
   with one :class:`PartitionRun` per partition;
 * :class:`RecoverResult` (``cec recover``), one :class:`RecoverPartition` per partition;

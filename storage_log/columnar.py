@@ -1,5 +1,8 @@
 """A columnar payload codec for records of fixed-width numeric columns (pure, no I/O).
 
+(Over 400 lines: the encodings, their choice and the decoder that must invert each
+exactly are one format definition, read whole.)
+
 The output of a windowed aggregate is wide and redundant: sixteen 8-byte columns of
 which several repeat each other (a fast window's ``ts``, ``first_ts`` and
 ``last_ts``; ``sum``, ``min``, ``max`` and ``value``), are constant over a record
