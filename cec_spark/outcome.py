@@ -617,4 +617,22 @@ class ExportResult:
     """Distinct keys among them."""
 
 
+# ---------------------------------------------------------------------------- errors
+
+
+@dataclass(frozen=True)
+class ErrorReport:
+    """Any command given ``--json`` that fails: one line of JSON on stderr, nothing on
+    stdout, and the exit status (2, 3, 4 or 5) of the error."""
+
+    __pydantic_config__ = _DOCS
+    error: str
+    """What is wrong, naming the file, offset, field, partition or host (the same
+    sentence the command prints without --json)."""
+    exit_code: int
+    """The process exit status."""
+    kind: str
+    """The error's class, e.g. SpecError, CorruptLogError, RecoveryError."""
+
+
 Result = RunResult | RecoverResult | ExtentResult | LogReport | ExportResult

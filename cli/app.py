@@ -8,6 +8,7 @@ exit status the error class carries (2 usage/spec, 3 corrupt log or a refused wr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -23,7 +24,7 @@ from rich.markup import escape
 import cec_spark
 from cec.errors import USER_ERRORS
 from cec.spec import PipelineSpec, load_spec, parse_conf
-from cec_spark.outcome import Result
+from cec_spark.outcome import ErrorReport, Result
 from cli.example_specs import copy_examples, list_examples
 from cli.render import Column, render
 
@@ -287,8 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, prog_name="cec")
     except USER_ERRORS as exc:
-        err_console.print(f"[bold red]cec:[/] {escape(str(exc))}", highlight=False,
-                          soft_wrap=True)
+        if "--json" in (sys.argv[1:] if argv is None else argv):  # a program reads stderr
+            report = ErrorReport(error=str(exc), exit_code=exc.exit_code,
+                                 kind=type(exc).__name__)
+            sys.stderr.write(json.dumps(dataclasses.asdict(report)) + "\n")
+        else:
+            err_console.print(f"[bold red]cec:[/] {escape(str(exc))}", highlight=False,
+                              soft_wrap=True)
         return exc.exit_code
     return 0
 

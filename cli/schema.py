@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from cec_spark.outcome import (
+    ErrorReport,
     ExportResult,
     ExtentResult,
     LogReport,
@@ -32,6 +33,7 @@ COMMANDS: dict[str, type] = {
     "cec inspect extent": ExtentResult,
     "cec inspect log": LogReport,
     "cec export": ExportResult,
+    "cec (any command that fails; on stderr)": ErrorReport,
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -114,3 +115,19 @@ def test_help_documents_the_exit_codes(command: list[str],
     for code in ("0 ok", "2 bad usage", "3 a damaged log", "4 recovery impossible",
                  "5 the cluster lost"):
         assert code in out, (command, code, out)
+
+
+def test_a_failure_with_json_is_one_json_object_on_stderr(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 19 item 5: a program that asked for --json gets its error as JSON too."""
+    from cec_spark.outcome import ErrorReport
+    from cli.schema import problems
+
+    code = main(["inspect", "log", str(tmp_path / "missing"), "--json"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == ""
+    report = json.loads(captured.err)
+    assert problems(report, ErrorReport) == []
+    assert report["exit_code"] == 2 and str(tmp_path / "missing") in report["error"]
+    assert main(["inspect", "log", str(tmp_path / "missing")]) == 2  # without: one line
+    assert capsys.readouterr().err.startswith("cec: ")
