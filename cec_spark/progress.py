@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from cec_spark import metrics
 from cec_spark.ingest import IngestProgress
 from cec_spark.layout import RunLayout
 from storage_log.log import StreamLog
@@ -81,6 +82,16 @@ class ProgressView:
         self.plain = enabled and not self.console.is_terminal
         self.last_plain = self.started
         self.upstream = UpstreamPositions(layout)
+        self.last_metrics = 0.0
+
+    def write_metrics(self) -> None:
+        """``RUN/metrics/cec.prom`` (:mod:`cec_spark.metrics`), whatever is displayed."""
+        self.last_metrics = time.monotonic()
+        states = [self.layout.read_state(p) for p in range(self.partitions)]
+        upstream = [self.upstream.get(p) for p in range(self.partitions)]
+        metrics.write(self.layout.root / "metrics", metrics.exposition(
+            str(self.layout.root), states, upstream, source_rows=self.ingest.source_rows,
+            sealed=self.ingest.sealed, up_s=self.last_metrics - self.started))
 
     def __enter__(self) -> ProgressView:
         if self.enabled and not self.plain:
@@ -98,6 +109,7 @@ class ProgressView:
                 self.live = None
             elif self.plain:
                 self._plain_line()
+            self.write_metrics()
         finally:
             self.upstream.close()
 
@@ -108,6 +120,8 @@ class ProgressView:
         self.refresh()
 
     def refresh(self) -> None:
+        if time.monotonic() - self.last_metrics >= metrics.EVERY_S:
+            self.write_metrics()
         if self.live is not None:
             self.live.update(self.render())
         elif self.plain and time.monotonic() - self.last_plain >= PLAIN_EVERY_S:

@@ -108,3 +108,15 @@ def test_missing_or_bad_options_are_clear(run: tuple[Path, Path], spark: object,
         spark.read.format("cec").option("asOf", "soon").load(str(root)).count()  # type: ignore[attr-defined]
     with pytest.raises(Exception, match=r"run\.toml"):
         spark.read.format("cec").load(str(tmp_path / "nothing")).count()  # type: ignore[attr-defined]
+
+
+def test_the_run_left_its_metrics(run: tuple[Path, Path]) -> None:
+    """RUN/metrics/cec.prom (issue 19 item 6): the final counts of the run."""
+    from tests.cec_spark.test_metrics import parse
+
+    root, export = run
+    got = parse((root / "metrics" / "cec.prom").read_text())
+    assert sum(got["cec_results_total", str(p)] for p in range(P)) == \
+        pq.read_table(export).num_rows
+    assert all(got["cec_partition_done", str(p)] == 1 for p in range(P))
+    assert got["cec_ingest_sealed", None] == 1 and got["cec_source_rows_total", None] == 20000
