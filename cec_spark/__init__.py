@@ -2,7 +2,9 @@
 
 The functions the CLI calls, one per command:
 
-* :func:`run_pipeline` (``cec run pipeline``), :func:`recover_run` (``cec recover``),
+* :func:`run_pipeline` (``cec run pipeline``; :func:`run_plan` of the plan that
+  :func:`pipeline_spec` and :func:`plan_new_run` make), :func:`recover_run`
+  (``cec recover``; :func:`plan_resume`),
 * :func:`inspect_extent`, :func:`inspect_log` (``cec inspect ...``),
 * :func:`export` (``cec export``);
 * :func:`start_early`: the run's SparkSession started while the command prepares.
@@ -17,15 +19,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cec_spark.driver import resume_run, run_pipeline
+    from cec_spark.driver import resume_run, run_pipeline, run_plan
     from cec_spark.inspect import inspect_extent, inspect_log, recover_run
     from cec_spark.layout import RunLayout
+    from cec_spark.plan import RunPlan, pipeline_spec, plan_new_run, plan_resume
     from cec_spark.results import export, results_table
     from cec_spark.session import start_early
 
 _WHERE = {
     "run_pipeline": "cec_spark.driver",
     "resume_run": "cec_spark.driver",
+    "run_plan": "cec_spark.driver",
+    "RunPlan": "cec_spark.plan",
+    "pipeline_spec": "cec_spark.plan",
+    "plan_new_run": "cec_spark.plan",
+    "plan_resume": "cec_spark.plan",
     "export": "cec_spark.results",
     "results_table": "cec_spark.results",
     "inspect_extent": "cec_spark.inspect",
@@ -37,13 +45,18 @@ _WHERE = {
 
 __all__ = [
     "RunLayout",
+    "RunPlan",
     "export",
     "inspect_extent",
     "inspect_log",
+    "pipeline_spec",
+    "plan_new_run",
+    "plan_resume",
     "recover_run",
     "results_table",
     "resume_run",
     "run_pipeline",
+    "run_plan",
     "start_early",
 ]
 

@@ -17,192 +17,47 @@ the next open). ``cec recover --from-log RUN`` resumes either way.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from cec.errors import USAGE_ERRORS, USER_ERRORS, CecError, UsageError, UserError
-from cec.spec import PipelineSpec, load_spec
+from cec.errors import USAGE_ERRORS, USER_ERRORS, CecError, UsageError
+from cec.spec import PipelineSpec
 from cec_spark.cluster import SlotWatch, check_local_slots, probe, wait_for_slots
-from cec_spark.fingerprint import fingerprint
-from cec_spark.ingest import (
-    IngestProgress,
-    check_filter,
-    create_logs,
-    ingest,
-    upstream_sealed,
+from cec_spark.driver_jobs import (
+    MAX_RESUBMITS,
+    _ingest_thread,
+    _operator_thread,
+    _request_stop,
+    _Shared,
+    _spark_error,
 )
-from cec_spark.layout import DriverSupersededError, RunLayout, RunSettings, settings_for
+from cec_spark.ingest import IngestProgress, check_filter, create_logs, upstream_sealed
+from cec_spark.layout import DriverSupersededError, RunLayout, RunSettings
 from cec_spark.outcome import RunResult, partition_run
+from cec_spark.plan import RunPlan, default_log_dir, pipeline_spec, plan_new_run, plan_resume
 from cec_spark.progress import ProgressView
+from cec_spark.run_file import run_text
 from cec_spark.session import (
     early_start_pending,
     is_local,
     session_for,
     stop_session,
 )
-from cec_spark.sources import SourcePlan, plan_source
-from cec_spark.task import run_partition
+from cec_spark.sources import SourcePlan
 from cec_spark.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
-from storage_log.errors import LogWriteError
 
-MAX_RESUBMITS = 5
+__all__ = ["MAX_RESUBMITS", "STOP_GRACE_S", "PipelineError", "default_log_dir", "execute",
+           "resume_run", "run_pipeline", "run_plan"]
+
 STOP_GRACE_S = 30.0
 
 
 class PipelineError(CecError):
     """The pipeline failed for a reason that is not the user's input."""
-
-
-def default_log_dir(spec_path: Path) -> Path:
-    return Path("runs") / spec_path.stem
-
-
-def _task_entry(root: str, run_id: str | None, driver: int | None
-                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The operator job's function: Spark partition ``p`` holds the one number ``p``.
-
-    The job is ``spark.range(P, P partitions).mapInArrow(...)``, a SQL job like the
-    ingest's, so that both jobs' Python workers fork from one worker daemon (an RDD
-    job and a SQL job each started their own: two interpreters importing cec at the
-    start of every run, on two cores).
-    """
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for p in batch.column(0).to_pylist():
-                result = json.dumps(run_partition(root, int(p), run_id, driver))
-                yield pa.RecordBatch.from_pydict({"result": pa.array([result], pa.string())})
-
-    return run
-
-
-# Errors of a task that another attempt cannot fix: the job is not resubmitted.
-_FATAL = re.compile(r"\b(RunNotVisibleError|DriverSupersededError|LogNotFoundError|"
-                    r"InputRangeError|InputOrderError|LogWriteError): (.+)")
-
-
-def _fatal(exc: BaseException) -> UserError | None:
-    """The user error a failed Spark job carries from a task, if retrying cannot help."""
-    m = _FATAL.search(str(exc))
-    if m is None:
-        return None
-    if m.group(1) == "DriverSupersededError":
-        return DriverSupersededError(m.group(2).strip())
-    if m.group(1) == "LogWriteError":  # disk full, read-only: exit 3, once
-        return LogWriteError(m.group(2).strip())
-    return UsageError(m.group(2).strip())
-
-
-@dataclass
-class _Shared:
-    stop: threading.Event = field(default_factory=threading.Event)
-    ingest: IngestProgress = field(default_factory=IngestProgress)
-    ingest_error: BaseException | None = None
-    operator_error: BaseException | None = None
-    cluster_error: CecError | None = None
-    results: list[dict[str, Any]] = field(default_factory=list)
-    resubmits: int = 0
-    operators_done: threading.Event = field(default_factory=threading.Event)
-    ingest_done: threading.Event = field(default_factory=threading.Event)
-
-
-def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
-                     ids: tuple[str | None, int | None], shared: _Shared) -> None:
-    sc = spark.sparkContext
-    root = str(layout.root)
-    try:
-        while True:
-            sc.setJobGroup("cec-operators", "cec operator tasks", interruptOnCancel=True)
-            try:
-                rows = (spark.range(0, partitions, 1, partitions)
-                        .mapInArrow(_task_entry(root, *ids), "result string").collect())
-                shared.results = [json.loads(r["result"]) for r in rows]
-                return
-            except Exception as exc:
-                if shared.stop.is_set():
-                    return
-                fatal = _fatal(exc)
-                if fatal is not None:
-                    shared.operator_error = fatal
-                    return
-                shared.resubmits += 1
-                if shared.resubmits > MAX_RESUBMITS:
-                    shared.operator_error = exc
-                    return
-                # e.g. a dying worker of a killed run still holds a log's writer lock
-                delay = min(2.0 ** shared.resubmits, 10.0)
-                say(f"operator job failed ({_spark_error(exc)}); resubmitting in "
-                    f"{delay:.0f} s ({shared.resubmits}/{MAX_RESUBMITS})")
-                time.sleep(delay)
-    finally:
-        shared.operators_done.set()
-
-
-def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-                   layout: RunLayout, plan: SourcePlan | None, driver: int | None,
-                   shared: _Shared) -> None:
-    def should_stop() -> bool:  # a stop, or a newer driver took the run
-        return shared.stop.is_set() or (driver is not None
-                                        and layout.latest_driver() > driver)
-
-    tries = 0
-    try:
-        while True:
-            try:
-                ingest(spark, spec, settings, layout, shared.ingest, should_stop, plan,
-                       driver=driver)
-                return
-            except USER_ERRORS as exc:  # cec's, or the log's (a refused write, a lock)
-                shared.ingest_error = exc
-                return
-            except Exception as exc:
-                if shared.stop.is_set():
-                    return
-                fatal = _fatal(exc)
-                if fatal is not None:
-                    shared.ingest_error = fatal
-                    return
-                tries += 1
-                if tries > MAX_RESUBMITS:
-                    shared.ingest_error = exc
-                    return
-                delay = min(2.0 ** tries, 10.0)
-                say(f"ingest job failed ({_spark_error(exc)}); retrying in {delay:.0f} s "
-                    f"({tries}/{MAX_RESUBMITS})")
-                time.sleep(delay)
-    finally:
-        shared.ingest_done.set()
-        if shared.ingest_error is not None:
-            _request_stop(layout, shared,
-                          file=not isinstance(shared.ingest_error, DriverSupersededError))
-
-
-def _request_stop(layout: RunLayout, shared: _Shared, *, file: bool = True) -> None:
-    """Stop this driver's tasks: the STOP file, unless the run is no longer ours (a newer
-    driver runs it: its tasks must not see a STOP)."""
-    shared.stop.set()
-    if file:
-        with contextlib.suppress(OSError):
-            layout.stop_file.touch()
-
-
-def _spark_error(exc: BaseException) -> str:
-    text = str(exc)
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    for ln in reversed(lines):
-        if "Error" in ln or "Exception" in ln:
-            return ln.strip()[:500]
-    return (lines[-1] if lines else repr(exc))[:500]
 
 
 def _fingerprint(layout: RunLayout, partitions: int, ingest: IngestProgress
@@ -252,7 +107,8 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     started_at = time.time()
     threads = [
         threading.Thread(target=_operator_thread,
-                         args=(spark, layout, partitions, (settings.run_id, driver), shared),
+                         args=(spark, layout, partitions, (settings.run_id, driver), shared,
+                               run_text(spec, settings)),
                          name="cec-operators", daemon=True),
         threading.Thread(target=_ingest_thread,
                          args=(spark, spec, settings, layout, plan, driver, shared),
@@ -360,28 +216,27 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     )
 
 
-def _session(spec: PipelineSpec) -> tuple[SparkSession, bool]:
+def _session(plan: RunPlan) -> tuple[SparkSession, bool]:
     existed = not early_start_pending() and SparkSession.getActiveSession() is not None
-    master = spec.run.effective_master
-    spark = announce_wait(f"Spark to start (master {master})",
-                          lambda: session_for(master, spec.run.partitions,
-                                              spec.run.spark_conf,
-                                              write_archive=not existed))
+    run = plan.spec.run
+    spark = announce_wait(f"Spark to start (master {run.effective_master})",
+                          lambda: session_for(run.effective_master, run.partitions,
+                                              run.spark_conf, write_archive=not existed))
     return spark, not existed
 
 
-def _prepare(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-             layout: RunLayout) -> SlotWatch:
+def _prepare(spark: SparkSession, plan: RunPlan) -> SlotWatch:
     """Before any task: enough slots (exit 2 with the numbers), and, on a cluster, every
     executor sees the run directory and the source (exit 2 naming host and path)."""
     sc = spark.sparkContext
+    spec, layout = plan.spec, plan.layout
     master = spec.run.effective_master
     slots = wait_for_slots(sc, spec.run.partitions, master, spec.run.executor_wait_s)
     if not is_local(master):
         done = upstream_sealed(layout, spec.run.partitions)  # the source is not read again
         paths = [str(spec.source.path)] if spec.source.path is not None and not done else []
         announce_wait("every executor to check that it sees the run directory",
-                      lambda: probe(spark, layout, settings.run_id, paths, slots))
+                      lambda: probe(spark, layout, plan.settings.run_id, paths, slots))
     return SlotWatch(sc, spec.run.partitions, master, spec.run.slot_timeout_s)
 
 
@@ -394,46 +249,36 @@ def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
     Everything that can be wrong with the spec or a bounded source is found before
     anything is written (exit status 2, nothing on disk). ``conf`` (``--conf``) is
     stored with the spec's ``[run.spark]``; the log directory is stored absolute, so
-    that every host of a cluster opens the same one.
+    that every host of a cluster opens the same one. (:func:`run_plan` of
+    :func:`cec_spark.plan.plan_new_run`.)
     """
-    spec_path = Path(spec_path)
-    spec = load_spec(spec_path).with_run(partitions=partitions, master=master, conf=conf)
-    if max_tuples is not None and max_tuples < 0:
-        raise UsageError(f"--max-tuples: must be >= 0, got {max_tuples}")
-    check_local_slots(spec.run.partitions, spec.run.effective_master)
-    given = Path(log_dir) if log_dir is not None else default_log_dir(spec_path)
-    root = Path(os.path.abspath(given))
-    layout = RunLayout(root)
-    if layout.exists():
-        raise UsageError(f"{given}: already holds a run; resume it with "
-                         f"'cec recover --from-log {given}' or choose another --log-dir")
-    if root.exists() and not root.is_dir():
-        raise UsageError(f"{given}: --log-dir exists and is not a directory")
-    if root.exists() and any(root.iterdir()):
-        raise UsageError(f"{given}: --log-dir exists and is not empty")
-    plan = plan_source(spec, max_rows=max_tuples)
-    if spec.source.kind == "stream-dir" and not plan.columns.names:
-        raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
-                         "first file fixes the column types")
-    settings = settings_for(spec, plan.columns, max_tuples, tuple(fingerprint(spec)))
+    spec = pipeline_spec(spec_path, partitions=partitions, master=master, conf=conf)
+    return run_plan(plan_new_run(spec, spec_path, log_dir, max_tuples=max_tuples),
+                    progress=progress)
+
+
+def run_plan(plan: RunPlan, *, progress: bool = True) -> RunResult:
+    """Start the new run ``plan`` (:func:`cec_spark.plan.plan_new_run`): store its
+    ``run.toml``, start Spark, check the filter and the slots, run."""
+    layout = plan.layout
     # run.toml before Spark starts (5-20 s): a run killed at any moment after this
     # line is resumed by `cec recover`, not left as a directory no command accepts
-    created = not root.exists()
-    layout.write_run_file(spec, settings)
+    created = not layout.root.exists()
+    layout.write_run_text(plan.run_text)
     try:
-        spark, owned = _session(spec)
+        spark, owned = _session(plan)
     except UsageError:  # a setting Spark refused: the run never started
         _unmake(layout, created)
         raise
     try:
         try:
-            check_filter(spark, spec, plan)
-            watch = _prepare(spark, spec, settings, layout)
+            if plan.source is not None:
+                check_filter(spark, plan.spec, plan.source)
+            watch = _prepare(spark, plan)
         except USAGE_ERRORS:  # cec's, or the log's (_prepare may open the upstream logs)
             _unmake(layout, created)  # nothing but run.toml was written: take it back
             raise
-        return execute(spark, spec, settings, layout,
-                       plan=None if spec.source.kind == "stream-dir" else plan,
+        return execute(spark, plan.spec, plan.settings, layout, plan=plan.source,
                        progress=progress, driver=layout.take_driver(), watch=watch)
     finally:
         if owned:
@@ -452,23 +297,25 @@ def _unmake(layout: RunLayout, created: bool) -> None:
 
 def resume_run(root: Path | str, *, master: str | None = None,
                conf: dict[str, str] | None = None, progress: bool = True,
-               driver: int | None = None) -> RunResult:
+               driver: int | None = None, plan: RunPlan | None = None) -> RunResult:
     """Resume the run stored in ``root`` (ingest from its tokens, tasks recover).
 
     ``master`` and ``conf`` override the stored ones for this resume only (a recovery
-    may run on another cluster than the run it resumes).
+    may run on another cluster than the run it resumes). ``plan``: the run's plan
+    (:func:`cec_spark.plan.plan_resume`, overrides applied) when the caller has
+    read ``run.toml`` already; else it is read here.
     """
-    layout = RunLayout(Path(os.path.abspath(root)))
-    spec, settings = layout.read_run_file()
-    spec = spec.with_run(master=master, conf=conf)
+    if plan is None:
+        plan = plan_resume(root, master=master, conf=conf)
+    spec, layout = plan.spec, plan.layout
     check_local_slots(spec.run.partitions, spec.run.effective_master)
     if driver is None:
         driver = layout.take_driver()  # from here on, an older driver of this run stops
-    spark, owned = _session(spec)
+    spark, owned = _session(plan)
     try:
-        watch = _prepare(spark, spec, settings, layout)
-        return execute(spark, spec, settings, layout, progress=progress, driver=driver,
-                       watch=watch)
+        watch = _prepare(spark, plan)
+        return execute(spark, spec, plan.settings, layout, progress=progress,
+                       driver=driver, watch=watch)
     finally:
         if owned:
             stop_session(spark)

@@ -18,7 +18,8 @@ from typing import Any
 import xxhash
 
 from cec.spec import PipelineSpec
-from cec_spark.sources import InputError, source_files
+from cec_spark.source_check import source_files
+from cec_spark.source_types import InputError
 
 CHUNK = 8 << 20
 

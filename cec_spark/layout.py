@@ -12,12 +12,12 @@
       drivers/00000001   one file per driver that ran the run (cec run, cec recover)
       consumers/NAME.json  what `cec export --consumer NAME` acknowledged (retention)
 
-``run.toml`` is written once, atomically and exclusively (a hard link: of two drivers
-racing for one directory exactly one wins), before Spark starts and before any log;
-recovery reads nothing else. The ``[cec]`` table holds what the spec does not:
-``max_tuples`` (the source is cut after that many rows, so a resumed run ends where
-the original would have), and the source's column types (so a resumed
-``stream-dir`` ingest types its rows the same).
+``run.toml`` (its text: :mod:`cec_spark.run_file`) is written once, atomically and
+exclusively (a hard link: of two drivers racing for one directory exactly one wins),
+before Spark starts and before any log; recovery reads nothing else. The ``[cec]``
+table holds what the spec does not: ``max_tuples`` (the source is cut after that many
+rows, so a resumed run ends where the original would have), and the source's column
+types (so a resumed ``stream-dir`` ingest types its rows the same).
 Each driver takes the next number in ``drivers/`` (an exclusive hard link, as for
 ``run.toml``) before it starts any task, and hands it to its tasks: a task or driver
 that sees a newer driver stops with :class:`DriverSupersededError`. So of two drivers
@@ -35,59 +35,29 @@ import os
 import socket
 import time
 import tomllib
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import xxhash
-
 from cec.errors import CorruptionError, UsageError
-from cec.spec import PipelineSpec, dump_spec, parse_stored_spec
-from cec_spark.sources import ColumnTypes
+from cec.spec import PipelineSpec
+from cec_spark.run_file import (
+    BACKUP_FILE,
+    CHECKSUM_PREFIX,
+    FORMAT_VERSION,
+    RUN_FILE,
+    RunSettings,
+    check_run_text,
+    parse_run_text,
+    run_text,
+    settings_for,
+    sign_run_text,
+)
 from storage_log.segment import fsync_dir
 
-RUN_FILE = "run.toml"
-BACKUP_FILE = "run.toml.bak"
-FORMAT_VERSION = 1
-CHECKSUM_PREFIX = "# cec-checksum: xxh64 "
-
-
-def sign_run_text(text: str) -> str:
-    """``text`` with its checksum line appended (the last line of every run.toml)."""
-    body = text if text.endswith("\n") else text + "\n"
-    return f"{body}{CHECKSUM_PREFIX}{xxhash.xxh64_hexdigest(body.encode())}\n"
-
-
-def check_run_text(text: str, origin: str) -> str | None:
-    """None if ``text`` carries a valid checksum (or none, a run from before checksums);
-    else why not."""
-    head, sep, last = text.rstrip("\n").rpartition("\n")
-    if not last.startswith(CHECKSUM_PREFIX):
-        return None if CHECKSUM_PREFIX not in text else f"{origin}: its checksum line is " \
-            "not the last line"
-    want = last[len(CHECKSUM_PREFIX):].strip()
-    got = xxhash.xxh64_hexdigest((head + sep).encode())
-    return None if got == want else f"{origin}: checksum mismatch (stored {want}, " \
-        f"content {got})"
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    """What a run needs beyond its spec."""
-
-    max_tuples: int | None
-    columns: ColumnTypes
-    key_column: str
-    run_id: str | None = None  # None: a run stored before run ids existed
-    # each source file's name, size and xxh64 when the run started (cec_spark.fingerprint)
-    source_files: tuple[dict[str, Any], ...] = ()
-
-    @property
-    def key_type(self) -> str:
-        """The operator's key type: ``int64`` or ``string``."""
-        i = self.columns.names.index(self.key_column)
-        return "int64" if self.columns.types[i] == "int64" else "string"
+__all__ = ["BACKUP_FILE", "CHECKSUM_PREFIX", "FORMAT_VERSION", "RUN_FILE",
+           "DriverSupersededError", "RunLayout", "RunNotVisibleError", "RunSettings",
+           "check_run_text", "settings_for", "sign_run_text"]
 
 
 @dataclass(frozen=True)
@@ -121,20 +91,13 @@ class RunLayout:
     # ------------------------------------------------------------------ run.toml
 
     def write_run_file(self, spec: PipelineSpec, settings: RunSettings) -> None:
-        extra: dict[str, dict[str, object]] = {"cec": {
-            "format_version": FORMAT_VERSION,
-            "max_tuples": -1 if settings.max_tuples is None else settings.max_tuples,
-            "column_names": list(settings.columns.names),
-            "column_types": list(settings.columns.types),
-        }}
-        if settings.run_id is not None:
-            extra["cec"]["run_id"] = settings.run_id
-        if settings.source_files:
-            extra["cec"]["source_files"] = list(settings.source_files)
+        self.write_run_text(run_text(spec, settings))
+
+    def write_run_text(self, text: str) -> None:
+        """Store a new run's run.toml (:func:`cec_spark.run_file.run_text`) and its backup."""
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "state").mkdir(exist_ok=True)
         tmp = self.root / f"{RUN_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
-        text = sign_run_text(dump_spec(spec, extra))
         tmp.write_text(text, encoding="utf-8")
         with tmp.open("rb") as fh:
             os.fsync(fh.fileno())
@@ -191,7 +154,12 @@ class RunLayout:
         return check_run_text(text, str(self.run_file))
 
     def read_run_file(self) -> tuple[PipelineSpec, RunSettings]:
-        """The run's spec and settings.
+        """The run's spec and settings (:meth:`read_run`)."""
+        _, spec, settings = self.read_run()
+        return spec, settings
+
+    def read_run(self) -> tuple[str, PipelineSpec, RunSettings]:
+        """The run's run.toml text, spec and settings.
 
         A run.toml whose checksum fails is damage (CorruptionError, exit 3) when it no
         longer parses, and an edit (UsageError, exit 2: a run's spec cannot change) when
@@ -209,32 +177,8 @@ class RunLayout:
         except UnicodeDecodeError as exc:
             raise CorruptionError(f"{origin}: damaged (not UTF-8 at byte {exc.start}); "
                                   f"{repair}") from exc
-        bad = check_run_text(text, origin)
-        try:
-            spec = parse_stored_spec(text, origin)
-        except UsageError as exc:
-            if bad is not None:
-                raise CorruptionError(f"{bad}: damaged ({exc}); {repair}") from exc
-            raise
-        if bad is not None:
-            raise UsageError(f"{bad}: it was edited after the run started, and a run's "
-                             f"spec cannot change (start a new run for a new spec); "
-                             f"{repair}")
-        try:
-            cec = tomllib.loads(text)["cec"]
-            max_tuples = int(cec["max_tuples"])
-            columns = ColumnTypes(tuple(cec["column_names"]), tuple(cec["column_types"]))
-            run_id = cec.get("run_id")
-            if run_id is not None and not isinstance(run_id, str):
-                raise TypeError(f"run_id must be a string, got {run_id!r}")
-            files = tuple({"file": str(f["file"]), "bytes": int(f["bytes"]),
-                           "xxh64": str(f["xxh64"])} for f in cec.get("source_files", []))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptionError(f"{origin}: [cec] table missing or damaged: {exc}; "
-                                  f"{repair}") from exc
-        settings = RunSettings(None if max_tuples < 0 else max_tuples, columns,
-                               spec.aggregate.group_by, run_id, files)
-        return spec, settings
+        spec, settings = parse_run_text(text, origin, repair)
+        return text, spec, settings
 
     def check_visible(self, run_id: str | None) -> None:
         """On an executor: this host sees the run the driver created (same run id).
@@ -393,9 +337,3 @@ class DriverSupersededError(UsageError):
 class RunNotVisibleError(UsageError):
     """An executor does not see the run directory the driver created (exit 2)."""
 
-
-def settings_for(spec: PipelineSpec, columns: ColumnTypes, max_tuples: int | None,
-                 source_files: tuple[dict[str, Any], ...] = ()) -> RunSettings:
-    """The settings of a new run (with a new run id)."""
-    return RunSettings(max_tuples, columns, spec.aggregate.group_by, uuid.uuid4().hex,
-                       source_files)

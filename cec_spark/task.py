@@ -39,9 +39,10 @@ from cec.policy import PolicyConfig
 from cec.records import tuple_counts
 from cec.spec import PipelineSpec
 from cec.windows import window_spec
-from cec_spark.ingest import value_column
+from cec_spark.ingest_writer import value_column
 from cec_spark.layout import RunLayout, RunSettings
 from cec_spark.retention import Lagged, retention_before
+from cec_spark.run_file import parse_run_text
 from recovery.errors import ReplayUnavailableError
 from recovery.replay import recover
 from storage_log.epoch import read_chain
@@ -162,23 +163,28 @@ def _attempt() -> int:
     return ctx.attemptNumber() if ctx is not None else 0
 
 
-def run_partition(root: str, p: int, run_id: str | None = None, driver: int | None = None
-                  ) -> dict[str, Any]:
+def run_partition(root: str, p: int, run_id: str | None = None, driver: int | None = None,
+                  *, run_text: str | None = None) -> dict[str, Any]:
     """Run partition ``p`` of the run in ``root`` until its input ends or STOP.
 
     The driver created the run and its logs; a host that does not see them (or sees
     another run at that path) raises :class:`RunNotVisibleError` naming itself. A task
     of driver number ``driver`` stops as soon as a newer driver took the run.
+    ``run_text``: the run's ``run.toml`` text the driver planned
+    (:attr:`cec_spark.plan.RunPlan.run_text`), parsed here instead of read again.
     """
     layout = RunLayout(Path(root))
     layout.check_visible(run_id)
     layout.check_driver(driver)
-    spec, settings = layout.read_run_file()
+    if run_text is None:
+        spec, settings = layout.read_run_file()
+    else:
+        spec, settings = parse_run_text(run_text, f"{layout.run_file} (from the driver)")
     counters = TaskCounters(p, attempt=_attempt())
     layout.write_state(p, counters.as_dict())
     op = operator_for(spec, settings)
     # Recovery is decided by the output log's content, never by the attempt number.
-    rec = _recover(layout, p, op, spec, counters)
+    rec = _recover(layout, p, op, spec, settings, counters)
     op = rec.operator  # a fresh one if the first attempt had to wait
     out = rec.output_log
     try:
@@ -248,7 +254,7 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
 
 
 def _recover(layout: RunLayout, p: int, op: VectorOperator, spec: PipelineSpec,
-             counters: TaskCounters) -> Any:
+             settings: RunSettings, counters: TaskCounters) -> Any:
     """Recover partition ``p``; when its upstream log does not yet reach the output's
     ``t_c`` (``cec recover --repair`` cut it and the ingest is reading the rows cut
     again), wait for the ingest, up to :data:`REFILL_WAIT_S`."""
@@ -269,7 +275,7 @@ def _recover(layout: RunLayout, p: int, op: VectorOperator, spec: PipelineSpec,
                     break
                 if up.sealed and (up.last_seq or -1) < exc.short_of:
                     raise
-            op = operator_for(spec, layout.read_run_file()[1])  # the last one is half-loaded
+            op = operator_for(spec, settings)  # the last one is half-loaded
 
 
 class OutputKeeper:

@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import sys
-from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated
@@ -23,7 +22,7 @@ from rich.markup import escape
 
 import cec_spark
 from cec.errors import USER_ERRORS
-from cec.spec import PipelineSpec, load_spec, parse_conf
+from cec.spec import PipelineSpec, parse_conf
 from cec_spark.outcome import ErrorReport, Result
 from cli.example_specs import copy_examples, list_examples
 from cli.render import Column, render
@@ -112,28 +111,26 @@ def _show(result: Result, json_out: bool, rows: str | None = None,
 _OWN_PROCESS = [False]
 
 
-def _start_spark_early(spec_of: Callable[[], PipelineSpec]) -> None:
+def _start_spark_early(spec: PipelineSpec | None) -> None:
     """Start the run's Spark driver now, in the background, so that the JVM starts
-    while the command imports the pipeline and prepares the run
-    (:func:`cec_spark.session.start_early`). A spec that cannot be read starts
-    nothing here: the command itself then reports what is wrong with it."""
-    if not _OWN_PROCESS[0]:
-        return
-    try:
-        spec = spec_of()
-    except Exception:
+    while the command prepares the run (:func:`cec_spark.session.start_early`), with
+    the spec the command's plan is made of (it is read once)."""
+    if not _OWN_PROCESS[0] or spec is None:
         return
     cec_spark.start_early(spec.run.effective_master, spec.run.partitions, spec.run.spark_conf)
 
 
 def _stored_spec(from_log: Path, master: str | None, conf: dict[str, str],
-                 trust: bool) -> PipelineSpec:
-    """The spec a resume runs; a run directory not trusted starts nothing (its Spark
-    settings are code as much as its [filter])."""
-    layout = cec_spark.RunLayout(Path(os.path.abspath(from_log)))
-    layout.check_owner(trust)
-    spec, _ = layout.read_run_file()
-    return spec.with_run(master=master, conf=conf)
+                 trust: bool) -> PipelineSpec | None:
+    """The spec a resume runs, for the early start: None when it cannot be read (the
+    command then reports why) or the run directory is not trusted (its Spark settings
+    are code as much as its [filter])."""
+    if not _OWN_PROCESS[0]:
+        return None
+    try:
+        return cec_spark.plan_resume(from_log, master=master, conf=conf, trust=trust).spec
+    except Exception:
+        return None
 
 
 @run_app.command("pipeline", epilog=EXIT_CODES)
@@ -149,11 +146,12 @@ def run_pipeline(
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
-    _start_spark_early(lambda: load_spec(spec).with_run(
-        partitions=partitions, master=master, conf=parse_conf(conf or [])))
-    result = cec_spark.run_pipeline(spec, log_dir, partitions=partitions, master=master,
-                                   conf=parse_conf(conf or []), max_tuples=max_tuples,
-                                   progress=not json_out)
+    pipeline = cec_spark.pipeline_spec(spec, partitions=partitions, master=master,
+                                       conf=parse_conf(conf or []))  # read once
+    _start_spark_early(pipeline)
+    result = cec_spark.run_plan(cec_spark.plan_new_run(pipeline, spec, log_dir,
+                                                       max_tuples=max_tuples),
+                                progress=not json_out)
     _show(result, json_out, "per_partition", RUN_COLUMNS)
     if result.interrupted:
         raise typer.Exit(130)
@@ -177,8 +175,7 @@ def recover(
 ) -> None:
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
     if not dry_run:
-        _start_spark_early(lambda: _stored_spec(from_log, master, parse_conf(conf or []),
-                                                trust))
+        _start_spark_early(_stored_spec(from_log, master, parse_conf(conf or []), trust))
     result = cec_spark.recover_run(from_log, dry_run=dry_run, progress=not json_out,
                                   master=master, conf=parse_conf(conf or []), repair=repair,
                                   trust=trust)
