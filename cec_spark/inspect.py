@@ -35,6 +35,7 @@ from cec_spark.outcome import (
     reconcile_of,
     recovery_fields,
 )
+from cec_spark.plan import RunPlan
 from cec_spark.sources import plan_source
 from cec_spark.task import operator_for
 from cec_spark.watchdog import say
@@ -176,8 +177,11 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
                   if e.upstream_repaired is not None}
         if refill:
             _source_can_refill(layout, spec, settings, refill)
-    resumed = None if dry_run else resume_run(layout.root, progress=progress, master=master,
-                                              conf=conf, driver=driver)
+    # the run.toml read above is the resume's plan too (no second read)
+    resumed = None if dry_run else resume_run(
+        layout.root, progress=progress, driver=driver,
+        plan=RunPlan(spec.with_run(master=master, conf=conf), settings, layout,
+                     given=str(from_log)))
     return RecoverResult(run_dir=str(layout.root), dry_run=dry_run, partitions=explains,
                          repairs=repairs, resumed=resumed)
 
