@@ -121,8 +121,10 @@ def _export_is_exact(cluster: Cluster, run: Path, df: pd.DataFrame) -> None:
 
 
 def _verify_clean(cluster: Cluster, run: Path) -> None:
-    code, text = _finish(_cec(cluster, "inspect", "log", str(run), "--verify"))
-    assert code == 0 and text.count("checksums=ok") == 2 * P, text[-3000:]
+    code, text = _finish(_cec(cluster, "inspect", "log", str(run), "--verify", "--json"))
+    assert code == 0, text[-3000:]
+    logs = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]["logs"]  # LogReport
+    assert len(logs) == 2 * P and all(log["verify"]["ok"] for log in logs), text[-3000:]
 
 
 def test_failure_free_run_on_three_workers(cluster: Cluster, shared_dir: Path) -> None:
