@@ -216,12 +216,16 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     )
 
 
-def _session(plan: RunPlan) -> tuple[SparkSession, bool]:
+def _session(plan: RunPlan, progress: bool) -> tuple[SparkSession, bool]:
     existed = not early_start_pending() and SparkSession.getActiveSession() is not None
     run = plan.spec.run
     spark = announce_wait(f"Spark to start (master {run.effective_master})",
                           lambda: session_for(run.effective_master, run.partitions,
                                               run.spark_conf, write_archive=not existed))
+    url = spark.sparkContext.uiWebUrl
+    if progress and url:  # with --json, stderr is kept for the one error object
+        say(f"Spark UI: {url} (while the run lasts; --conf spark.ui.enabled=false "
+            f"turns it off)")
     return spark, not existed
 
 
@@ -266,7 +270,7 @@ def run_plan(plan: RunPlan, *, progress: bool = True) -> RunResult:
     created = not layout.root.exists()
     layout.write_run_text(plan.run_text)
     try:
-        spark, owned = _session(plan)
+        spark, owned = _session(plan, progress)
     except UsageError:  # a setting Spark refused: the run never started
         _unmake(layout, created)
         raise
@@ -311,7 +315,7 @@ def resume_run(root: Path | str, *, master: str | None = None,
     check_local_slots(spec.run.partitions, spec.run.effective_master)
     if driver is None:
         driver = layout.take_driver()  # from here on, an older driver of this run stops
-    spark, owned = _session(plan)
+    spark, owned = _session(plan, progress)
     try:
         watch = _prepare(spark, plan)
         return execute(spark, spec, plan.settings, layout, progress=progress,

@@ -8,7 +8,10 @@ Settings and why (DESIGN §7):
 * the Python workers run this interpreter (``sys.executable``), so they import the
   same ``cec``;
 * speculation off (a speculative copy of a long-lived task would be a second writer);
-* no UI, quiet logs.
+* the Spark UI on, as Spark has it (its URL is printed at start; on a local master
+  it listens on 127.0.0.1 only, as the driver does), without its kill buttons;
+* quiet logs from the JVM's first line (``log4j2.properties`` given to the driver JVM
+  on its command line, then ``setLogLevel("ERROR")``).
 
 Each of these (but speculation and the daemon module) can be overridden by the spec's
 ``[run.spark]`` table or ``--conf key=value``.
@@ -27,7 +30,8 @@ import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
-from pyspark import SparkContext
+from pyspark import SparkConf, SparkContext
+from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
@@ -53,7 +57,10 @@ def default_conf(master: str, partitions: int) -> dict[str, str]:
     return {
         **local,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
-        "spark.ui.enabled": "false",
+        # the UI is on, as Spark has it, but cannot kill a stage: a killed stage
+        # would fail a long-lived operator task (a resubmit, not a loss, but a stall)
+        "spark.ui.enabled": "true",
+        "spark.ui.killEnabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(partitions),
         "spark.default.parallelism": str(partitions),
@@ -121,6 +128,8 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
+        if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+            _launch_quiet_gateway(master, app_name, settings)
         spark = builder.getOrCreate()
     except Exception as exc:
         raise _start_error(exc, master, conf) from exc
@@ -128,6 +137,78 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
     if archive is not None and archive.part is not None:
         _WRITING[:] = [archive]
     return spark
+
+
+#: What the JVM itself writes on stderr before any of its logging is configured:
+#: Spark's launcher always adds ``--add-modules=jdk.incubator.vector``, and the JVM
+#: then warns at boot, on every run. Lines matching this are not passed on.
+JVM_BOOT_NOISE = re.compile(rb"^WARNING: Using incubator modules: jdk\.incubator\.vector\s*$")
+
+
+def _launch_quiet_gateway(master: str, app_name: str, settings: Mapping[str, str]) -> None:
+    """Start the driver JVM (as ``getOrCreate`` would) with its stderr through a pipe
+    that a daemon thread copies to this process's stderr, less :data:`JVM_BOOT_NOISE`.
+
+    Until the JVM is up its lines are held back: if it exits instead (Spark refused a
+    setting), the error raised carries its exception line and the Java stack trace is
+    not printed. Everything the JVM writes later (log4j's errors, a crash) reaches
+    stderr in order. The JVM ends when this process does (PySpark keeps its stdin as
+    a pipe).
+    """
+    conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
+    for key, value in settings.items():
+        conf.set(key, value)
+    read_fd, write_fd = os.pipe()
+    copier = _StderrCopier(read_fd)
+    try:
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]
+            conf, popen_kwargs={"stderr": write_fd})
+    except Exception as exc:
+        os.close(write_fd)
+        copier.finished.wait(5)  # the JVM has exited: its pipe ends
+        raise RuntimeError("\n".join([str(exc), *copier.held])) from exc
+    os.close(write_fd)  # the JVM holds its own copy
+    copier.release()
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+class _StderrCopier:
+    """Copies the JVM's stderr to fd 2 (less :data:`JVM_BOOT_NOISE`), holding lines back
+    until :meth:`release`."""
+
+    def __init__(self, read_fd: int) -> None:
+        self.held: list[str] = []
+        self.finished = threading.Event()
+        self._lock = threading.Lock()
+        self._holding = True
+        threading.Thread(target=self._copy, args=(read_fd,), name="cec-jvm-stderr",
+                         daemon=True).start()
+
+    def release(self) -> None:
+        with self._lock:
+            self._holding = False
+            for line in self.held:
+                self._write(line.encode() + b"\n")
+            self.held.clear()
+
+    @staticmethod
+    def _write(line: bytes) -> None:
+        with contextlib.suppress(OSError):
+            os.write(2, line)
+
+    def _copy(self, read_fd: int) -> None:
+        try:
+            with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+                for line in iter(pipe.readline, b""):
+                    if JVM_BOOT_NOISE.match(line):
+                        continue
+                    with self._lock:
+                        if self._holding:
+                            self.held.append(line.decode(errors="replace").rstrip("\n"))
+                        else:
+                            self._write(line)
+        finally:
+            self.finished.set()
 
 
 class _EarlyStart:

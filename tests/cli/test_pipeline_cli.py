@@ -64,6 +64,8 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
               check=True)
     summary = checked(run.stdout, RunResult)
     assert summary["completed"] and summary["source_rows"] == ROWS
+    # with --json nothing human goes to stderr: not the JVM's boot warning, not the UI
+    assert "incubator" not in run.stderr and "Spark UI" not in run.stderr, run.stderr
     STEADY_S.append(float(summary["steady_s"]))
     exported = cec(["export", str(d / "ref"), "--out", str(d / "ref.csv"), "--json"],
                    check=True)
@@ -337,6 +339,9 @@ def _last_json(text: str) -> dict[str, object]:
      "Spark refused to start with master local[5,3] (your settings: "
      "spark.network.timeout=12s): IllegalArgumentException: requirement failed: "
      "spark.network.timeoutInterval should be less than or equal to spark.network.timeout"),
+    (["--conf", "spark.executor.memory=zz"],  # refused by spark-submit, before the JVM
+     "Spark refused to start with master local[5,3] (your settings: "   # is up
+     "spark.executor.memory=zz): SparkException: Executor memory must be a positive number"),
     (["--conf", "spark.speculation=true"], "Spark setting spark.speculation=true: cec needs "
                                            "false"),
     (["--conf", "driver.memory=4g"], "--conf: 'driver.memory' is not a Spark setting"),
@@ -355,6 +360,19 @@ def test_bad_spark_settings_exit_2_and_leave_no_run(tmp_path: Path, args: list[s
     assert needle in err, err
     assert "\tat " not in got.stderr and "Traceback" not in got.stderr, got.stderr
     assert not run.exists()
+
+
+def test_a_plain_run_says_where_its_spark_ui_is_and_nothing_else(tmp_path: Path) -> None:
+    """Issue 19 item 6: the Spark UI is on (local: on 127.0.0.1) and its URL is said;
+    every stderr line of a run is cec's own (the JVM's boot warning is not passed on)."""
+    write_items_csv(tmp_path / "items.csv", 200)
+    (tmp_path / "s.toml").write_text(spec_text(SOURCE, partitions=1))
+    got = cec(["run", "pipeline", str(tmp_path / "s.toml"), "--log-dir",
+               str(tmp_path / "run")], check=True)
+    lines = [ln for ln in got.stderr.splitlines() if ln.strip()]
+    assert lines and all(ln.startswith("cec: ") for ln in lines), got.stderr
+    ui = [ln for ln in lines if ln.startswith("cec: Spark UI: ")]
+    assert len(ui) == 1 and ui[0].split()[3].startswith("http://127.0.0.1:"), lines
 
 
 def test_a_second_driver_takes_over_and_the_first_stops(workload: tuple[Path, Path],
