@@ -68,9 +68,10 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
     """Check everything about a new run that can be checked before anything is written.
 
     A bad ``--max-tuples``, too few local task slots, a log directory that holds
-    anything, a bad bounded source or an empty stream folder: UsageError (exit 2),
-    nothing on disk. The log directory is made absolute, so that every host of a
-    cluster opens the same one.
+    anything, a bad bounded source or a stream folder that ends before its first file:
+    UsageError (exit 2), nothing on disk. An empty stream folder: wait for its first
+    file. The log directory is made absolute, so that every host of a cluster opens
+    the same one.
     """
     if max_tuples is not None and max_tuples < 0:
         raise UsageError(f"--max-tuples: must be >= 0, got {max_tuples}")

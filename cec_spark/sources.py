@@ -15,7 +15,8 @@ raises :class:`InputError` (exit status 2) naming the file, line (row for parque
 field. ``stream-dir`` sources are watched by :class:`StreamDirWatcher`; its files are
 consumed in name order (names starting with ``.`` or ``_`` are ignored: write a file
 under such a name and rename it into place), each validated as it is found, and the
-stream ends when a file named ``_END`` appears.
+stream ends when a file named ``_END`` appears. A stream folder may start empty: a new
+run waits for its first file (saying so on stderr), whose columns fix the run's types.
 
 This module does no Spark: :func:`read_chunk` is what the Spark data source
 (:mod:`cec_spark.ingest`) calls on an executor to produce Arrow batches.
@@ -28,6 +29,8 @@ source (:func:`plan_source`) and re-exports their public names.
 """
 
 from __future__ import annotations
+
+import time
 
 from cec.spec import PipelineSpec
 from cec_spark.source_check import _FileState, _plan_file, source_files
@@ -43,6 +46,7 @@ from cec_spark.source_types import (
     WatchState,
 )
 from cec_spark.stream_dir import StreamDirWatcher
+from cec_spark.watchdog import announce_wait
 
 __all__ = ["END_MARKER", "EXTENSIONS", "SEQ", "Chunk", "ColumnTypes", "InputError",
            "SourcePlan", "StreamDirWatcher", "WatchState", "plan_source", "read_chunk",
@@ -68,7 +72,7 @@ def plan_source(spec: PipelineSpec, *, max_rows: int | None = None) -> SourcePla
     if src.kind == "stream-dir":
         watcher = StreamDirWatcher(spec, max_rows=max_rows)
         watcher.poll()
-        return watcher.plan
+        return watcher.plan if watcher.plan.columns.names else _first_file(watcher, spec)
     assert src.path is not None
     st = _FileState(spec, max_rows)
     files = source_files(src.path, src.kind if src.path.is_dir() else None)
@@ -81,3 +85,20 @@ def plan_source(spec: PipelineSpec, *, max_rows: int | None = None) -> SourcePla
     if st.columns is None:
         raise InputError(f"{src.path}: the source holds no rows")
     return SourcePlan(st.columns, tuple(st.chunks), True)
+
+
+def _first_file(watcher: StreamDirWatcher, spec: PipelineSpec) -> SourcePlan:
+    """Wait for the first file of an empty stream folder (its columns fix the run's
+    types), saying so on stderr (:func:`announce_wait`); ``_END`` first is an error."""
+    def first() -> SourcePlan:
+        while True:
+            watcher.poll()
+            if watcher.plan.columns.names:
+                return watcher.plan
+            if watcher.ended:
+                raise InputError(f"{spec.source.path}: the stream ended (_END) before its "
+                                 "first data file")
+            time.sleep(spec.source.poll_ms / 1000)
+    return announce_wait(f"the first file in the stream folder {spec.source.path} (its "
+                         "columns fix the run's types; Ctrl-C stops, nothing is written "
+                         "before it)", first, first_s=1.0)

@@ -290,9 +290,8 @@ def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) ->
     foreground process group, as a terminal sends it); the logs are then consistent,
     and once the stream has ended `cec recover` completes it exactly."""
     folder = tmp_path / "in"
-    folder.mkdir()
+    folder.mkdir()  # empty: the run waits for its first file (issue 19 item 7)
     df = write_items_csv(tmp_path / "all.csv", 6_000, keys=40, seed=5)
-    df.iloc[:2_000].to_csv(folder / "f-000.csv", index=False)
     spec = tmp_path / "s.toml"
     spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\ntime_field = "item_time"\n'
                               "poll_ms = 50", partitions=P,
@@ -300,6 +299,11 @@ def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) ->
     run = tmp_path / "run"
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                      tmp_path / "run.log")
+    wait_for(lambda: "waiting for the first file in the stream folder" in
+             (tmp_path / "run.log").read_text(), 60, "the run to say it waits for a file")
+    assert not run.exists()  # nothing is written before the first file fixes the types
+    df.iloc[:2_000].to_csv(folder / ".f-000.tmp", index=False)
+    (folder / ".f-000.tmp").rename(folder / "f-000.csv")
     wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in _states(run)) > 0, 180,
              "the first file to be processed")
     df.iloc[2_000:4_000].to_csv(folder / ".f-001.tmp", index=False)
@@ -323,6 +327,20 @@ def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) ->
     ref = reference_count_windows(df, 10)
     assert got[["key", "window_start", "window_end", "count"]].values.tolist() == \
         ref[["key", "window_start", "window_end", "count"]].values.tolist()
+
+
+def test_a_stream_that_ends_before_its_first_file_exits_2(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "_END").touch()
+    (tmp_path / "s.toml").write_text(spec_text(
+        'kind = "stream-dir"\npath = "in"\ntime_field = "item_time"', partitions=1))
+    assert _code(["run", "pipeline", str(tmp_path / "s.toml"), "--log-dir",
+                  str(tmp_path / "run")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "the stream ended (_END) before its first data file" in err, err
+    assert not (tmp_path / "run").exists()
 
 
 def _last_json(text: str) -> dict[str, object]:
