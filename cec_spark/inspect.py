@@ -18,6 +18,7 @@ from cec.errors import CecError, RecoveryError, UsageError
 from cec.records import tuple_counts
 from cec_spark.driver import resume_run
 from cec_spark.fingerprint import check_fingerprint
+from cec_spark.ingest_writer import upstream_sealed
 from cec_spark.layout import RunLayout
 from cec_spark.outcome import (
     ExtentPartition,
@@ -183,7 +184,53 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
         plan=RunPlan(spec.with_run(master=master, conf=conf), settings, layout,
                      given=str(from_log)))
     return RecoverResult(run_dir=str(layout.root), dry_run=dry_run, partitions=explains,
-                         repairs=repairs, resumed=resumed)
+                         repairs=repairs, resumed=resumed,
+                         would=would_do(explains, _source_done(layout, spec.run.partitions))
+                         if dry_run else [])
+
+
+def _source_done(layout: RunLayout, partitions: int) -> bool | None:
+    """Every upstream log is sealed (None: a log cannot be read without reconciling)."""
+    try:
+        return upstream_sealed(layout, partitions)
+    except Exception:  # a dry run reads only: a log without its index says nothing
+        return None
+
+
+def would_do(parts: list[RecoverPartition], source_done: bool | None) -> list[str]:
+    """What ``cec recover`` would do, and why, for a dry run's explains (pure)."""
+    lines = []
+    for e in parts:
+        head = f"partition {e.partition}: "
+        if e.fresh_start is None:
+            lines.append(head + f"cannot tell without reconciling the logs ({e.reason})")
+        elif e.fresh_start:
+            lines.append(head + f"would start fresh ({e.reason or 'nothing to recover'})")
+        elif e.sealed:
+            lines.append(head + "finished before (its output log is sealed): nothing to "
+                         "rebuild or replay")
+        else:
+            ext = e.extent
+            scan = (f"from its last {ext.records} output records ({ext.bytes} bytes)"
+                    if ext is not None else "")
+            tuples = e.replay.tuples if e.replay is not None else 0
+            est = f", about {e.estimated_s:.2g} s" if e.estimated_s is not None else ""
+            lines.append(
+                head + f"would rebuild the eventual checkpoint of {e.n_c} open windows "
+                f"{scan}, replay {tuples} upstream tuples after input position {e.T} "
+                f"(reconstruction mode up to {e.t_c}, where its output ends{est}), then "
+                f"continue after input position {e.resume_after_seq} at output seq "
+                f"{e.next_out_seq}")
+    if source_done is None:
+        lines.append("run: cannot tell without reconciling whether the source was read "
+                     "to its end")
+    elif source_done:
+        lines.append("run: the source was read to its end (every upstream log is sealed): "
+                     "the resume does not read it again")
+    else:
+        lines.append("run: the ingest would go on from the oldest commit token of the "
+                     "upstream logs; rows already in a log are not written twice")
+    return lines
 
 
 def _repair_upstream(path: Path, fsync: str) -> UpstreamRepair:

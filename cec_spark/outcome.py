@@ -450,6 +450,9 @@ class RecoverResult:
     """What --repair repaired (one sentence each; also on stderr)."""
     resumed: RunResult | None
     """The resumed run (null for a dry run)."""
+    would: list[str] = field(default_factory=list)
+    """A dry run: what a recover would do and why, one sentence per partition, then one
+    for the run (empty when not a dry run)."""
 
 
 # --------------------------------------------------------------------------- extent

@@ -182,6 +182,9 @@ def recover(
     for line in result.repairs:
         err_console.print(f"cec: repaired: {escape(line)}", highlight=False, soft_wrap=True)
     _show(result, json_out, "partitions", RECOVER_COLUMNS)
+    if not json_out:
+        for line in result.would:
+            out_console.print(f"would: {escape(line)}", highlight=False, soft_wrap=True)
     if result.resumed is not None and result.resumed.interrupted:
         raise typer.Exit(130)
 

@@ -139,6 +139,9 @@ def test_csv_count_windows_equal_pandas(spark: object, tmp_path: Path) -> None:
     dry = recover_run(run, dry_run=True)
     assert [p.partition for p in dry.partitions] == list(range(P))
     assert all(p.sealed for p in dry.partitions)
+    assert dry.would[:P] == [f"partition {p}: finished before (its output log is sealed): "
+                             "nothing to rebuild or replay" for p in range(P)]
+    assert dry.would[P].startswith("run: the source was read to its end")
     json.dumps(dataclasses.asdict(dry))
 
 

@@ -145,6 +145,13 @@ def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimmi
     # Spark's Python workers leave with their JVM (SIGHUP from the worker daemon)
     wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
     done = [bool(s.get("done")) for s in _states(run)]
+    # a dry run says what the recover will do, per partition and for the run, and why
+    dry = cec(["recover", "--from-log", str(run), "--dry-run"], check=True).stdout
+    would = [ln for ln in dry.splitlines() if ln.startswith("would: ")]
+    assert len(would) == P + 1 and would[-1].startswith("would: run: "), dry
+    assert all(ln.startswith(f"would: partition {p}: ") for p, ln in enumerate(would[:P])), dry
+    if not all(done):
+        assert "would rebuild the eventual checkpoint of" in dry or "start fresh" in dry, dry
     rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
     result = checked(rec.stdout, RecoverResult)
     assert result["resumed"]["completed"], (seed, delay, result)
