@@ -170,3 +170,192 @@ class CheckpointBudget:
 def budget_for(config: PolicyConfig, clock: Clock) -> CheckpointBudget:
     """The budget of an operator with this policy."""
     return CheckpointBudget(ci_ms=config.ci_ms, cp_ms=config.cp_ms, clock=clock)
+
+
+# ------------------------------------------------------------------ recovery-time objective
+#
+# ``[checkpoint] rto = "30s"`` asks for a recovery time instead of ``Q`` and ``U``. The
+# model (pure, handed measured numbers; the measuring is :mod:`cec_spark.rto`'s):
+#
+#     predicted recovery = fixed + q / ec_rate + u / replay_rate
+#
+# * ``fixed``: the restart's own cost, whatever the extent: process start, Spark start,
+#   the operator task's start (measured by the driver as process start → the task
+#   beginning its recovery, :mod:`cec_spark.rto`);
+# * ``ec_rate``: extent records read backwards and reconstructed, plus the EC load, per
+#   second (``q`` is the extent in output records);
+# * ``replay_rate``: upstream input positions replayed per second (``u`` is the replay
+#   length in input positions, ``t_c - T``).
+#
+# :func:`rto_targets` turns an objective and the rates into ``Q`` (records) and ``U``
+# (positions): the budget ``B = objective * RTO_SAFETY - fixed`` is split between the
+# extent and the replay (``Q = B_q * ec_rate``, ``U = B_u * replay_rate``), with the
+# extent never given less than it needs for the open windows' footprints
+# (``RTO_Q_OVER_N * N`` records). When even that does not fit the objective the targets
+# are the tightest sensible ones and ``feasible`` is False with the reason: the caller
+# must say so, never leave the objective silently unmet.
+
+#: Until a run measures its own, the restart's fixed cost (s): the start-up of
+#: ``cec recover`` on the 2-core development machine under the load of five sessions
+#: (1-min load average ~5: process start to the operator tasks recovering, 17.5 s; see
+#: docs/ARCHITECTURE.md "Recovery-time objective"), rounded up.
+DEFAULT_FIXED_S = 20.0
+#: The floor below which an objective is refused at start when this machine has no
+#: measurement of its own: the quickest ``cec recover`` start-up seen on the development
+#: machine, idle (Python 0.7 s, the driver JVM with its class-data archive ~4 s, the
+#: operator job and its Python workers ~1.5 s).
+DEFAULT_FLOOR_S = 6.0
+#: Conservative rates until measured: a quarter of what a single recovery reached on
+#: the development machine while three others ran beside it (extent records ~0.5-0.9 M/s,
+#: replay positions ~4-7 M/s).
+DEFAULT_EC_RECORDS_PER_S = 150_000.0
+DEFAULT_REPLAY_POSITIONS_PER_S = 1_000_000.0
+#: Share of the objective the prediction may use (the rest absorbs what the model does
+#: not hold: the backlog after ``t_c``, a loaded machine's noise).
+RTO_SAFETY = 0.8
+#: Share of the budget given to the extent (the rest goes to the replay).
+RTO_EXTENT_SHARE = 0.5
+#: The extent target is never below this many times the open windows (each open window
+#: has a footprint in the extent: ``q >= N`` always).
+RTO_Q_OVER_N = 1.25
+#: The tightest budget (s) the targets are computed for when the objective cannot be met.
+RTO_MIN_BUDGET_S = 0.25
+#: Background pacing under an objective: ``CI`` may grow up to this share of ``CP``
+#: when checkpoints cannot keep the targets.
+RTO_CI_MAX_SHARE = 0.25
+#: How far over a target the extent or the replay may run before the pacing steps in:
+#: 1 / RTO_SAFETY, so that within it the prediction stays under the objective.
+RTO_OVERSHOOT = 1.0 / RTO_SAFETY
+
+
+@dataclass(frozen=True)
+class RecoveryRates:
+    """What a recovery costs here: its fixed part and the two rates (module notes)."""
+
+    fixed_s: float = DEFAULT_FIXED_S
+    ec_records_per_s: float = DEFAULT_EC_RECORDS_PER_S
+    replay_positions_per_s: float = DEFAULT_REPLAY_POSITIONS_PER_S
+    #: which of ``fixed``, ``ec``, ``replay`` were measured (the others are defaults)
+    measured: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("fixed_s", "ec_records_per_s", "replay_positions_per_s"):
+            v = getattr(self, name)
+            if not (isinstance(v, int | float) and math.isfinite(v) and v >= 0):
+                raise SpecError(f"recovery rates: {name} must be a finite number >= 0, "
+                                f"got {v!r}")
+        if self.ec_records_per_s <= 0 or self.replay_positions_per_s <= 0:
+            raise SpecError("recovery rates must be positive")
+
+    def predict_s(self, q: int, u: int) -> float:
+        """Predicted recovery time (s) of an extent of ``q`` records and a replay of ``u``
+        input positions."""
+        return (self.fixed_s + max(q, 0) / self.ec_records_per_s
+                + max(u, 0) / self.replay_positions_per_s)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"fixed_s": self.fixed_s, "ec_records_per_s": self.ec_records_per_s,
+                "replay_positions_per_s": self.replay_positions_per_s,
+                "measured": list(self.measured)}
+
+    @classmethod
+    def from_dict(cls, d: object) -> RecoveryRates:
+        """Rates stored by :meth:`to_dict`; defaults for anything missing or bad (a state
+        file is advisory)."""
+        base = cls()
+        if not isinstance(d, dict):
+            return base
+
+        def num(key: str, default: float) -> float:
+            v = d.get(key)
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                return default
+            return float(v) if math.isfinite(v) and v > 0 else default
+
+        measured = d.get("measured")
+        return cls(num("fixed_s", base.fixed_s),
+                   num("ec_records_per_s", base.ec_records_per_s),
+                   num("replay_positions_per_s", base.replay_positions_per_s),
+                   tuple(str(m) for m in measured if m in ("fixed", "ec", "replay"))
+                   if isinstance(measured, list) else ())
+
+
+@dataclass(frozen=True)
+class RateSample:
+    """One measurement of the two rates: ``size`` units in ``seconds``."""
+
+    ec_records: int
+    ec_s: float
+    replay_positions: int
+    replay_s: float
+
+    #: a phase shorter than this is not timed well enough to give a rate
+    MIN_S = 0.02
+
+
+def merge_rates(rates: RecoveryRates, samples: list[RateSample]) -> RecoveryRates:
+    """``rates`` with the rates of the samples that timed enough work: the slowest of
+    them (the prediction is a bound, not an average)."""
+    ec = [s.ec_records / s.ec_s for s in samples
+          if s.ec_s >= RateSample.MIN_S and s.ec_records > 0]
+    rp = [s.replay_positions / s.replay_s for s in samples
+          if s.replay_s >= RateSample.MIN_S and s.replay_positions > 0]
+    measured = set(rates.measured)
+    ec_rate, rp_rate = rates.ec_records_per_s, rates.replay_positions_per_s
+    if ec:
+        ec_rate = min(ec)
+        measured.add("ec")
+    if rp:
+        rp_rate = min(rp)
+        measured.add("replay")
+    return RecoveryRates(rates.fixed_s, ec_rate, rp_rate,
+                         tuple(m for m in ("fixed", "ec", "replay") if m in measured))
+
+
+@dataclass(frozen=True)
+class RtoTargets:
+    """The targets an objective asks for, and what they predict."""
+
+    q: int  # extent target, output records
+    u: int  # replay target, input positions
+    predicted_s: float  # the prediction at exactly these targets
+    feasible: bool
+    note: str  # why not feasible ("" if it is)
+
+
+def rto_targets(objective_s: float, rates: RecoveryRates, n_open: int) -> RtoTargets:
+    """``Q`` and ``U`` that keep the predicted recovery under ``objective_s`` (notes above)."""
+    if not objective_s > 0:
+        raise SpecError(f"rto must be positive, got {objective_s!r}")
+    budget = objective_s * RTO_SAFETY - rates.fixed_s
+    q_min = max(1, math.ceil(RTO_Q_OVER_N * max(n_open, 0)))
+    need_q_s = q_min / rates.ec_records_per_s
+    feasible, note = True, ""
+    if budget <= need_q_s:
+        feasible = False
+        note = (f"the objective {objective_s:g} s is below the fixed cost of a restart "
+                f"({rates.fixed_s:.1f} s{'' if 'fixed' in rates.measured else ', default'}) "
+                f"plus the open windows' footprints ({need_q_s:.2f} s for {n_open} windows)"
+                f" with {int(100 * (1 - RTO_SAFETY))} % margin")
+        budget = need_q_s + RTO_MIN_BUDGET_S
+    q_s = max(budget * RTO_EXTENT_SHARE, need_q_s)
+    u_s = max(budget - q_s, 0.0)
+    q = max(q_min, int(q_s * rates.ec_records_per_s))
+    u = max(1, int(u_s * rates.replay_positions_per_s))
+    return RtoTargets(q=q, u=u, predicted_s=rates.predict_s(q, u), feasible=feasible,
+                      note=note)
+
+
+def rto_pacing(ci_ms: float, base_ci_ms: float, cp_ms: float, q: int, u: int,
+               targets: RtoTargets) -> float:
+    """The background budget ``CI`` (ms per ``CP``) to use next: doubled (up to
+    :data:`RTO_CI_MAX_SHARE` of ``CP``) while the extent or the replay runs more than
+    :data:`RTO_OVERSHOOT` over its target (the checkpoints cannot keep up), halved back
+    toward the spec's ``CI`` once both are under half their targets. (Within the
+    overshoot the prediction stays under the objective: ``fixed + 1.25 * (0.8 * rto -
+    fixed) <= rto``.)"""
+    if q > RTO_OVERSHOOT * targets.q or u > RTO_OVERSHOOT * targets.u:
+        return max(base_ci_ms, min(ci_ms * 2.0, cp_ms * RTO_CI_MAX_SHARE))
+    if q < 0.5 * targets.q and u < 0.5 * targets.u:
+        return max(base_ci_ms, ci_ms / 2.0)
+    return ci_ms

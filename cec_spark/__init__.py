@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from cec_spark.layout import RunLayout
     from cec_spark.plan import RunPlan, pipeline_spec, plan_new_run, plan_resume
     from cec_spark.results import export, results_table
+    from cec_spark.rto import measure_startup
     from cec_spark.session import start_early
 
 _WHERE = {
@@ -40,6 +41,7 @@ _WHERE = {
     "inspect_log": "cec_spark.inspect",
     "recover_run": "cec_spark.inspect",
     "start_early": "cec_spark.session",
+    "measure_startup": "cec_spark.rto",
     "RunLayout": "cec_spark.layout",
 }
 
@@ -49,6 +51,7 @@ __all__ = [
     "export",
     "inspect_extent",
     "inspect_log",
+    "measure_startup",
     "pipeline_spec",
     "plan_new_run",
     "plan_resume",

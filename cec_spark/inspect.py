@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 
 from cec.errors import CecError, RecoveryError, UsageError
+from cec.policy import RecoveryRates
 from cec.records import tuple_counts
+from cec_spark import rto
 from cec_spark.driver import resume_run
 from cec_spark.fingerprint import check_fingerprint
 from cec_spark.ingest_writer import upstream_sealed
@@ -95,9 +97,13 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     if repair and not dry_run:
         repairs.append(layout.restore_run_file())
     spec, settings = layout.read_run_file()
+    warning = None if dry_run else rto.check_objective(spec, resume=True)
+    if warning is not None:  # a recovery is never refused for its objective
+        say(warning)
     # before touching a log: a driver still running this run (another host) stops
     driver = None if dry_run else layout.take_driver()
     explains: list[RecoverPartition] = []
+    catch_up: dict[str, int | None] = {}  # each upstream log's end now (cec_spark.rto)
     for p in range(spec.run.partitions):
         out_path, up_path = layout.output(p), layout.upstream(p)
         if not out_path.exists():
@@ -130,13 +136,15 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
                 if repair:  # a full scan: damage anywhere is found and cut
                     what = _repair_upstream(up_path, spec.run.fsync)
                     cut = what.reconcile
+                    catch_up[str(p)] = what.last_seq
                     if cut is not None and (cut.bytes_cut or cut.segments_removed):
                         upstream_repaired = what
                         repairs.append(f"partition {p}: upstream log cut after seq "
                                        f"{what.last_seq} at {cut.cut_at} "
                                        f"({cut.cut_reason})")
                 else:
-                    StreamLog.open(up_path, writable=True, fsync=spec.run.fsync).close()
+                    with StreamLog.open(up_path, writable=True, fsync=spec.run.fsync) as log:
+                        catch_up[str(p)] = log.last_seq
             except CorruptLogError as exc:
                 raise CorruptLogError(
                     f"partition {p}: {exc}. 'cec recover --from-log {layout.root} "
@@ -178,6 +186,9 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
                   if e.upstream_repaired is not None}
         if refill:
             _source_can_refill(layout, spec, settings, refill)
+    if not dry_run:  # what "caught up" means for this recovery's tasks
+        rto.write_run(layout, {**rto.read_run(layout), "catch_up": catch_up,
+                               "catch_up_noted_at": time.time()})
     # the run.toml read above is the resume's plan too (no second read)
     resumed = None if dry_run else resume_run(
         layout.root, progress=progress, driver=driver,
@@ -308,6 +319,12 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                          "integer)")
     layout = RunLayout(Path(root))
     spec, _ = layout.read_run_file()
+    objective = spec.checkpoint.rto_s
+    run_rto = rto.read_run(layout)
+    fixed = rto.fixed_cost()
+    if isinstance(run_rto.get("fixed_s"), int | float):  # what the run's tasks predict with
+        fixed = rto.Fixed(float(run_rto["fixed_s"]), bool(run_rto.get("fixed_measured")),
+                          str(run_rto.get("fixed_how", "")))
     parts: list[ExtentPartition] = []
     for p in _partitions(layout, partition, spec.run.partitions):
         path = layout.output(p)
@@ -354,8 +371,29 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                          q=ext.records, u=ext.replay_length, extent_bytes=ext.bytes,
                          g_open_found=ext.g_open_found, g_check_found=ext.g_check_found,
                          oldest=[Footprint(**f.to_dict()) for f in ext.oldest])
+            entry.update(_prediction(layout.read_state(p), fixed, ext.records,
+                                     ext.replay_length, objective))
         parts.append(ExtentPartition(**entry))
-    return ExtentResult(run_dir=str(layout.root), at_us=at, partitions=parts)
+    return ExtentResult(run_dir=str(layout.root), at_us=at, partitions=parts, rto_s=objective,
+                        fixed_s=fixed.seconds, fixed_how=fixed.how)
+
+
+def _prediction(state: dict[str, Any], fixed: rto.Fixed, q: int, u: int,
+                objective: float | None) -> dict[str, Any]:
+    """The predicted recovery time of an extent, with the rates the partition's task
+    measured (its state file) or the defaults (:mod:`cec_spark.rto`)."""
+    info = state.get("rto") if isinstance(state.get("rto"), dict) else {}
+    rates = RecoveryRates.from_dict((info or {}).get("rates"))
+    measured = [m for m in rates.measured if m != "fixed"] + (["fixed"] if fixed.measured
+                                                             else [])
+    rates = RecoveryRates(fixed.seconds, rates.ec_records_per_s,
+                          rates.replay_positions_per_s, tuple(measured))
+    pred = rates.predict_s(q, u)
+    return {"predicted_recovery_s": round(pred, 3),
+            "ec_records_per_s": round(rates.ec_records_per_s, 1),
+            "replay_positions_per_s": round(rates.replay_positions_per_s, 1),
+            "rates_measured": sorted(measured),
+            "within_objective": None if objective is None else pred <= objective}
 
 
 # --------------------------------------------------------------------------- log

@@ -21,6 +21,8 @@ metric                                    type     meaning
 ``cec_upstream_committed_seq``            gauge    last committed position of the upstream log
 ``cec_recovery_seconds``                  gauge    the last recovery's measured time (if any)
 ``cec_partition_done``                    gauge    1 when the partition's input ended
+``cec_predicted_recovery_seconds``        gauge    predicted recovery time (cec_spark.rto)
+``cec_recovery_objective_seconds``        gauge    ``[checkpoint].rto`` (absent without one)
 ``cec_source_rows_total``                 counter  source rows ingested
 ``cec_ingest_sealed``                     gauge    1 when the bounded source is all ingested
 ``cec_up_seconds``                        gauge    seconds since this driver started
@@ -64,6 +66,12 @@ def _recovery_s(state: Mapping[str, Any]) -> float | None:
     return sum(times) if times else None
 
 
+def _rto(state: Mapping[str, Any], key: str) -> float | None:
+    info = state.get("rto")
+    v = info.get(key) if isinstance(info, Mapping) else None
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
 def exposition(run: str, states: Sequence[Mapping[str, Any]],
                upstream: Sequence[int | None], *, source_rows: int, sealed: bool,
                up_s: float) -> str:
@@ -94,6 +102,13 @@ def exposition(run: str, states: Sequence[Mapping[str, Any]],
            per_partition(lambda _p, st: _recovery_s(st)))
     family("cec_partition_done", "gauge", "1 when the partition's input ended",
            per_partition(lambda _p, st: (1 if st.get("done") else 0) if st else None))
+    family("cec_predicted_recovery_seconds", "gauge",
+           "predicted recovery time: fixed + extent / EC-load rate + replay / replay rate",
+           per_partition(lambda _p, st: _rto(st, "predicted_s")))
+    objective = next((v for v in (_rto(st, "objective_s") for st in states) if v), None)
+    if objective is not None:
+        family("cec_recovery_objective_seconds", "gauge", "the recovery-time objective",
+               [(f'run="{r}"', objective)])
     family("cec_source_rows_total", "counter", "source rows ingested",
            [(f'run="{r}"', float(source_rows))])
     family("cec_ingest_sealed", "gauge", "1 when the bounded source is all ingested",

@@ -508,6 +508,18 @@ class ExtentPartition:
     """G_check rows in the extent."""
     oldest: list[Footprint]
     """The oldest footprints, oldest first."""
+    predicted_recovery_s: float | None = None
+    """Predicted recovery time of this extent, seconds: fixed cost + q / EC-load rate + u /
+    replay rate (null: nothing to recover)."""
+    ec_records_per_s: float | None = None
+    """The EC-load rate the prediction uses: extent records read back, reconstructed and
+    loaded per second (the task's measurement, else cec's default)."""
+    replay_positions_per_s: float | None = None
+    """The replay rate the prediction uses: input positions replayed per second."""
+    rates_measured: list[str] = field(default_factory=list)
+    """Which of fixed, ec, replay were measured (the others are documented defaults)."""
+    within_objective: bool | None = None
+    """The prediction is within the objective (null: no objective, or nothing to recover)."""
 
 
 @dataclass(frozen=True)
@@ -521,6 +533,12 @@ class ExtentResult:
     """--at: as of this event time, microseconds (null: now)."""
     partitions: list[ExtentPartition]
     """Each partition asked for."""
+    rto_s: float | None = None
+    """The recovery-time objective ([checkpoint].rto), seconds (null: none)."""
+    fixed_s: float | None = None
+    """The fixed cost of a restart in the predictions, seconds."""
+    fixed_how: str = ""
+    """How the fixed cost was found (measured start-ups of this machine, or the default)."""
 
 
 # --------------------------------------------------------------------------- log

@@ -23,9 +23,11 @@ from cec.spec import PipelineSpec, load_spec
 from cec_spark.cluster import check_local_slots
 from cec_spark.fingerprint import fingerprint
 from cec_spark.layout import RunLayout
+from cec_spark.rto import check_objective
 from cec_spark.run_file import RunSettings, run_text, settings_for
 from cec_spark.source_types import SourcePlan
 from cec_spark.sources import plan_source
+from cec_spark.watchdog import say
 
 
 @dataclass(frozen=True)
@@ -55,11 +57,17 @@ def default_log_dir(spec_path: Path) -> Path:
 
 
 def pipeline_spec(spec_path: Path | str, *, partitions: int | None = None,
-                  master: str | None = None, conf: dict[str, str] | None = None
-                  ) -> PipelineSpec:
-    """The spec of ``cec run pipeline``: the file, read once, with the overrides."""
-    return load_spec(Path(spec_path)).with_run(partitions=partitions, master=master,
-                                               conf=conf)
+                  master: str | None = None, conf: dict[str, str] | None = None,
+                  rto: str | None = None) -> PipelineSpec:
+    """The spec of ``cec run pipeline``: the file, read once, with the overrides. An
+    objective (``rto``) below this machine's floor is refused here, before Spark starts
+    (:func:`cec_spark.rto.check_objective`)."""
+    spec = load_spec(Path(spec_path)).with_run(partitions=partitions, master=master,
+                                               conf=conf).with_rto(rto)
+    warning = check_objective(spec)
+    if warning is not None:
+        say(warning)
+    return spec
 
 
 def plan_new_run(spec: PipelineSpec, spec_path: Path | str,

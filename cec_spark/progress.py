@@ -1,9 +1,12 @@
 """The live progress display of a run (rich, on stderr).
 
 Per partition: input position and tuples/s, open windows ``N``, extent ``q`` and replay
-length ``u``, ``G_check``/s, results. Positions come from the upstream logs' committed
-``last_seq`` (a reader per refresh) and from the tasks' ``state/pNNNN.json`` counters;
-rates are differences between refreshes.
+length ``u``, ``G_check``/s, results, and the predicted recovery time (with the
+objective in the title when ``[checkpoint].rto`` is set; an objective the measured costs
+cannot meet is said in the caption). The view also measures this command's start-up
+(:class:`cec_spark.rto.StartupMeter`), the fixed cost of the recovery-time model.
+Positions come from the upstream logs' committed ``last_seq`` (a reader per refresh) and
+from the tasks' ``state/pNNNN.json`` counters; rates are differences between refreshes.
 
 On a terminal the table is redrawn in place (rich ``Live``). Anywhere else (a pipe, a
 log file, CI) a live table would print nothing until the end, so the view prints one
@@ -24,6 +27,7 @@ from rich.table import Table
 from cec_spark import metrics
 from cec_spark.ingest import IngestProgress
 from cec_spark.layout import RunLayout
+from cec_spark.rto import StartupMeter
 from storage_log.log import StreamLog
 
 PLAIN_EVERY_S = 10.0
@@ -83,11 +87,14 @@ class ProgressView:
         self.last_plain = self.started
         self.upstream = UpstreamPositions(layout)
         self.last_metrics = 0.0
+        self.startup = StartupMeter(layout, partitions)
+        self.told: set[tuple[int, str]] = set()  # (partition, note) said once
 
     def write_metrics(self) -> None:
         """``RUN/metrics/cec.prom`` (:mod:`cec_spark.metrics`), whatever is displayed."""
         self.last_metrics = time.monotonic()
         states = [self.layout.read_state(p) for p in range(self.partitions)]
+        self._rto_notes(states)
         upstream = [self.upstream.get(p) for p in range(self.partitions)]
         metrics.write(self.layout.root / "metrics", metrics.exposition(
             str(self.layout.root), states, upstream, source_rows=self.ingest.source_rows,
@@ -112,6 +119,21 @@ class ProgressView:
             self.write_metrics()
         finally:
             self.upstream.close()
+
+    def _rto_notes(self, states: list[dict[str, Any]]) -> None:
+        """Measure the start-up once it can be; say once per partition when its
+        objective cannot be met (never silently unmet)."""
+        took = self.startup.check(states)
+        if took is not None:
+            self.note(f"start-up {took:.1f} s (process start to every operator task "
+                      "recovering): the fixed cost of a recovery here")
+        for p, st in enumerate(states):
+            info = st.get("rto") if isinstance(st.get("rto"), dict) else None
+            if info and info.get("feasible") is False and info.get("note"):
+                key = (p, "infeasible")
+                if key not in self.told:
+                    self.told.add(key)
+                    self.note(f"partition {p}: rto cannot be met: {info['note']}")
 
     def note(self, text: str) -> None:
         self.notes.append(text)
@@ -147,17 +169,22 @@ class ProgressView:
         elapsed = time.monotonic() - self.started
         ing = self.ingest
         total = f"/{ing.chunks_total}" if ing.chunks_total is not None else ""
+        states = [self.layout.read_state(p) for p in range(self.partitions)]
+        objective = next((st["rto"].get("objective_s") for st in states
+                          if isinstance(st.get("rto"), dict)
+                          and st["rto"].get("objective_s")), None)
         title = (f"cec {self.layout.root}  {elapsed:6.1f}s  ingest: chunk {ing.chunks_done}"
                  f"{total}, {ing.source_rows:,} source rows"
-                 f"{', sealed' if ing.sealed else ''}")
+                 f"{', sealed' if ing.sealed else ''}"
+                 f"{f'  rto {objective:g} s' if objective else ''}")
         table = Table(title=title, title_justify="left",
                       caption=" · ".join(self.notes) or None)
         for col in ("partition", "upstream seq", "tuples", "tuples/s", "N open", "extent q",
-                    "replay u", "G_check/s", "R", "state"):
+                    "replay u", "G_check/s", "R", "recovery s", "state"):
             table.add_column(col, justify="right" if col != "state" else "left")
         now = time.monotonic()
         for p in range(self.partitions):
-            st: dict[str, Any] = self.layout.read_state(p)
+            st: dict[str, Any] = states[p]
             up = self.upstream.get(p)
             tuples = int(st.get("in_tuples", 0))
             checks = int(st.get("g_check", 0))
@@ -167,8 +194,10 @@ class ProgressView:
             self.prev[p] = (now, tuples, checks)
             state = "done" if st.get("done") else ("recovered" if st.get("recovered")
                                                    else ("running" if st else "starting"))
+            info = st.get("rto") if isinstance(st.get("rto"), dict) else {}
+            pred = info.get("predicted_s") if info else None
             table.add_row(str(p), "-" if up is None else _si(up), _si(tuples), _si(rate),
                           _si(int(st.get("n_open", 0))), _si(int(st.get("q", 0))),
                           _si(int(st.get("u", 0))), _si(crate), _si(int(st.get("r", 0))),
-                          state)
+                          "-" if pred is None else f"{pred:.1f}", state)
         return table

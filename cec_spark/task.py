@@ -42,6 +42,7 @@ from cec.windows import window_spec
 from cec_spark.ingest_writer import value_column
 from cec_spark.layout import RunLayout, RunSettings
 from cec_spark.retention import Lagged, retention_before
+from cec_spark.rto import RtoTask
 from cec_spark.run_file import parse_run_text
 from recovery.errors import ReplayUnavailableError
 from recovery.replay import recover
@@ -105,6 +106,13 @@ class TaskCounters:
     stopped: bool = False
     waiting: str | None = None  # what the task waits for before it can run
     output_segments_trimmed: int = 0  # output retention ([run].output_keep_mb/_s)
+    # recovery-time objective (cec_spark.rto): when this task began and ended its
+    # recovery, when it had processed again what its upstream held at the restart
+    # (wall clock), and the prediction, rates and targets
+    recover_started_at: float | None = None
+    recovered_at: float | None = None
+    caught_up_at: float | None = None
+    rto: dict[str, Any] | None = None
     started: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
 
@@ -181,12 +189,18 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
     else:
         spec, settings = parse_run_text(run_text, f"{layout.run_file} (from the driver)")
     counters = TaskCounters(p, attempt=_attempt())
+    rto = RtoTask(layout, p, spec, lambda: operator_for(spec, settings), layout.read_state(p))
+    counters.recover_started_at = time.time()
     layout.write_state(p, counters.as_dict())
     op = operator_for(spec, settings)
     # Recovery is decided by the output log's content, never by the attempt number.
     rec = _recover(layout, p, op, spec, settings, counters)
     op = rec.operator  # a fresh one if the first attempt had to wait
     out = rec.output_log
+    counters.recovered_at = time.time()
+    rto.recovered(rec.explain, counters)
+    counters.rto = rto.tick(op, counters)
+    layout.write_state(p, counters.as_dict())
     try:
         if out.sealed:
             counters.done = True
@@ -226,10 +240,12 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
                     keeper.note(op)
                 counters.write_s += time.perf_counter() - t1
                 now = time.time()
-                if now - last_state >= STATE_EVERY_S:
+                caught_up = rto.note_caught_up(counters)
+                if now - last_state >= STATE_EVERY_S or caught_up:
                     layout.check_driver(driver)
                     counters.output_segments_trimmed += keeper.trim(out)
                     counters.observe(op, floor)
+                    counters.rto = rto.tick(op, counters)
                     layout.write_state(p, counters.as_dict())
                     reported[0] = counters.in_batches
                     last_state = now

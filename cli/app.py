@@ -95,7 +95,8 @@ RECOVER_COLUMNS: tuple[Column, ...] = (
     ("replay_s", "phases.replay.seconds"))
 EXTENT_COLUMNS: tuple[Column, ...] = (
     "partition", "q", "u", "T", "n_c", "t_c", ("R", "counts.R"), ("G_open", "counts.G_open"),
-    ("G_check", "counts.G_check"), ("oldest_age", "oldest.0.age"))
+    ("G_check", "counts.G_check"), ("oldest_age", "oldest.0.age"),
+    ("recovery_s", "predicted_recovery_s"))
 LOG_COLUMNS: tuple[Column, ...] = (
     "path", ("segments", "segments.#"), "first_seq", "last_seq", "sealed",
     ("records", "verify.records"), ("checksums_ok", "verify.ok"), "token")
@@ -117,6 +118,7 @@ def _start_spark_early(spec: PipelineSpec | None) -> None:
     the spec the command's plan is made of (it is read once)."""
     if not _OWN_PROCESS[0] or spec is None:
         return
+    cec_spark.measure_startup()  # this process is the command: its start-up is one
     cec_spark.start_early(spec.run.effective_master, spec.run.partitions, spec.run.spark_conf)
 
 
@@ -143,11 +145,14 @@ def run_pipeline(
     ] = None,
     conf: ConfOpt = None,
     max_tuples: Annotated[int | None, typer.Option("--max-tuples", min=0)] = None,
+    rto: Annotated[str | None, typer.Option(
+        "--rto", help="Recovery-time objective, e.g. 30s: Q and U are set from measured "
+        "recovery rates (the spec must not set Q or U).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
     pipeline = cec_spark.pipeline_spec(spec, partitions=partitions, master=master,
-                                       conf=parse_conf(conf or []))  # read once
+                                       conf=parse_conf(conf or []), rto=rto)  # read once
     _start_spark_early(pipeline)
     result = cec_spark.run_plan(cec_spark.plan_new_run(pipeline, spec, log_dir,
                                                        max_tuples=max_tuples),

@@ -22,7 +22,7 @@ pieces:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +39,7 @@ from cec.operator.rows import Block, RowWriter
 from cec.operator.state import OperatorState
 from cec.operator.store import FootprintOrder, KeyRegistry, WindowSlots
 from cec.operator.time_windows import TimeKernel
-from cec.policy import budget_for
+from cec.policy import PolicyConfig, budget_for
 from cec.records import check_order, check_resume, decode_input, output_schema
 from cec.windows import CountWindow, TimeWindow, WindowSpec
 
@@ -144,6 +144,18 @@ class VectorOperator:
         o = self._oldest()
         t_now = self._pos.t_now
         return 0 if o is None or t_now is None else t_now - o[1]
+
+    @property
+    def policy(self) -> PolicyConfig:
+        """The background policy in force (the spec's, or a recovery-time objective's)."""
+        return self._policy
+
+    def retarget(self, *, q: int, u: int, ci_ms: float) -> None:
+        """New targets ``Q``/``U`` and budget ``CI`` for the background step (set by a
+        recovery-time objective, :func:`cec.policy.rto_targets`): they change when
+        ``G_check`` rows come, never a result."""
+        self._policy = replace(self._policy, q=q, u=u, ci_ms=ci_ms)
+        self._budget.ci_ms = ci_ms
 
     # -- key compaction -----------------------------------------------------------
     def _maybe_compact(self) -> None:

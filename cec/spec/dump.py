@@ -49,9 +49,10 @@ def spec_to_tables(spec: PipelineSpec) -> dict[str, dict[str, object]]:
     if spec.aggregate.field is not None:
         aggregate["field"] = spec.aggregate.field
     cp = spec.checkpoint
-    checkpoint: dict[str, object] = {
-        "Q": cp.q_records if cp.q_records is not None else cp.q_text,
-        "U": cp.u, "CI_ms": cp.ci_ms, "CP_ms": cp.cp_ms, "mode": cp.mode}
+    checkpoint: dict[str, object] = (
+        {"rto": cp.rto_us} if cp.rto_us is not None else  # an objective sets Q and U
+        {"Q": cp.q_records if cp.q_records is not None else cp.q_text, "U": cp.u})
+    checkpoint.update({"CI_ms": cp.ci_ms, "CP_ms": cp.cp_ms, "mode": cp.mode})
     run: dict[str, object] = {"partitions": spec.run.partitions, "fsync": spec.run.fsync,
                               "master": spec.run.effective_master,
                               "segment_kb": spec.run.segment_kb,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from cec.durations import parse_duration_us
 from cec.errors import SpecError, UsageError
 from cec.windows import WindowSpec
 from storage_log import FSYNC_MODES, FsyncMode
@@ -82,6 +83,16 @@ class CheckpointSpec:
     ci_ms: float = 5.0
     cp_ms: float = 100.0
     mode: str = "targets"  # one of MODES (str: cec.policy takes its own Literal)
+    # recovery-time objective (us): Q and U are then set by cec.policy.rto_targets from
+    # measured recovery rates, and the two fields above are not used
+    rto_us: int | None = None
+    # Q or U were written in the spec (an objective from the command line may not
+    # replace them); not part of the value: run.toml writes every default explicitly
+    targets_given: bool = field(default=False, compare=False)
+
+    @property
+    def rto_s(self) -> float | None:
+        return None if self.rto_us is None else self.rto_us / 1e6
 
     @property
     def q_text(self) -> str:
@@ -128,6 +139,24 @@ class PipelineSpec:
     run: RunSpec = field(default_factory=RunSpec)
     where: str | None = None
     origin: str = "<spec>"  # the file it was read from, for messages
+
+    def with_rto(self, rto: str | None) -> PipelineSpec:
+        """The spec with ``--rto`` applied (None: unchanged); SpecError if the spec sets
+        ``Q``/``U`` itself or a mode that writes no ``G_check``."""
+        if rto is None:
+            return self
+        us = parse_duration_us(rto)
+        if us is None:
+            raise SpecError(f"--rto: {rto!r} is not a positive duration like '30s' or '1m'")
+        cp = self.checkpoint
+        if cp.targets_given:
+            raise SpecError(f"--rto: {self.origin}: [checkpoint] sets Q or U; a recovery-time "
+                            "objective sets them from the measured recovery rates (remove "
+                            "Q and U from the spec, or leave out --rto)")
+        if cp.mode != "targets":
+            raise SpecError(f"--rto: {self.origin}: [checkpoint].mode = {cp.mode!r} writes no "
+                            'G_check, so nothing could keep the recovery time (use "targets")')
+        return replace(self, checkpoint=replace(cp, rto_us=us))
 
     def with_run(self, *, partitions: int | None = None, master: str | None = None,
                  conf: Mapping[str, str] | None = None) -> PipelineSpec:

@@ -99,7 +99,8 @@ def to_spec(doc: SpecDocument, origin: str, base: Path) -> PipelineSpec:
     return PipelineSpec(
         source=_source(doc.source, base),
         aggregate=AggregateSpec(agg.group_by, agg.field, agg.function, agg.window.window()),
-        checkpoint=CheckpointSpec(q_records, q_factor, cp.u, cp.ci_ms, cp.cp_ms, cp.mode),
+        checkpoint=CheckpointSpec(q_records, q_factor, cp.u, cp.ci_ms, cp.cp_ms, cp.mode,
+                                  cp.rto, cp.targets_given),
         run=RunSpec(run.partitions, run.master, run.fsync, run.segment_kb, run.trim_upstream,
                     run.trim_lag_s, run.spark, run.executor_wait_s, run.slot_timeout_s,
                     run.output_keep_mb, run.output_keep_s, run.ingest_tasks),

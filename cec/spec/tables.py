@@ -254,12 +254,22 @@ def _q(value: object) -> int | float:
     raise Problem(f"{value!r} is neither a positive record count nor a factor like \"2x\"")
 
 
+def _rto(value: object) -> int:
+    """``rto``: a recovery-time objective, a positive duration (``"30s"``; an int is
+    microseconds, as ``run.toml`` stores it)."""
+    us = parse_duration_us(value)
+    if us is None:
+        raise Problem(f"{value!r} is not a positive duration like \"30s\" or \"1m\"")
+    return us
+
+
 class CheckpointTable(Table):
     q: Annotated[int | float | None, BeforeValidator(_q)] = Field(None, alias="Q")
     u: Annotated[int, _integer(1)] = Field(1_000_000, alias="U")
     ci_ms: Annotated[float, _number()] = Field(5.0, alias="CI_ms")
     cp_ms: Annotated[float, _number()] = Field(100.0, alias="CP_ms")
     mode: Annotated[str, _choice(MODES)] = "targets"
+    rto: Annotated[int | None, BeforeValidator(_rto)] = None  # microseconds
 
     @model_validator(mode="after")
     def _ci_within_cp(self) -> CheckpointTable:
@@ -267,6 +277,25 @@ class CheckpointTable(Table):
             raise Problem(f"must not exceed CP_ms ({self.cp_ms:g}), got {self.ci_ms:g}",
                           "CI_ms")
         return self
+
+    @model_validator(mode="after")
+    def _rto_alone(self) -> CheckpointTable:
+        if self.rto is None:
+            return self
+        for name, key in (("q", "Q"), ("u", "U")):
+            if name in self.model_fields_set:
+                raise Problem(f"cannot be given with rto: a recovery-time objective sets Q "
+                              f"and U from the measured recovery rates (remove {key} or rto)",
+                              key)
+        if self.mode != "targets":
+            raise Problem(f'needs mode = "targets" (mode {self.mode!r} writes no G_check, '
+                          "so nothing could keep the recovery time)", "rto")
+        return self
+
+    @property
+    def targets_given(self) -> bool:
+        """``Q`` or ``U`` written in the file (an objective may not replace them)."""
+        return bool({"q", "u"} & self.model_fields_set)
 
 
 _RUN = RunSpec()
