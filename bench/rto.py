@@ -1,0 +1,293 @@
+"""Recovery-time objective: measured recovery after kill -9 against ``[checkpoint] rto``.
+
+``python -m bench.rto [--quick] [--kills K] [--reps R] [--objectives 1,5,30] [--out F]``
+
+The built-in workload (``cli/examples/items.toml``: 3 M generated purchases, 100 000
+items, count windows of 10, P = 4), whole ``cec`` processes on local Spark, as
+``bench/fair_spark.py`` runs them. For each objective (default 1 s, 5 s, 30 s):
+
+* **start**: ``cec run pipeline items.toml --rto X`` (the spec without its ``Q``/``U``);
+  an objective below this machine's floor is refused at start (exit 2): the message
+  (the floor and how it was measured) is the result, there is nothing to kill;
+* **failure-free cost**: ``--reps`` whole runs, alternating with the same spec without
+  an objective (its ``Q = "2x"``, ``U = 1000000``): whole-process time, cec's own
+  ``steady_s`` (first input to the end) and the ``G_check`` rows written;
+* **kills**: ``--kills`` runs, each SIGKILLed (the whole process group) once the
+  operators have processed a random share (uniform 10-85 %, seeded) of the input; the
+  prediction the tasks showed just before is kept; then ``cec recover --from-log`` is
+  started and timed from its process start (as fair_spark's recovery is) to **caught
+  up**: every partition has processed again everything its upstream log held when the
+  restart began (the tasks' ``caught_up_at``; ``cec recover`` notes the upstream ends
+  before any Spark job). fair_spark times the restart to its exit with the output
+  complete, which here would add the rest of the input (0.5-2.7 M rows depending on the
+  kill point) to a recovery time; caught up is the same start and the same state
+  complete as of the crash. The recover process is SIGKILLed once caught up and its
+  start-up recorded (the fixed cost later predictions use).
+
+Reported: per objective the measured times against the objective (share within,
+median, max), the predictions, and the failure-free cost ÷ no objective, with the
+1-minute load average of every run. Writes ``bench/results/rto/rto.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench" / "results" / "rto" / "rto.json"
+CEC = [sys.executable, "-m", "cli.app"]
+TARGETS = 'Q = "2x"\nU = 1000000\n'
+WAIT_S = 300.0
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+
+
+def _spawn(args: list[str], log: Path, stdout: Path | None = None) -> subprocess.Popen[bytes]:
+    fh = log.open("ab")
+    out = fh if stdout is None else stdout.open("wb")
+    return subprocess.Popen([*CEC, *args], stdout=out, stderr=fh, cwd=REPO,
+                            start_new_session=True, env=_env())
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(60)
+
+
+def specs(work: Path) -> tuple[Path, Path]:
+    """The built-in workload as shipped (no objective) and without its Q/U (for --rto)."""
+    text = (REPO / "cli" / "examples" / "items.toml").read_text()
+    if TARGETS not in text:
+        raise SystemExit("bench/rto.py: cli/examples/items.toml no longer sets Q and U as "
+                         "expected; update TARGETS")
+    plain, bare = work / "items.toml", work / "items-rto.toml"
+    plain.write_text(text)
+    bare.write_text(text.replace(TARGETS, ""))
+    return plain, bare
+
+
+def states(run: Path) -> list[dict[str, Any]]:
+    out = []
+    for f in sorted((run / "state").glob("p*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            out.append(json.loads(f.read_text()))
+    return out
+
+
+def _wait(cond: Callable[[], bool], proc: subprocess.Popen[bytes], what: str,
+          timeout: float = WAIT_S) -> bool:
+    """Poll ``cond`` every 50 ms; False if the process ended first."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if proc.poll() is not None:
+            return cond()
+        if time.monotonic() > deadline:
+            _kill(proc)
+            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.05)
+    return True
+
+
+def free_run(spec: Path, rto: float | None, work: Path, log: Path) -> dict[str, Any]:
+    """One failure-free whole run; ``refused`` if the objective was refused at start."""
+    run = work / "free"
+    shutil.rmtree(run, ignore_errors=True)
+    summary = work / "free.json"
+    load = _load()
+    t0 = time.perf_counter()
+    errs = work / "free.err"
+    proc = subprocess.run([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--json",
+                           *(["--rto", f"{rto:g}s"] if rto is not None else [])],
+                          stdout=summary.open("wb"), stderr=errs.open("wb"), cwd=REPO,
+                          env=_env(), timeout=1800, check=False)
+    wall = time.perf_counter() - t0
+    err = errs.read_text(errors="replace")
+    with log.open("a") as fh:
+        fh.write(err)
+    if proc.returncode == 2 and "below the floor" in err:
+        return {"refused": err.strip().splitlines()[-1], "wall_s": round(wall, 2),
+                "load": load}
+    if proc.returncode != 0:
+        raise RuntimeError(f"cec run pipeline exited {proc.returncode}; see {log}")
+    res = json.loads(summary.read_text())
+    parts = res["per_partition"]
+    preds = [st.get("rto", {}).get("predicted_s") for st in states(run)]
+    return {"wall_s": round(wall, 2), "elapsed_s": res["elapsed_s"], "steady_s": res["steady_s"],
+            "g_check": sum(int(p["g_check"]) for p in parts),
+            "q_end": max(int(p["q"]) for p in parts), "u_end": max(int(p["u"]) for p in parts),
+            "predicted_end_s": max((p for p in preds if p is not None), default=None),
+            "load": load}
+
+
+def kill_and_recover(spec: Path, rto: float, frac: float, rows: int, work: Path,
+                     log: Path) -> dict[str, Any]:
+    """Kill -9 at ``frac`` of the input, then time ``cec recover`` to caught up."""
+    run = work / "kill"
+    shutil.rmtree(run, ignore_errors=True)
+    proc = _spawn(["run", "pipeline", str(spec), "--log-dir", str(run), "--rto", f"{rto:g}s"],
+                  log)
+    target = int(frac * rows)
+    reached = _wait(lambda: sum(int(s.get("in_tuples", 0)) for s in states(run)) >= target,
+                    proc, f"{target:,} tuples processed")
+    before = states(run)
+    _kill(proc)
+    if not reached:
+        return {"frac": frac, "skipped": "the run ended before the kill point"}
+    killed_at = sum(int(s.get("in_tuples", 0)) for s in before)
+    preds = [s.get("rto", {}).get("predicted_s") for s in before]
+    load = _load()
+    t_spawn = time.time()
+    rec = _spawn(["recover", "--from-log", str(run)], log)
+
+    def caught_up() -> bool:
+        st = states(run)
+        return len(st) == len(before) and all(
+            isinstance(s.get("caught_up_at"), int | float) and s["caught_up_at"] >= t_spawn
+            for s in st)
+
+    try:
+        if not _wait(caught_up, rec, "every partition caught up"):
+            raise RuntimeError(f"cec recover exited {rec.returncode} before catching up; "
+                               f"see {log}")
+        st = states(run)
+        measured = max(float(s["caught_up_at"]) for s in st) - t_spawn
+        rto_file = run / "state" / "rto.json"
+
+        def metered() -> bool:
+            with contextlib.suppress(OSError, ValueError):
+                return "startup_recover_s" in json.loads(rto_file.read_text())
+            return False
+
+        _wait(metered, rec, "the start-up measurement", timeout=30)
+        meter = json.loads(rto_file.read_text())
+    finally:
+        _kill(rec)
+    task_s = [sum(float(ph.get("measured_s") or 0) for ph in s["recovered"]["phases"])
+              for s in st if isinstance(s.get("recovered"), dict)]
+    began = [float(s["recover_started_at"]) - t_spawn for s in st]
+    pred = max((p for p in preds if p is not None), default=None)
+    return {"frac": round(frac, 3), "killed_at_tuples": killed_at,
+            "predicted_s": pred, "measured_s": round(measured, 3),
+            "within": measured <= rto, "startup_s": round(max(began), 3),
+            "startup_recover_s": meter.get("startup_recover_s"),
+            "task_recovery_s": round(max(task_s), 3) if task_s else None,
+            "q_at_kill": max(int(s.get("q", 0)) for s in before),
+            "u_at_kill": max(int(s.get("u", 0)) for s in before), "load": load}
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 3) if xs else None
+
+
+def summarize(setting: dict[str, Any], base: list[dict[str, Any]]) -> None:
+    runs = [r for r in setting["free"] if "refused" not in r]
+    kills = [k for k in setting["kills"] if "measured_s" in k]
+    if kills:
+        setting["within_share"] = round(sum(k["within"] for k in kills) / len(kills), 3)
+        setting["measured_median_s"] = _median([k["measured_s"] for k in kills])
+        setting["measured_max_s"] = max(k["measured_s"] for k in kills)
+        preds = [k["predicted_s"] for k in kills if k["predicted_s"] is not None]
+        setting["predicted_median_s"] = _median(preds)
+    if runs and base:
+        for key in ("wall_s", "steady_s"):
+            a = _median([r[key] for r in runs if r.get(key)])
+            b = _median([r[key] for r in base if r.get(key)])
+            setting[f"{key}_vs_none"] = round(a / b, 3) if a and b else None
+        setting["g_check_median"] = _median([r["g_check"] for r in runs])
+
+
+def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    plain, bare = specs(work)
+    log = work / "cec.log"
+    rng = random.Random(args.seed)
+    rows = 3_000_000
+    res: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                                 capture_output=True, text=True, check=False).stdout.strip(),
+        "load_start": _load(), "cpus": os.cpu_count(), "rows": rows, "partitions": 4,
+        "quick": args.quick, "kills_per_objective": args.kills, "reps": args.reps,
+        "none": [], "settings": []}
+    settings = [{"rto_s": x, "free": [], "kills": [], "refused": None}
+                for x in args.objectives]
+    for rep in range(args.reps):
+        print(f"[{time.strftime('%H:%M:%S')}] failure-free rep {rep + 1}: no objective",
+              file=sys.stderr, flush=True)
+        res["none"].append(free_run(plain, None, work, log))
+        for s in settings:
+            if s["refused"]:
+                continue
+            print(f"[{time.strftime('%H:%M:%S')}] failure-free rep {rep + 1}: rto "
+                  f"{s['rto_s']:g} s", file=sys.stderr, flush=True)
+            r = free_run(bare, s["rto_s"], work, log)
+            s["free"].append(r)
+            if "refused" in r:
+                s["refused"] = r["refused"]
+    for s in settings:
+        if s["refused"]:
+            continue
+        for i in range(args.kills):
+            frac = rng.uniform(0.10, 0.85)
+            print(f"[{time.strftime('%H:%M:%S')}] rto {s['rto_s']:g} s: kill {i + 1} at "
+                  f"{frac:.0%}", file=sys.stderr, flush=True)
+            k = kill_and_recover(bare, s["rto_s"], frac, rows, work, log)
+            print(f"    {json.dumps(k)}", file=sys.stderr, flush=True)
+            s["kills"].append(k)
+    for s in settings:
+        summarize(s, res["none"])
+    res["settings"] = settings
+    kills = [k for s in settings for k in s["kills"] if "measured_s" in k]
+    res["within_share_all"] = (round(sum(k["within"] for k in kills) / len(kills), 3)
+                               if kills else None)
+    res["load_end"] = _load()
+    with contextlib.suppress(OSError, ValueError):
+        res["machine_startups"] = json.loads(
+            (Path(os.environ.get("CEC_CACHE_DIR") or Path.home() / ".cache" / "cec")
+             / "startup.json").read_text())
+    return res
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="1 failure-free rep, 4 kills each")
+    ap.add_argument("--kills", type=int, default=None, help="kills per objective (10)")
+    ap.add_argument("--reps", type=int, default=None, help="failure-free runs per setting (3)")
+    ap.add_argument("--objectives", default="1,5,30", help="seconds, comma separated")
+    ap.add_argument("--seed", type=int, default=20)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    args.objectives = [float(x) for x in args.objectives.split(",")]
+    args.kills = args.kills if args.kills is not None else (4 if args.quick else 10)
+    args.reps = args.reps if args.reps is not None else (1 if args.quick else 3)
+    work = Path(tempfile.mkdtemp(prefix="cec-rto-"))
+    res = measure(args, work)  # on an error the work directory stays, with cec.log
+    shutil.rmtree(work, ignore_errors=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in res.items() if k != "machine_startups"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
