@@ -191,9 +191,11 @@ def budget_for(config: PolicyConfig, clock: Clock) -> CheckpointBudget:
 # (positions): the budget ``B = objective * RTO_SAFETY - fixed`` is split between the
 # extent and the replay (``Q = B_q * ec_rate``, ``U = B_u * replay_rate``), with the
 # extent never given less than it needs for the open windows' footprints
-# (``RTO_Q_OVER_N * N`` records). When even that does not fit the objective the targets
-# are the tightest sensible ones and ``feasible`` is False with the reason: the caller
-# must say so, never leave the objective silently unmet.
+# (``RTO_Q_OVER_N * N`` records). When even that does not fit, ``feasible`` is False
+# with the reason (the caller must say so, never leave the objective silently unmet)
+# and the targets use the objective without its margin, or, when the fixed cost alone
+# exceeds it, the tightest sensible budget (:data:`RTO_MIN_BUDGET_S` beyond the open
+# windows' footprints).
 
 #: Until a run measures its own, the restart's fixed cost (s): the start-up of
 #: ``cec recover`` on the 2-core development machine under the load of five sessions
@@ -337,7 +339,8 @@ def rto_targets(objective_s: float, rates: RecoveryRates, n_open: int) -> RtoTar
                 f"({rates.fixed_s:.1f} s{'' if 'fixed' in rates.measured else ', default'}) "
                 f"plus the open windows' footprints ({need_q_s:.2f} s for {n_open} windows)"
                 f" with {int(100 * (1 - RTO_SAFETY))} % margin")
-        budget = need_q_s + RTO_MIN_BUDGET_S
+        # the best it can do: the objective without the margin, or the tightest targets
+        budget = max(objective_s - rates.fixed_s, need_q_s + RTO_MIN_BUDGET_S)
     q_s = max(budget * RTO_EXTENT_SHARE, need_q_s)
     u_s = max(budget - q_s, 0.0)
     q = max(q_min, int(q_s * rates.ec_records_per_s))
