@@ -25,10 +25,13 @@ from cec_spark.ingest_writer import (
     value_column,
 )
 from cec_spark.layout import RunLayout, RunSettings
+from cec_spark.source_order import LATE
 from cec_spark.source_read import read_chunk
-from cec_spark.source_types import SEQ, Chunk, ColumnTypes, SourcePlan
+from cec_spark.source_types import SEQ, Chunk, ColumnTypes, SourcePlan, TimeSpec
 
-_SPARK_TYPES = {"int64": "BIGINT", "float64": "DOUBLE", "string": "STRING", "bool": "BOOLEAN"}
+# a time field (kind int64, timestamp or iso) reaches Spark as int64 microseconds
+_SPARK_TYPES = {"int64": "BIGINT", "float64": "DOUBLE", "string": "STRING", "bool": "BOOLEAN",
+                "timestamp": "BIGINT", "iso": "BIGINT"}
 
 
 @dataclass
@@ -52,7 +55,7 @@ def _reader_run(chunks: list[Chunk], i: int, readers: int) -> list[Chunk]:
     return chunks[i * n // readers:(i + 1) * n // readers]
 
 
-def _chunk_reader(chunks: list[str] | None, columns: str, readers: int = 1
+def _chunk_reader(chunks: list[str] | None, columns: str, time: str, readers: int = 1
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function that turns chunk indices into the chunks' rows, in order.
 
@@ -62,19 +65,20 @@ def _chunk_reader(chunks: list[str] | None, columns: str, readers: int = 1
 
     def read(indices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cols = ColumnTypes.from_json(columns)
+        tspec = TimeSpec.from_json(time)
         job = _job_chunks() if chunks is None else None
         for batch in indices:
             for i in batch.column(0).to_pylist():
                 run = (_reader_run(job, i, readers) if job is not None
                        else [Chunk.from_json(chunks[i])] if chunks is not None else [])
                 for chunk in run:
-                    yield from read_chunk(chunk, cols)
+                    yield from read_chunk(chunk, cols, tspec)
 
     return read
 
 
-def _file_frame(spark: SparkSession, columns: ColumnTypes, chunks: list[Chunk] | None,
-                readers: int = 1) -> DataFrame:
+def _file_frame(spark: SparkSession, columns: ColumnTypes, time: TimeSpec,
+                chunks: list[Chunk] | None, readers: int = 1) -> DataFrame:
     """Consecutive chunks of a file source read by a Spark task, as Arrow batches.
 
     ``spark.range(len(chunks))`` in one partition hands the chunk numbers in order to
@@ -88,12 +92,13 @@ def _file_frame(spark: SparkSession, columns: ColumnTypes, chunks: list[Chunk] |
     """
     fields = [f"`{n}` {_SPARK_TYPES[t]}" for n, t in zip(columns.names, columns.types,
                                                          strict=True)]
-    schema = ", ".join([*fields, f"`{SEQ}` BIGINT"])
+    schema = ", ".join([*fields, f"`{SEQ}` BIGINT"]
+                       + ([f"`{LATE}` BOOLEAN"] if time.reorders else []))
     if chunks is None:
         readers = max(1, readers)
         return spark.range(0, readers, 1, readers).mapInArrow(
-            _chunk_reader(None, columns.to_json(), readers), schema)
-    reader = _chunk_reader([c.to_json() for c in chunks], columns.to_json())
+            _chunk_reader(None, columns.to_json(), time.to_json(), readers), schema)
+    reader = _chunk_reader([c.to_json() for c in chunks], columns.to_json(), time.to_json())
     return spark.range(0, len(chunks), 1, max(1, min(readers, len(chunks)))).mapInArrow(
         reader, schema)
 
@@ -115,7 +120,7 @@ def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
     if chunks is None:
         if spec.source.kind == "generator":
             raise CecError("ingest: a generator query needs its chunks")
-        return _file_frame(spark, columns, None, readers)
+        return _file_frame(spark, columns, TimeSpec.of(spec), None, readers)
     chunk = chunks[0]
     if chunk.fmt == "generator":
         gen = spec.source.generator
@@ -128,7 +133,7 @@ def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
             (F.lit(gen.start_ts) + ids * F.lit(gen.interval_us)).alias("item_time"),
             ids.alias(SEQ),
         )
-    return _file_frame(spark, columns, chunks, readers)
+    return _file_frame(spark, columns, TimeSpec.of(spec), chunks, readers)
 
 
 def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
@@ -141,12 +146,14 @@ def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes
     key = F.col(f"`{agg.group_by}`")
     value = (F.col(f"`{agg.field}`").cast("double") if agg.field is not None
              else F.lit(1.0))
+    late = [F.col(LATE)] if spec.source.reorders and spec.source.kind != "generator" else []
     return df.select(
         F.col(f"`{spec.source.time_field}`").cast("long").alias("ts"),
         F.col(SEQ).alias("seq"),
         key.alias(agg.group_by),
         value.alias(value_column(spec)),
         partition_expr(key, spec.run.partitions).alias(PART),
+        *late,  # a late row (source_order): the writer counts it, never appends it
     )
 
 

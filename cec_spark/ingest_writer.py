@@ -17,6 +17,7 @@ from pyspark import TaskContext
 from cec.errors import CecError
 from cec.spec import PipelineSpec
 from cec_spark.layout import RunLayout
+from cec_spark.source_order import LATE
 from cec_spark.source_types import Chunk
 from storage_log.log import StreamLog
 
@@ -47,8 +48,36 @@ def value_column(spec: PipelineSpec) -> str:
     return spec.aggregate.field if spec.aggregate.field is not None else VALUE_FALLBACK
 
 
-def _token(chunk: Chunk) -> bytes:
-    return json.dumps({"chunk": chunk.index, "next_seq": chunk.next_seq}).encode()
+def _token(chunk: Chunk, late: int = 0) -> bytes:
+    """A log's commit token after ``chunk``: the chunk, the source rows through it, the
+    seq its emitted rows end at, and the late rows of this log's partition so far
+    (committed with the rows, so the count is exact after a crash)."""
+    return json.dumps({"chunk": chunk.index, "next_seq": chunk.next_seq,
+                       "seq_end": chunk.emit_end, "late": late}).encode()
+
+
+def token_fields(raw: bytes | None) -> dict[str, int]:
+    """A token's fields (empty for none or an unreadable one)."""
+    if not raw:
+        return {}
+    try:
+        got = json.loads(raw.decode())
+        return {k: int(v) for k, v in got.items() if isinstance(v, int)}
+    except (ValueError, AttributeError, UnicodeDecodeError):
+        return {}
+
+
+def late_rows(layout: RunLayout, partitions: int) -> list[int]:
+    """The late rows dropped in each partition so far (committed; 0 before any commit)."""
+    out = []
+    for p in range(partitions):
+        path = layout.upstream(p)
+        if not path.exists():
+            out.append(0)
+            continue
+        with StreamLog.open(path) as log:
+            out.append(token_fields(log.last_token()).get("late", 0))
+    return out
 
 
 def read_token(raw: bytes | None) -> int:
@@ -123,9 +152,9 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
     When the job has at most :data:`COMMIT_AT_END_ROWS` source rows left, that
     commit is the job's last one.
     """
-    fixed = None if chunks is None else (chunks[0].first_seq,
-                                         np.array([c.next_seq for c in chunks], np.int64),
-                                         [_token(c) for c in chunks])
+    fixed = None if chunks is None else (chunks[0].emit_base,
+                                         np.array([c.emit_end for c in chunks], np.int64),
+                                         chunks)
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         layout = RunLayout(Path(cfg.root))
@@ -133,9 +162,8 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
         layout.check_driver(cfg.driver)  # and the run is still this driver's
         if fixed is None:
             job = _job_chunks()
-            first, ends, tokens = (job[0].first_seq,
-                                   np.array([c.next_seq for c in job], np.int64),
-                                   [_token(c) for c in job])
+            first, ends, tokens = (job[0].emit_base,
+                                   np.array([c.emit_end for c in job], np.int64), job)
         else:
             first, ends, tokens = fixed
         w = 0
@@ -158,11 +186,11 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
             done = int(np.searchsorted(ends, upto, "right"))
             if done > nxt:
                 nxt = done
-                for log in logs:
+                for p, log in enumerate(logs):
                     # a sealed log holds its whole stream already (a refill after
                     # --repair cut another)
                     if log is not None and not log.sealed:
-                        log.commit(tokens[nxt - 1])
+                        log.commit(_token(tokens[nxt - 1], late[p]))
                 if cfg.trim:
                     trimmed[0] += trim_upstream(layout, logs)
             clock[2] += time.perf_counter() - t0
@@ -170,12 +198,27 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
         def append(batch: pa.RecordBatch) -> None:
             nonlocal written
             t0 = time.perf_counter()
+            if LATE in batch.schema.names:  # late rows (source_order): count, skip
+                flags = batch.column(LATE).to_numpy(zero_copy_only=False)
+                if flags.any():
+                    part = batch.column(PART).to_numpy()[flags]
+                    seqs = batch.column(1).to_numpy()[flags]
+                    new = seqs >= late_from[part]  # not counted in the log's last token
+                    for p, n in enumerate(np.bincount(part[new], minlength=cfg.partitions)):
+                        if n and logs[p] is not None:
+                            late[p] += int(n)
+                    batch = batch.filter(pa.array(~flags))
+                batch = batch.drop_columns([LATE])
             written += _append_split(logs, batch, above, cfg.partitions)
             clock[1] += time.perf_counter() - t0
 
         try:
             above = [-1 if log is None or log.last_seq is None else log.last_seq
                      for log in logs]
+            last = [token_fields(None if log is None else log.last_token()) for log in logs]
+            late = [t.get("late", 0) for t in last]
+            late_from = np.array([t.get("seq_end", t.get("next_seq", 0)) for t in last],
+                                 np.int64)
             it = iter(batches)
             while True:
                 t0 = time.perf_counter()

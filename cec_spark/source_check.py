@@ -10,13 +10,15 @@ the first file fixed, the next ``seq``, the last time seen).
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
+import pyarrow.json as pajson
 
 from cec.spec import PipelineSpec
 from cec_spark.source_read import (
@@ -26,8 +28,14 @@ from cec_spark.source_read import (
     _line_starts,
     _parse_text,
     _read_bytes,
+    parquet_file,
+    with_time_us,
 )
-from cec_spark.source_types import EXTENSIONS, Chunk, ColumnTypes, InputError
+from cec_spark.source_order import OrderState
+from cec_spark.source_time import _duration, iso, kind_of, unit_warnings
+from cec_spark.source_types import EXTENSIONS, Chunk, ColumnTypes, InputError, TimeSpec
+
+_INTEGER = r"^\s*[-+]?\d+\s*$"
 
 
 def _type_name(t: pa.DataType) -> str:
@@ -51,6 +59,29 @@ class _FileState:
         self.next_seq = 0
         self.last_ts: int | None = None
         self.last_where = ""
+        self.time = TimeSpec.of(spec)
+        # for unit_warnings: the raw integers' largest magnitude, the times' range
+        self.raw_max_abs: int | None = None
+        self.min_us: int | None = None
+        self.max_us: int | None = None
+        # lateness settings: the planner's side of cec_spark.source_order
+        self.order = OrderState(self.time.allowed_lateness_us, self.time.late == "drop") \
+            if self.time.reorders else None
+
+    def add_chunk(self, chunk: Chunk, table: pa.Table) -> None:
+        """Plan ``chunk`` (its rows ``table``, after the cut) as the next chunk."""
+        if self.order is not None:
+            chunk = self.order.plan(chunk, table.column(self.time.field).to_numpy(),
+                                    self.chunks)
+        self.chunks.append(chunk)
+        self.next_seq += chunk.rows
+
+    def flush(self) -> None:
+        """At the end of the source: the chunk that releases the rows still held."""
+        if self.order is not None and self.chunks:
+            last = self.order.flush(self.chunks[-1], self.chunks)
+            if last is not None:
+                self.chunks.append(last)
 
     @property
     def full(self) -> bool:
@@ -71,7 +102,13 @@ class _FileState:
         for col in table.column_names:
             t = _type_name(table.schema.field(col).type)
             if col == self.spec.source.time_field:
-                t = "int64"
+                kind = kind_of(table.schema.field(col).type)
+                if kind is None:
+                    shown = table.column(col)[0].as_py() if table.num_rows else None
+                    raise InputError(f"{name}: {col}: {shown!r} (a {table.schema.field(col).type} "
+                                     "column) is no time: an integer epoch (with "
+                                     "[source].time_unit), a TIMESTAMP or ISO-8601 text")
+                t = kind
             elif col == agg.field:
                 t = "float64"
             elif col == agg.group_by:
@@ -79,6 +116,33 @@ class _FileState:
             types.append(t)
         self.columns = ColumnTypes(tuple(table.column_names), tuple(types))
         return self.columns
+
+    def time_us(self, table: pa.Table, name: str, first: int, unit_word: str) -> pa.Table:
+        """The table with its time field in microseconds; notes what unit_warnings needs."""
+        assert self.columns is not None
+        tf = self.time.field
+        kind = self.columns.kind(tf)
+        raw = table.column(tf)
+        if kind == "int64" and pa.types.is_integer(raw.type) and len(raw) \
+                and not raw.null_count:
+            big = int(pc.max(pc.abs_checked(raw.cast(pa.int64()))).as_py()) \
+                if pc.min(raw).as_py() != -(1 << 63) else (1 << 63) - 1
+            self.raw_max_abs = max(self.raw_max_abs or 0, big)
+        table = with_time_us(table, self.time, kind, name, first, unit_word)
+        ts = table.column(tf)
+        if len(ts):
+            lo, hi = int(pc.min(ts).as_py()), int(pc.max(ts).as_py())
+            self.min_us = lo if self.min_us is None else min(self.min_us, lo)
+            self.max_us = hi if self.max_us is None else max(self.max_us, hi)
+        return table
+
+    def warnings(self) -> list[str]:
+        """What looks wrong about the time unit of what was planned (unit_warnings)."""
+        if self.columns is None:
+            return []
+        return unit_warnings(self.time.field, self.columns.kind(self.time.field),
+                             self.time.unit, self.raw_max_abs, self.min_us, self.max_us,
+                             self.next_seq, self.spec.aggregate.window)
 
     def check(self, table: pa.Table, name: str, first_line: int, unit: str) -> pa.Table:
         """Nulls and non-decreasing time of one parsed chunk; returns it, cut to max_rows."""
@@ -98,7 +162,16 @@ class _FileState:
             table = table.slice(0, self.max_rows - self.next_seq)
         tf = self.spec.source.time_field
         ts = table.column(tf).to_numpy()
-        if len(ts):
+        if self.order is not None:  # late rows and allowed_lateness (source_order)
+            late = None if self.order.drop else self.order.first_late(ts)
+            if late is not None:
+                i, before = late
+                raise InputError(
+                    f"{name}: {unit} {first_line + i}: {tf}: {iso(int(ts[i]))} is more than "
+                    f"allowed_lateness ({_duration(self.time.allowed_lateness_us)}) behind "
+                    f"{iso(before)}, the latest time before it (late = \"error\"; "
+                    "late = \"drop\" drops such rows)")
+        elif len(ts):
             if self.last_ts is not None and ts[0] < self.last_ts:
                 raise InputError(
                     f"{name}: {unit} {first_line}: {tf}: {int(ts[0])} is before the previous "
@@ -135,7 +208,7 @@ def _plan_text_file(st: _FileState, path: Path, fmt: str) -> None:
         if st.full or start >= stop:
             break
         data = _read_bytes(str(path), start, stop)
-        overrides = {spec.source.time_field: pa.int64()}
+        overrides = {spec.source.time_field: pa.string()}  # its kind: decided below
         if spec.aggregate.field is not None:
             overrides[spec.aggregate.field] = pa.float64()
         if st.columns is None:
@@ -155,13 +228,24 @@ def _plan_text_file(st: _FileState, path: Path, fmt: str) -> None:
                 raise InputError(f"{name}: line {line}: missing field {missing[0]!r}")
             tf = spec.source.time_field
             tcol = table.column(tf)
-            if not pa.types.is_integer(tcol.type) and not pa.types.is_null(tcol.type):
-                i = 0 if tcol.null_count == len(tcol) else int(
-                    pc.index(pc.is_valid(tcol), True).as_py())
-                v = tcol[i].as_py()
-                shown = v.isoformat() if hasattr(v, "isoformat") else v
-                raise InputError(f"{name}: line {line + i}: {tf}: {shown!r} is not an "
-                                 "integer (microseconds since the epoch)")
+            if st.columns is None and (pa.types.is_timestamp(tcol.type)
+                                       or pa.types.is_date(tcol.type)):
+                # Arrow guessed a timestamp from the text: read the text, parse it ours
+                table = pajson.read_json(io.BytesIO(data), parse_options=pajson.ParseOptions(
+                    explicit_schema=pa.schema([(tf, pa.string())]),
+                    unexpected_field_behavior="infer"))
+        if fmt == "csv" and st.columns is None and table.num_rows:
+            # the first row decides: integers (epochs in time_unit), or ISO-8601 text
+            tf = spec.source.time_field
+            tcol = table.column(tf)
+            if re.match(_INTEGER, str(tcol[0].as_py())):
+                try:
+                    ints = pc.cast(pc.utf8_trim_whitespace(tcol), pa.int64())
+                except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                    types = ColumnTypes(tuple(columns), tuple(
+                        "int64" if c == tf else "string" for c in columns))
+                    raise _diagnose(fmt, name, data, line, columns, spec, types, exc) from exc
+                table = table.set_column(table.column_names.index(tf), tf, ints)
         if st.columns is None:
             key = table.column(spec.aggregate.group_by)
             if pa.types.is_string(key.type):
@@ -169,19 +253,19 @@ def _plan_text_file(st: _FileState, path: Path, fmt: str) -> None:
                     table = table.set_column(table.column_names.index(spec.aggregate.group_by),
                                              spec.aggregate.group_by, pc.cast(key, pa.int64()))
             st.fix_types(table, name)
-            assert st.columns is not None
-            table = table.cast(st.columns.schema()) if fmt == "csv" else table
+        assert st.columns is not None
+        table = st.time_us(table, name, line, "line")
+        table = table.cast(st.columns.schema()) if fmt == "csv" else table
         cut = st.check(table, name, line, "line")
-        st.chunks.append(Chunk(len(st.chunks), fmt, str(path), start, stop, st.next_seq,
-                               cut.num_rows, line, columns))
-        st.next_seq += cut.num_rows
+        st.add_chunk(Chunk(len(st.chunks), fmt, str(path), start, stop, st.next_seq,
+                           cut.num_rows, line, columns), cut)
         line += n_lines
 
 
 def _plan_parquet_file(st: _FileState, path: Path) -> None:
     name = path.name
     try:
-        pf = pq.ParquetFile(path)
+        pf = parquet_file(str(path))
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{name}: not a readable parquet file: {exc}") from exc
     missing = [c for c in st.needed() if c not in pf.schema_arrow.names]
@@ -216,14 +300,14 @@ def _plan_parquet_file(st: _FileState, path: Path) -> None:
             st.fix_types(table, name)
         assert st.columns is not None
         try:
-            table = table.select(list(st.columns.names)).cast(st.columns.schema())
+            table = st.time_us(table.select(list(st.columns.names)), name, row, "row")
+            table = table.cast(st.columns.schema())
         except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
             raise InputError(f"{name}: row groups {lo}-{hi - 1}: columns do not match the "
                              f"source's first file: {exc}") from exc
         cut = st.check(table, name, row, "row")
-        st.chunks.append(Chunk(len(st.chunks), "parquet", str(path), lo, hi, st.next_seq,
-                               cut.num_rows, row))
-        st.next_seq += cut.num_rows
+        st.add_chunk(Chunk(len(st.chunks), "parquet", str(path), lo, hi, st.next_seq,
+                           cut.num_rows, row), cut)
         row += table.num_rows
 
 

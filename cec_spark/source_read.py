@@ -23,7 +23,9 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from cec.spec import PipelineSpec
-from cec_spark.source_types import _TYPES, SEQ, Chunk, ColumnTypes, InputError
+from cec_spark.source_order import reorder
+from cec_spark.source_time import TimeValueError, to_us
+from cec_spark.source_types import SEQ, Chunk, ColumnTypes, InputError, TimeSpec
 
 # The slow diagnosis (Python's csv) must read every line the fast path (Arrow) reads:
 # Python's default limit of 128 KiB per field made a long line a raw traceback.
@@ -97,7 +99,7 @@ def _parse_text(fmt: str, data: bytes, columns: tuple[str, ...],
     if fmt == "csv":
         col_types = dict(overrides)
         if types is not None:
-            col_types = {n: _TYPES[t] for n, t in zip(types.names, types.types, strict=True)}
+            col_types = {f.name: f.type for f in types.parse_schema()}
         return pacsv.read_csv(
             io.BytesIO(data),
             read_options=pacsv.ReadOptions(column_names=list(columns), block_size=16 << 20),
@@ -107,7 +109,7 @@ def _parse_text(fmt: str, data: bytes, columns: tuple[str, ...],
                                                  # "nan" is a number (refused later as
                                                  # not finite), not a missing value
                                                  null_values=[""]))
-    schema = types.schema() if types is not None else None
+    schema = types.parse_schema() if types is not None else None
     opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"
                                if schema is not None else "infer")
     return pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(
@@ -118,7 +120,9 @@ def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[
               spec: PipelineSpec, types: ColumnTypes | None, cause: Exception) -> InputError:
     """Find the first bad line of a chunk the fast parser refused, slowly and exactly."""
     agg = spec.aggregate
-    checks: dict[str, type] = {spec.source.time_field: int}
+    tf = spec.source.time_field
+    time_kind = types.kind(tf) if types is not None and tf in types.names else "int64"
+    checks: dict[str, type] = {tf: str if time_kind == "iso" else int}
     if agg.field is not None:
         checks[agg.field] = float
     if (types is not None and agg.group_by in types.names
@@ -151,6 +155,12 @@ def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[
             if col not in values or values[col] in (None, ""):
                 return InputError(f"{where}: {col}: missing value")
             raw = values[col]
+            if kind is str:  # an ISO time: its parse is to_us's
+                try:
+                    to_us(pa.array([str(raw)]), "iso", "us")
+                except TimeValueError as exc:
+                    return InputError(f"{where}: {col}: {raw!r} {exc.why}")
+                continue
             try:
                 if kind is int:
                     if isinstance(raw, float) or (isinstance(raw, str) and not
@@ -161,26 +171,61 @@ def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[
                     float(raw)  # type: ignore[arg-type]
             except (TypeError, ValueError, OverflowError):
                 what = "an integer" if kind is int else "a number"
-                if col == spec.source.time_field:
-                    what = "an integer (microseconds since the epoch)"
+                if col == tf:
+                    what = f"an integer (epoch {spec.source.time_unit}, [source].time_unit)"
                 shown = raw if not isinstance(raw, str) or len(raw) <= 40 else raw[:40] + "..."
                 return InputError(f"{where}: {col}: {shown!r} is not {what}")
     return InputError(f"{name}: lines {first_line}-{first_line + len(lines) - 1}: "
                       f"cannot parse: {cause}")
 
 
-def read_chunk(chunk: Chunk, columns: ColumnTypes, *, batch_rows: int = 1 << 18
-               ) -> Iterator[pa.RecordBatch]:
-    """The rows of a chunk with typed columns plus ``SEQ`` (int64), as Arrow batches."""
-    schema = columns.schema()
+def with_time_us(table: pa.Table, time: TimeSpec, kind: str, name: str, first: int,
+                 unit_word: str) -> pa.Table:
+    """``table`` with its time field as int64 microseconds (:mod:`cec_spark.source_time`);
+    a value without one is an InputError naming ``name``, the line or row, the field."""
+    col = table.column_names.index(time.field)
+    try:
+        us = to_us(table.column(col), kind, time.unit)
+    except TimeValueError as exc:
+        shown = "" if exc.shown is None else f"{exc.shown!r} "
+        raise InputError(f"{name}: {unit_word} {first + exc.index}: {time.field}: "
+                         f"{shown}{exc.why}") from None
+    return table.set_column(col, time.field, pa.array(us, pa.int64()))
+
+
+def parquet_file(path: str) -> pq.ParquetFile:
+    """A parquet file whose INT96 timestamps (Spark's default) read as microseconds."""
+    return pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
+
+
+def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Table:
+    """The rows of a chunk, typed as the ingest reads them (times in microseconds)."""
+    if chunk.rows == 0:  # a flush chunk (cec_spark.source_order) has none of its own
+        return columns.schema().empty_table()
     if chunk.fmt == "parquet":
-        table = pq.ParquetFile(chunk.file).read_row_groups(
+        table = parquet_file(chunk.file).read_row_groups(
             list(range(chunk.start, chunk.stop)), columns=list(columns.names))
     else:
         data = _read_bytes(chunk.file, chunk.start, chunk.stop)
         table = _parse_text(chunk.fmt, data, chunk.columns, columns, {})
         table = table.select(list(columns.names))
-    table = table.cast(schema).slice(0, chunk.rows)
+    table = table.slice(0, chunk.rows)
+    unit_word = "row" if chunk.fmt == "parquet" else "line"
+    table = with_time_us(table, time, columns.kind(time.field), Path(chunk.file).name,
+                         chunk.first_line, unit_word)
+    return table.cast(columns.schema())
+
+
+def read_chunk(chunk: Chunk, columns: ColumnTypes, time: TimeSpec, *,
+               batch_rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
+    """The rows of a chunk with typed columns plus ``SEQ`` (int64), as Arrow batches;
+    with lateness settings, the rows it emits and the ``LATE`` flag
+    (:func:`cec_spark.source_order.reorder`)."""
+    if time.reorders:
+        table = reorder(chunk, time, lambda c: chunk_table(c, columns, time))
+        yield from table.to_batches(max_chunksize=batch_rows)
+        return
+    table = chunk_table(chunk, columns, time)
     seq = pa.array(np.arange(chunk.first_seq, chunk.first_seq + table.num_rows,
                              dtype=np.int64))
     table = table.append_column(SEQ, seq)

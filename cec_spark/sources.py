@@ -82,9 +82,10 @@ def plan_source(spec: PipelineSpec, *, max_rows: int | None = None) -> SourcePla
         _plan_file(st, path, src.kind)
         if st.full:
             break
+    st.flush()
     if st.columns is None:
         raise InputError(f"{src.path}: the source holds no rows")
-    return SourcePlan(st.columns, tuple(st.chunks), True)
+    return SourcePlan(st.columns, tuple(st.chunks), True, warnings=tuple(st.warnings()))
 
 
 def _first_file(watcher: StreamDirWatcher, spec: PipelineSpec) -> SourcePlan:

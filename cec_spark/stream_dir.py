@@ -38,6 +38,8 @@ class StreamDirWatcher:
             self._st.chunks = list(start.chunks)
             self._st.next_seq, self._st.last_ts, self._st.last_where = (
                 w.next_seq, w.last_ts, w.last_where)
+            if w.order is not None:
+                self._st.order = w.order.copy()
             self._seen = list(w.seen)
             self._known = set(w.seen)
             self.ended = start.ended
@@ -48,7 +50,9 @@ class StreamDirWatcher:
         st = self._st
         return SourcePlan(cols, tuple(st.chunks), self.ended,
                           WatchState(tuple(self._seen), st.next_seq, st.last_ts,
-                                     st.last_where))
+                                     st.last_where,
+                                     None if st.order is None else st.order.copy()),
+                          tuple(st.warnings()))
 
     def poll(self) -> list[Chunk]:
         """Validate and plan files that appeared since the last poll; the new chunks."""
@@ -70,6 +74,8 @@ class StreamDirWatcher:
                 end_seen = True
                 break
         self.ended = end_seen
+        if self.ended:
+            self._st.flush()  # the rows still held (allowed_lateness) are released
         return self._st.chunks[before:]
 
     def _new_files(self, fmt: str | None) -> list[Path]:

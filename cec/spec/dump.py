@@ -38,6 +38,9 @@ def spec_to_tables(spec: PipelineSpec) -> dict[str, dict[str, object]]:
         source["poll_ms"] = src.poll_ms
     if src.format is not None:
         source["format"] = src.format
+    if src.kind != "generator":
+        source.update(time_unit=src.time_unit, allowed_lateness=src.allowed_lateness_us,
+                      late=src.late)
     if src.generator is not None:
         g = src.generator
         source.update(rows=g.rows, keys=g.keys, seed=g.seed, start_ts=g.start_ts,

@@ -21,6 +21,8 @@ from storage_log import FSYNC_MODES, FsyncMode
 SOURCE_KINDS = ("csv", "parquet", "jsonl", "generator", "stream-dir")
 FILE_FORMATS = ("csv", "parquet", "jsonl")
 FUNCTIONS = ("count", "sum", "min", "max", "avg")
+TIME_UNITS = ("s", "ms", "us", "ns")  # of an integer time field (epoch)
+LATE_POLICIES = ("error", "drop")
 WINDOW_KINDS = ("count", "time")
 MODES = ("none", "open-only", "targets")  # cec.policy.MODES
 RESERVED_COLUMNS = ("ts", "seq")
@@ -30,10 +32,13 @@ SourceKind = Literal["csv", "parquet", "jsonl", "generator", "stream-dir"]
 FileFormat = Literal["csv", "parquet", "jsonl"]
 Function = Literal["count", "sum", "min", "max", "avg"]
 Mode = Literal["none", "open-only", "targets"]
+TimeUnit = Literal["s", "ms", "us", "ns"]
+LatePolicy = Literal["error", "drop"]
 
-__all__ = ["FILE_FORMATS", "FSYNC_MODES", "FUNCTIONS", "GENERATOR_COLUMNS", "MODES",
-           "RESERVED_COLUMNS", "SOURCE_KINDS", "WINDOW_KINDS", "AggregateSpec",
-           "CheckpointSpec", "FileFormat", "FsyncMode", "Function", "GeneratorSpec", "Mode",
+__all__ = ["FILE_FORMATS", "FSYNC_MODES", "FUNCTIONS", "GENERATOR_COLUMNS", "LATE_POLICIES",
+           "MODES", "RESERVED_COLUMNS", "SOURCE_KINDS", "TIME_UNITS", "WINDOW_KINDS",
+           "AggregateSpec", "CheckpointSpec", "FileFormat", "FsyncMode", "Function",
+           "GeneratorSpec", "LatePolicy", "Mode", "TimeUnit",
            "PipelineSpec", "RunSpec", "SourceKind", "SourceSpec", "WindowSpec",
            "default_master", "parse_conf"]
 
@@ -61,6 +66,18 @@ class SourceSpec:
     poll_ms: int = 200  # stream-dir: how often the folder is listed
     chunk_rows: int = 1_000_000  # rows per ingest chunk (the unit of resumption)
     generator: GeneratorSpec | None = None
+    # an integer time field counts this unit since the epoch (a TIMESTAMP column or
+    # ISO-8601 text needs none); every time becomes int64 microseconds at ingest
+    time_unit: TimeUnit = "us"
+    # a row more than this far (microseconds) behind the largest time of the rows before
+    # it in the source is late; rows within it are put back in time order
+    allowed_lateness_us: int = 0
+    late: LatePolicy = "error"  # what a late row does: stop the run, or is dropped
+
+    @property
+    def reorders(self) -> bool:
+        """The ingest sorts rows within allowed_lateness or drops late ones."""
+        return self.allowed_lateness_us > 0 or self.late == "drop"
 
     @property
     def bounded(self) -> bool:

@@ -88,7 +88,9 @@ def _source(tbl: SourceTable, base: Path) -> SourceSpec:
     if not path.is_absolute():
         path = (base / path).resolve()
     return SourceSpec(tbl.kind, tbl.time_field, path=path, format=tbl.format,
-                      poll_ms=tbl.poll_ms, chunk_rows=tbl.chunk_rows)
+                      poll_ms=tbl.poll_ms, chunk_rows=tbl.chunk_rows,
+                      time_unit=tbl.time_unit, allowed_lateness_us=tbl.lateness_us(),
+                      late=tbl.late)
 
 
 def to_spec(doc: SpecDocument, origin: str, base: Path) -> PipelineSpec:

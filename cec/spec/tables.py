@@ -20,22 +20,26 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from cec.durations import parse_duration_us
+from cec.durations import duration_us, parse_duration_us
 from cec.spec.model import (
     FILE_FORMATS,
     FSYNC_MODES,
     FUNCTIONS,
     GENERATOR_COLUMNS,
+    LATE_POLICIES,
     MODES,
     RESERVED_COLUMNS,
     SOURCE_KINDS,
+    TIME_UNITS,
     WINDOW_KINDS,
     FileFormat,
     FsyncMode,
     Function,
     GeneratorSpec,
+    LatePolicy,
     RunSpec,
     SourceKind,
+    TimeUnit,
 )
 from cec.windows import CountWindow, TimeWindow, WindowSpec
 
@@ -153,6 +157,9 @@ class SourceTable(Table):
     format: Annotated[FileFormat | None, _choice(FILE_FORMATS)] = None
     poll_ms: Annotated[int, _integer(1)] = 200
     chunk_rows: Annotated[int, _integer(1)] = 1_000_000
+    time_unit: Annotated[TimeUnit, _choice(TIME_UNITS)] = "us"
+    allowed_lateness: Any = 0
+    late: Annotated[LatePolicy, _choice(LATE_POLICIES)] = "error"
     # the generator's (defaults: GeneratorSpec)
     rows: Annotated[int | None, _integer(0)] = None
     keys: Annotated[int | None, _integer(1)] = None
@@ -163,8 +170,9 @@ class SourceTable(Table):
     @model_validator(mode="after")
     def _fields_of_the_kind(self) -> SourceTable:
         given = self.model_fields_set
+        self.lateness_us()
         if self.kind == "generator":
-            for key in ("path", "format"):
+            for key in ("path", "format", "time_unit", "allowed_lateness", "late"):
                 if key in given:
                     raise Problem('not used by kind = "generator"', key)
             if self.time_field not in (None, "item_time"):
@@ -179,6 +187,14 @@ class SourceTable(Table):
         if "format" in given and self.kind != "stream-dir":
             raise Problem('only used by kind = "stream-dir"', "format")
         return self
+
+    def lateness_us(self) -> int:
+        """``allowed_lateness`` in microseconds (a :class:`Problem` if it is no duration)."""
+        us = duration_us(self.allowed_lateness)
+        if us is None or us < 0:
+            raise Problem(f"{self.allowed_lateness!r} is not a duration like \"2s\" or "
+                          "\"500ms\"", "allowed_lateness")
+        return us
 
     def generator(self) -> GeneratorSpec:
         d = GeneratorSpec()

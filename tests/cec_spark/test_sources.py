@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cec.spec import PipelineSpec, parse_spec
+from cec_spark.source_types import TimeSpec
 from cec_spark.sources import SEQ, InputError, StreamDirWatcher, plan_source, read_chunk
 from tests.cec_spark.helpers import spec_text, write_items_csv
 
@@ -23,7 +24,7 @@ def _spec(tmp: Path, kind: str, path: str, chunk_rows: int = 100, **kw: object) 
 
 def _read_all(spec: PipelineSpec, max_rows: int | None = None) -> pd.DataFrame:
     plan = plan_source(spec, max_rows=max_rows)
-    tables = [pa.Table.from_batches(list(read_chunk(c, plan.columns))) for c in plan.chunks]
+    tables = [pa.Table.from_batches(list(read_chunk(c, plan.columns, TimeSpec.of(spec)))) for c in plan.chunks]
     return pa.concat_tables(tables).to_pandas()
 
 
