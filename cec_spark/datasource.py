@@ -10,12 +10,14 @@ then::
 
 Results have the columns of ``cec export`` (``key, window_start, window_end, count,
 value``) plus ``partition`` and ``seq`` (the record's position in its partition's
-output log): the same rows as ``cec export``, in no particular order. For a count
-window the bounds are the timestamps of its first and last tuple (both inside the
-window); for a time window its own bounds, ``[window_start, window_end)``.
+output log): the same rows as ``cec export``, in no particular order. The bounds are
+TIMESTAMPs. For a count window they are the timestamps of its first and last tuple
+(both inside the window: ``window_end`` inclusive); for a time window its own bounds,
+``[window_start, window_end)`` (``window_end`` exclusive, as Spark's ``window()``).
 
-``asOf`` (int64 microseconds) keeps the records whose output ``ts`` is at or before it:
-the results as they stood when the operators had seen input up to that time.
+``asOf`` (int64 microseconds, or ISO-8601 text) keeps the records whose output ``ts``
+is at or before it: the results as they stood when the operators had seen input up to
+that time.
 ``controls`` gives every record of the output logs (``R``, ``G_open``, ``G_check``,
 ``G_open+R``) with all of its columns, for inspection.
 
@@ -44,6 +46,8 @@ from pyspark.sql.types import StructType
 from cec.errors import UsageError
 from cec.records import RESULT_TYPES, output_schema
 from cec_spark.layout import RunLayout
+from cec_spark.results import TIMESTAMP
+from cec_spark.source_time import TimeValueError, to_us
 from storage_log.log import StreamLog
 
 NAME = "cec"
@@ -73,8 +77,12 @@ class _Run:
         try:
             self.as_of = None if as_of is None else int(as_of)
         except ValueError:
-            raise UsageError(f'format("cec"): option asOf={as_of!r} is not an integer '
-                             "timestamp (microseconds)") from None
+            try:  # or ISO-8601 text (without an offset: UTC)
+                self.as_of = int(to_us(pa.array([str(as_of)]), "iso", "us")[0])
+            except TimeValueError:
+                raise UsageError(f'format("cec"): option asOf={as_of!r} is neither an '
+                                 "integer timestamp (microseconds) nor an ISO-8601 "
+                                 "time") from None
 
     def schema(self) -> str:
         if self.controls:
@@ -83,8 +91,8 @@ class _Run:
                      pa.string(): "string"}
             return "partition int, " + ", ".join(f"`{f.name}` {types[f.type]}"
                                                  for f in arrow)
-        return (f"partition int, seq bigint, key {self.key_type}, window_start bigint, "
-                "window_end bigint, count bigint, value double")
+        return (f"partition int, seq bigint, key {self.key_type}, window_start timestamp, "
+                "window_end timestamp, count bigint, value double")
 
     def output(self, p: int) -> Path:
         return RunLayout(Path(self.root)).output(p)
@@ -120,8 +128,8 @@ class _Run:
         if r.num_rows == 0:
             return None
         cols = [pa.array([p] * r.num_rows, pa.int32()), r.column("seq"), r.column("key"),
-                r.column("first_ts" if self.count_window else "win_start"),
-                r.column("last_ts" if self.count_window else "win_end"),
+                r.column("first_ts" if self.count_window else "win_start").cast(TIMESTAMP),
+                r.column("last_ts" if self.count_window else "win_end").cast(TIMESTAMP),
                 r.column("cnt"), r.column("value")]
         return pa.RecordBatch.from_arrays(cols, names=["partition", "seq", "key",
                                                        "window_start", "window_end",

@@ -36,6 +36,7 @@ from cec_spark.driver_jobs import (
     _spark_error,
 )
 from cec_spark.ingest import IngestProgress, check_filter, create_logs, upstream_sealed
+from cec_spark.ingest_writer import late_rows
 from cec_spark.layout import DriverSupersededError, RunLayout, RunSettings
 from cec_spark.outcome import RunResult, partition_run
 from cec_spark.plan import RunPlan, default_log_dir, pipeline_spec, plan_new_run, plan_resume
@@ -192,6 +193,7 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     # steady: from the first input batch any operator saw to the end (no start-up)
     firsts = [float(r["first_input_at"]) for r in results if r.get("first_input_at")]
     steady_s = time.time() - min(firsts) if firsts else None
+    late = late_rows(layout, partitions)  # committed with the upstream logs: exact
     return RunResult(
         run_dir=str(layout.root),
         partitions=partitions,
@@ -213,6 +215,8 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         upstream_segments_trimmed=shared.ingest.trimmed_segments,
         results=sum(int(r.get("r", 0)) for r in results),
         per_partition=[partition_run(r) for r in results],
+        late_rows=sum(late), late_rows_per_partition=late,
+        warnings=list(settings.warnings),
     )
 
 
@@ -269,6 +273,8 @@ def run_plan(plan: RunPlan, *, progress: bool = True) -> RunResult:
     # line is resumed by `cec recover`, not left as a directory no command accepts
     created = not layout.root.exists()
     layout.write_run_text(plan.run_text)
+    for text in plan.settings.warnings:  # nothing is guessed: said, and kept in run.toml
+        say(f"warning: {text}")
     try:
         spark, owned = _session(plan, progress)
     except UsageError:  # a setting Spark refused: the run never started

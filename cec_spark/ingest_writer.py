@@ -215,9 +215,9 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
         try:
             above = [-1 if log is None or log.last_seq is None else log.last_seq
                      for log in logs]
-            last = [token_fields(None if log is None else log.last_token()) for log in logs]
-            late = [t.get("late", 0) for t in last]
-            late_from = np.array([t.get("seq_end", t.get("next_seq", 0)) for t in last],
+            held = [token_fields(None if log is None else log.last_token()) for log in logs]
+            late = [t.get("late", 0) for t in held]
+            late_from = np.array([t.get("seq_end", t.get("next_seq", 0)) for t in held],
                                  np.int64)
             it = iter(batches)
             while True:

@@ -20,7 +20,7 @@ from cec.records import tuple_counts
 from cec_spark import rto
 from cec_spark.driver import resume_run
 from cec_spark.fingerprint import check_fingerprint
-from cec_spark.ingest_writer import upstream_sealed
+from cec_spark.ingest_writer import late_rows, upstream_sealed
 from cec_spark.layout import RunLayout
 from cec_spark.outcome import (
     ExtentPartition,
@@ -318,7 +318,8 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
         raise UsageError(f"--at: {at} is not a timestamp (microseconds, a signed 64-bit "
                          "integer)")
     layout = RunLayout(Path(root))
-    spec, _ = layout.read_run_file()
+    spec, settings = layout.read_run_file()
+    late = late_rows(layout, spec.run.partitions)
     objective = spec.checkpoint.rto_s
     run_rto = rto.read_run(layout)
     fixed = rto.fixed_cost()
@@ -333,7 +334,8 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                                  "sealed": None, "n_c": None, "T": None, "t_c": None,
                                  "t_c_ts_us": None, "q": None, "u": None,
                                  "extent_bytes": None, "g_open_found": None,
-                                 "g_check_found": None, "oldest": []}
+                                 "g_check_found": None, "oldest": [],
+                                 "late_rows": late[p]}
         if not path.exists():
             entry["empty"] = True
             parts.append(ExtentPartition(**entry))
@@ -375,7 +377,8 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                                      ext.replay_length, objective))
         parts.append(ExtentPartition(**entry))
     return ExtentResult(run_dir=str(layout.root), at_us=at, partitions=parts, rto_s=objective,
-                        fixed_s=fixed.seconds, fixed_how=fixed.how)
+                        fixed_s=fixed.seconds, fixed_how=fixed.how,
+                        warnings=list(settings.warnings))
 
 
 def _prediction(state: dict[str, Any], fixed: rto.Fixed, q: int, u: int,

@@ -23,6 +23,7 @@ metric                                    type     meaning
 ``cec_partition_done``                    gauge    1 when the partition's input ended
 ``cec_predicted_recovery_seconds``        gauge    predicted recovery time (cec_spark.rto)
 ``cec_recovery_objective_seconds``        gauge    ``[checkpoint].rto`` (absent without one)
+``cec_late_rows_total``                   counter  late rows dropped ([source] late = "drop")
 ``cec_source_rows_total``                 counter  source rows ingested
 ``cec_ingest_sealed``                     gauge    1 when the bounded source is all ingested
 ``cec_up_seconds``                        gauge    seconds since this driver started
@@ -74,7 +75,7 @@ def _rto(state: Mapping[str, Any], key: str) -> float | None:
 
 def exposition(run: str, states: Sequence[Mapping[str, Any]],
                upstream: Sequence[int | None], *, source_rows: int, sealed: bool,
-               up_s: float) -> str:
+               up_s: float, late: Sequence[int | None] = ()) -> str:
     """The Prometheus text format (0.0.4) of a run's state (pure: no I/O)."""
     r = _label(run)
     lines: list[str] = []
@@ -109,6 +110,9 @@ def exposition(run: str, states: Sequence[Mapping[str, Any]],
     if objective is not None:
         family("cec_recovery_objective_seconds", "gauge", "the recovery-time objective",
                [(f'run="{r}"', objective)])
+    family("cec_late_rows_total", "counter", "late rows dropped (committed with the "
+           "partition's upstream log)",
+           per_partition(lambda p, _st: late[p] if p < len(late) else None))
     family("cec_source_rows_total", "counter", "source rows ingested",
            [(f'run="{r}"', float(source_rows))])
     family("cec_ingest_sealed", "gauge", "1 when the bounded source is all ingested",

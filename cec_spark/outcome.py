@@ -319,6 +319,12 @@ class RunResult:
     """Results (R) written by all partitions."""
     per_partition: list[PartitionRun]
     """Each partition's task."""
+    late_rows: int = 0
+    """Late rows dropped ([source] late = "drop"), all partitions, committed so far."""
+    late_rows_per_partition: list[int] = field(default_factory=list)
+    """Late rows dropped in each partition (committed with its upstream log)."""
+    warnings: list[str] = field(default_factory=list)
+    """What looked wrong about the source when the run was planned (e.g. its time unit)."""
 
 
 # --------------------------------------------------------------------------- recover
@@ -520,6 +526,8 @@ class ExtentPartition:
     """Which of fixed, ec, replay were measured (the others are documented defaults)."""
     within_objective: bool | None = None
     """The prediction is within the objective (null: no objective, or nothing to recover)."""
+    late_rows: int = 0
+    """Late rows of this partition dropped so far ([source] late = "drop")."""
 
 
 @dataclass(frozen=True)
@@ -539,6 +547,8 @@ class ExtentResult:
     """The fixed cost of a restart in the predictions, seconds."""
     fixed_how: str = ""
     """How the fixed cost was found (measured start-ups of this machine, or the default)."""
+    warnings: list[str] = field(default_factory=list)
+    """What looked wrong about the source when the run was planned (e.g. its time unit)."""
 
 
 # --------------------------------------------------------------------------- log
@@ -636,6 +646,9 @@ class ExportResult:
     """The consumer whose unacknowledged results were written, then acknowledged."""
     keys: int
     """Distinct keys among them."""
+    window_end: str = "exclusive"
+    """'exclusive' (time windows: [window_start, window_end)) or 'inclusive' (count
+    windows: the first and last tuple's timestamps, [window_start, window_end])."""
 
 
 # ---------------------------------------------------------------------------- errors

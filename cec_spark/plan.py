@@ -98,7 +98,8 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
     if spec.source.kind == "stream-dir" and not source.columns.names:
         raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
                          "first file fixes the column types")
-    settings = settings_for(spec, source.columns, max_tuples, tuple(fingerprint(spec)))
+    settings = settings_for(spec, source.columns, max_tuples, tuple(fingerprint(spec)),
+                            source.warnings)
     return RunPlan(spec, settings, layout, source, str(given))
 
 

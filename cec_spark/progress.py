@@ -26,6 +26,7 @@ from rich.table import Table
 
 from cec_spark import metrics
 from cec_spark.ingest import IngestProgress
+from cec_spark.ingest_writer import token_fields
 from cec_spark.layout import RunLayout
 from cec_spark.rto import StartupMeter
 from storage_log.log import StreamLog
@@ -54,6 +55,14 @@ class UpstreamPositions:
         except Exception:  # a log being created, or trimmed under us: open it again
             self.close(p)
             return None
+
+    def late(self, p: int) -> int:
+        """Late rows dropped in partition ``p`` (its upstream log's last token)."""
+        log = self._logs.get(p)
+        try:
+            return 0 if log is None else token_fields(log.last_token()).get("late", 0)
+        except Exception:  # as in get: a log being created or trimmed
+            return 0
 
     def close(self, p: int | None = None) -> None:
         for q in ([p] if p is not None else list(self._logs)):
@@ -98,7 +107,8 @@ class ProgressView:
         upstream = [self.upstream.get(p) for p in range(self.partitions)]
         metrics.write(self.layout.root / "metrics", metrics.exposition(
             str(self.layout.root), states, upstream, source_rows=self.ingest.source_rows,
-            sealed=self.ingest.sealed, up_s=self.last_metrics - self.started))
+            sealed=self.ingest.sealed, up_s=self.last_metrics - self.started,
+            late=[self.upstream.late(p) for p in range(self.partitions)]))
 
     def __enter__(self) -> ProgressView:
         if self.enabled and not self.plain:
@@ -159,11 +169,13 @@ class ProgressView:
         running = sum(1 for st in states if st and not st.get("done"))
         tuples = sum(int(st.get("in_tuples", 0)) for st in states)
         results = sum(int(st.get("r", 0)) for st in states)
+        late = sum(self.upstream.late(p) for p in range(self.partitions))
         self.console.print(
             f"cec: {self.last_plain - self.started:.0f} s  ingest chunk {ing.chunks_done}"
             f"{total}, {ing.source_rows} source rows{', sealed' if ing.sealed else ''}  "
             f"partitions: {running} running, {done} done of {self.partitions}  "
-            f"tuples {tuples}  results {results}", highlight=False, soft_wrap=True)
+            f"tuples {tuples}  results {results}{f'  late rows dropped {late}' if late else ''}",
+            highlight=False, soft_wrap=True)
 
     def render(self) -> Table:
         elapsed = time.monotonic() - self.started
@@ -173,8 +185,10 @@ class ProgressView:
         objective = next((st["rto"].get("objective_s") for st in states
                           if isinstance(st.get("rto"), dict)
                           and st["rto"].get("objective_s")), None)
+        late = sum(self.upstream.late(p) for p in range(self.partitions))
         title = (f"cec {self.layout.root}  {elapsed:6.1f}s  ingest: chunk {ing.chunks_done}"
                  f"{total}, {ing.source_rows:,} source rows"
+                 f"{f', {late:,} late rows dropped' if late else ''}"
                  f"{', sealed' if ing.sealed else ''}"
                  f"{f'  rto {objective:g} s' if objective else ''}")
         table = Table(title=title, title_justify="left",

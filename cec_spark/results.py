@@ -1,11 +1,19 @@
 """``cec export``: every result (``R``) of every partition as one CSV or parquet file.
 
-Columns ``key, window_start, window_end, count, value``. For a count window the bounds
-are the timestamps of its first and last tuple; for a time window its own bounds
-(``[window_start, window_end)``). Control records (``G_open``, ``G_check``) are
-dropped (a ``G_open+R`` row gives its ``R``). Rows are sorted by ``(key, window_start,
-window_end, tau1)`` so two exports of equal results are equal byte for byte, however
-the partitions interleaved.
+Columns ``key, window_start, window_end, count, value``. The bounds are timestamps:
+``timestamp[us, tz=UTC]`` in parquet, ISO-8601 text (``2024-05-01T12:00:00.000000Z``)
+in CSV (:func:`results_table` keeps them as int64 microseconds). **window_end differs
+by window kind**, and the parquet file says which in its metadata (``cec.window_end``):
+
+* a time window's bounds are its own, ``[window_start, window_end)``: the end is
+  **exclusive**, as in Spark's ``window()``;
+* a count window has no time extent of its own: its bounds are the timestamps of its
+  first and last tuple, ``[window_start, window_end]``, both **inclusive** (an
+  exclusive end would be a time no tuple has).
+
+Control records (``G_open``, ``G_check``) are dropped (a ``G_open+R`` row gives its
+``R``). Rows are sorted by ``(key, window_start, window_end, tau1)`` so two exports of
+equal results are equal byte for byte, however the partitions interleaved.
 """
 
 from __future__ import annotations
@@ -25,6 +33,26 @@ from cec_spark.outcome import ExportResult
 from storage_log.log import StreamLog
 
 COLUMNS = ("key", "window_start", "window_end", "count", "value")
+
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def window_end_kind(window_kind: str) -> str:
+    """``inclusive`` (count windows: the last tuple's ts) or ``exclusive`` (time windows)."""
+    return "inclusive" if window_kind == "count" else "exclusive"
+
+
+def with_timestamps(table: pa.Table, *, iso: bool) -> pa.Table:
+    """``table`` with its int64 microsecond bounds as ``timestamp[us, UTC]``, or as
+    ISO-8601 text (``iso``)."""
+    for col in ("window_start", "window_end"):
+        i = table.column_names.index(col)
+        ts = table.column(i).cast(TIMESTAMP)
+        if iso:
+            ts = pc.strftime(ts, format="%Y-%m-%dT%H:%M:%SZ")
+        table = table.set_column(i, col, ts)
+    return table
 
 
 def results_table(root: Path | str) -> pa.Table:
@@ -112,12 +140,15 @@ def export(root: Path | str, out: Path | str, fmt: str = "csv",
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
+    end = window_end_kind(RunLayout(Path(root)).read_run_file()[0].aggregate.window.kind)
+    written = with_timestamps(table, iso=fmt == "csv")
     if fmt == "csv":
-        pacsv.write_csv(table, tmp)
+        pacsv.write_csv(written, tmp)
     else:
-        pq.write_table(table, tmp)
+        pq.write_table(written.replace_schema_metadata({"cec.window_end": end}), tmp)
     tmp.replace(out)
     if consumer is not None:  # the file is complete: acknowledge what it holds
         layout.write_ack(consumer, last)
     return ExportResult(out=str(out), format=fmt, rows=table.num_rows, consumer=consumer,
-                        keys=len(pc.unique(table.column("key"))) if table.num_rows else 0)
+                        keys=len(pc.unique(table.column("key"))) if table.num_rows else 0,
+                        window_end=end)

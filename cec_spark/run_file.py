@@ -54,6 +54,8 @@ class RunSettings:
     run_id: str | None = None  # None: a run stored before run ids existed
     # each source file's name, size and xxh64 when the run started (cec_spark.fingerprint)
     source_files: tuple[dict[str, Any], ...] = ()
+    # what looked wrong about the source when the run was planned (the time unit)
+    warnings: tuple[str, ...] = ()
 
     @property
     def key_type(self) -> str:
@@ -63,10 +65,11 @@ class RunSettings:
 
 
 def settings_for(spec: PipelineSpec, columns: ColumnTypes, max_tuples: int | None,
-                 source_files: tuple[dict[str, Any], ...] = ()) -> RunSettings:
+                 source_files: tuple[dict[str, Any], ...] = (),
+                 warnings: tuple[str, ...] = ()) -> RunSettings:
     """The settings of a new run (with a new run id)."""
     return RunSettings(max_tuples, columns, spec.aggregate.group_by, uuid.uuid4().hex,
-                       source_files)
+                       source_files, warnings)
 
 
 def run_text(spec: PipelineSpec, settings: RunSettings) -> str:
@@ -81,6 +84,8 @@ def run_text(spec: PipelineSpec, settings: RunSettings) -> str:
         extra["cec"]["run_id"] = settings.run_id
     if settings.source_files:
         extra["cec"]["source_files"] = list(settings.source_files)
+    if settings.warnings:
+        extra["cec"]["warnings"] = list(settings.warnings)
     return sign_run_text(dump_spec(spec, extra))
 
 
@@ -112,9 +117,10 @@ def parse_run_text(text: str, origin: str, repair: str = "") -> tuple[PipelineSp
             raise TypeError(f"run_id must be a string, got {run_id!r}")
         files = tuple({"file": str(f["file"]), "bytes": int(f["bytes"]),
                        "xxh64": str(f["xxh64"])} for f in cec.get("source_files", []))
+        warnings = tuple(str(w) for w in cec.get("warnings", []))
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptionError(f"{origin}: [cec] table missing or damaged: {exc}"
                               f"{tail}") from exc
     settings = RunSettings(None if max_tuples < 0 else max_tuples, columns,
-                           spec.aggregate.group_by, run_id, files)
+                           spec.aggregate.group_by, run_id, files, warnings)
     return spec, settings

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from cec.spec import PipelineSpec
+from cec_spark.source_order import OrderState
 from cec_spark.source_read import (
     _csv_header,
     _diagnose,
@@ -31,7 +32,6 @@ from cec_spark.source_read import (
     parquet_file,
     with_time_us,
 )
-from cec_spark.source_order import OrderState
 from cec_spark.source_time import _duration, iso, kind_of, unit_warnings
 from cec_spark.source_types import EXTENSIONS, Chunk, ColumnTypes, InputError, TimeSpec
 

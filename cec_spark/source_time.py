@@ -72,7 +72,7 @@ def _first_null(arr: pa.Array) -> None:
 
 def _ints_to_us(values: np.ndarray, unit: str) -> np.ndarray:
     if unit == "ns":
-        return np.floor_divide(values, 1000)
+        return np.asarray(np.floor_divide(values, 1000), np.int64)
     factor = UNIT_US[unit]
     if factor == 1:
         return values
@@ -93,7 +93,7 @@ def _iso_to_us(arr: pa.Array) -> np.ndarray:
             ns = pc.cast(arr, t).cast(pa.int64()).to_numpy(zero_copy_only=False)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             continue
-        return np.floor_divide(ns, 1000)
+        return np.asarray(np.floor_divide(ns, 1000), np.int64)
     out = np.empty(len(arr), np.int64)
     for i, text in enumerate(arr.to_pylist()):
         try:
@@ -173,7 +173,7 @@ def unit_warnings(field: str, kind: str, unit: str, raw_max_abs: int | None,
                     f"time_unit = \"{name}\" if they are {name}")
                 break
     if (window.kind == "time" and rows > 1 and min_us is not None and max_us is not None
-            and 0 < max_us - min_us and (max_us - min_us) * 10 < window.size):
+            and max_us - min_us > 0 and (max_us - min_us) * 10 < window.size):
         out.append(f"[source].{field}: the source spans {_duration(max_us - min_us)}, less "
                    f"than a tenth of one window ({_duration(window.size)}); is "
                    f"[source].time_unit (\"{unit}\") right?" if kind == "int64" else

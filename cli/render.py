@@ -82,6 +82,10 @@ def _summary(result: Any, console: Console, indent: str = "") -> None:
         if _is_scalar(value):
             console.print(f"{indent}[bold]{f.name}[/]: {escape(cell(value))}",
                           highlight=False, soft_wrap=True)
+        elif f.name == "warnings":  # a list of sentences, one line each
+            for text in value:
+                console.print(f"{indent}[bold]warning[/]: {escape(str(text))}",
+                              highlight=False, soft_wrap=True)
 
 
 def render(result: Any, *, json_out: bool, rows: str | None = None,

@@ -35,12 +35,34 @@ Mode = Literal["none", "open-only", "targets"]
 TimeUnit = Literal["s", "ms", "us", "ns"]
 LatePolicy = Literal["error", "drop"]
 
-__all__ = ["FILE_FORMATS", "FSYNC_MODES", "FUNCTIONS", "GENERATOR_COLUMNS", "LATE_POLICIES",
-           "MODES", "RESERVED_COLUMNS", "SOURCE_KINDS", "TIME_UNITS", "WINDOW_KINDS",
-           "AggregateSpec", "CheckpointSpec", "FileFormat", "FsyncMode", "Function",
-           "GeneratorSpec", "LatePolicy", "Mode", "TimeUnit",
-           "PipelineSpec", "RunSpec", "SourceKind", "SourceSpec", "WindowSpec",
-           "default_master", "parse_conf"]
+__all__ = [
+    "FILE_FORMATS",
+    "FSYNC_MODES",
+    "FUNCTIONS",
+    "GENERATOR_COLUMNS",
+    "LATE_POLICIES",
+    "MODES",
+    "RESERVED_COLUMNS",
+    "SOURCE_KINDS",
+    "TIME_UNITS",
+    "WINDOW_KINDS",
+    "AggregateSpec",
+    "CheckpointSpec",
+    "FileFormat",
+    "FsyncMode",
+    "Function",
+    "GeneratorSpec",
+    "LatePolicy",
+    "Mode",
+    "PipelineSpec",
+    "RunSpec",
+    "SourceKind",
+    "SourceSpec",
+    "TimeUnit",
+    "WindowSpec",
+    "default_master",
+    "parse_conf",
+]
 
 
 @dataclass(frozen=True)

@@ -116,3 +116,12 @@ def wait_for(cond: object, timeout: float, what: str, step: float = 0.05) -> Non
             return
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def read_export_csv(path: Path) -> pd.DataFrame:
+    """A ``cec export`` CSV with its ISO-8601 window bounds as int64 microseconds."""
+    df = pd.read_csv(path)
+    for col in ("window_start", "window_end"):
+        when = pd.to_datetime(df[col], utc=True, format="ISO8601")
+        df[col] = (when - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "us")
+    return df

@@ -70,11 +70,14 @@ def test_a_long_field_within_the_limit_is_read(tmp_path: Path) -> None:
     assert plan_source(_spec(tmp_path, "csv", "a.csv")).rows == 1
 
 
-def test_iso_timestamps_in_jsonl_are_named_not_a_traceback(tmp_path: Path) -> None:
-    data = b'{"item_id": 1, "item_price": 1.0, "item_time": "2024-01-01T00:00:00Z"}\n'
+def test_iso_timestamps_in_jsonl_are_read_and_a_bad_one_named(tmp_path: Path) -> None:
+    good = b'{"item_id": 1, "item_price": 1.0, "item_time": "2024-01-01T00:00:00Z"}\n'
+    (tmp_path / "ok.jsonl").write_bytes(good)
+    assert plan_source(_spec(tmp_path, "jsonl", "ok.jsonl")).columns.kind("item_time") == "iso"
+    data = good + b'{"item_id": 1, "item_price": 1.0, "item_time": "2024-13-01T00:00:00Z"}\n'
     msg = _error(tmp_path, "a.jsonl", data, "jsonl")
-    assert msg.startswith("a.jsonl: line 1: item_time: '2024-01-01T00:00:00"), msg
-    assert msg.endswith("is not an integer (microseconds since the epoch)"), msg
+    assert msg == ("a.jsonl: line 2: item_time: '2024-13-01T00:00:00Z' is not an ISO-8601 "
+                   "time (like 2024-05-01T12:00:00Z)"), msg
 
 
 def test_a_file_that_is_no_csv_is_not_echoed(tmp_path: Path) -> None:

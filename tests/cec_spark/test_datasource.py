@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
@@ -43,7 +44,8 @@ def spark() -> Iterator[object]:
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the planner's Python too
     session = (SparkSession.builder.master("local[2]").appName("cec-ds-test")
-               .config("spark.pyspark.python", sys.executable).getOrCreate())
+               .config("spark.pyspark.python", sys.executable)
+               .config("spark.sql.session.timeZone", "UTC").getOrCreate())
     register(session)
     yield session
     session.stop()
@@ -53,8 +55,13 @@ def test_read_equals_cec_export(run: tuple[Path, Path], spark: object) -> None:
     root, export = run
     df = spark.read.format("cec").load(str(root))  # type: ignore[attr-defined]
     assert df.columns == ["partition", "seq", *COLS]
+    assert dict(df.dtypes)["window_start"] == dict(df.dtypes)["window_end"] == "timestamp"
     got = df.toPandas().sort_values(["key", "window_start", "window_end"]).reset_index(drop=True)
     want = pq.read_table(export).to_pandas()
+    for frame in (got, want):  # TIMESTAMPs (naive in the session's UTC; UTC) as microseconds
+        for col in ("window_start", "window_end"):
+            frame[col] = (pd.to_datetime(frame[col], utc=True)
+                          - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "us")
     assert len(got) == len(want) > 0
     for col in ("key", "window_start", "window_end", "count"):
         assert got[col].tolist() == want[col].tolist(), col
@@ -104,7 +111,7 @@ def test_stream_reads_every_result_once(run: tuple[Path, Path], spark: object,
 def test_missing_or_bad_options_are_clear(run: tuple[Path, Path], spark: object,
                                           tmp_path: Path) -> None:
     root, _ = run
-    with pytest.raises(Exception, match=r"asOf='soon' is not an integer"):
+    with pytest.raises(Exception, match=r"asOf='soon' is neither an integer"):
         spark.read.format("cec").option("asOf", "soon").load(str(root)).count()  # type: ignore[attr-defined]
     with pytest.raises(Exception, match=r"run\.toml"):
         spark.read.format("cec").load(str(tmp_path / "nothing")).count()  # type: ignore[attr-defined]

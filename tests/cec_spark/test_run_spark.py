@@ -28,6 +28,7 @@ from cec_spark.layout import RunLayout
 from cec_spark.session import build_session
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import (
+    read_export_csv,
     reference_count_windows,
     reference_time_windows,
     spec_text,
@@ -104,7 +105,7 @@ def test_csv_count_windows_equal_pandas(spark: object, tmp_path: Path) -> None:
     assert summary.results == len(ref)
     out = export(run, tmp_path / "out.csv")
     assert out.rows == len(ref)
-    _assert_matches(pd.read_csv(tmp_path / "out.csv"), ref)
+    _assert_matches(read_export_csv(tmp_path / "out.csv"), ref)
     # the stored run.toml is enough to resume; a finished run resumes to the same output
     again = resume_run(run, progress=False)
     assert again.completed and again.ingested_tuples == 0
@@ -161,7 +162,7 @@ def test_size_one_windows_store_g_open_with_r(spark: object, tmp_path: Path) -> 
     assert sum(p.counts.G_open for p in extent.partitions if p.counts) == kept
     assert all(p.n_c == 0 for p in extent.partitions)
     export(run, tmp_path / "out.csv")
-    _assert_matches(pd.read_csv(tmp_path / "out.csv"), reference_count_windows(df, 1))
+    _assert_matches(read_export_csv(tmp_path / "out.csv"), reference_count_windows(df, 1))
     # stored: one row per tuple; written out: G_open then R, dense output seq
     layout = RunLayout(run)
     with StreamLog.open(layout.output(0)) as log:

@@ -24,7 +24,8 @@ def _spec(tmp: Path, kind: str, path: str, chunk_rows: int = 100, **kw: object) 
 
 def _read_all(spec: PipelineSpec, max_rows: int | None = None) -> pd.DataFrame:
     plan = plan_source(spec, max_rows=max_rows)
-    tables = [pa.Table.from_batches(list(read_chunk(c, plan.columns, TimeSpec.of(spec)))) for c in plan.chunks]
+    tables = [pa.Table.from_batches(list(read_chunk(c, plan.columns, TimeSpec.of(spec))))
+              for c in plan.chunks]
     return pa.concat_tables(tables).to_pandas()
 
 

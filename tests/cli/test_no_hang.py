@@ -24,7 +24,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.cec_spark.helpers import REPO, reference_time_windows, spec_text, write_items_csv
+from tests.cec_spark.helpers import (
+    REPO,
+    read_export_csv,
+    reference_time_windows,
+    spec_text,
+    write_items_csv,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -52,7 +58,7 @@ def _csv(df: pd.DataFrame) -> bytes:
 
 
 def _export(path: Path) -> bytes:
-    got = pd.read_csv(path)[["key", "window_start", "window_end", "count", "value"]]
+    got = read_export_csv(path)[["key", "window_start", "window_end", "count", "value"]]
     return _csv(got.sort_values(["key", "window_start"]).reset_index(drop=True))
 
 

@@ -28,6 +28,7 @@ from cli.schema import problems
 from tests.cec_spark.helpers import (
     REPO,
     cec,
+    read_export_csv,
     reference_count_windows,
     spec_text,
     start_cec,
@@ -70,7 +71,7 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     exported = cec(["export", str(d / "ref"), "--out", str(d / "ref.csv"), "--json"],
                    check=True)
     assert checked(exported.stdout, ExportResult)["rows"] > 0
-    got = pd.read_csv(d / "ref.csv")
+    got = read_export_csv(d / "ref.csv")
     ref = reference_count_windows(df, 10)
     assert got[["key", "window_start", "window_end", "count"]].values.tolist() == \
         ref[["key", "window_start", "window_end", "count"]].values.tolist()
@@ -330,7 +331,7 @@ def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) ->
     assert rec["resumed"]["completed"]
     print(f"upstream logs trimmed: {_trimmed(run)} of {P}")
     cec(["export", str(run), "--out", str(tmp_path / "out.csv")], check=True)
-    got = pd.read_csv(tmp_path / "out.csv")
+    got = read_export_csv(tmp_path / "out.csv")
     ref = reference_count_windows(df, 10)
     assert got[["key", "window_start", "window_end", "count"]].values.tolist() == \
         ref[["key", "window_start", "window_end", "count"]].values.tolist()
@@ -684,7 +685,7 @@ def test_output_retention_keeps_what_a_consumer_and_recovery_need(
     def consume() -> None:
         out = tmp_path / f"e{len(exports)}.csv"
         cec(["export", str(run), "--out", str(out), "--consumer", "c"], check=True)
-        exports.append(pd.read_csv(out))
+        exports.append(read_export_csv(out))
 
     proc = start_cec(["run", "pipeline", str(sspec), "--log-dir", str(run)],
                      tmp_path / "run.log")
@@ -714,7 +715,7 @@ def test_output_retention_keeps_what_a_consumer_and_recovery_need(
     consume()
     cols = ["key", "window_start", "window_end"]
     got = pd.concat(exports).sort_values(cols).reset_index(drop=True)
-    want = pd.read_csv(reference).sort_values(cols).reset_index(drop=True)
+    want = read_export_csv(reference).sort_values(cols).reset_index(drop=True)
     keep = [*cols, "count"]
     assert got[keep].values.tolist() == want[keep].values.tolist()
     assert (got["value"] - want["value"]).abs().max() < 1e-9
@@ -725,4 +726,4 @@ def test_output_retention_keeps_what_a_consumer_and_recovery_need(
                       check=True).stdout, ExtentResult)["partitions"]
     assert any("time travel reaches back to ts" in e.get("reason", "") for e in at0), at0
     everything = cec(["export", str(run), "--out", str(tmp_path / "all.csv")], check=True)
-    assert everything.returncode == 0 and len(pd.read_csv(tmp_path / "all.csv")) < len(want)
+    assert everything.returncode == 0 and len(read_export_csv(tmp_path / "all.csv")) < len(want)

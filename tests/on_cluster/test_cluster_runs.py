@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.cec_spark.helpers import REPO, reference_count_windows, spec_text
+from tests.cec_spark.helpers import REPO, read_export_csv, reference_count_windows, spec_text
 from tests.on_cluster.standalone import Cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
@@ -113,7 +113,7 @@ def _export_is_exact(cluster: Cluster, run: Path, df: pd.DataFrame) -> None:
     out = run.parent / "export.csv"
     code, text = _finish(_cec(cluster, "export", str(run), "--out", str(out)))
     assert code == 0, text[-3000:]
-    got = pd.read_csv(out)
+    got = read_export_csv(out)
     ref = reference_count_windows(df, 10)
     cols = ["key", "window_start", "window_end", "count"]
     assert got[cols].values.tolist() == ref[cols].values.tolist()
