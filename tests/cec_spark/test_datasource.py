@@ -74,6 +74,7 @@ def test_as_of_and_controls(run: tuple[Path, Path], spark: object) -> None:
     reader = spark.read.format("cec")  # type: ignore[attr-defined]
     everything = reader.load(str(root)).count()
     assert reader.option("asOf", -1).load(str(root)).count() == 0
+    assert reader.option("asOf", "1970-01-01T00:00:00Z").load(str(root)).count() == 0
     assert reader.option("asOf", 2**63 - 1).load(str(root)).count() == everything
     # as of a middle ts: exactly the results whose output record is at or before it
     expect, middle = 0, None

@@ -28,6 +28,7 @@ from cec_spark.sources import InputError, StreamDirWatcher, plan_source, read_ch
 from tests.cec_spark.helpers import (
     cec,
     read_export_csv,
+    reference_count_windows,
     reference_time_windows,
     spec_text,
     start_cec,
@@ -283,6 +284,21 @@ def test_a_bad_iso_time_exits_2_naming_file_and_line(tmp_path: Path) -> None:
         in proc.stderr, proc.stderr[-2000:]
 
 
+def _late_counts_now(run: Path) -> list[int]:
+    """The late counts committed so far (the upstream logs' tokens; a run may write)."""
+    from cec_spark.ingest_writer import token_fields
+    from storage_log.log import StreamLog
+
+    out = []
+    for log_dir in sorted(run.glob("upstream/p*")):
+        try:
+            with StreamLog.open(log_dir) as log:
+                out.append(token_fields(log.last_token()).get("late", 0))
+        except Exception:  # being created
+            out.append(0)
+    return out
+
+
 def _late_counts(run: Path) -> list[int]:
     extent = json.loads(cec(["inspect", "extent", str(run), "--json"], check=True).stdout)
     return [int(p["late_rows"]) for p in extent["partitions"]]
@@ -291,43 +307,61 @@ def _late_counts(run: Path) -> list[int]:
 @pytest.mark.spark
 def test_late_rows_are_dropped_exactly_also_after_kill9(tmp_path: Path) -> None:
     """The late source under late = "drop" exports what its non-late rows in time order
-    export, with the late rows counted per partition (after the filter); a run of it
-    killed with -9 and recovered ends with the same export and the same counts."""
-    df = _late_source(40_000, 9)
+    give (pandas, from the definition), with the late rows counted per partition (after
+    the filter); a run of it killed with -9 and recovered ends with the same export and
+    the same counts."""
+    df = _late_source(60_000, 9)
     df.to_csv(tmp_path / "late.csv", index=False)
     want, late = _watermark_reference(df, 2_000_000)
-    want.to_csv(tmp_path / "clean.csv", index=False)
     expected_late = int((late & (df.item_price.to_numpy() >= 0)).sum())  # after the filter
-    window = '{ kind = "count", size = 5 }'
-    src = 'path = "{}"\nkind = "csv"\ntime_field = "item_time"\nchunk_rows = 1500\n'
-    clean = tmp_path / "clean.toml"
-    clean.write_text(spec_text(src.format("clean.csv"), window=window, partitions=2))
+    ref = reference_count_windows(want, 5)  # the filter item_price >= 0, as the spec's
+    src = ('path = "late.csv"\nkind = "csv"\ntime_field = "item_time"\nchunk_rows = 2000\n'
+           'allowed_lateness = "2s"\nlate = "drop"')
     dropping = tmp_path / "late.toml"
-    dropping.write_text(spec_text(src.format("late.csv") + 'allowed_lateness = "2s"\n'
-                                  'late = "drop"', window=window, partitions=2))
-    _run(clean, tmp_path / "clean")
-    reference = _export(tmp_path / "clean", tmp_path / "clean.parquet")
-    assert reference.schema.metadata[b"cec.window_end"] == b"inclusive"
+    dropping.write_text(spec_text(src, window='{ kind = "count", size = 5 }', partitions=2))
     result = _run(dropping, tmp_path / "late")
     assert result["late_rows"] == expected_late > 100, (result["late_rows"], expected_late)
     per_partition = result["late_rows_per_partition"]
     assert _late_counts(tmp_path / "late") == per_partition and min(per_partition) > 0
-    assert _export(tmp_path / "late", tmp_path / "late.parquet").equals(reference)
+    reference = _export(tmp_path / "late", tmp_path / "late.parquet")
+    assert reference.schema.metadata[b"cec.window_end"] == b"inclusive"
+    got = reference.to_pandas()
+    for col in ("window_start", "window_end"):
+        got[col] = (got[col] - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "us")
+    cols = ["key", "window_start", "window_end", "count"]
+    assert len(ref) > 1000 and got[cols].values.tolist() == ref[cols].values.tolist()
+    np.testing.assert_allclose(got["value"].to_numpy(), ref["value"].to_numpy(), rtol=1e-12)
     metrics = (tmp_path / "late" / "metrics" / "cec.prom").read_text()
     assert f'cec_late_rows_total{{run="{tmp_path / "late"}",partition="0"}} ' \
            f'{per_partition[0]}' in metrics
-    # the same run killed with -9 while it ingests, then recovered
+    # the same rows as a stream folder of 4 files: killed with -9 after the first file's
+    # rows are committed (the others do not exist yet), then recovered to the end
+    folder = tmp_path / "in"
+    folder.mkdir()
+    parts = np.array_split(np.arange(len(df)), 4)
+    df.iloc[parts[0]].to_csv(folder / "f-0.csv", index=False)
+    streaming = tmp_path / "stream.toml"
+    streaming.write_text(spec_text(src.replace('path = "late.csv"\nkind = "csv"',
+                                               'path = "in"\nkind = "stream-dir"'),
+                                   window='{ kind = "count", size = 5 }', partitions=2))
     run = tmp_path / "killed"
-    proc = start_cec(["run", "pipeline", str(dropping), "--log-dir", str(run)],
+    proc = start_cec(["run", "pipeline", str(streaming), "--log-dir", str(run)],
                      tmp_path / "run.log")
     try:
-        wait_for(lambda: any(f.stat().st_size > 0 for f in run.glob("upstream/*/*.seg"))
-                 or proc.poll() is not None, 180, "the first upstream commit")
-        time.sleep(float(np.random.default_rng().uniform(0.0, 1.0)))
+        wait_for(lambda: sum(_late_counts_now(run)) > 0 or proc.poll() is not None, 180,
+                 "the first committed late rows")
+        time.sleep(float(np.random.default_rng().uniform(0.0, 0.5)))
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
-    print(f"killed; partitions' late rows at the kill: {_late_counts(run)}", file=sys.stderr)
+    at_kill = _late_counts_now(run)
+    assert 0 < sum(at_kill) < expected_late, (at_kill, (tmp_path / "run.log").read_text())
+    print(f"killed; late rows committed at the kill: {at_kill} of {per_partition}",
+          file=sys.stderr)
+    for i in (1, 2, 3):
+        df.iloc[parts[i]].to_csv(folder / f".f-{i}.tmp", index=False)
+        (folder / f".f-{i}.tmp").rename(folder / f"f-{i}.csv")
+    (folder / "_END").touch()
     rec = json.loads(cec(["recover", "--from-log", str(run), "--json"], check=True).stdout)
     assert rec["resumed"]["completed"] and rec["resumed"]["late_rows"] == expected_late
     assert _late_counts(run) == per_partition
