@@ -11,11 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from cec.errors import UsageError
-from tests.cec_spark.helpers import cec, reference_count_windows, spec_text, write_items_csv
+from tests.cec_spark.helpers import (
+    cec,
+    read_export_csv,
+    reference_count_windows,
+    spec_text,
+    write_items_csv,
+)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +71,7 @@ def test_a_stream_through_the_bridge_gives_exact_results(spark: object, tmp_path
     cec(["run", "pipeline", str(spec), "--log-dir", str(tmp_path / "run"), "--json"],
         check=True)
     cec(["export", str(tmp_path / "run"), "--out", str(tmp_path / "out.csv")], check=True)
-    got = pd.read_csv(tmp_path / "out.csv")
+    got = read_export_csv(tmp_path / "out.csv")
     ref = reference_count_windows(df, 10)
     cols = ["key", "window_start", "window_end", "count"]
     assert got[cols].values.tolist() == ref[cols].values.tolist()
