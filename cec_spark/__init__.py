@@ -1,6 +1,19 @@
 """The Spark pipeline: spec → ingest → long-lived operator tasks → logs; and its tools.
 
-The functions the CLI calls, one per command:
+The Python API (:mod:`cec_spark.api`), also at the top level::
+
+    import cec_spark as cec
+    res = (cec.stream(df, time="item_time").group_by("item_id")
+              .window(time="10 seconds").agg(avg="item_price").run("runs/x"))
+    res.results()    # a Spark DataFrame
+
+:func:`stream`, :func:`generator` (builders), :func:`load`, :func:`run`,
+:func:`recover`, :func:`results`; the CLI calls the API's functions. (The core package
+``cec`` cannot offer ``cec.stream``: it may not import Spark or anything above it,
+``tests/test_layers.py``; so the API lives here, and ``import cec_spark as cec`` reads
+as the example.)
+
+The runtime's functions behind each command:
 
 * :func:`run_pipeline` (``cec run pipeline``; :func:`run_plan` of the plan that
   :func:`pipeline_spec` and :func:`plan_new_run` make), :func:`recover_run`
@@ -19,6 +32,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from cec_spark import api
+    from cec_spark.api import Run, Stream, generator, load, recover, results, run, stream
     from cec_spark.driver import resume_run, run_pipeline, run_plan
     from cec_spark.inspect import inspect_extent, inspect_log, recover_run
     from cec_spark.layout import RunLayout
@@ -28,6 +43,14 @@ if TYPE_CHECKING:
     from cec_spark.session import start_early
 
 _WHERE = {
+    "stream": "cec_spark.api",
+    "generator": "cec_spark.api",
+    "load": "cec_spark.api",
+    "run": "cec_spark.api",
+    "recover": "cec_spark.api",
+    "results": "cec_spark.api",
+    "Stream": "cec_spark.api",
+    "Run": "cec_spark.api",
     "run_pipeline": "cec_spark.driver",
     "resume_run": "cec_spark.driver",
     "run_plan": "cec_spark.driver",
@@ -46,25 +69,36 @@ _WHERE = {
 }
 
 __all__ = [
+    "Run",
     "RunLayout",
     "RunPlan",
+    "Stream",
+    "api",
     "export",
+    "generator",
     "inspect_extent",
     "inspect_log",
+    "load",
     "measure_startup",
     "pipeline_spec",
     "plan_new_run",
     "plan_resume",
+    "recover",
     "recover_run",
+    "results",
     "results_table",
     "resume_run",
+    "run",
     "run_pipeline",
     "run_plan",
     "start_early",
+    "stream",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "api":
+        return importlib.import_module("cec_spark.api")
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module 'cec_spark' has no attribute {name!r}")

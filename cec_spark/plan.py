@@ -72,28 +72,22 @@ def pipeline_spec(spec_path: Path | str, *, partitions: int | None = None,
 
 def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
                  log_dir: Path | str | None = None, *,
-                 max_tuples: int | None = None) -> RunPlan:
+                 max_tuples: int | None = None, staged: str | None = None) -> RunPlan:
     """Check everything about a new run that can be checked before anything is written.
 
     A bad ``--max-tuples``, too few local task slots, a log directory that holds
     anything, a bad bounded source or a stream folder that ends before its first file:
     UsageError (exit 2), nothing on disk. An empty stream folder: wait for its first
     file. The log directory is made absolute, so that every host of a cluster opens
-    the same one.
+    the same one. ``staged``: the one entry the log directory may already hold, the
+    run's own source written there by the caller (the Python API stages a DataFrame as
+    ``RUN/source``, :mod:`cec_spark.api`).
     """
     if max_tuples is not None and max_tuples < 0:
         raise UsageError(f"--max-tuples: must be >= 0, got {max_tuples}")
     check_local_slots(spec.run.partitions, spec.run.effective_master)
     given = Path(log_dir) if log_dir is not None else default_log_dir(Path(spec_path))
-    root = Path(os.path.abspath(given))
-    layout = RunLayout(root)
-    if layout.exists():
-        raise UsageError(f"{given}: already holds a run; resume it with "
-                         f"'cec recover --from-log {given}' or choose another --log-dir")
-    if root.exists() and not root.is_dir():
-        raise UsageError(f"{given}: --log-dir exists and is not a directory")
-    if root.exists() and any(root.iterdir()):
-        raise UsageError(f"{given}: --log-dir exists and is not empty")
+    layout = check_log_dir(given, staged=staged)
     source = plan_source(spec, max_rows=max_tuples)
     if spec.source.kind == "stream-dir" and not source.columns.names:
         raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
@@ -101,6 +95,21 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
     settings = settings_for(spec, source.columns, max_tuples, tuple(fingerprint(spec)),
                             source.warnings)
     return RunPlan(spec, settings, layout, source, str(given))
+
+
+def check_log_dir(given: Path, *, staged: str | None = None) -> RunLayout:
+    """The layout of a new run in ``given`` (made absolute), which must not exist or be
+    an empty directory (but for an entry named ``staged``); else UsageError."""
+    root = Path(os.path.abspath(given))
+    layout = RunLayout(root)
+    if layout.exists():
+        raise UsageError(f"{given}: already holds a run; resume it with "
+                         f"'cec recover --from-log {given}' or choose another --log-dir")
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{given}: --log-dir exists and is not a directory")
+    if root.exists() and any(p.name != staged for p in root.iterdir()):
+        raise UsageError(f"{given}: --log-dir exists and is not empty")
+    return layout
 
 
 def plan_resume(root: Path | str, *, master: str | None = None,

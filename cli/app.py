@@ -1,6 +1,7 @@
 """The `cec` command line.
 
-Each command parses its arguments and calls one library function; errors from the
+Each command parses its arguments and calls one function of the Python API
+(:mod:`cec_spark.api`: the same path a Python program takes); errors from the
 library (:class:`cec.errors.CecError`) become a one-line message on stderr and the
 exit status the error class carries (2 usage/spec, 3 corrupt log or a refused write,
 4 recovery impossible, 5 the cluster lost the task slots a run needs).
@@ -130,7 +131,7 @@ def _stored_spec(from_log: Path, master: str | None, conf: dict[str, str],
     if not _OWN_PROCESS[0]:
         return None
     try:
-        return cec_spark.plan_resume(from_log, master=master, conf=conf, trust=trust).spec
+        return cec_spark.api.stored_spec(from_log, master=master, conf=conf, trust=trust)
     except Exception:
         return None
 
@@ -151,12 +152,11 @@ def run_pipeline(
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
-    pipeline = cec_spark.pipeline_spec(spec, partitions=partitions, master=master,
-                                       conf=parse_conf(conf or []), rto=rto)  # read once
+    pipeline = cec_spark.api.load(spec, partitions=partitions, master=master,
+                                  conf=parse_conf(conf or []))  # read once
     _start_spark_early(pipeline)
-    result = cec_spark.run_plan(cec_spark.plan_new_run(pipeline, spec, log_dir,
-                                                       max_tuples=max_tuples),
-                                progress=not json_out)
+    result = cec_spark.api.run(pipeline, log_dir, spec_path=spec, max_tuples=max_tuples,
+                               progress=not json_out, keep_session=False).outcome
     _show(result, json_out, "per_partition", RUN_COLUMNS)
     if result.interrupted:
         raise typer.Exit(130)
@@ -181,9 +181,9 @@ def recover(
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
     if not dry_run:
         _start_spark_early(_stored_spec(from_log, master, parse_conf(conf or []), trust))
-    result = cec_spark.recover_run(from_log, dry_run=dry_run, progress=not json_out,
-                                  master=master, conf=parse_conf(conf or []), repair=repair,
-                                  trust=trust)
+    result = cec_spark.api.recover(from_log, dry_run=dry_run, progress=not json_out,
+                                   master=master, conf=parse_conf(conf or []), repair=repair,
+                                   trust=trust)
     for line in result.repairs:
         err_console.print(f"cec: repaired: {escape(line)}", highlight=False, soft_wrap=True)
     _show(result, json_out, "partitions", RECOVER_COLUMNS)
@@ -202,7 +202,7 @@ def inspect_extent(
     json_out: JsonOpt = False,
 ) -> None:
     """The extent of the eventual checkpoint, now or as of a timestamp."""
-    result = cec_spark.inspect_extent(log_dir, partition=partition, at=at)
+    result = cec_spark.api.inspect_extent(log_dir, partition=partition, at=at)
     for e in result.partitions:
         if e.trimmed_through_seq is not None:
             err_console.print(f"cec: partition {e.partition}: {escape(e.reason)}",
@@ -217,7 +217,7 @@ def inspect_log(
     json_out: JsonOpt = False,
 ) -> None:
     """Segments, records, index and checksums of a log."""
-    result = cec_spark.inspect_log(log_dir, verify=verify)
+    result = cec_spark.api.inspect_log(log_dir, verify=verify)
     _show(result, json_out, "logs", LOG_COLUMNS)
     if result.damaged:  # every damaged log is named, then exit 3
         for line in result.damaged:
@@ -237,7 +237,7 @@ def export(
     json_out: JsonOpt = False,
 ) -> None:
     """Every result (R) of every partition, control records dropped."""
-    _show(cec_spark.export(log_dir, out, fmt, consumer), json_out)
+    _show(cec_spark.api.export(log_dir, out, fmt, consumer), json_out)
 
 
 @examples_app.callback()

@@ -47,8 +47,9 @@ def where(loc: tuple[str | int, ...]) -> str:
     return f"[{head}]" + "".join(f".{k}" for k in rest)
 
 
-def spec_error(exc: ValidationError, origin: str) -> SpecError:
-    """The first problem, as ``origin: [table].field: message``.
+def first_problem(errors: list[ErrorDetails]) -> tuple[tuple[str | int, ...], str]:
+    """The problem to report of pydantic's ``errors`` and its place: ``(loc, message)``,
+    ``loc`` the keys from the document's root (``("aggregate", "function")``).
 
     First in the file's order of tables; within a table an unknown key comes first (a
     misspelt key also makes the key it meant missing: the misspelling is the news).
@@ -58,7 +59,7 @@ def spec_error(exc: ValidationError, origin: str) -> SpecError:
         return (TABLES.index(table) if table in TABLES else -1,
                 err["type"] != "extra_forbidden")
 
-    err = min(exc.errors(), key=order)
+    err = min(errors, key=order)
     loc = tuple(err["loc"])
     problem = (err.get("ctx") or {}).get("error")
     kind = err["type"]
@@ -75,6 +76,12 @@ def spec_error(exc: ValidationError, origin: str) -> SpecError:
         msg = f"must be a table, got {type(err['input']).__name__}"
     else:  # not expected: every value is checked by a validator of cec.spec.tables
         msg = err["msg"]
+    return loc, msg
+
+
+def spec_error(exc: ValidationError, origin: str) -> SpecError:
+    """The first problem (:func:`first_problem`), as ``origin: [table].field: message``."""
+    loc, msg = first_problem(exc.errors())
     place = where(loc)
     return SpecError(f"{origin}: {place}: {msg}" if place else f"{origin}: {msg}")
 
@@ -154,4 +161,5 @@ def parse_stored_spec(text: str, origin: str) -> PipelineSpec:
     return _validate(spec_only, origin, Path("/"))
 
 
-__all__ = ["load_spec", "parse_spec", "parse_stored_spec", "spec_error", "to_spec", "where"]
+__all__ = ["first_problem", "load_spec", "parse_spec", "parse_stored_spec", "spec_error",
+           "to_spec", "where"]
