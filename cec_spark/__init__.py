@@ -7,11 +7,12 @@ The Python API (:mod:`cec_spark.api`), also at the top level::
               .window(time="10 seconds").agg(avg="item_price").run("runs/x"))
     res.results()    # a Spark DataFrame
 
-:func:`stream`, :func:`generator` (builders), :func:`load`, :func:`run`,
-:func:`recover`, :func:`results`; the CLI calls the API's functions. (The core package
-``cec`` cannot offer ``cec.stream``: it may not import Spark or anything above it,
-``tests/test_layers.py``; so the API lives here, and ``import cec_spark as cec`` reads
-as the example.)
+:func:`stream`, :func:`generator` (builders), :func:`load`, :func:`run`, :func:`recover`;
+the CLI calls the API's functions. (``cec_spark.results`` is the module of ``cec export``:
+the API's ``results(run_dir)`` is :func:`cec_spark.api.results`.) The core package ``cec``
+cannot offer ``cec.stream``: it may not import Spark or anything above it
+(``tests/test_layers.py``); so the API lives here, and ``import cec_spark as cec`` reads
+as the example.
 
 The runtime's functions behind each command:
 
@@ -33,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cec_spark import api
-    from cec_spark.api import Run, Stream, generator, load, recover, results, run, stream
+    from cec_spark.api import Run, Stream, generator, load, recover, run, stream
     from cec_spark.driver import resume_run, run_pipeline, run_plan
     from cec_spark.inspect import inspect_extent, inspect_log, recover_run
     from cec_spark.layout import RunLayout
@@ -48,7 +49,6 @@ _WHERE = {
     "load": "cec_spark.api",
     "run": "cec_spark.api",
     "recover": "cec_spark.api",
-    "results": "cec_spark.api",
     "Stream": "cec_spark.api",
     "Run": "cec_spark.api",
     "run_pipeline": "cec_spark.driver",
@@ -85,7 +85,6 @@ __all__ = [
     "plan_resume",
     "recover",
     "recover_run",
-    "results",
     "results_table",
     "resume_run",
     "run",

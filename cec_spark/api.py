@@ -45,8 +45,10 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import re
 import shutil
-from collections.abc import Iterator, Mapping
+import sys
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -438,9 +440,34 @@ def _on_session(spec: PipelineSpec, spark: SparkSession | None, call: str) -> Pi
     return spec
 
 
+def _probe(_: Iterable[int]) -> Iterator[str]:
+    import cec_spark.task  # noqa: F401, PLC0415 - what an operator task imports first
+
+    yield sys.executable
+
+
+def _check_workers(spark: SparkSession) -> None:
+    """A session the run did not start may run its Python workers on another Python
+    (``PYSPARK_PYTHON``, read when the session started; default ``python3``): if so,
+    one task checks that it imports cec, so that a run fails in seconds naming it
+    rather than after every operator task's retries."""
+    exe = str(getattr(spark.sparkContext, "pythonExec", sys.executable))
+    if os.path.realpath(shutil.which(exe) or exe) == os.path.realpath(sys.executable):
+        return
+    try:
+        spark.sparkContext.parallelize([0], 1).mapPartitions(_probe).collect()
+    except Exception as exc:
+        found = re.findall(r"(\w+Error: [^\n]+)", str(exc))
+        raise UsageError(
+            f"this SparkSession's Python workers run {exe!r}, which cannot import cec "
+            f"({found[-1] if found else type(exc).__name__}); set PYSPARK_PYTHON="
+            f"{sys.executable} in the environment before the session starts") from None
+
+
 def _run_spec(spec: PipelineSpec, spec_path: Path | str | None, run_dir: Path | str | None,
               *, max_tuples: int | None, progress: bool, keep_session: bool,
-              staged: str | None = None, options_call: str = ".options()") -> Run:
+              staged: str | None = None, options_call: str = ".options()",
+              workers_checked: bool = False) -> Run:
     from pyspark.sql import SparkSession  # noqa: PLC0415 - lazy
 
     from cec_spark.driver import run_plan  # noqa: PLC0415 - lazy
@@ -458,6 +485,8 @@ def _run_spec(spec: PipelineSpec, spec_path: Path | str | None, run_dir: Path | 
         settings = plan.spec.run
         build_session(settings.effective_master, settings.partitions, settings.spark_conf)
         return Run(plan.layout.root, run_plan(plan, progress=progress))
+    if not workers_checked:
+        _check_workers(active)
     with _borrowed(active, plan.spec):
         return Run(plan.layout.root, run_plan(plan, progress=progress))
 
@@ -480,6 +509,7 @@ def _run_frame(s: Stream, frame: DataFrame, run_dir: Path | str, *,
     staged = staged_frame(frame, spec, {k: s.call(k) for k in ("source", "group_by", "agg")})
     check_local_slots(spec.run.partitions, spec.run.effective_master)
     check_log_dir(Path(run_dir))
+    _check_workers(frame.sparkSession)
     created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     try:
@@ -487,7 +517,8 @@ def _run_frame(s: Stream, frame: DataFrame, run_dir: Path | str, *,
         if _rows(root / SOURCE_DIR) == 0:
             raise UsageError(f"{s.call('source')}: the DataFrame has no rows")
         return _run_spec(spec, None, root, max_tuples=max_tuples, progress=progress,
-                         keep_session=True, staged=SOURCE_DIR, options_call=s.call("options"))
+                         keep_session=True, staged=SOURCE_DIR, options_call=s.call("options"),
+                         workers_checked=True)
     except BaseException:
         if not RunLayout(root).exists():  # the run never started: take back what we wrote
             shutil.rmtree(root / SOURCE_DIR, ignore_errors=True)
