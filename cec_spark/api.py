@@ -387,11 +387,12 @@ class Run:
 
 
 def load(spec_path: Path | str, *, partitions: int | None = None, master: str | None = None,
-         conf: dict[str, str] | None = None) -> PipelineSpec:
-    """A spec file, read once, with the command line's overrides (``cec run pipeline``)."""
+         conf: dict[str, str] | None = None, **more: Any) -> PipelineSpec:
+    """A spec file, read once, with the command line's overrides (``cec run pipeline``);
+    ``more``: further overrides of :func:`cec_spark.plan.pipeline_spec`."""
     from cec_spark.plan import pipeline_spec  # noqa: PLC0415 - lazy
 
-    return pipeline_spec(spec_path, partitions=partitions, master=master, conf=conf)
+    return pipeline_spec(spec_path, partitions=partitions, master=master, conf=conf, **more)
 
 
 def stored_spec(run_dir: Path | str, *, master: str | None = None,

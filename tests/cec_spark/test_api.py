@@ -22,6 +22,7 @@ import pytest
 import cec_spark as cec
 from cec.errors import SpecError, UsageError
 from cec.spec import load_spec
+from cec_spark.layout import RunLayout
 from cec_spark.outcome import RecoverResult
 from cli.schema import problems
 from tests.cec_spark.helpers import (
@@ -180,7 +181,7 @@ def test_a_dataframe_source(cli_run: tuple[Path, Path, Path], spark: Any,
     assert res.completed and res.outcome.source_rows == ROWS
     res.export(tmp_path / "df.csv")
     assert (tmp_path / "df.csv").read_bytes() == cli_export.read_bytes()
-    spec = load_spec(run / "run.toml")  # the run names its staged source
+    spec = RunLayout(run).read_run_file()[0]  # the run names its staged source
     assert spec.source.kind == "parquet" and spec.source.path == run / "source"
     assert sorted(p.name for p in run.iterdir() if p.name == "source") == ["source"]
     # the same DataFrame into the same directory: refused, nothing changed
