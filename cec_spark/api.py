@@ -387,12 +387,28 @@ class Run:
 
 
 def load(spec_path: Path | str, *, partitions: int | None = None, master: str | None = None,
-         conf: dict[str, str] | None = None, **more: Any) -> PipelineSpec:
-    """A spec file, read once, with the command line's overrides (``cec run pipeline``);
-    ``more``: further overrides of :func:`cec_spark.plan.pipeline_spec`."""
+         conf: dict[str, str] | None = None, rto: str | None = None, **more: Any
+         ) -> PipelineSpec:
+    """A spec file, read once, with the command line's overrides (``cec run pipeline``:
+    ``--partitions``, ``--master``, ``--conf``, ``--rto``); ``more``: further overrides of
+    :func:`cec_spark.plan.pipeline_spec`. An objective below this machine's floor is a
+    SpecError here."""
     from cec_spark.plan import pipeline_spec  # noqa: PLC0415 - lazy
 
-    return pipeline_spec(spec_path, partitions=partitions, master=master, conf=conf, **more)
+    return pipeline_spec(spec_path, partitions=partitions, master=master, conf=conf, rto=rto,
+                         **more)
+
+
+def _objective(spec: PipelineSpec) -> PipelineSpec:
+    """A built spec's recovery-time objective checked as :func:`load` checks a file's
+    (below the floor: SpecError; no margin: a warning on stderr)."""
+    from cec_spark.rto import check_objective  # noqa: PLC0415 - lazy
+    from cec_spark.watchdog import say  # noqa: PLC0415 - lazy
+
+    warning = check_objective(spec)
+    if warning is not None:
+        say(warning)
+    return spec
 
 
 def stored_spec(run_dir: Path | str, *, master: str | None = None,
@@ -506,7 +522,7 @@ def _run_frame(s: Stream, frame: DataFrame, run_dir: Path | str, *,
     from cec_spark.plan import check_log_dir  # noqa: PLC0415 - lazy
 
     root = Path(os.path.abspath(run_dir))
-    spec = _on_session(s.spec(root), frame.sparkSession, s.call("options"))
+    spec = _on_session(_objective(s.spec(root)), frame.sparkSession, s.call("options"))
     staged = staged_frame(frame, spec, {k: s.call(k) for k in ("source", "group_by", "agg")})
     check_local_slots(spec.run.partitions, spec.run.effective_master)
     check_log_dir(Path(run_dir))
@@ -549,13 +565,16 @@ def run(what: Stream | PipelineSpec, run_dir: Path | str | None = None, *,
         if what.frame is not None:
             return _run_frame(what, what.frame, run_dir, max_tuples=max_tuples,
                               progress=progress)
-        return _run_spec(what.spec(), None, run_dir, max_tuples=max_tuples, progress=progress,
+        return _run_spec(_objective(what.spec()), None, run_dir, max_tuples=max_tuples,
+                         progress=progress,
                          keep_session=keep_session, options_call=what.call("options"))
-    except SpecError as exc:  # Spark found the filter bad: name the call
-        head = f"{ORIGIN}: [filter]"
-        if str(exc).startswith(head):
-            raise SpecError(f"{what.call('filter')}: [filter]{str(exc)[len(head):]}") from exc
-        raise
+    except SpecError as exc:  # found by the run (Spark and the filter, the rto floor)
+        text = str(exc)
+        if not text.startswith(f"{ORIGIN}: ["):
+            raise
+        place = text[len(ORIGIN) + 2:].split(": ", 1)[0]  # [table].field...
+        loc = (place[1:place.index("]")], *place[place.index("]") + 1:].split(".")[1:])
+        raise SpecError(f"{what.call(_slot(loc))}: {text[len(ORIGIN) + 2:]}") from exc
 
 
 def recover(run_dir: Path | str, *, dry_run: bool = False, progress: bool = False,

@@ -153,7 +153,7 @@ def run_pipeline(
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
     pipeline = cec_spark.api.load(spec, partitions=partitions, master=master,
-                                  conf=parse_conf(conf or []))  # read once
+                                  conf=parse_conf(conf or []), rto=rto)  # read once
     _start_spark_early(pipeline)
     result = cec_spark.api.run(pipeline, log_dir, spec_path=spec, max_tuples=max_tuples,
                                progress=not json_out, keep_session=False).outcome

@@ -97,7 +97,7 @@ def test_main_maps_an_error_to_one_line_and_its_exit_code(
     def fail(*args: object, **kwargs: object) -> None:
         raise error(f"{tmp_path}/upstream-0: segment 00000000000000000000.seg at byte 64")
 
-    monkeypatch.setattr(cli.app.cec_spark, "inspect_log", fail)
+    monkeypatch.setattr(cli.app.cec_spark.api, "inspect_log", fail)
     assert main(["inspect", "log", str(tmp_path)]) == code
     err = capsys.readouterr().err
     assert err == f"cec: {tmp_path}/upstream-0: segment 00000000000000000000.seg at byte 64\n"
