@@ -9,7 +9,8 @@ name. A DataFrame is a query, not data: run twice, a query over a changing table
 writes the DataFrame once, before the run, sorted by its time column (rows of equal
 time keep the DataFrame's own order, the order of ``monotonically_increasing_id``: its
 partitions in order, each in its order), in files of ``chunk_rows`` rows, and the run
-is an ordinary ``parquet`` run of that folder: ``run.toml`` names it, ``cec recover``,
+is an ordinary ``parquet`` run of that folder (sorted, so no row is late: the source's
+``allowed_lateness`` and ``late`` have nothing to do): ``run.toml`` names it, ``cec recover``,
 ``cec export`` and ``spark.read.format("cec")`` work on the directory as on any run.
 The cost: one Spark job that sorts the DataFrame (a shuffle) and its size on disk
 (parquet, snappy) inside the run directory, which a run keeps as long as it is kept.
@@ -49,8 +50,8 @@ def staged_frame(frame: DataFrame, spec: PipelineSpec, calls: dict[str, str]) ->
     whose column is missing or of a type a run cannot take.
 
     The time column must be a ``TIMESTAMP`` (written as int64 microseconds since the
-    epoch, exactly) or an integer (taken as microseconds since the epoch, as every
-    source's time field); the group-by key an integer or a string; the aggregated
+    epoch, exactly) or an integer (an epoch in ``[source].time_unit``, microseconds
+    unless given); the group-by key an integer or a string; the aggregated
     field a number. Other columns are kept if they are numbers, strings or booleans
     (a ``[filter]`` may use them) and left out otherwise.
     """
@@ -58,13 +59,16 @@ def staged_frame(frame: DataFrame, spec: PipelineSpec, calls: dict[str, str]) ->
     tf = spec.source.time_field
     time = _field(frame, tf, calls["source"], "time")
     if isinstance(time.dataType, T.TimestampType):
+        if spec.source.time_unit != "us":
+            raise SpecError(f"{calls['source']}: [source].time_unit: column {tf!r} is a "
+                            "TIMESTAMP (an instant, no unit to choose); leave time_unit out")
         time_col: Column = F.unix_micros(F.col(tf)).alias(tf)
     elif isinstance(time.dataType, T.IntegralType):
         time_col = F.col(tf).cast("long").alias(tf)
     else:
         raise SpecError(f"{calls['source']}: [source].time_field: column {tf!r} is "
                         f"{time.dataType.simpleString()}; the time column must be a TIMESTAMP "
-                        "or an integer of microseconds since the epoch")
+                        "or an integer epoch (in time_unit)")
     key = _field(frame, agg.group_by, calls["group_by"], "group-by")
     if not isinstance(key.dataType, T.IntegralType | T.StringType):
         raise SpecError(f"{calls['group_by']}: [aggregate].group_by: column {agg.group_by!r} "

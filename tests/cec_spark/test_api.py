@@ -5,6 +5,7 @@ results() = spark.read.format("cec"), and bad builder calls named."""
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from cec_spark.outcome import RecoverResult
 from cli.schema import problems
 from tests.cec_spark.helpers import (
     REPO,
+    read_export_csv,
     reference_count_windows,
     spec_text,
     wait_for,
@@ -36,6 +38,7 @@ from tests.cec_spark.helpers import cec as cec_cli
 
 P = 2
 ROWS = 20_000
+US = dt.timedelta(microseconds=1)
 WINDOW = '{ kind = "time", size = "1s", slide = "500ms" }'
 
 
@@ -149,9 +152,11 @@ def test_api_and_cli_give_identical_exports(cli_run: tuple[Path, Path, Path], sp
     # results() is spark.read.format("cec") of the run, and holds what the export holds
     got = _sorted(res.results())
     assert got == _sorted(spark.read.format("cec").load(str(tmp_path / "run")))
-    want = pd.read_csv(cli_export)
+    want = read_export_csv(cli_export)
     assert len(got) == len(want)
-    assert [r[:4] for r in got] == sorted(
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    assert sorted((k, (s.astimezone(dt.UTC) - epoch) // US, (e.astimezone(dt.UTC) - epoch) // US,
+                   c) for k, s, e, c, _ in got) == sorted(
         (int(k), int(s), int(e), int(c)) for k, s, e, c in
         want[["key", "window_start", "window_end", "count"]].itertuples(index=False))
     assert got == _sorted(cec.api.results(cli_dir))  # the CLI's run, read through the API
@@ -262,7 +267,7 @@ def test_a_dataframe_run_killed_is_recovered_exactly_by_the_cli(tmp_path: Path) 
         "item_id": ids % 997, "item_price": (ids * 7919 % 1000) / 10.0,
         "item_time": 1_700_000_000_000_000 + ids * 1000}), 10, where_nonneg=False)
     cec_cli(["export", str(run), "--out", str(tmp_path / "got.csv")], check=True)
-    got = pd.read_csv(tmp_path / "got.csv")
+    got = read_export_csv(tmp_path / "got.csv")
     cols = ["key", "window_start", "window_end", "count"]
     assert got[cols].values.tolist() == ref[cols].values.tolist()
     np.testing.assert_allclose(got["value"].to_numpy(), ref["value"].to_numpy(), rtol=1e-12)
