@@ -25,6 +25,7 @@ from cec.errors import SpecError, UsageError
 from cec.spec import load_spec
 from cec_spark.layout import RunLayout
 from cec_spark.outcome import RecoverResult
+from cli.app import main
 from cli.schema import problems
 from tests.cec_spark.helpers import (
     REPO,
@@ -132,6 +133,15 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]
     return d / "items.csv", d / "cli", d / "cli.csv"
 
 
+def _main(argv: list[str]) -> int:
+    """``cec ARGV`` in this process: its exit status (click ends a command that succeeded
+    with SystemExit)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+
+
 def _sorted(df: Any) -> list[tuple[Any, ...]]:
     cols = ["key", "window_start", "window_end", "count", "value"]
     return sorted(tuple(r) for r in df.select(*cols).collect())
@@ -221,7 +231,7 @@ df = spark.range(int(sys.argv[2])).select(
     (F.col("id") % 997).alias("item_id"),
     ((F.col("id") * 7919) % 1000 / 10.0).alias("item_price"),
     (F.lit(1_700_000_000_000_000) + F.col("id") * 1000).alias("item_time"))
-res = (cec.stream(df, time="item_time", chunk_rows=10_000).group_by("item_id")
+res = (cec.stream(df, time="item_time", chunk_rows=8_000).group_by("item_id")
        .window(count=10).agg(avg="item_price").options(partitions=2).run(sys.argv[1]))
 print("completed", res.completed, flush=True)
 """
@@ -229,10 +239,11 @@ print("completed", res.completed, flush=True)
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_a_dataframe_run_killed_is_recovered_exactly_by_the_cli(tmp_path: Path) -> None:
+def test_a_dataframe_run_killed_is_recovered_exactly_by_the_cli(
+        spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """kill -9 of a Python job running a DataFrame pipeline; `cec recover --from-log`
     resumes it from RUN/source; the export is exact (every window, once)."""
-    rows = 200_000
+    rows = 80_000
     (tmp_path / "job.py").write_text(JOB)
     run = tmp_path / "run"
     with (tmp_path / "job.log").open("wb") as log:
@@ -257,8 +268,9 @@ def test_a_dataframe_run_killed_is_recovered_exactly_by_the_cli(tmp_path: Path) 
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
-    rec = cec_cli(["recover", "--from-log", str(run), "--json"], check=True)
-    result = json.loads(rec.stdout)
+    # `cec recover` in this process (its session: no second JVM to start)
+    assert _main(["recover", "--from-log", str(run), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
     assert problems(result, RecoverResult) == []
     assert result["resumed"]["completed"], result
     # the reference: the same rows in pandas, closed tumbling windows of 10 per key
@@ -266,7 +278,7 @@ def test_a_dataframe_run_killed_is_recovered_exactly_by_the_cli(tmp_path: Path) 
     ref = reference_count_windows(pd.DataFrame({
         "item_id": ids % 997, "item_price": (ids * 7919 % 1000) / 10.0,
         "item_time": 1_700_000_000_000_000 + ids * 1000}), 10, where_nonneg=False)
-    cec_cli(["export", str(run), "--out", str(tmp_path / "got.csv")], check=True)
+    assert _main(["export", str(run), "--out", str(tmp_path / "got.csv")]) == 0
     got = read_export_csv(tmp_path / "got.csv")
     cols = ["key", "window_start", "window_end", "count"]
     assert got[cols].values.tolist() == ref[cols].values.tolist()
