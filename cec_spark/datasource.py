@@ -23,7 +23,16 @@ that time.
 
 One Spark partition per output log; each reads only committed records (a log being
 written is read up to its last commit). The stream reader's offset is the last seq
-read per partition, so a query restarted from its checkpoint continues exactly.
+read per output log, so a query restarted from its checkpoint continues exactly.
+
+A rescaled run (``cec recover --partitions``) has output logs in several generations:
+every one is read (an old generation's up to the end its successor recorded), and
+``partition`` is the partition within its generation; offsets are keyed ``"3"`` in
+generation 0 and ``"g1/3"`` in generation 1 (:func:`cec_spark.layout.ack_key`). A
+stream query sees a rescale's new generation when it is restarted. A rescale whose
+old partition had run ahead of the cut leaves that partition's rows after the cut
+out of the results; a stream that had read them already has seen them, and sees
+their results again from the new generation.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from pyspark.sql.types import StructType
 
 from cec.errors import UsageError
 from cec.records import RESULT_TYPES, output_schema
-from cec_spark.layout import RunLayout
+from cec_spark.layout import RunLayout, ack_key
 from cec_spark.results import TIMESTAMP
 from cec_spark.source_time import TimeValueError, to_us
 from storage_log.log import StreamLog
@@ -69,7 +78,9 @@ class _Run:
         self.root = str(Path(raw).expanduser().absolute())
         layout = RunLayout(Path(self.root))
         spec, settings = layout.read_run_file()
-        self.partitions = spec.run.partitions
+        self.logs = layout.output_logs(spec.run.partitions)  # (gen, p, path, end)
+        self.partitions = len(self.logs)
+        self.keys = [ack_key(gen, p) for gen, p, _, _ in self.logs]
         self.count_window = spec.aggregate.window.kind == "count"
         self.key_type = "bigint" if settings.key_type == "int64" else "string"
         self.controls = options.get("controls", "false").strip().lower() in ("1", "true", "yes")
@@ -94,14 +105,13 @@ class _Run:
         return (f"partition int, seq bigint, key {self.key_type}, window_start timestamp, "
                 "window_end timestamp, count bigint, value double")
 
-    def output(self, p: int) -> Path:
-        return RunLayout(Path(self.root)).output(p)
-
-    def rows(self, p: int, after: int | None, upto: int | None) -> Iterator[pa.RecordBatch]:
-        """Partition ``p``'s records in (after, upto] (committed ones only), converted."""
-        path = self.output(p)
+    def rows(self, i: int, after: int | None, upto: int | None) -> Iterator[pa.RecordBatch]:
+        """Output log ``i``'s records in (after, upto] (committed ones only), converted."""
+        _, p, path, end = self.logs[i]
         if not path.exists():
             return
+        if end is not None:
+            upto = end if upto is None else min(upto, end)
         with StreamLog.open(path) as log:
             last = log.last_seq if upto is None else min(upto, log.last_seq or -1)
             if last is None or last < 0 or (after is not None and after >= last):
@@ -137,13 +147,12 @@ class _Run:
 
     def last_seqs(self) -> dict[str, int]:
         out = {}
-        for p in range(self.partitions):
-            path = self.output(p)
+        for key, (_, _, path, end) in zip(self.keys, self.logs, strict=True):
             last = -1
             if path.exists():
                 with StreamLog.open(path) as log:
                     last = -1 if log.last_seq is None else log.last_seq
-            out[str(p)] = last
+            out[key] = last if end is None else min(last, end)
         return out
 
 
@@ -184,13 +193,13 @@ class _Reader(DataSourceReader):
 
 
 class _StreamReader(DataSourceStreamReader):
-    """Offsets: ``{"0": last seq read, ...}`` per partition (-1: nothing yet)."""
+    """Offsets: ``{"0": last seq read, ...}`` per output log (-1: nothing yet)."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.run = _Run(options)
 
     def initialOffset(self) -> dict[str, Any]:
-        return {str(p): -1 for p in range(self.run.partitions)}
+        return dict.fromkeys(self.run.keys, -1)
 
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None
                      ) -> dict[str, Any]:
@@ -199,9 +208,9 @@ class _StreamReader(DataSourceStreamReader):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]
                    ) -> Sequence[InputPartition]:
-        return [_Part(p, int(start.get(str(p), -1)), int(end[str(p)]))
-                for p in range(self.run.partitions)
-                if int(end[str(p)]) > int(start.get(str(p), -1))]
+        return [_Part(i, int(start.get(k, -1)), int(end[k]))
+                for i, k in enumerate(self.run.keys)
+                if k in end and int(end[k]) > int(start.get(k, -1))]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _Part)

@@ -106,9 +106,19 @@ def _file_frame(spark: SparkSession, columns: ColumnTypes, time: TimeSpec,
 # --------------------------------------------------------------------------- frames
 
 
-def partition_expr(key: Column, partitions: int) -> Column:
-    """The key partition of a key: ``pmod(xxhash64(key), P)`` (Spark SQL, seed 42)."""
-    return F.pmod(F.xxhash64(key), F.lit(partitions)).cast("int")
+def partition_expr(key: Column, partitions: int, key_groups: int | None = None) -> Column:
+    """The key partition of a key (Spark SQL's ``xxhash64``, seed 42).
+
+    With key groups (new runs, ``run.toml`` ``[cec] key_groups = G``): the group
+    ``kg = pmod(xxhash64(key), G)``, owned by partition ``kg * P div G``
+    (:mod:`recovery.rescale` computes the same in Python). Without (a run from before
+    key groups): ``pmod(xxhash64(key), P)``.
+    """
+    if key_groups is None:
+        return F.pmod(F.xxhash64(key), F.lit(partitions)).cast("int")
+    kg = F.pmod(F.xxhash64(key), F.lit(key_groups))
+    # kg * P < 2^31 and the quotient's distance to an integer is >= 1/G: exact in double
+    return F.floor(kg * F.lit(partitions) / F.lit(key_groups)).cast("int")
 
 
 def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
@@ -137,8 +147,10 @@ def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
 
 
 def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
-                   chunks: list[Chunk] | None, readers: int = 1) -> DataFrame:
-    """Filtered, projected and partitioned rows: ts, seq, key, value, PART."""
+                   chunks: list[Chunk] | None, readers: int = 1,
+                   key_groups: int | None = None) -> DataFrame:
+    """Filtered, projected and partitioned rows: ts, seq, key, value, PART
+    (:func:`partition_expr` with the run's ``key_groups``)."""
     df = source_frame(spark, spec, columns, chunks, readers)
     if spec.where is not None:
         df = df.where(spec.where)
@@ -152,7 +164,7 @@ def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes
         F.col(SEQ).alias("seq"),
         key.alias(agg.group_by),
         value.alias(value_column(spec)),
-        partition_expr(key, spec.run.partitions).alias(PART),
+        partition_expr(key, spec.run.partitions, key_groups).alias(PART),
         *late,  # a late row (source_order): the writer counts it, never appends it
     )
 
@@ -200,7 +212,8 @@ class IngestQuery:
         self._reused: DataFrame | None = None
 
     def _query(self, chunks: list[Chunk] | None, readers: int) -> DataFrame:
-        df = upstream_frame(self.spark, self.spec, self.settings.columns, chunks, readers)
+        df = upstream_frame(self.spark, self.spec, self.settings.columns, chunks, readers,
+                            self.settings.key_groups)
         if readers > 1 or self.writers > 1:
             # rows to their writer through Spark's shuffle: Spark partition w holds the
             # key partitions p % writers == w, in seq order (each log keeps the source

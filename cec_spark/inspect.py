@@ -18,10 +18,11 @@ from cec.errors import CecError, RecoveryError, UsageError
 from cec.policy import RecoveryRates
 from cec.records import tuple_counts
 from cec_spark import rto
+from cec_spark.cluster import check_local_slots
 from cec_spark.driver import resume_run
 from cec_spark.fingerprint import check_fingerprint
 from cec_spark.ingest_writer import late_rows, upstream_sealed
-from cec_spark.layout import RunLayout
+from cec_spark.layout import RunLayout, rescaled_spec
 from cec_spark.outcome import (
     ExtentPartition,
     ExtentResult,
@@ -39,6 +40,7 @@ from cec_spark.outcome import (
     recovery_fields,
 )
 from cec_spark.plan import RunPlan
+from cec_spark.rescale import check_rescale, rescale
 from cec_spark.sources import plan_source
 from cec_spark.task import operator_for
 from cec_spark.watchdog import say
@@ -73,7 +75,8 @@ def _partitions(layout: RunLayout, partition: int | None, total: int) -> list[in
 
 def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool = True,
                 master: str | None = None, conf: dict[str, str] | None = None,
-                repair: bool = False, trust: bool = False) -> RecoverResult:
+                repair: bool = False, trust: bool = False,
+                partitions: int | None = None) -> RecoverResult:
     """``cec recover --from-log RUN``: reconcile, rebuild every EC, explain; then resume.
 
     Per partition the explain has ``n_c``, ``T``, ``t_c``, the extent (records
@@ -89,6 +92,10 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     upstream log at its first bad frame; the rows cut are read again from the source
     (which must still be there and unchanged: else RecoveryError, exit 4, naming the
     partition and the rows lost).
+
+    ``partitions`` (``--partitions P'``): first rescale the run to ``P'`` partitions
+    (:mod:`cec_spark.rescale`), then recover and resume those; with ``dry_run`` only
+    say what the rescale would do (the cut, the windows each new partition gets).
     """
     layout = RunLayout(Path(os.path.abspath(from_log)))
     if not dry_run:
@@ -102,6 +109,26 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
         say(warning)
     # before touching a log: a driver still running this run (another host) stops
     driver = None if dry_run else layout.take_driver()
+    rescaled = None
+    if partitions is not None and partitions != spec.run.partitions:
+        if repair:
+            raise UsageError("--repair and --partitions: repair the run first ('cec "
+                             "recover --repair'), then rescale it")
+        check_rescale(settings, spec, partitions, layout.root)
+        if not dry_run:  # P' + 1 slots, before anything is written
+            check_local_slots(partitions, rescaled_spec(spec, partitions).with_run(
+                master=master).run.effective_master)
+            for q in range(spec.run.partitions):  # a killed run's workers let go
+                for path in (layout.output(q), layout.upstream(q)):
+                    if path.exists():
+                        _wait_for_lock(path)
+        rescaled = rescale(layout, partitions, dry_run=dry_run)
+        if dry_run:
+            return RecoverResult(run_dir=str(layout.root), dry_run=True, partitions=[],
+                                 repairs=repairs, resumed=None, rescale=rescaled,
+                                 would=[] if rescaled is None else rescaled.lines())
+        layout = RunLayout(layout.root)  # the new generation
+        spec, settings = layout.read_run_file()
     explains: list[RecoverPartition] = []
     catch_up: dict[str, int | None] = {}  # each upstream log's end now (cec_spark.rto)
     for p in range(spec.run.partitions):
@@ -121,7 +148,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
             with out:
                 up = StreamLog.open(up_path) if up_path.exists() else None
                 try:
-                    explain = plan(out, up)
+                    explain = plan(out, up, upstream_after=layout.cut)
                 finally:
                     if up is not None:
                         up.close()
@@ -160,7 +187,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
         repaired: OutputRepair | None = None
         try:
             rec = recover(out_path, up_path, operator_for(spec, settings),
-                          fsync=spec.run.fsync)
+                          fsync=spec.run.fsync, upstream_after=layout.cut)
         except CorruptLogError as exc:
             # An output log is derived data: cut it at the first bad record and let
             # EC + replay produce the lost records again, exactly.
@@ -169,7 +196,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
                 repaired = OutputRepair(error=str(exc),
                                         reconcile=reconcile_of(log.reconcile_report))
             rec = recover(out_path, up_path, operator_for(spec, settings),
-                          fsync=spec.run.fsync)
+                          fsync=spec.run.fsync, upstream_after=layout.cut)
         try:
             report = rec.output_log.reconcile_report
             if first is not None and (first.bytes_cut or first.rebuilt):
@@ -195,7 +222,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
         plan=RunPlan(spec.with_run(master=master, conf=conf), settings, layout,
                      given=str(from_log)))
     return RecoverResult(run_dir=str(layout.root), dry_run=dry_run, partitions=explains,
-                         repairs=repairs, resumed=resumed,
+                         repairs=repairs, resumed=resumed, rescale=rescaled,
                          would=would_do(explains, _source_done(layout, spec.run.partitions))
                          if dry_run else [])
 
@@ -320,6 +347,12 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
     layout = RunLayout(Path(root))
     spec, settings = layout.read_run_file()
     late = late_rows(layout, spec.run.partitions)
+    if at is not None and layout.generation and at < layout.generations[-1].cut_ts:
+        g = layout.generations[-1]
+        raise UsageError(f"--at {at}: before the run's rescale to {g.partitions} "
+                         f"partitions (generation {g.gen}, at input seq {g.cut}, ts "
+                         f"{g.cut_ts}): time travel reaches back to the rescale only "
+                         "(the older generation's logs are output/p*, output/gNNNN/p*)")
     objective = spec.checkpoint.rto_s
     run_rto = rto.read_run(layout)
     fixed = rto.fixed_cost()
@@ -407,8 +440,8 @@ def _log_dirs(root: Path) -> list[Path]:
     if layout.exists():
         spec, _ = layout.read_run_file()
         dirs = []
-        for p in range(spec.run.partitions):
-            dirs += [layout.upstream(p), layout.output(p)]
+        for gen, p, out, _ in layout.output_logs(spec.run.partitions):  # every generation
+            dirs += [layout.upstream_of(gen, p), out]
         return [d for d in dirs if d.exists()]
     if (root / ID_FILE).exists() or any(root.glob("*.seg")):
         return [root]

@@ -11,6 +11,9 @@
       STOP               present while a clean stop is requested (Ctrl-C)
       drivers/00000001   one file per driver that ran the run (cec run, cec recover)
       consumers/NAME.json  what `cec export --consumer NAME` acknowledged (retention)
+      generations.toml   after a rescale (cec recover --partitions P'): the run's
+                         generations; generation g >= 1 keeps its logs in
+                         upstream/gNNNN/pNNNN, output/gNNNN/pNNNN, state/gNNNN/
 
 ``run.toml`` (its text: :mod:`cec_spark.run_file`) is written once, atomically and
 exclusively (a hard link: of two drivers racing for one directory exactly one wins),
@@ -35,12 +38,13 @@ import os
 import socket
 import time
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from cec.errors import CorruptionError, UsageError
-from cec.spec import PipelineSpec
+from cec.spec import PipelineSpec, default_master
 from cec_spark.run_file import (
     BACKUP_FILE,
     CHECKSUM_PREFIX,
@@ -55,9 +59,32 @@ from cec_spark.run_file import (
 )
 from storage_log.segment import fsync_dir
 
-__all__ = ["BACKUP_FILE", "CHECKSUM_PREFIX", "FORMAT_VERSION", "RUN_FILE",
-           "DriverSupersededError", "RunLayout", "RunNotVisibleError", "RunSettings",
-           "check_run_text", "settings_for", "sign_run_text"]
+__all__ = ["BACKUP_FILE", "CHECKSUM_PREFIX", "FORMAT_VERSION", "GENERATIONS_FILE",
+           "RUN_FILE", "DriverSupersededError", "Generation", "RunLayout",
+           "RunNotVisibleError", "RunSettings", "check_run_text", "settings_for",
+           "sign_run_text"]
+
+GENERATIONS_FILE = "generations.toml"
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation of a run: its partitions, from its start cut on.
+
+    Generation 0 is the run as started (``run.toml``'s partitions). A rescale adds
+    generation ``g``: its logs hold the results of the input after seq ``cut`` (every
+    input at or before it is in generation ``g - 1``'s state and results), and
+    ``previous_ends[q]`` is the last output seq of partition ``q`` of generation
+    ``g - 1`` that belongs to the run (-1: none); rows after it (output of input after
+    the cut, written before the rescale) are not results of the run.
+    """
+
+    gen: int
+    partitions: int
+    cut: int = -1
+    chunk: int = -1  # the source chunk that ends at seq ``cut`` (-1: none)
+    previous_ends: tuple[int, ...] = ()
+    cut_ts: int = 0  # the handoff's ts: no input of this generation is older
 
 
 @dataclass(frozen=True)
@@ -77,13 +104,64 @@ class RunLayout:
         return self.root / "STOP"
 
     def upstream(self, p: int) -> Path:
-        return self.root / "upstream" / f"p{p:04d}"
+        """Partition ``p``'s upstream log in the current generation."""
+        return self.upstream_of(self.generation, p)
 
     def output(self, p: int) -> Path:
-        return self.root / "output" / f"p{p:04d}"
+        """Partition ``p``'s output log in the current generation."""
+        return self.output_of(self.generation, p)
 
     def state_file(self, p: int) -> Path:
-        return self.root / "state" / f"p{p:04d}.json"
+        return self.gen_dir("state", self.generation) / f"p{p:04d}.json"
+
+    def upstream_of(self, gen: int, p: int) -> Path:
+        return self.gen_dir("upstream", gen) / f"p{p:04d}"
+
+    def output_of(self, gen: int, p: int) -> Path:
+        return self.gen_dir("output", gen) / f"p{p:04d}"
+
+    def gen_dir(self, kind: str, gen: int) -> Path:
+        return self.root / kind if gen == 0 else self.root / kind / f"g{gen:04d}"
+
+    # ------------------------------------------------------------------ generations
+
+    @property
+    def generations_file(self) -> Path:
+        return self.root / GENERATIONS_FILE
+
+    @cached_property
+    def generations(self) -> tuple[Generation, ...]:
+        """The run's generations, oldest first (empty: never rescaled, generation 0
+        only, with run.toml's partitions). Read once per RunLayout object."""
+        return read_generations(self.generations_file)
+
+    @property
+    def generation(self) -> int:
+        """The current generation (0: never rescaled)."""
+        return self.generations[-1].gen if self.generations else 0
+
+    @property
+    def cut(self) -> int | None:
+        """The current generation's start cut (None: generation 0, the whole input)."""
+        return self.generations[-1].cut if self.generation else None
+
+    def output_logs(self, partitions: int) -> list[tuple[int, int, Path, int | None]]:
+        """Every output log of every generation, oldest first: ``(gen, p, path, end)``
+        with ``end`` the last output seq that belongs to the run (None: all, the
+        current generation). ``partitions``: the current spec's (generation 0's when
+        the run was never rescaled)."""
+        gens = self.generations or (Generation(0, partitions),)
+        logs: list[tuple[int, int, Path, int | None]] = []
+        for i, g in enumerate(gens):
+            ends = gens[i + 1].previous_ends if i + 1 < len(gens) else None
+            logs += [(g.gen, p, self.output_of(g.gen, p), None if ends is None else ends[p])
+                     for p in range(g.partitions)]
+        return logs
+
+    def write_generations(self, gens: tuple[Generation, ...]) -> None:
+        """Store the generations atomically (tmp, fsync, rename, fsync of the folder):
+        the commit point of a rescale."""
+        write_generations(self.generations_file, gens)
 
     def exists(self) -> bool:
         return self.run_file.exists()
@@ -178,7 +256,14 @@ class RunLayout:
             raise CorruptionError(f"{origin}: damaged (not UTF-8 at byte {exc.start}); "
                                   f"{repair}") from exc
         spec, settings = parse_run_text(text, origin, repair)
-        return text, spec, settings
+        return text, self.current_spec(spec), settings
+
+    def current_spec(self, spec: PipelineSpec) -> PipelineSpec:
+        """``spec`` with the current generation's partitions (run.toml keeps the
+        partitions the run started with; a rescale records its own)."""
+        if self.generation and self.generations[-1].partitions != spec.run.partitions:
+            return rescaled_spec(spec, self.generations[-1].partitions)
+        return spec
 
     def check_visible(self, run_id: str | None) -> None:
         """On an executor: this host sees the run the driver created (same run id).
@@ -281,30 +366,30 @@ class RunLayout:
         return self.root / "consumers"
 
     def consumer_acks(self, p: int) -> list[int]:
-        """Per registered consumer, the output seq of partition ``p`` it acknowledged
-        (-1: none yet). Unreadable ack files count as nothing acknowledged."""
+        """Per registered consumer, the output seq of partition ``p`` (of the current
+        generation) it acknowledged (-1: none yet). Unreadable ack files count as
+        nothing acknowledged."""
         try:
             names = sorted(n for n in os.listdir(self.consumers_dir) if n.endswith(".json"))
         except FileNotFoundError:
             return []
-        acks = []
-        for name in names:
-            acks.append(self.read_ack(name[:-len(".json")]).get(p, -1))
-        return acks
+        key = ack_key(self.generation, p)
+        return [self.read_ack(name[:-len(".json")]).get(key, -1) for name in names]
 
-    def read_ack(self, consumer: str) -> dict[int, int]:
+    def read_ack(self, consumer: str) -> dict[str, int]:
+        """What ``consumer`` acknowledged: the last output seq per :func:`ack_key`."""
         try:
             raw = json.loads((self.consumers_dir / f"{consumer}.json").read_text("utf-8"))
-            return {int(k): int(v) for k, v in raw["partitions"].items()}
+            return {str(k): int(v) for k, v in raw["partitions"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
 
-    def write_ack(self, consumer: str, acks: dict[int, int]) -> None:
+    def write_ack(self, consumer: str, acks: dict[str, int]) -> None:
         self.consumers_dir.mkdir(exist_ok=True)
         path = self.consumers_dir / f"{consumer}.json"
         tmp = path.with_name(f".{consumer}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps({"consumer": consumer, "acked_at": time.time(),
-                                   "partitions": {str(k): v for k, v in acks.items()}}),
+                                   "partitions": dict(acks)}),
                        encoding="utf-8")
         with tmp.open("rb") as fh:
             os.fsync(fh.fileno())
@@ -330,6 +415,21 @@ class RunLayout:
         return raw if isinstance(raw, dict) else {}
 
 
+def rescaled_spec(spec: PipelineSpec, partitions: int) -> PipelineSpec:
+    """``spec`` with ``partitions``; a stored master that was the default for the old
+    partition count (``local[P+2,3]``) becomes the default for the new one."""
+    master = spec.run.master
+    if master == default_master(spec.run.partitions):
+        master = None
+    return replace(spec, run=replace(spec.run, partitions=partitions, master=master))
+
+
+def ack_key(gen: int, p: int) -> str:
+    """The name of a partition's output log in a consumer's acks: ``"3"`` in generation
+    0 (as before rescales existed), ``"g1/3"`` in generation 1."""
+    return str(p) if gen == 0 else f"g{gen}/{p}"
+
+
 class DriverSupersededError(UsageError):
     """A newer driver took over the run (two ``cec recover`` at once): this one stops."""
 
@@ -337,3 +437,52 @@ class DriverSupersededError(UsageError):
 class RunNotVisibleError(UsageError):
     """An executor does not see the run directory the driver created (exit 2)."""
 
+
+
+def generations_text(gens: tuple[Generation, ...]) -> str:
+    """The signed text of ``generations.toml``."""
+    lines = ["# the generations of a rescaled run (cec recover --partitions); written once "
+             "per rescale", f"format_version = {FORMAT_VERSION}", ""]
+    for g in gens:
+        lines += ["[[generation]]", f"gen = {g.gen}", f"partitions = {g.partitions}",
+                  f"cut = {g.cut}", f"chunk = {g.chunk}",
+                  f"previous_ends = [{', '.join(str(e) for e in g.previous_ends)}]",
+                  f"cut_ts = {g.cut_ts}", ""]
+    return sign_run_text("\n".join(lines))
+
+
+def read_generations(path: Path) -> tuple[Generation, ...]:
+    """The generations stored in ``path`` (none if it does not exist); a damaged file
+    is CorruptionError (exit 3), naming it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptionError(f"{path}: cannot be read: {exc}") from exc
+    bad = check_run_text(text, str(path))
+    if bad is not None or CHECKSUM_PREFIX not in text:
+        raise CorruptionError(f"{bad or f'{path}: no checksum line'}: the run's "
+                              "generations (its rescales) cannot be trusted")
+    try:
+        raw = tomllib.loads(text)["generation"]
+        gens = tuple(Generation(int(g["gen"]), int(g["partitions"]), int(g["cut"]),
+                                int(g["chunk"]),
+                                tuple(int(e) for e in g["previous_ends"]),
+                                int(g.get("cut_ts", 0))) for g in raw)
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptionError(f"{path}: damaged: {exc}") from exc
+    for i, g in enumerate(gens):
+        if g.gen != i or g.partitions < 1 or (i and len(g.previous_ends)
+                                               != gens[i - 1].partitions):
+            raise CorruptionError(f"{path}: generation {i} is inconsistent: {g}")
+    return gens
+
+
+def write_generations(path: Path, gens: tuple[Generation, ...]) -> None:
+    tmp = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    tmp.write_text(generations_text(gens), encoding="utf-8")
+    with tmp.open("rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

@@ -442,6 +442,59 @@ class RecoverPartition:
 
 
 @dataclass(frozen=True)
+class RescalePartition:
+    """What a rescale did with one partition of the old generation."""
+
+    __pydantic_config__ = _DOCS
+    partition: int
+    """The old partition."""
+    state: str
+    """drained (processed its input up to the cut), ahead (its output went past the
+    cut: the rows after end_seq are not results), sealed (done; nothing moves) or
+    empty."""
+    t_c: int | None
+    """Input position of its output's last row before the rescale (null: no row)."""
+    end_seq: int
+    """Its last output seq that belongs to the run (-1: none)."""
+    drained_tuples: int
+    """Upstream tuples processed after t_c up to the cut."""
+    windows: int
+    """Its open windows as of the cut (handed to the new partitions)."""
+
+
+@dataclass(frozen=True)
+class RescaleResult:
+    """``cec recover --partitions P'``: the run's partitions changed at a cut."""
+
+    __pydantic_config__ = _DOCS
+    run_dir: str
+    """The run directory (absolute)."""
+    from_partitions: int
+    """Partitions before."""
+    to_partitions: int
+    """Partitions after."""
+    generation: int
+    """The new generation (its logs: output/gNNNN/, upstream/gNNNN/)."""
+    cut: int
+    """C: every input tuple at or before this seq is in the old generation."""
+    chunk: int
+    """The source chunk that ends at the cut (-1: none)."""
+    dry_run: bool
+    """Explained only: nothing written."""
+    old: list[RescalePartition]
+    """Each old partition."""
+    windows_per_partition: list[int]
+    """Open windows handed to each new partition."""
+
+    def lines(self) -> list[str]:
+        moved = ", ".join(f"p{p}: {n}" for p, n in enumerate(self.windows_per_partition))
+        verb = "would rescale" if self.dry_run else "rescaled"
+        return [f"{verb} from {self.from_partitions} to {self.to_partitions} partitions "
+                f"(generation {self.generation}) at the cut C = seq {self.cut} (source "
+                f"chunk {self.chunk})", f"open windows per new partition: {moved or 'none'}"]
+
+
+@dataclass(frozen=True)
 class RecoverResult:
     """``cec recover``: every partition's recovery, then the resumed run."""
 
@@ -459,6 +512,8 @@ class RecoverResult:
     would: list[str] = field(default_factory=list)
     """A dry run: what a recover would do and why, one sentence per partition, then one
     for the run (empty when not a dry run)."""
+    rescale: RescaleResult | None = None
+    """The rescale done (or, dry run, planned) before the recovery (--partitions)."""
 
 
 # --------------------------------------------------------------------------- extent

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from cec.errors import UsageError
 from cec.records import RESULT_TYPES
-from cec_spark.layout import RunLayout
+from cec_spark.layout import RunLayout, ack_key
 from cec_spark.outcome import ExportResult
 from storage_log.log import StreamLog
 
@@ -60,20 +60,22 @@ def results_table(root: Path | str) -> pa.Table:
     return results_since(root)[0]
 
 
-def results_since(root: Path | str, after: dict[int, int] | None = None
-                  ) -> tuple[pa.Table, dict[int, int]]:
-    """The sorted results with output seq after ``after[p]`` in partition ``p`` (all
-    when None), and each partition's last output seq read."""
+def results_since(root: Path | str, after: dict[str, int] | None = None
+                  ) -> tuple[pa.Table, dict[str, int]]:
+    """The sorted results with output seq after ``after[k]`` in the output log named
+    ``k`` (:func:`cec_spark.layout.ack_key`; all when None), and each log's last
+    output seq read. A rescaled run's results are those of every generation: each
+    old generation's logs up to the end its successor recorded."""
     layout = RunLayout(Path(root))
     spec, settings = layout.read_run_file()
     count_window = spec.aggregate.window.kind == "count"
     key_type = pa.int64() if settings.key_type == "int64" else pa.string()
     parts: list[pa.Table] = []
-    last: dict[int, int] = {}
-    for p in range(spec.run.partitions):
-        path = layout.output(p)
-        since = -1 if after is None else after.get(p, -1)
-        last[p] = since
+    last: dict[str, int] = {}
+    for gen, p, path, end in layout.output_logs(spec.run.partitions):
+        name = ack_key(gen, p)
+        since = -1 if after is None else after.get(name, -1)
+        last[name] = since
         if not path.exists():
             continue
         with StreamLog.open(path) as log:
@@ -82,6 +84,10 @@ def results_since(root: Path | str, after: dict[int, int] | None = None
                                  f"has not acknowledged starts before the log's first "
                                  f"record {log.first_seq} (trimmed without its ack?)")
             upto = log.last_seq
+            if end is not None and upto is not None:
+                upto = end if end < upto else upto
+                if upto < 0:
+                    upto = None
             batches = log.read_forward(after_seq=since) if since >= 0 and upto is not None \
                 else ([] if upto is None else log.read_forward())
             for raw in batches:
@@ -89,6 +95,8 @@ def results_since(root: Path | str, after: dict[int, int] | None = None
                     continue
                 batch = raw
                 seq = raw.column("seq")
+                if upto is not None and pc.min(seq).as_py() > upto:
+                    break
                 if upto is not None and pc.max(seq).as_py() > upto:  # committed since: next
                     batch = raw.filter(pc.less_equal(seq, upto))
                 if batch.num_rows == 0:
@@ -97,17 +105,17 @@ def results_since(root: Path | str, after: dict[int, int] | None = None
                 if r.num_rows == 0:
                     continue
                 start = r.column("first_ts" if count_window else "win_start")
-                end = r.column("last_ts" if count_window else "win_end")
+                end_col = r.column("last_ts" if count_window else "win_end")
                 parts.append(pa.table({
                     "key": r.column("key").cast(key_type),
                     "window_start": start,
-                    "window_end": end,
+                    "window_end": end_col,
                     "count": r.column("cnt"),
                     "value": r.column("value"),
                     "tau1": r.column("tau1"),
                 }))
             if upto is not None:
-                last[p] = max(since, upto)
+                last[name] = max(since, upto)
     if parts:
         table = pa.concat_tables(parts)
     else:

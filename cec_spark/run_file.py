@@ -22,6 +22,10 @@ from cec_spark.source_types import ColumnTypes
 RUN_FILE = "run.toml"
 BACKUP_FILE = "run.toml.bak"
 FORMAT_VERSION = 1
+# New runs hash keys into this many key groups (``pmod(xxhash64(key), G)``); partition
+# ``p`` of ``P`` owns the groups ``kg`` with ``kg * P // G == p`` (Flink's key groups),
+# so a rescale (``cec recover --partitions P'``, ``P' <= G``) moves whole groups.
+KEY_GROUPS = 128
 CHECKSUM_PREFIX = "# cec-checksum: xxh64 "
 
 
@@ -56,6 +60,9 @@ class RunSettings:
     source_files: tuple[dict[str, Any], ...] = ()
     # what looked wrong about the source when the run was planned (the time unit)
     warnings: tuple[str, ...] = ()
+    # the key groups of the key partition (KEY_GROUPS); None: a run from before key
+    # groups, partitioned by pmod(xxhash64(key), P), which cannot be rescaled
+    key_groups: int | None = None
 
     @property
     def key_type(self) -> str:
@@ -69,7 +76,7 @@ def settings_for(spec: PipelineSpec, columns: ColumnTypes, max_tuples: int | Non
                  warnings: tuple[str, ...] = ()) -> RunSettings:
     """The settings of a new run (with a new run id)."""
     return RunSettings(max_tuples, columns, spec.aggregate.group_by, uuid.uuid4().hex,
-                       source_files, warnings)
+                       source_files, warnings, max(KEY_GROUPS, spec.run.partitions))
 
 
 def run_text(spec: PipelineSpec, settings: RunSettings) -> str:
@@ -86,6 +93,8 @@ def run_text(spec: PipelineSpec, settings: RunSettings) -> str:
         extra["cec"]["source_files"] = list(settings.source_files)
     if settings.warnings:
         extra["cec"]["warnings"] = list(settings.warnings)
+    if settings.key_groups is not None:
+        extra["cec"]["key_groups"] = settings.key_groups
     return sign_run_text(dump_spec(spec, extra))
 
 
@@ -118,9 +127,13 @@ def parse_run_text(text: str, origin: str, repair: str = "") -> tuple[PipelineSp
         files = tuple({"file": str(f["file"]), "bytes": int(f["bytes"]),
                        "xxh64": str(f["xxh64"])} for f in cec.get("source_files", []))
         warnings = tuple(str(w) for w in cec.get("warnings", []))
+        groups = cec.get("key_groups")
+        if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int)
+                                   or groups < 1):
+            raise ValueError(f"key_groups must be a positive integer, got {groups!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptionError(f"{origin}: [cec] table missing or damaged: {exc}"
                               f"{tail}") from exc
     settings = RunSettings(None if max_tuples < 0 else max_tuples, columns,
-                           spec.aggregate.group_by, run_id, files, warnings)
+                           spec.aggregate.group_by, run_id, files, warnings, groups)
     return spec, settings

@@ -278,7 +278,8 @@ def _recover(layout: RunLayout, p: int, op: VectorOperator, spec: PipelineSpec,
     while True:
         try:
             rec = recover(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
-                          create=False, segment_bytes=spec.run.segment_kb << 10)
+                          create=False, segment_bytes=spec.run.segment_kb << 10,
+                          upstream_after=layout.cut)
             counters.waiting = None
             return rec
         except ReplayUnavailableError as exc:

@@ -176,16 +176,27 @@ def recover(
     trust: Annotated[bool, typer.Option(
         "--trust", help="Resume a run directory another user owns (its [filter] is Spark "
         "SQL that the resume executes).")] = False,
+    partitions: Annotated[int | None, typer.Option(
+        "--partitions", min=1, help="Rescale: resume with this many partitions (open "
+        "windows move by key group at a common input cut; a run started before key "
+        "groups cannot). With --dry-run: say what would move.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
     if not dry_run:
-        _start_spark_early(_stored_spec(from_log, master, parse_conf(conf or []), trust))
+        spec = _stored_spec(from_log, master, parse_conf(conf or []), trust)
+        if spec is not None and partitions is not None:
+            from cec_spark.layout import rescaled_spec
+            spec = rescaled_spec(spec, partitions).with_run(master=master)
+        _start_spark_early(spec)
     result = cec_spark.api.recover(from_log, dry_run=dry_run, progress=not json_out,
                                    master=master, conf=parse_conf(conf or []), repair=repair,
-                                   trust=trust)
+                                   trust=trust, partitions=partitions)
     for line in result.repairs:
         err_console.print(f"cec: repaired: {escape(line)}", highlight=False, soft_wrap=True)
+    if result.rescale is not None and not json_out:
+        for line in result.rescale.lines():
+            err_console.print(f"cec: {escape(line)}", highlight=False, soft_wrap=True)
     _show(result, json_out, "partitions", RECOVER_COLUMNS)
     if not json_out:
         for line in result.would:

@@ -181,6 +181,7 @@ def recover_from_logs(
     reconcile_cpu: float | None = None,
     key_column: str | None = None,
     filter_replay: bool = True,
+    upstream_after: int | None = None,
 ) -> Recovered:
     """Scan, load and replay on logs already open (no reconcile; time travel allowed).
 
@@ -188,6 +189,8 @@ def recover_from_logs(
     reconcile time to report, if the caller did one. ``key_column`` (default: the
     operator's ``config.key_column`` if it has one) enables the :class:`ReplayFilter`;
     ``filter_replay=False`` hands every replayed tuple to the operator.
+    ``upstream_after``: the upstream log holds exactly the tuples after that seq (a
+    rescaled run's generation, :func:`recovery.upstream.check_upstream`).
     """
     rates = rates or RateModel()
     if key_column is None:
@@ -207,7 +210,7 @@ def recover_from_logs(
         )
         explain = RecoveryExplain.fresh(rec.reason, phases, rates)
         return Recovered(operator, rec, explain)
-    check_upstream(rec, upstream)
+    check_upstream(rec, upstream, starts_after=upstream_after)
     _, load_s, load_cpu = _timed(
         operator.load_ec, rec.table, t_c=rec.t_c, t_c_ts=rec.t_c_ts, next_out_seq=rec.next_out_seq
     )
@@ -235,6 +238,7 @@ def plan(
     at_seq: int | None = None,
     at_ts: int | None = None,
     rates: RateModel | None = None,
+    upstream_after: int | None = None,
 ) -> RecoveryExplain:
     """Dry run, read-only: scan the output log, estimate the other phases' times.
 
@@ -258,7 +262,7 @@ def plan(
         )
     counted = (0, 0, 0, 0)
     if upstream is not None:
-        check_upstream(rec, upstream)
+        check_upstream(rec, upstream, starts_after=upstream_after)
         stats = count_replay(rec, upstream)  # what the replay will read: exact
         counted = (stats.tuples, stats.batches, stats.bytes, 0)
     return RecoveryExplain.found(
@@ -296,6 +300,7 @@ def recover(
     filter_replay: bool = True,
     create: bool = True,
     segment_bytes: int = 64 << 20,
+    upstream_after: int | None = None,
 ) -> Recovered:
     """Reconcile the output log, rebuild the EC, load it and replay up to ``t_c``.
 
@@ -313,13 +318,13 @@ def recover(
                 res = recover_from_logs(
                     out, up, operator, rates=rates, chunk_bytes=chunk_bytes,
                     reconcile_s=reconcile_s, reconcile_cpu=reconcile_cpu,
-                    filter_replay=filter_replay,
+                    filter_replay=filter_replay, upstream_after=upstream_after,
                 )  # fmt: skip
         else:
             res = recover_from_logs(
                 out, _NoUpstream(), operator, rates=rates, chunk_bytes=chunk_bytes,
                 reconcile_s=reconcile_s, reconcile_cpu=reconcile_cpu,
-                filter_replay=filter_replay,
+                filter_replay=filter_replay, upstream_after=upstream_after,
             )  # fmt: skip
     except BaseException:
         out.close()

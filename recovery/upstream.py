@@ -121,12 +121,19 @@ class ReplayFilter:
         return need
 
 
-def check_upstream(rec: EventualCheckpoint, upstream: UpstreamLogReader) -> None:
+def check_upstream(rec: EventualCheckpoint, upstream: UpstreamLogReader, *,
+                   starts_after: int | None = None) -> None:
     """Raise ReplayUnavailableError unless the upstream holds every tuple in (T, t_c].
 
+    ``starts_after``: the log was started to hold exactly the tuples after that seq (a
+    rescaled run's generation, whose cut is its ``T`` at the handoff): when ``T`` is
+    not before it, a log that is empty or starts after ``T + 1`` still holds them all.
     The log's own ``read_forward`` also refuses (``LogTrimmedError``, turned into
     ReplayUnavailableError by :func:`replay`) a position inside trimmed segments.
     """
+    complete = starts_after is not None and starts_after <= rec.T
+    if complete and rec.t_c <= rec.T:  # nothing to replay
+        return
     first, last = upstream.first_seq, upstream.last_seq
     if first is None or last is None:
         raise ReplayUnavailableError(
@@ -136,7 +143,7 @@ def check_upstream(rec: EventualCheckpoint, upstream: UpstreamLogReader) -> None
     # T is the seq of a real input tuple: a log that starts after T was trimmed. It
     # still holds every tuple after T only if it starts at T + 1 (seqs are integers);
     # a later start may hide trimmed tuples (sparse seqs cannot tell), so it is refused.
-    if first > rec.T + 1:
+    if first > rec.T + 1 and not complete:
         raise ReplayUnavailableError(
             f"the upstream log starts at seq {first}, after T={rec.T}: it was trimmed past "
             f"the oldest footprint (N_c={rec.n_c}, t_c={rec.t_c}); the state cannot be "

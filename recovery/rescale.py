@@ -1,0 +1,130 @@
+"""Rescale on recovery, the pure part: key groups and the handoff of open windows.
+
+A run started with key groups (``RUN/run.toml`` ``[cec] key_groups = G``) sends a key
+to key group ``kg = pmod(xxhash64(key), G)`` and partition ``kg * P // G`` (Flink's key
+groups: a partition owns a range of groups, so ``P -> P'`` moves whole groups).
+:func:`spark_xxhash64` is exactly Spark SQL's ``xxhash64`` (seed 42): an int64 key is
+the XXH64 of its 8 little-endian bytes, a string key the XXH64 of its UTF-8 bytes,
+the result read as a signed int64; the ingest decides partitions in Spark, the
+rescale decides where an open window goes here, and the two must agree.
+
+:func:`handoff` turns the open windows of every old partition, all as of the common
+cut ``C`` (every input tuple with ``seq <= C`` applied, none after), into the first
+record of each new partition's output log: one ``G_check`` row per window whose key
+the new partition owns, ``t_now = C`` (the footprint: the state contains everything
+up to ``C``), ``n_open`` the number of windows handed to that partition. EC
+reconstruction of that record gives exactly those windows with ``t_c = T = C``: the
+new partition resumes with an empty replay. No I/O here.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import xxhash
+
+from cec.aggregates import get_reducer
+from cec.operator.state import OperatorState
+from cec.records import G_CHECK, output_schema
+
+SPARK_SEED = 42
+_WINDOW_COLUMNS = ("key", "win_start", "win_end", "tau1", "cnt", "sum", "min", "max",
+                   "first_ts", "last_ts")
+
+
+def spark_xxhash64(key: int | str) -> int:
+    """Spark SQL's ``xxhash64(key)`` (seed 42) of an int64 or string key, signed."""
+    if isinstance(key, bool):
+        raise TypeError("a key is an int64 or a string, not a bool")
+    if isinstance(key, int):
+        data = struct.pack("<q", key)
+    elif isinstance(key, str):
+        data = key.encode("utf-8")
+    else:
+        raise TypeError(f"a key is an int64 or a string, not {type(key).__name__}")
+    h = xxhash.xxh64_intdigest(data, seed=SPARK_SEED)
+    return h - (1 << 64) if h >= 1 << 63 else h
+
+
+def key_group(key: int | str, groups: int) -> int:
+    """``pmod(xxhash64(key), groups)``."""
+    return spark_xxhash64(key) % groups
+
+
+def partition_of_group(kg: int, partitions: int, groups: int) -> int:
+    """The partition that owns key group ``kg``: ``kg * P // G``."""
+    return kg * partitions // groups
+
+
+def partitions_of(keys: Iterable[int | str], partitions: int, groups: int
+                  ) -> np.ndarray:
+    """The partition of each key (:func:`key_group`, then :func:`partition_of_group`)."""
+    return np.fromiter((key_group(k, groups) * partitions // groups for k in keys),
+                       dtype=np.int64)
+
+
+def windows_table(state: OperatorState, key_type: str) -> pa.Table:
+    """An operator's open windows (:meth:`state_at`) as columns of the output schema."""
+    schema = output_schema(key_type)
+    wins = list(state.windows.values())
+    return pa.table({name: pa.array([getattr(w, name) for w in wins],
+                                    schema.field(name).type)
+                     for name in _WINDOW_COLUMNS})
+
+
+def handoff(windows: Sequence[pa.Table], *, cut: int, ts: int, partitions: int,
+            groups: int, function: str, key_type: str, time_windows: bool = False
+            ) -> list[pa.RecordBatch]:
+    """The first output record of each of ``partitions`` new partitions (0 rows: no
+    window goes there, and the new partition starts fresh).
+
+    ``windows``: the open windows of every old partition as of input position ``cut``
+    (:func:`windows_table`); ``ts`` the record's ``ts`` (the handoff's ``t_c_ts``: no
+    later tuple of the new partition may be older, and every time window handed over
+    must end after it). Rows are in ``(tau1, key, win_start)`` order; a window id met
+    twice is refused (two old partitions cannot hold one key).
+    """
+    if not 1 <= partitions <= groups:
+        raise ValueError(f"partitions must be in 1..{groups}, got {partitions}")
+    schema = output_schema(key_type)
+    parts = [w.select(list(_WINDOW_COLUMNS)).cast(
+        pa.schema([schema.field(n) for n in _WINDOW_COLUMNS])) for w in windows]
+    table = (pa.concat_tables(parts) if parts else
+             pa.table({n: pa.array([], schema.field(n).type) for n in _WINDOW_COLUMNS}))
+    ids = list(zip(table.column("key").to_pylist(), table.column("win_start").to_pylist(),
+                   strict=True))
+    if len(set(ids)) != len(ids):
+        raise ValueError("a window id is open in two old partitions: the logs do not "
+                         "belong to one key-partitioned run")
+    if time_windows and table.num_rows:
+        ends = table.column("win_end").to_numpy()
+        if int(ends.min()) <= ts:
+            raise ValueError(f"a time window ending at {int(ends.min())} is still open "
+                             f"at ts {ts}: the handoff's ts is too late")
+    target = partitions_of(table.column("key").to_pylist(), partitions, groups)
+    reducer = get_reducer(function)
+    out = []
+    for p in range(partitions):
+        sel = table.filter(pa.array(target == p))
+        sel = sel.sort_by([("tau1", "ascending"), ("key", "ascending"),
+                           ("win_start", "ascending")])
+        n = sel.num_rows
+        cnt = sel.column("cnt").to_numpy()
+        value = reducer.result_array(cnt, sel.column("sum").to_numpy(),
+                                     sel.column("min").to_numpy(),
+                                     sel.column("max").to_numpy())
+        cols = {
+            "ts": pa.array(np.full(n, ts, np.int64)),
+            "seq": pa.array(np.arange(n, dtype=np.int64)),
+            "type": pa.array(np.full(n, G_CHECK, np.int8)),
+            "t_now": pa.array(np.full(n, cut, np.int64)),
+            "n_open": pa.array(np.full(n, n, np.int64)),
+            **{name: sel.column(name).combine_chunks() for name in _WINDOW_COLUMNS},
+            "value": pa.array(np.asarray(value, np.float64)),
+        }
+        out.append(pa.RecordBatch.from_arrays([cols[f.name] for f in schema],
+                                              schema=schema))
+    return out
