@@ -24,6 +24,7 @@ from rich.markup import escape
 import cec_spark
 from cec.errors import USER_ERRORS
 from cec.spec import PipelineSpec, parse_conf
+from cec_spark.layout import rescaled_spec
 from cec_spark.outcome import ErrorReport, Result
 from cli.example_specs import copy_examples, list_examples
 from cli.render import Column, render
@@ -186,7 +187,6 @@ def recover(
     if not dry_run:
         spec = _stored_spec(from_log, master, parse_conf(conf or []), trust)
         if spec is not None and partitions is not None:
-            from cec_spark.layout import rescaled_spec
             spec = rescaled_spec(spec, partitions).with_run(master=master)
         _start_spark_early(spec)
     result = cec_spark.api.recover(from_log, dry_run=dry_run, progress=not json_out,
