@@ -334,7 +334,8 @@ class RtoTask:
         t0 = self.clock()
         with StreamLog.open(self.layout.output(self.p)) as out, \
                 StreamLog.open(self.layout.upstream(self.p)) as up:
-            rec = recover_from_logs(out, up, self.make_operator())
+            rec = recover_from_logs(out, up, self.make_operator(),
+                                    upstream_after=self.layout.cut)
         self.sample("probe", rec.explain)
         took = self.clock() - t0
         self._next_probe = self.clock() + max(PROBE_GAP_S, PROBE_DUTY * took)
