@@ -5,9 +5,10 @@ consecutive chunks (up to :data:`JOB_ROWS` source rows) with a single task, so t
 order of the stream is kept without any sort. The task reads the chunks (the generator
 through ``spark.range`` and deterministic expressions; files through a Python function
 over the chunk numbers, :func:`_file_frame`, which yields Arrow batches), applies
-``[filter].where`` in Spark SQL, computes the key partition (key group ``pmod(xxhash64(key), G)`` → ``kg * P div G``)
-in Spark SQL (:func:`partition_expr`, the only place the partition of a key is
-decided) and hands Arrow batches to :func:`_chunk_writer` (``mapInArrow``). The
+``[filter].where`` in Spark SQL, computes the key partition (key group
+``kg = pmod(xxhash64(key), G)``, partition ``kg * P div G``) in Spark SQL
+(:func:`partition_expr`, the only place the partition of a key is decided) and
+hands Arrow batches to :func:`_chunk_writer` (``mapInArrow``). The
 writer splits each batch by partition (a stable argsort, so each partition's rows
 stay in ``seq`` order), appends one record per partition per batch and, as soon as it
 has passed the end of a chunk, commits every one of the P logs with the token
