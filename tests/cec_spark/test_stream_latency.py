@@ -28,7 +28,8 @@ from cec_spark.ingest import (
     partition_expr,
     read_token,
 )
-from cec_spark.layout import RunLayout, settings_for
+from cec_spark.layout import RunLayout
+from cec_spark.run_file import KEY_GROUPS, settings_for
 from cec_spark.session import build_session
 from cec_spark.sources import InputError, StreamDirWatcher
 from storage_log.log import StreamLog
@@ -81,7 +82,8 @@ def _expected(spark: object, df: pd.DataFrame) -> list[np.ndarray]:
     Spark's own partition expression."""
     kept = df.assign(seq=np.arange(len(df)))[df.item_price >= 0]
     sdf = spark.createDataFrame(kept[["item_id", "seq"]])  # type: ignore[attr-defined]
-    rows = sdf.select("seq", partition_expr(sdf["item_id"], P).alias(PART)).collect()
+    rows = sdf.select("seq", partition_expr(sdf["item_id"], P, KEY_GROUPS).alias(PART)
+                      ).collect()
     out: list[list[int]] = [[] for _ in range(P)]
     for r in rows:
         out[int(r[PART])].append(int(r["seq"]))
