@@ -5,11 +5,13 @@ exactly (also after kill -9 and ``cec recover``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,8 @@ import pytest
 
 from cec.errors import SpecError
 from cec.spec import PipelineSpec, parse_spec
+from cec_spark.driver import run_pipeline
+from cec_spark.inspect import inspect_extent, recover_run
 from cec_spark.results import export
 from cec_spark.source_order import LATE, late_mask
 from cec_spark.source_time import TimeValueError, to_us
@@ -186,10 +190,19 @@ def test_a_stream_folder_releases_held_rows_at_end(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- Spark
 
 
-def _run(spec: Path, run: Path, *extra: str) -> dict[str, object]:
-    proc = cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json", *extra],
-               check=True)
-    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+@pytest.fixture(scope="module")
+def spark() -> Iterator[object]:
+    """One Spark session for the runs made in this process (run_pipeline uses it)."""
+    from cec_spark.session import build_session
+
+    session = build_session("local[4,3]", 2)
+    yield session
+    session.stop()
+
+
+def _run(spec: Path, run: Path) -> dict[str, object]:
+    """``cec run pipeline SPEC --log-dir RUN --json``, in this process (its session)."""
+    return dataclasses.asdict(run_pipeline(spec, run, progress=False))
 
 
 def _export(run: Path, out: Path) -> pa.Table:
@@ -198,7 +211,7 @@ def _export(run: Path, out: Path) -> pa.Table:
 
 
 @pytest.mark.spark
-def test_timestamp_iso_and_epoch_ms_sources_export_alike(tmp_path: Path) -> None:
+def test_timestamp_iso_and_epoch_ms_sources_export_alike(spark: object, tmp_path: Path) -> None:
     n = 6000
     rng = np.random.default_rng(3)
     us = T0 + np.cumsum(rng.integers(0, 20, n)) * 1000  # whole milliseconds
@@ -252,7 +265,8 @@ def test_timestamp_iso_and_epoch_ms_sources_export_alike(tmp_path: Path) -> None
 
 
 @pytest.mark.spark
-def test_a_suspicious_unit_warns_in_the_result_stderr_and_inspect(tmp_path: Path) -> None:
+def test_a_suspicious_unit_warns_in_the_result_stderr_and_inspect(
+        spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ms = (T0 // 1000) + np.arange(0, 600_000, 100)
     pd.DataFrame({"item_id": np.arange(len(ms)) % 7, "item_price": 1.0,
                   "item_time": ms}).to_csv(tmp_path / "ms.csv", index=False)
@@ -260,14 +274,12 @@ def test_a_suspicious_unit_warns_in_the_result_stderr_and_inspect(tmp_path: Path
     spec.write_text(spec_text('kind = "csv"\npath = "ms.csv"\ntime_field = "item_time"',
                               where=None, window='{ kind = "time", size = "10s" }',
                               partitions=1))
-    proc = cec(["run", "pipeline", str(spec), "--log-dir", str(tmp_path / "run"), "--json"],
-               check=True)
-    warnings = json.loads(proc.stdout)["warnings"]
+    warnings = _run(spec, tmp_path / "run")["warnings"]
+    assert isinstance(warnings, list)
     assert any("look like epoch ms, but time_unit = \"us\"" in w for w in warnings), warnings
-    assert "cec: warning: [source].item_time: values like" in proc.stderr
-    extent = json.loads(cec(["inspect", "extent", str(tmp_path / "run"), "--json"],
-                            check=True).stdout)
-    assert extent["warnings"] == warnings
+    assert "cec: warning: [source].item_time: values like" in capsys.readouterr().err
+    assert inspect_extent(tmp_path / "run").warnings == warnings
+    assert "warnings = [" in (tmp_path / "run" / "run.toml").read_text()
 
 
 def test_a_bad_iso_time_exits_2_naming_file_and_line(tmp_path: Path) -> None:
@@ -300,12 +312,12 @@ def _late_counts_now(run: Path) -> list[int]:
 
 
 def _late_counts(run: Path) -> list[int]:
-    extent = json.loads(cec(["inspect", "extent", str(run), "--json"], check=True).stdout)
-    return [int(p["late_rows"]) for p in extent["partitions"]]
+    """``cec inspect extent``'s late rows per partition."""
+    return [p.late_rows for p in inspect_extent(run).partitions]
 
 
 @pytest.mark.spark
-def test_late_rows_are_dropped_exactly_also_after_kill9(tmp_path: Path) -> None:
+def test_late_rows_are_dropped_exactly_also_after_kill9(spark: object, tmp_path: Path) -> None:
     """The late source under late = "drop" exports what its non-late rows in time order
     give (pandas, from the definition), with the late rows counted per partition (after
     the filter); a run of it killed with -9 and recovered ends with the same export and
@@ -362,7 +374,8 @@ def test_late_rows_are_dropped_exactly_also_after_kill9(tmp_path: Path) -> None:
         df.iloc[parts[i]].to_csv(folder / f".f-{i}.tmp", index=False)
         (folder / f".f-{i}.tmp").rename(folder / f"f-{i}.csv")
     (folder / "_END").touch()
-    rec = json.loads(cec(["recover", "--from-log", str(run), "--json"], check=True).stdout)
-    assert rec["resumed"]["completed"] and rec["resumed"]["late_rows"] == expected_late
+    rec = recover_run(run, progress=False)  # `cec recover --from-log RUN`, in this process
+    assert rec.resumed is not None and rec.resumed.completed
+    assert rec.resumed.late_rows == expected_late
     assert _late_counts(run) == per_partition
     assert _export(run, tmp_path / "killed.parquet").equals(reference)
