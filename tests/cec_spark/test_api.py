@@ -110,12 +110,14 @@ def test_a_pipeline_without_a_window_says_which_call_is_missing() -> None:
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    """The user's own session (not cec's settings), as a PySpark job has one."""
+    """The user's own session (not cec's settings), as a PySpark job has one, with the
+    worker daemon the README suggests (the killed job below has none)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (SparkSession.builder.master(f"local[{P + 2},3]").appName("cec-api-test")
                .config("spark.pyspark.python", sys.executable)
+               .config("spark.python.daemon.module", "cec_spark.daemon")
                .config("spark.ui.enabled", "false").getOrCreate())
     yield session
     session.stop()
