@@ -579,14 +579,15 @@ def run(what: Stream | PipelineSpec, run_dir: Path | str | None = None, *,
 
 def recover(run_dir: Path | str, *, dry_run: bool = False, progress: bool = False,
             master: str | None = None, conf: dict[str, str] | None = None,
-            repair: bool = False, trust: bool = False, **more: Any) -> RecoverResult:
+            repair: bool = False, trust: bool = False, partitions: int | None = None,
+            **more: Any) -> RecoverResult:
     """``cec recover --from-log RUN``: rebuild every partition's eventual checkpoint and
-    resume the run to its end (``dry_run``: only explain). ``more``: further options of
-    :func:`cec_spark.inspect.recover_run`."""
+    resume the run to its end (``dry_run``: only explain); ``partitions``: rescale to
+    that many. ``more``: further options of :func:`cec_spark.inspect.recover_run`."""
     from cec_spark.inspect import recover_run  # noqa: PLC0415 - lazy
 
     return recover_run(run_dir, dry_run=dry_run, progress=progress, master=master, conf=conf,
-                       repair=repair, trust=trust, **more)
+                       repair=repair, trust=trust, partitions=partitions, **more)
 
 
 def export(run_dir: Path | str, out: Path | str, fmt: str = "csv",
