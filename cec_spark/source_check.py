@@ -108,6 +108,11 @@ class _FileState:
                     raise InputError(f"{name}: {col}: {shown!r} (a {table.schema.field(col).type} "
                                      "column) is no time: an integer epoch (with "
                                      "[source].time_unit), a TIMESTAMP or ISO-8601 text")
+                if kind != "int64" and self.time.unit != "us":
+                    what = "a TIMESTAMP" if kind == "timestamp" else "ISO-8601 text"
+                    raise InputError(f"{name}: {col}: the time field is {what}, an instant "
+                                     "with no unit to choose; leave [source].time_unit out "
+                                     "(it is the unit of integer epochs)")
                 t = kind
             elif col == agg.field:
                 t = "float64"

@@ -98,6 +98,14 @@ def test_spec_fields_are_checked(tmp_path: Path) -> None:
             _spec(tmp_path, "csv", "a.csv", bad)
 
 
+def test_time_unit_is_for_integer_epochs_only(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text('{"item_id": 1, "item_price": 1.0, '
+                                      '"item_time": "2024-01-01T00:00:00Z"}\n')
+    with pytest.raises(InputError, match=r"a\.jsonl: item_time: the time field is ISO-8601 "
+                                         r"text, an instant with no unit to choose"):
+        plan_source(_spec(tmp_path, "jsonl", "a.jsonl", 'time_unit = "ms"'))
+
+
 def test_the_unit_warnings(tmp_path: Path) -> None:
     ms = (T0 // 1000) + np.arange(0, 60_000, 10)
     pd.DataFrame({"item_id": 1, "item_price": 1.0, "item_time": ms}).to_csv(
