@@ -13,13 +13,16 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from cec_spark.datasource import _StreamReader, register
 from cec_spark.ingest_query import partition_expr
 from cec_spark.layout import RunLayout
 from cec_spark.outcome import RecoverResult
@@ -163,8 +166,6 @@ def test_a_stream_continues_after_the_cut(data: Path, tmp_path: Path) -> None:
     with fewer partitions: the new generation's ingest reads the source from the cut
     on (the first file is not read again), and the export equals a failure-free run's
     over the same files."""
-    import pandas as pd
-
     rows = pd.read_csv(data / "items.csv")
     thirds = [rows.iloc[i * len(rows) // 3:(i + 1) * len(rows) // 3] for i in range(3)]
     window, function = CASES["count_tumbling"]
@@ -200,6 +201,23 @@ def test_a_stream_continues_after_the_cut(data: Path, tmp_path: Path) -> None:
           f"{rescale['windows_per_partition']}")
     assert result["resumed"]["source_rows"] == len(rows)
     assert _export(run, tmp_path / "got.csv") == reference
+    # the Spark reader reads both generations: the export's rows, each once
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # its planner runs cec
+    spark = SparkSession.builder.master("local[1]").getOrCreate()
+    try:
+        register(spark)
+        got = spark.read.format("cec").load(str(run)).select(
+            "key", "count", "value").collect()
+        reader = _StreamReader({"path": str(run)})
+        offsets = reader.latestOffset()
+    finally:
+        spark.stop()
+    exported = pd.read_csv(tmp_path / "got.csv")
+    assert sorted((int(r["key"]), int(r["count"]), round(float(r["value"]), 6))
+                  for r in got) == sorted(
+        zip(exported["key"].astype(int), exported["count"].astype(int),
+            exported["value"].round(6), strict=True))
+    assert set(offsets) == {"0", "1", "2", "g1/0", "g1/1"}
 
 
 def test_a_killed_rescale_runs_again_and_rescales_twice(data: Path, tmp_path: Path) -> None:
