@@ -9,7 +9,9 @@ under ``--out`` (default ``bench/results``; ``bench/results/quick`` with ``--qui
 ``results.json`` (every repetition), one PNG per figure, ``fair/`` and ``latency/``; the
 full run then rewrites ``BENCHMARKS.md`` from every result there (:mod:`bench.report`;
 ``--no-summary`` to skip, ``--summary`` to force, ``--report`` to do only that).
-With ``--only``, the sections not run keep their earlier results.
+With ``--only``, the sections not run keep their earlier results. ``--only rto`` runs
+:mod:`bench.rto` (the recovery-time objective, kills and recoveries; not in the default
+set: ~10 min with ``--quick``, more in full).
 
 Presets: full (default, < 25 min on 2 cores), ``--quick`` (< 3 min, no Spark unless
 ``--spark``) and ``--preset tiny`` (the smoke test's sizes).
@@ -129,14 +131,17 @@ def machine() -> dict[str, Any]:
 # ------------------------------------------------------------------------------ tables
 
 
-SECTIONS = (*PAPER_SECTIONS, "fair", "latency")
+SECTIONS = (*PAPER_SECTIONS, "fair", "latency", "rto")
+#: run unless --only names others; the recovery-time objective (bench/rto.py, ~10 min of
+#: kills and recoveries) runs only when asked for: --only rto
+DEFAULT_SECTIONS = (*PAPER_SECTIONS, "fair", "latency")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     preset = PRESETS[args.preset]
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
-    only = set(args.only.split(",")) if args.only else set(SECTIONS)
+    only = set(args.only.split(",")) if args.only else set(DEFAULT_SECTIONS)
     unknown = only - set(SECTIONS)
     if unknown:
         raise SystemExit(f"python -m bench: --only: unknown section(s) {sorted(unknown)}; "
@@ -256,6 +261,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         lat.setdefault("load_start", load)
         target.write_text(json.dumps(lat, indent=1) + "\n")
         res["sections_s"]["latency"] = time.perf_counter() - t0
+    if "rto" in only and spark:
+        from bench import rto
+
+        t0 = time.perf_counter()
+        _log("rto: bench/rto.py")
+        code = rto.main([*(["--quick"] if preset.name != "full" else []),
+                         "--out", str(out / "rto" / "rto.json")])
+        if code != 0:
+            raise SystemExit(f"python -m bench: bench/rto.py exited {code}")
+        res["sections_s"]["rto"] = time.perf_counter() - t0
     _write(out, res, t_all)
     return res
 
