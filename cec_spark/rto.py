@@ -12,7 +12,7 @@ u / replay_rate``). This module measures the three numbers and hands them over:
   in ``$CEC_CACHE_DIR/startup.json`` (default ``~/.cache/cec``). The prediction uses the
   slowest recent ``cec recover`` start-up (else the slower of the run start-up and
   :data:`cec.policy.DEFAULT_FIXED_S`); the floor below which an objective is refused at
-  start is the quickest measured ``cec recover`` start-up (else
+  start is the quickest recent start-up of either command (else
   :data:`cec.policy.DEFAULT_FLOOR_S`).
 * **EC-load and replay rates**: every real recovery of a task times its phases
   (extent records read back and reconstructed plus the EC load, per second; input
@@ -62,7 +62,7 @@ MACHINE_FILE = "startup.json"  # in the cache directory
 KEEP_SAMPLES = 10
 RECENT = 5  # samples the fixed cost and the floor are taken from
 RETUNE_S = 2.0
-PROBE_FIRST_S = 3.0  # after the first input, before the first probe
+PROBE_FIRST_S = 3.0  # after the first input, before the first probe (x 1-4, by partition)
 PROBE_GAP_S = 15.0
 PROBE_DUTY = 20.0  # the next probe waits this many times the last one's duration
 SAMPLES_KEPT = 8  # rate samples a task keeps in its state
@@ -152,14 +152,16 @@ def fixed_cost(machine: dict[str, list[dict[str, Any]]] | None = None) -> Fixed:
 
 
 def floor(machine: dict[str, list[dict[str, Any]]] | None = None) -> tuple[float, str]:
-    """The objective no recovery here can meet: the quickest recent ``cec recover``
-    start-up measured on this machine, or :data:`cec.policy.DEFAULT_FLOOR_S`."""
+    """The objective no recovery here can meet: the quickest of the recent start-ups
+    measured on this machine (``cec recover``'s and ``cec run``'s: the same process, Spark
+    and task starts, so every run updates it, a quiet machine's too), or
+    :data:`cec.policy.DEFAULT_FLOOR_S`."""
     machine = read_machine() if machine is None else machine
-    rec = [float(s["s"]) for s in machine.get("recover", [])[-RECENT:]]
-    if rec:
-        return min(rec), (f"the quickest of the last {len(rec)} 'cec recover' start-ups "
-                          f"(process start to the operator tasks recovering) measured on "
-                          f"this machine, {machine_file()}")
+    seen = [float(s["s"]) for kind in ("recover", "run") for s in machine.get(kind, [])[-RECENT:]]
+    if seen:
+        return min(seen), (f"the quickest of the last {len(seen)} start-ups of 'cec recover' "
+                           "and 'cec run' (process start to the operator tasks starting) "
+                           f"measured on this machine, {machine_file()}")
     return DEFAULT_FLOOR_S, ("cec's documented floor: the quickest 'cec recover' start-up "
                              "(process start to the operator tasks recovering) seen on an "
                              "idle 2-core machine; none measured on this one yet")
@@ -352,7 +354,8 @@ class RtoTask:
         first = counters.first_input_at
         running_s = 0.0 if first is None else time.time() - first
         if objective is not None and op.q > 0:
-            due = (self._next_probe is None and running_s >= PROBE_FIRST_S) or \
+            first_at = PROBE_FIRST_S * (1 + self.p % 4)  # partitions not all at once
+            due = (self._next_probe is None and running_s >= first_at) or \
                   (self._next_probe is not None and now >= self._next_probe)
             if due:
                 with contextlib.suppress(Exception):  # a probe is advisory
