@@ -255,17 +255,19 @@ def rto_md(r: dict[str, Any]) -> str:
              f"before the kill. {r['cpus']} CPUs; {_meta(r)}.", "",
              "| objective | at start | kills | within | measured median s | max s | "
              "predicted median s | failure-free whole s (÷ none) | steady s (÷ none) | "
-             "G_check | load at kills |",
-             "|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             "operator s (÷ none) | G_check | probes (s) | load at kills |",
+             "|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     base_wall = med([x["wall_s"] for x in none])
     base_steady = med([x["steady_s"] for x in none if x.get("steady_s")])
+    base_op = med([x["operator_s"] for x in none if x.get("operator_s")])
     lines.append(f"| none (Q = 2x, U = 1 M) | - | - | - | - | - | - | {base_wall} | "
-                 f"{base_steady} | {med([x['g_check'] for x in none])} | - |")
+                 f"{base_steady} | {base_op} | {med([x['g_check'] for x in none])} | - | - |")
     notes = []
     for st in r["settings"]:
         kills = [k for k in st["kills"] if "measured_s" in k]
         if st.get("refused"):
-            lines.append(f"| {st['rto_s']:g} s | refused | - | - | - | - | - | - | - | - | - |")
+            lines.append(f"| {st['rto_s']:g} s | refused | - | - | - | - | - | - | - | - | - | "
+                         "- | - |")
             notes.append(f"- {st['rto_s']:g} s: `{st['refused']}`")
             continue
         free = [x for x in st["free"] if "wall_s" in x]
@@ -276,7 +278,11 @@ def rto_md(r: dict[str, Any]) -> str:
             f"{st.get('measured_max_s')} | {st.get('predicted_median_s')} | "
             f"{med([x['wall_s'] for x in free])} ({st.get('wall_s_vs_none')}) | "
             f"{med([x['steady_s'] for x in free if x.get('steady_s')])} "
-            f"({st.get('steady_s_vs_none')}) | {st.get('g_check_median')} | "
+            f"({st.get('steady_s_vs_none')}) | "
+            f"{med([x['operator_s'] for x in free if x.get('operator_s')])} "
+            f"({st.get('operator_s_vs_none')}) | {st.get('g_check_median')} | "
+            f"{med([x.get('probes', 0) for x in free])} "
+            f"({med([x.get('probe_s', 0) for x in free])}) | "
             f"{min(loads, default=0):.1f}-{max(loads, default=0):.1f} |")
         for k in kills:
             notes.append(f"- {st['rto_s']:g} s, killed after {k['killed_at_tuples']:,} "

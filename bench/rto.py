@@ -126,14 +126,25 @@ def free_run(spec: Path, rto: float | None, work: Path, log: Path) -> dict[str, 
     with log.open("a") as fh:
         fh.write(err)
     if proc.returncode == 2 and "below the floor" in err:
-        return {"refused": err.strip().splitlines()[-1], "wall_s": round(wall, 2),
-                "load": load}
+        line = err.strip().splitlines()[-1]
+        with contextlib.suppress(ValueError, TypeError, KeyError):
+            line = json.loads(line)["error"]  # --json: the error is a JSON object
+        return {"refused": line, "wall_s": round(wall, 2), "load": load}
     if proc.returncode != 0:
         raise RuntimeError(f"cec run pipeline exited {proc.returncode}; see {log}")
     res = json.loads(summary.read_text())
     parts = res["per_partition"]
-    preds = [st.get("rto", {}).get("predicted_s") for st in states(run)]
+    sts = states(run)
+    preds = [st.get("rto", {}).get("predicted_s") for st in sts]
+    probes = [s for st in sts for s in (st.get("rto") or {}).get("samples", [])
+              if s.get("kind") == "probe"]
     return {"wall_s": round(wall, 2), "elapsed_s": res["elapsed_s"], "steady_s": res["steady_s"],
+            # the tasks' time in process() and in writing output (summed over partitions;
+            # less sensitive to the machine's load than the whole process) and in probes
+            "operator_s": round(sum(float(st.get("process_s", 0)) + float(st.get("write_s", 0))
+                                    for st in sts), 3),
+            "probes": len(probes),
+            "probe_s": round(sum(float(s["ec_s"]) + float(s["replay_s"]) for s in probes), 3),
             "g_check": sum(int(p["g_check"]) for p in parts),
             "q_end": max(int(p["q"]) for p in parts), "u_end": max(int(p["u"]) for p in parts),
             "predicted_end_s": max((p for p in preds if p is not None), default=None),
@@ -210,7 +221,7 @@ def summarize(setting: dict[str, Any], base: list[dict[str, Any]]) -> None:
         preds = [k["predicted_s"] for k in kills if k["predicted_s"] is not None]
         setting["predicted_median_s"] = _median(preds)
     if runs and base:
-        for key in ("wall_s", "steady_s"):
+        for key in ("wall_s", "steady_s", "operator_s"):
             a = _median([r[key] for r in runs if r.get(key)])
             b = _median([r[key] for r in base if r.get(key)])
             setting[f"{key}_vs_none"] = round(a / b, 3) if a and b else None

@@ -152,12 +152,13 @@ def fixed_cost(machine: dict[str, list[dict[str, Any]]] | None = None) -> Fixed:
 
 
 def floor(machine: dict[str, list[dict[str, Any]]] | None = None) -> tuple[float, str]:
-    """The objective no recovery here can meet: the quickest of the recent start-ups
-    measured on this machine (``cec recover``'s and ``cec run``'s: the same process, Spark
-    and task starts, so every run updates it, a quiet machine's too), or
+    """The objective no recovery here can meet: the quickest of the start-ups kept for
+    this machine (the last :data:`KEEP_SAMPLES` of ``cec recover`` and of ``cec run``: the
+    same process, Spark and task starts, so every run updates it; a loaded machine's
+    slow start-ups do not raise it while a quiet one's is kept), or
     :data:`cec.policy.DEFAULT_FLOOR_S`."""
     machine = read_machine() if machine is None else machine
-    seen = [float(s["s"]) for kind in ("recover", "run") for s in machine.get(kind, [])[-RECENT:]]
+    seen = [float(s["s"]) for kind in ("recover", "run") for s in machine.get(kind, [])]
     if seen:
         return min(seen), (f"the quickest of the last {len(seen)} start-ups of 'cec recover' "
                            "and 'cec run' (process start to the operator tasks starting) "

@@ -17,10 +17,11 @@ def _kill(measured: float, objective: float) -> dict[str, Any]:
 
 
 def _result() -> dict[str, Any]:
-    none = [{"wall_s": 20.0, "elapsed_s": 15.0, "steady_s": 8.0, "g_check": 100, "load": 4.0}]
+    none = [{"wall_s": 20.0, "elapsed_s": 15.0, "steady_s": 8.0, "operator_s": 4.0,
+             "g_check": 100, "load": 4.0}]
     ok = {"rto_s": 30.0, "refused": None, "kills": [_kill(20.0, 30), _kill(31.0, 30)],
-          "free": [{"wall_s": 22.0, "elapsed_s": 16.0, "steady_s": 8.8, "g_check": 40,
-                    "load": 4.0}]}
+          "free": [{"wall_s": 22.0, "elapsed_s": 16.0, "steady_s": 8.8, "operator_s": 5.0,
+                    "g_check": 40, "probes": 2, "probe_s": 0.5, "load": 4.0}]}
     refused = {"rto_s": 1.0, "refused": "cec: x: [checkpoint].rto = 1 s is below the floor "
                "of 15.0 s, ...", "kills": [], "free": []}
     for s in (ok, refused):
@@ -36,6 +37,7 @@ def test_summary_share_within_and_cost_against_no_objective() -> None:
     assert ok["within_share"] == 0.5 and ok["measured_max_s"] == 31.0
     assert ok["measured_median_s"] == 25.5 and ok["predicted_median_s"] == 21.0
     assert ok["wall_s_vs_none"] == 1.1 and ok["steady_s_vs_none"] == 1.1
+    assert ok["operator_s_vs_none"] == 1.25
     assert ok["g_check_median"] == 40
 
 
@@ -51,7 +53,8 @@ def test_report_section_and_targets(tmp_path: Path) -> None:
     md = report.benchmarks_md(tmp_path)
     assert "## Recovery-time objective" in md
     assert "| 1 s | refused |" in md and "below the floor of 15.0 s" in md
-    assert "| 30 s | accepted | 2 | 50% | 25.5 | 31.0 | 21.0 | 22.0 (1.1) | 8.8 (1.1) |" in md
+    assert ("| 30 s | accepted | 2 | 50% | 25.5 | 31.0 | 21.0 | 22.0 (1.1) | 8.8 (1.1) | "
+            "5.0 (1.25) | 40 | 2 (0.5) |") in md
 
 
 def test_the_bench_spec_is_the_builtin_workload_without_its_targets(tmp_path: Path) -> None:
