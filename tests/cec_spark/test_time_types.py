@@ -337,8 +337,9 @@ def test_late_rows_are_dropped_exactly_also_after_kill9(spark: object, tmp_path:
     ref = reference_count_windows(want, 5)  # the filter item_price >= 0, as the spec's
     src = ('path = "late.csv"\nkind = "csv"\ntime_field = "item_time"\nchunk_rows = 2000\n'
            'allowed_lateness = "2s"\nlate = "drop"')
-    dropping = tmp_path / "late.toml"
-    dropping.write_text(spec_text(src, window='{ kind = "count", size = 5 }', partitions=2))
+    dropping = tmp_path / "late.toml"  # read by 2 tasks, a shuffle to the writers
+    dropping.write_text(spec_text(src, window='{ kind = "count", size = 5 }', partitions=2,
+                                  extra_run="ingest_tasks = 2"))
     result = _run(dropping, tmp_path / "late")
     assert result["late_rows"] == expected_late > 100, (result["late_rows"], expected_late)
     per_partition = result["late_rows_per_partition"]
