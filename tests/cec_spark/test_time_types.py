@@ -195,6 +195,30 @@ def test_a_stream_folder_releases_held_rows_at_end(tmp_path: Path) -> None:
     assert out.column("item_time").to_pylist() == [T0 + 1_000_000, T0 + 3_000_000]
 
 
+def test_a_watcher_going_on_from_a_plan_plans_as_one_that_saw_everything(
+        tmp_path: Path) -> None:
+    """A run's watcher continues from the plan made at the start (its held rows too): its
+    chunks equal those of a watcher that found every file at once."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    df = _late_source(900, 4)
+    spec = _spec(tmp_path, "stream-dir", "in", 'format = "csv"\nallowed_lateness = "2s"\n'
+                 'late = "drop"')
+    df.iloc[:300].to_csv(folder / "f-0.csv", index=False)
+    first = StreamDirWatcher(spec)
+    first.poll()
+    going_on = StreamDirWatcher(spec, start=first.plan)
+    df.iloc[300:600].to_csv(folder / "f-1.csv", index=False)
+    going_on.poll()
+    df.iloc[600:].to_csv(folder / "f-2.csv", index=False)
+    (folder / "_END").touch()
+    going_on.poll()
+    everything = StreamDirWatcher(spec)
+    everything.poll()
+    assert going_on.plan.chunks == everything.plan.chunks
+    assert everything.plan.chunks[-1].final  # held rows released at _END
+
+
 # --------------------------------------------------------------------------- Spark
 
 
