@@ -47,7 +47,7 @@ from cec_spark.outcome import RescalePartition as OldPartition
 from cec_spark.outcome import RescaleResult
 from cec_spark.task import operator_for
 from recovery.replay import recover_from_logs
-from recovery.rescale import handoff, windows_table
+from recovery.rescale import handoff
 from storage_log.log import StreamLog
 
 
@@ -121,7 +121,7 @@ class _Drained:
 def _drain(layout: RunLayout, gen: int, q: int, spec: PipelineSpec,
            settings: RunSettings, cut: int, write: bool) -> _Drained:
     """Partition ``q`` of generation ``gen`` brought to exactly input ``cut``."""
-    empty = windows_table(operator_for(spec, settings).state_at(), settings.key_type)
+    empty = operator_for(spec, settings).open_windows()
     out_path, up_path = layout.output_of(gen, q), layout.upstream_of(gen, q)
     if not out_path.exists():
         if write:
@@ -179,8 +179,7 @@ def _drain(layout: RunLayout, gen: int, q: int, spec: PipelineSpec,
                     break
         if write and not ahead:
             end = out.last_seq if out.last_seq is not None else -1
-        state = op.state_at()
-        wins = windows_table(state, settings.key_type)
+        wins = op.open_windows()
         info = OldPartition(q, "ahead" if ahead else "drained", t_c, end, tuples,
                             wins.num_rows)
         return _Drained(info, wins, last_ts)

@@ -74,3 +74,14 @@ def snapshot(slots: WindowSlots, keys: KeyRegistry, n_open: int, t_now: int | No
         "first_ts", "last_ts")]
     wins = {(w.key, w.win_start): w for w in map(WindowSnapshot, key_values, *cols)}
     return OperatorState(n_open, t_now, next_out, dict(sorted(wins.items())))
+
+
+def windows_columns(slots: WindowSlots, keys: KeyRegistry) -> dict[str, pa.Array]:
+    """The open windows' identity and partial aggregates as Arrow columns (named as in
+    the output schema), in slot order: what a rescale hands to the new partitions."""
+    live = slots.live_slots()
+    cols: dict[str, pa.Array] = {"key": keys.values(slots.key_idx[live])}
+    for f in ("win_start", "win_end", "tau1", "cnt", "sum", "min", "max", "first_ts",
+              "last_ts"):
+        cols[f] = pa.array(getattr(slots, f)[live])
+    return cols

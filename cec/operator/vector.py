@@ -32,7 +32,7 @@ from cec.operator.background import checkpoint_step
 from cec.operator.base import OperatorConfig
 from cec.operator.count_sliding import CountSlidingKernel
 from cec.operator.count_tumbling import CountSizeOneKernel, CountTumblingKernel
-from cec.operator.ec_io import load_windows, reconstruct, snapshot
+from cec.operator.ec_io import load_windows, reconstruct, snapshot, windows_columns
 from cec.operator.kernel import TupleBatch, WindowKernel, WindowShape
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
@@ -261,6 +261,11 @@ class VectorOperator:
         last_seq = int(self._slots.tau2[self._slots.live_slots()].min()) if k else t_c
         self._pos = StreamPosition(t_now=t_c, ts_now=t_c_ts, last_ts=None, last_seq=last_seq,
                                    recon_until=t_c, recon_ts=t_c_ts)
+
+    def open_windows(self) -> pa.Table:
+        """The open windows (key, bounds, ``tau1``, partial aggregate) as a table, one
+        row each: :meth:`state_at` without its per-window Python objects."""
+        return pa.table(windows_columns(self._slots, self._keys))
 
     def state_at(self) -> OperatorState:
         return snapshot(self._slots, self._keys, self._out.n_open, self._pos.t_now,

@@ -50,6 +50,10 @@ def test_handoff_reconstructs_to_the_cut_and_loads() -> None:
     for q, op in enumerate(ops):
         op.process(batch.filter(pa.array(old == q)))
     wins = [windows_table(op.state_at(), "int64") for op in ops]
+    for op, w in zip(ops, wins, strict=True):  # the operator's own columnar dump: equal
+        fast = op.open_windows().select(w.column_names)
+        order = [("key", "ascending"), ("win_start", "ascending")]
+        assert fast.sort_by(order).equals(w.sort_by(order))
     total = sum(w.num_rows for w in wins)
     records = handoff(wins, cut=n - 1, ts=(n - 1) * 10, partitions=3, groups=128,
                       function="sum", key_type="int64")
