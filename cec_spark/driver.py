@@ -117,7 +117,8 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     ]
     for t in threads:
         t.start()
-    view = ProgressView(layout, partitions, shared.ingest, enabled=progress)
+    view = ProgressView(layout, partitions, shared.ingest, enabled=progress,
+                        objective=spec.checkpoint.rto_us is not None)
     interrupted = False
     previous = signal.getsignal(signal.SIGINT)
     in_main = threading.current_thread() is threading.main_thread()
