@@ -320,13 +320,17 @@ class RtoTask:
         self._resumed_at = explain.resume_after_seq
         self.note_caught_up(counters)
 
-    def note_caught_up(self, counters: Any) -> bool:
+    def note_caught_up(self, counters: Any, *, finished: bool = False) -> bool:
         """True once, when the task has processed again everything its upstream log held
-        when ``cec recover`` began (``counters.caught_up_at``, wall clock)."""
+        when ``cec recover`` began (``counters.caught_up_at``, wall clock), or
+        ``finished``: its input has ended (a sealed output, or the sealed upstream read
+        to its end; the last input positions may have written no output row, so ``t_c``
+        can stay below the log's end)."""
         if self.caught_up_at is not None:
             return False
         seen = counters.in_last_seq if counters.in_last_seq is not None else self._resumed_at
-        if self.catch_up_to is None or (seen is not None and seen >= self.catch_up_to):
+        if finished or self.catch_up_to is None or (
+                seen is not None and seen >= self.catch_up_to):
             self.caught_up_at = counters.caught_up_at = time.time()
             return True
         return False

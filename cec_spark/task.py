@@ -204,6 +204,7 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
     try:
         if out.sealed:
             counters.done = True
+            rto.note_caught_up(counters, finished=True)
             layout.write_state(p, counters.as_dict())
             return counters.as_dict()
         if not rec.explain.fresh_start:
@@ -255,6 +256,7 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
                 if not _sealed(up):
                     raise CecError(f"partition {p}: the upstream tail ended before the "
                                    "log was sealed")
+                rto.note_caught_up(counters, finished=True)
                 final = op.finish()
                 if final.num_rows:
                     out.append(final)
