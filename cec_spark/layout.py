@@ -399,20 +399,31 @@ class RunLayout:
     # ------------------------------------------------------------------ state files
 
     def write_state(self, p: int, state: dict[str, Any]) -> None:
-        path = self.state_file(p)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(state), encoding="utf-8")
-            os.replace(tmp, path)
-        except OSError:  # advisory only
-            pass
+        write_advisory(self.state_file(p), state)
 
     def read_state(self, p: int) -> dict[str, Any]:
-        try:
-            raw = json.loads(self.state_file(p).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
-        return raw if isinstance(raw, dict) else {}
+        return read_advisory(self.state_file(p))
+
+
+def write_advisory(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as JSON in ``path``, replaced whole; advisory (state and measurements,
+    never what recovery depends on): a failure to write is ignored."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def read_advisory(path: Path) -> dict[str, Any]:
+    """What :func:`write_advisory` wrote; ``{}`` for a file missing, unreadable or not
+    a JSON object."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
 
 
 def rescaled_spec(spec: PipelineSpec, partitions: int) -> PipelineSpec:

@@ -32,7 +32,6 @@ operator; an objective the measured costs cannot meet is reported in the state
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from collections.abc import Callable
@@ -53,7 +52,7 @@ from cec.policy import (
 )
 from cec.spec import PipelineSpec
 from cec_spark.jvm_archive import cache_dir
-from cec_spark.layout import RunLayout
+from cec_spark.layout import RunLayout, read_advisory, write_advisory
 from recovery.replay import recover_from_logs
 from storage_log.log import StreamLog
 
@@ -100,12 +99,7 @@ def machine_file() -> Path:
 
 
 def read_machine() -> dict[str, list[dict[str, Any]]]:
-    try:
-        raw = json.loads(machine_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(raw, dict):
-        return {}
+    raw = read_advisory(machine_file())
     return {k: [s for s in v if isinstance(s, dict) and isinstance(s.get("s"), int | float)]
             for k, v in raw.items() if k in ("run", "recover") and isinstance(v, list)}
 
@@ -120,9 +114,7 @@ def record_startup(kind: str, seconds: float) -> None:
     path = machine_file()
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
+    write_advisory(path, dict(data))
 
 
 @dataclass(frozen=True)
@@ -194,19 +186,11 @@ def check_objective(spec: PipelineSpec, *, resume: bool = False) -> str | None:
 # ------------------------------------------------------------------------- run file
 
 def read_run(layout: RunLayout) -> dict[str, Any]:
-    try:
-        raw = json.loads((layout.root / "state" / RUN_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return raw if isinstance(raw, dict) else {}
+    return read_advisory(layout.root / "state" / RUN_FILE)
 
 
 def write_run(layout: RunLayout, data: dict[str, Any]) -> None:
-    path = layout.root / "state" / RUN_FILE
-    with contextlib.suppress(OSError):
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, path)
+    write_advisory(layout.root / "state" / RUN_FILE, data)
 
 
 class StartupMeter:
