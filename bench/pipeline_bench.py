@@ -137,8 +137,8 @@ def _session_main(cfg_path: str) -> int:
     import dataclasses
 
     from cec.spec import load_spec
-    from cec_spark import run_pipeline
-    from cec_spark.session import build_session
+    from cec_spark.driver.runner import run_pipeline
+    from cec_spark.run.session import build_session
 
     cfg = json.loads(Path(cfg_path).read_text())
     runs = cfg["runs"]

@@ -175,13 +175,13 @@ def budget_for(config: PolicyConfig, clock: Clock) -> CheckpointBudget:
 # ------------------------------------------------------------------ recovery-time objective
 #
 # ``[checkpoint] rto = "30s"`` asks for a recovery time instead of ``Q`` and ``U``. The
-# model (pure, handed measured numbers; the measuring is :mod:`cec_spark.rto`'s):
+# model (pure, handed measured numbers; the measuring is :mod:`cec_spark.run.rto`'s):
 #
 #     predicted recovery = fixed + q / ec_rate + u / replay_rate
 #
 # * ``fixed``: the restart's own cost, whatever the extent: process start, Spark start,
 #   the operator task's start (measured by the driver as process start → the task
-#   beginning its recovery, :mod:`cec_spark.rto`);
+#   beginning its recovery, :mod:`cec_spark.run.rto`);
 # * ``ec_rate``: extent records read backwards and reconstructed, plus the EC load, per
 #   second (``q`` is the extent in output records);
 # * ``replay_rate``: upstream input positions replayed per second (``u`` is the replay

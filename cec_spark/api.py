@@ -22,7 +22,7 @@ call and the spec field it sets::
 
 :meth:`Stream.spec` is the :class:`~cec.spec.PipelineSpec` the equivalent TOML file gives
 (the same tables, validated by the same models); :func:`run` plans it with
-:func:`cec_spark.plan.plan_new_run` and runs it with :func:`cec_spark.driver.run_plan`,
+:func:`cec_spark.run.plan.plan_new_run` and runs it with :func:`cec_spark.driver.runner.run_plan`,
 the path of ``cec run pipeline``, into an ordinary run directory (``run.toml``, logs):
 ``cec recover --from-log``, ``cec export``, ``cec inspect`` and
 ``spark.read.format("cec")`` work on it. A DataFrame source is written once to
@@ -68,10 +68,10 @@ from cec.spec.tables import (
     SpecDocument,
     WindowTable,
 )
-from cec_spark.layout import RunLayout
-from cec_spark.outcome import ExportResult, ExtentResult, LogReport, RecoverResult, RunResult
-from cec_spark.results import export as _export
-from cec_spark.source_types import EXTENSIONS
+from cec_spark.read.export import export as _export
+from cec_spark.report import ExportResult, ExtentResult, LogReport, RecoverResult, RunResult
+from cec_spark.rundir.layout import RunLayout
+from cec_spark.source.types import EXTENSIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -391,9 +391,9 @@ def load(spec_path: Path | str, *, partitions: int | None = None, master: str | 
          ) -> PipelineSpec:
     """A spec file, read once, with the command line's overrides (``cec run pipeline``:
     ``--partitions``, ``--master``, ``--conf``, ``--rto``); ``more``: further overrides of
-    :func:`cec_spark.plan.pipeline_spec`. An objective below this machine's floor is a
+    :func:`cec_spark.run.plan.pipeline_spec`. An objective below this machine's floor is a
     SpecError here."""
-    from cec_spark.plan import pipeline_spec  # noqa: PLC0415 - lazy
+    from cec_spark.run.plan import pipeline_spec  # noqa: PLC0415 - lazy
 
     return pipeline_spec(spec_path, partitions=partitions, master=master, conf=conf, rto=rto,
                          **more)
@@ -402,7 +402,7 @@ def load(spec_path: Path | str, *, partitions: int | None = None, master: str | 
 def _objective(spec: PipelineSpec) -> PipelineSpec:
     """A built spec's recovery-time objective checked as :func:`load` checks a file's
     (below the floor: SpecError; no margin: a warning on stderr)."""
-    from cec_spark.rto import check_objective  # noqa: PLC0415 - lazy
+    from cec_spark.run.rto import check_objective  # noqa: PLC0415 - lazy
     from cec_spark.watchdog import say  # noqa: PLC0415 - lazy
 
     warning = check_objective(spec)
@@ -415,7 +415,7 @@ def stored_spec(run_dir: Path | str, *, master: str | None = None,
                 conf: dict[str, str] | None = None, trust: bool | None = None
                 ) -> PipelineSpec:
     """The spec a resume of ``run_dir`` runs (its ``run.toml``, with the overrides)."""
-    from cec_spark.plan import plan_resume  # noqa: PLC0415 - lazy
+    from cec_spark.run.plan import plan_resume  # noqa: PLC0415 - lazy
 
     return plan_resume(run_dir, master=master, conf=conf, trust=trust).spec
 
@@ -423,7 +423,7 @@ def stored_spec(run_dir: Path | str, *, master: str | None = None,
 @contextlib.contextmanager
 def _borrowed(spark: SparkSession, spec: PipelineSpec) -> Iterator[None]:
     """The SQL settings a run sets on a session it did not start, restored after it."""
-    from cec_spark.session import default_conf  # noqa: PLC0415 - lazy
+    from cec_spark.run.session import default_conf  # noqa: PLC0415 - lazy
 
     keys = {**default_conf(spec.run.effective_master, spec.run.partitions),
             **spec.run.spark_conf}
@@ -458,7 +458,7 @@ def _on_session(spec: PipelineSpec, spark: SparkSession | None, call: str) -> Pi
 
 
 def _probe(_: Iterable[int]) -> Iterator[str]:
-    import cec_spark.task  # noqa: F401, PLC0415 - what an operator task imports first
+    import cec_spark.run.task  # noqa: F401, PLC0415 - what an operator task imports first
 
     yield sys.executable
 
@@ -487,9 +487,9 @@ def _run_spec(spec: PipelineSpec, spec_path: Path | str | None, run_dir: Path | 
               workers_checked: bool = False) -> Run:
     from pyspark.sql import SparkSession  # noqa: PLC0415 - lazy
 
-    from cec_spark.driver import run_plan  # noqa: PLC0415 - lazy
-    from cec_spark.plan import plan_new_run  # noqa: PLC0415 - lazy
-    from cec_spark.session import build_session  # noqa: PLC0415 - lazy
+    from cec_spark.driver.runner import run_plan  # noqa: PLC0415 - lazy
+    from cec_spark.run.plan import plan_new_run  # noqa: PLC0415 - lazy
+    from cec_spark.run.session import build_session  # noqa: PLC0415 - lazy
 
     if not keep_session:  # the command line: the run's own session, stopped at its end
         plan = plan_new_run(spec, spec_path or ORIGIN, run_dir, max_tuples=max_tuples)
@@ -518,8 +518,8 @@ def _run_frame(s: Stream, frame: DataFrame, run_dir: Path | str, *,
                max_tuples: int | None, progress: bool) -> Run:
     """Check everything that can be checked, stage the DataFrame, run."""
     from cec_spark.api_frame import stage, staged_frame  # noqa: PLC0415 - lazy
-    from cec_spark.cluster import check_local_slots  # noqa: PLC0415 - lazy
-    from cec_spark.plan import check_log_dir  # noqa: PLC0415 - lazy
+    from cec_spark.run.cluster import check_local_slots  # noqa: PLC0415 - lazy
+    from cec_spark.run.plan import check_log_dir  # noqa: PLC0415 - lazy
 
     root = Path(os.path.abspath(run_dir))
     spec = _on_session(_objective(s.spec(root)), frame.sparkSession, s.call("options"))
@@ -583,8 +583,8 @@ def recover(run_dir: Path | str, *, dry_run: bool = False, progress: bool = Fals
             **more: Any) -> RecoverResult:
     """``cec recover --from-log RUN``: rebuild every partition's eventual checkpoint and
     resume the run to its end (``dry_run``: only explain); ``partitions``: rescale to
-    that many. ``more``: further options of :func:`cec_spark.inspect.recover_run`."""
-    from cec_spark.inspect import recover_run  # noqa: PLC0415 - lazy
+    that many. ``more``: further options of :func:`cec_spark.recover.resume.recover_run`."""
+    from cec_spark.recover.resume import recover_run  # noqa: PLC0415 - lazy
 
     return recover_run(run_dir, dry_run=dry_run, progress=progress, master=master, conf=conf,
                        repair=repair, trust=trust, partitions=partitions, **more)
@@ -593,32 +593,32 @@ def recover(run_dir: Path | str, *, dry_run: bool = False, progress: bool = Fals
 def export(run_dir: Path | str, out: Path | str, fmt: str = "csv",
            consumer: str | None = None, **more: Any) -> ExportResult:
     """``cec export``: every result of the run as one CSV or parquet file. ``more``:
-    further options of :func:`cec_spark.results.export`."""
+    further options of :func:`cec_spark.read.export.export`."""
     return _export(run_dir, out, fmt, consumer, **more)
 
 
 def inspect_extent(run_dir: Path | str, *, partition: int | None = None,
                    at: int | None = None) -> ExtentResult:
     """``cec inspect extent``: q, u, T, N per partition, now or as of ``at`` (us)."""
-    from cec_spark.inspect import inspect_extent as extent  # noqa: PLC0415 - lazy
+    from cec_spark.read.inspect import inspect_extent as extent  # noqa: PLC0415 - lazy
 
     return extent(run_dir, partition=partition, at=at)
 
 
 def inspect_log(path: Path | str, *, verify: bool = False) -> LogReport:
     """``cec inspect log``: segments, records and (``verify``) checksums of the logs."""
-    from cec_spark.inspect import inspect_log as describe  # noqa: PLC0415 - lazy
+    from cec_spark.read.inspect import inspect_log as describe  # noqa: PLC0415 - lazy
 
     return describe(path, verify=verify)
 
 
 def results(run_dir: Path | str, spark: SparkSession | None = None) -> DataFrame:
     """The results of a run as a Spark DataFrame: ``spark.read.format("cec")``
-    (:mod:`cec_spark.datasource`; the same rows as ``cec export``, plus ``partition`` and
+    (:mod:`cec_spark.read.datasource`; the same rows as ``cec export``, plus ``partition`` and
     ``seq``), through ``spark`` or this process's active session."""
     from pyspark.sql import SparkSession  # noqa: PLC0415 - lazy
 
-    from cec_spark.datasource import register  # noqa: PLC0415 - lazy
+    from cec_spark.read.datasource import register  # noqa: PLC0415 - lazy
 
     spark = spark or SparkSession.getActiveSession()
     if spark is None:

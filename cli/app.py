@@ -24,8 +24,8 @@ from rich.markup import escape
 import cec_spark
 from cec.errors import USER_ERRORS
 from cec.spec import PipelineSpec, parse_conf
-from cec_spark.layout import rescaled_spec
-from cec_spark.outcome import ErrorReport, Result
+from cec_spark.report import ErrorReport, Result
+from cec_spark.rundir.layout import rescaled_spec
 from cli.example_specs import copy_examples, list_examples
 from cli.render import Column, render
 
@@ -116,12 +116,15 @@ _OWN_PROCESS = [False]
 
 def _start_spark_early(spec: PipelineSpec | None) -> None:
     """Start the run's Spark driver now, in the background, so that the JVM starts
-    while the command prepares the run (:func:`cec_spark.session.start_early`), with
+    while the command prepares the run (:func:`cec_spark.run.session.start_early`), with
     the spec the command's plan is made of (it is read once)."""
     if not _OWN_PROCESS[0] or spec is None:
         return
-    cec_spark.measure_startup()  # this process is the command: its start-up is one
-    cec_spark.start_early(spec.run.effective_master, spec.run.partitions, spec.run.spark_conf)
+    from cec_spark.run.rto import measure_startup  # noqa: PLC0415 - Spark only when needed
+    from cec_spark.run.session import start_early  # noqa: PLC0415 - Spark only when needed
+
+    measure_startup()  # this process is the command: its start-up is one
+    start_early(spec.run.effective_master, spec.run.partitions, spec.run.spark_conf)
 
 
 def _stored_spec(from_log: Path, master: str | None, conf: dict[str, str],

@@ -73,3 +73,63 @@ def test_the_wheel_holds_the_layers_and_nothing_else() -> None:
     assert cfg["options.package_data"]["*"].strip() == "py.typed"
     for layer in LAYERS:
         assert (REPO / layer / "py.typed").is_file(), layer
+
+
+# The runtime's packages, bottom to top (cec_spark/__init__ says why): a module of one
+# may import its own package, the ones before it here and the base modules, never one
+# after it. ``api``/``api_frame`` are modules at the top.
+RUNTIME = ("report", "source", "rundir", "run", "ingest", "driver", "recover", "read", "api")
+RUNTIME_BASE = {"errors", "watchdog"}
+
+
+def _runtime_part(dotted: str) -> str | None:
+    """The runtime package (or base module) a dotted cec_spark module belongs to."""
+    parts = dotted.split(".")
+    if parts[0] != "cec_spark" or len(parts) < 2:
+        return None
+    return "api" if parts[1] in ("api", "api_frame") else parts[1]
+
+
+def _runtime_imports(path: Path) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "cec_spark":
+                out += [(node.lineno, f"cec_spark.{a.name}") for a in node.names]
+            else:
+                out.append((node.lineno, node.module))
+    return out
+
+
+def test_runtime_packages_import_downward() -> None:
+    wrong = []
+    for path in sorted((REPO / "cec_spark").rglob("*.py")):
+        rel = path.relative_to(REPO)
+        if rel.name == "__init__.py" and rel.parent.name == "cec_spark":
+            continue  # the front page loads the API lazily
+        here = _runtime_part(".".join(rel.with_suffix("").parts))
+        assert here is not None
+        for line, mod in _runtime_imports(path):
+            there = _runtime_part(mod)
+            if there is None or there in RUNTIME_BASE or there == here:
+                continue
+            if here in RUNTIME_BASE:
+                wrong.append(f"{rel}:{line} (a base module) imports {mod}")
+            elif there not in RUNTIME or RUNTIME.index(there) > RUNTIME.index(here):
+                wrong.append(f"{rel}:{line} imports {mod} ({there} is above {here})")
+    assert not wrong, "runtime packages must import downward:\n" + "\n".join(wrong)
+
+
+def test_runtime_packages_have_front_pages() -> None:
+    """Every runtime package's __init__ says what it owns and imports nothing (an
+    executor importing one module must not load the driver's machinery)."""
+    for name in RUNTIME[:-1]:
+        init = REPO / "cec_spark" / name / "__init__.py"
+        tree = ast.parse(init.read_text())
+        doc = ast.get_docstring(tree) or ""
+        assert "First read" in doc or "first read" in doc, f"{init}: no front page"
+        if name != "report":  # report re-exports its small dataclass modules
+            assert not [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)
+                        and not (isinstance(n, ast.ImportFrom) and n.module == "__future__")], init

@@ -8,7 +8,7 @@ A spec has five tables (``[source]``, ``[filter]``, ``[aggregate]``, ``[checkpoi
 
 Relative paths are resolved against the directory of the spec file. The parser does
 no I/O beyond reading the spec itself (whether a source path exists is checked by
-:mod:`cec_spark.sources`, which names the missing file).
+:mod:`cec_spark.source.planner`, which names the missing file).
 
 ``dump_spec`` writes the resolved spec back as TOML (absolute paths, every default
 filled in); a run stores it as ``RUN/run.toml`` so recovery needs only the directory,

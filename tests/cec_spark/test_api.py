@@ -23,8 +23,8 @@ import pytest
 import cec_spark as cec
 from cec.errors import SpecError, UsageError
 from cec.spec import load_spec
-from cec_spark.layout import RunLayout
-from cec_spark.outcome import RecoverResult
+from cec_spark.report import RecoverResult
+from cec_spark.rundir.layout import RunLayout
 from cli.app import main
 from cli.schema import problems
 from tests.cec_spark.helpers import (
@@ -117,7 +117,7 @@ def spark() -> Iterator[Any]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (SparkSession.builder.master(f"local[{P + 2},3]").appName("cec-api-test")
                .config("spark.pyspark.python", sys.executable)
-               .config("spark.python.daemon.module", "cec_spark.daemon")
+               .config("spark.python.daemon.module", "cec_spark.driver.daemon")
                .config("spark.ui.enabled", "false").getOrCreate())
     yield session
     session.stop()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cec.spec import PipelineSpec, parse_spec
-from cec_spark.sources import InputError, plan_source
+from cec_spark.source.planner import InputError, plan_source
 from tests.cec_spark.helpers import spec_text
 
 HEAD = "item_id,item_price,item_time\n"

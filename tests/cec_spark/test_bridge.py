@@ -44,7 +44,7 @@ def _stream(spark: object, folder: Path) -> object:
 
 def test_a_stream_through_the_bridge_gives_exact_results(spark: object, tmp_path: Path
                                                          ) -> None:
-    from cec_spark.bridge import to_stream_folder
+    from cec_spark.source.bridge import to_stream_folder
 
     src, folder, ckpt = tmp_path / "src", tmp_path / "in", tmp_path / "ckpt"
     src.mkdir()
@@ -78,7 +78,7 @@ def test_a_stream_through_the_bridge_gives_exact_results(spark: object, tmp_path
 
 
 def test_a_batch_dataframe_is_refused(spark: object, tmp_path: Path) -> None:
-    from cec_spark.bridge import to_stream_folder
+    from cec_spark.source.bridge import to_stream_folder
 
     with pytest.raises(UsageError, match="not a streaming one"):
         to_stream_folder(spark.range(3), tmp_path / "in", tmp_path / "c")  # type: ignore[attr-defined]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cec.errors import ClusterError, UsageError
-from cec_spark import cluster
-from cec_spark.cluster import SlotWatch, check_local_slots, local_slots, wait_for_slots
+from cec_spark.run import cluster
+from cec_spark.run.cluster import SlotWatch, check_local_slots, local_slots, wait_for_slots
 
 
 @pytest.mark.parametrize(("master", "slots"), [

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cec.records import G_OPEN, R, tuple_counts
-from cec_spark.layout import RunLayout
+from cec_spark.rundir.layout import RunLayout
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import cec, spec_text
 
@@ -40,7 +40,7 @@ def spark() -> Iterator[object]:
 
     from pyspark.sql import SparkSession
 
-    from cec_spark.datasource import register
+    from cec_spark.read.datasource import register
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the planner's Python too
     session = (SparkSession.builder.master("local[2]").appName("cec-ds-test")

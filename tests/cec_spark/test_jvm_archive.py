@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cec_spark import jvm_archive
+from cec_spark.run import jvm_archive
 
 
 @pytest.fixture

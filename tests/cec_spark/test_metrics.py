@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cec_spark import metrics
+from cec_spark.run import metrics
 
 RUN = r'run="(?:[^"\\]|\\.)*"'  # a label value, escapes allowed
 LINE = re.compile(r'^(# (HELP|TYPE) \w+ .+|\w+\{' + RUN + r'(,partition="\d+")?\} -?[\d.e+]+)$')

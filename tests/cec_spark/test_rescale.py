@@ -22,10 +22,10 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from cec_spark.datasource import _StreamReader, register
-from cec_spark.ingest_query import partition_expr
-from cec_spark.layout import RunLayout
-from cec_spark.outcome import RecoverResult
+from cec_spark.ingest.query import partition_expr
+from cec_spark.read.datasource import _StreamReader, register
+from cec_spark.report import RecoverResult
+from cec_spark.rundir.layout import RunLayout
 from recovery.rescale import partitions_of, spark_xxhash64
 from tests.cec_spark.helpers import cec, spec_text, start_cec, wait_for, write_items_csv
 from tests.cli.test_pipeline_cli import _alive, checked

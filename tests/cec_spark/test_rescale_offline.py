@@ -22,12 +22,12 @@ import pyarrow.csv as pacsv
 import pytest
 
 from cec.errors import UsageError
-from cec_spark.ingest_writer import create_logs, value_column
-from cec_spark.layout import RunLayout
-from cec_spark.plan import pipeline_spec, plan_new_run
-from cec_spark.rescale import check_rescale, rescale
-from cec_spark.results import results_table
-from cec_spark.task import operator_for
+from cec_spark.ingest.writer import create_logs, value_column
+from cec_spark.read.export import results_table
+from cec_spark.recover.rescale import check_rescale, rescale
+from cec_spark.run.plan import pipeline_spec, plan_new_run
+from cec_spark.run.task import operator_for
+from cec_spark.rundir.layout import RunLayout
 from recovery.replay import recover
 from recovery.rescale import partitions_of
 from storage_log.log import StreamLog

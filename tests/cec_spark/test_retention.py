@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cec_spark.retention import Lagged, retention_before
+from cec_spark.rundir.retention import Lagged, retention_before
 
 # (base_seq, bytes, mtime): five segments of 100 bytes written at t = 10, 20, ..., 50
 SEGS = [(0, 100, 10.0), (40, 100, 20.0), (80, 100, 30.0), (120, 100, 40.0),

@@ -16,8 +16,8 @@ import pytest
 from cec.errors import SpecError
 from cec.policy import DEFAULT_FLOOR_S
 from cec.spec import dump_spec, parse_spec, parse_stored_spec
-from cec_spark import metrics, rto
-from cec_spark.layout import RunLayout
+from cec_spark.run import metrics, rto
+from cec_spark.rundir.layout import RunLayout
 from tests.cec_spark.helpers import REPO, spec_text, write_items_csv
 from tests.cec_spark.test_metrics import parse
 
@@ -161,7 +161,8 @@ def test_cli_refuses_an_objective_below_the_floor_before_spark(tmp_path: Path) -
 @pytest.mark.spark
 def test_a_run_with_rto_predicts_its_recovery_in_inspect_extent(tmp_path: Path,
                                                                 cache: Path) -> None:
-    from cec_spark import inspect_extent, run_pipeline
+    from cec_spark.driver.runner import run_pipeline
+    from cec_spark.read.inspect import inspect_extent
 
     data = tmp_path / "items.csv"
     write_items_csv(data, 60_000, keys=500)

@@ -15,17 +15,12 @@ import pytest
 
 from cec.errors import RecoveryError, SpecError
 from cec.records import G_OPEN, G_OPEN_R, R, logical_rows
-from cec_spark import (
-    export,
-    inspect_extent,
-    inspect_log,
-    recover_run,
-    results_table,
-    resume_run,
-    run_pipeline,
-)
-from cec_spark.layout import RunLayout
-from cec_spark.session import build_session
+from cec_spark.driver.runner import resume_run, run_pipeline
+from cec_spark.read.export import export, results_table
+from cec_spark.read.inspect import inspect_extent, inspect_log
+from cec_spark.recover.resume import recover_run
+from cec_spark.run.session import build_session
+from cec_spark.rundir.layout import RunLayout
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import (
     read_export_csv,

@@ -24,7 +24,7 @@ CHILD = textwrap.dedent('''
     import threading
     import pyarrow as pa
     from pyspark.sql import SparkSession
-    from cec_spark import session as s
+    from cec_spark.run import session as s
 
     def double(batches):
         for b in batches:
@@ -55,7 +55,7 @@ CHILD = textwrap.dedent('''
 ''')
 
 MISMATCH = textwrap.dedent('''
-    from cec_spark import session as s
+    from cec_spark.run import session as s
     s.start_early("local[2]", 2, {"spark.app.name": "early"})
     spark = s.session_for("local[2]", 3, {})
     assert spark.conf.get("spark.sql.shuffle.partitions") == "3", \\

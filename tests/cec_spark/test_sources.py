@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from cec.spec import PipelineSpec, parse_spec
-from cec_spark.source_types import TimeSpec
-from cec_spark.sources import SEQ, InputError, StreamDirWatcher, plan_source, read_chunk
+from cec_spark.source.planner import SEQ, InputError, StreamDirWatcher, plan_source, read_chunk
+from cec_spark.source.types import TimeSpec
 from tests.cec_spark.helpers import spec_text, write_items_csv
 
 

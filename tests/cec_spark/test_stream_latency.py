@@ -19,19 +19,12 @@ import pyarrow as pa
 import pytest
 
 from cec.spec import load_spec
-from cec_spark.ingest import (
-    PART,
-    IngestProgress,
-    IngestQuery,
-    committed_chunk,
-    create_logs,
-    partition_expr,
-    read_token,
-)
-from cec_spark.layout import RunLayout
-from cec_spark.run_file import KEY_GROUPS, settings_for
-from cec_spark.session import build_session
-from cec_spark.sources import InputError, StreamDirWatcher
+from cec_spark.ingest.query import IngestProgress, IngestQuery, partition_expr
+from cec_spark.ingest.writer import PART, committed_chunk, create_logs, read_token
+from cec_spark.run.session import build_session
+from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import KEY_GROUPS, settings_for
+from cec_spark.source.planner import InputError, StreamDirWatcher
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import spec_text, write_items_csv
 

@@ -22,13 +22,14 @@ import pytest
 
 from cec.errors import SpecError
 from cec.spec import PipelineSpec, parse_spec
-from cec_spark.driver import run_pipeline
-from cec_spark.inspect import inspect_extent, recover_run
-from cec_spark.results import export
-from cec_spark.source_order import LATE, late_mask
-from cec_spark.source_time import TimeValueError, to_us
-from cec_spark.source_types import TimeSpec
-from cec_spark.sources import InputError, StreamDirWatcher, plan_source, read_chunk
+from cec_spark.driver.runner import run_pipeline
+from cec_spark.read.export import export
+from cec_spark.read.inspect import inspect_extent
+from cec_spark.recover.resume import recover_run
+from cec_spark.source.order import LATE, late_mask
+from cec_spark.source.planner import InputError, StreamDirWatcher, plan_source, read_chunk
+from cec_spark.source.times import TimeValueError, to_us
+from cec_spark.source.types import TimeSpec
 from tests.cec_spark.helpers import (
     cec,
     read_export_csv,
@@ -225,7 +226,7 @@ def test_a_watcher_going_on_from_a_plan_plans_as_one_that_saw_everything(
 @pytest.fixture(scope="module")
 def spark() -> Iterator[object]:
     """One Spark session for the runs made in this process (run_pipeline uses it)."""
-    from cec_spark.session import build_session
+    from cec_spark.run.session import build_session
 
     session = build_session("local[4,3]", 2)
     yield session
@@ -330,7 +331,7 @@ def test_a_bad_iso_time_exits_2_naming_file_and_line(tmp_path: Path) -> None:
 
 def _late_counts_now(run: Path) -> list[int]:
     """The late counts committed so far (the upstream logs' tokens; a run may write)."""
-    from cec_spark.ingest_writer import token_fields
+    from cec_spark.ingest.writer import token_fields
     from storage_log.log import StreamLog
 
     out = []

@@ -17,9 +17,9 @@ from cec.operator import OperatorConfig
 from cec.operator.vector import VectorOperator
 from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow, WindowSpec
-from cec_spark.ingest import WriterConfig, create_logs, open_upstream, trim_upstream
-from cec_spark.layout import RunLayout
-from cec_spark.task import ReplayFloor
+from cec_spark.ingest.writer import WriterConfig, create_logs, open_upstream, trim_upstream
+from cec_spark.run.task import ReplayFloor
+from cec_spark.rundir.layout import RunLayout
 from recovery.replay import recover
 from storage_log.errors import LogTrimmedError
 from storage_log.log import StreamLog

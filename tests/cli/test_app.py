@@ -120,7 +120,7 @@ def test_help_documents_the_exit_codes(command: list[str],
 def test_a_failure_with_json_is_one_json_object_on_stderr(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Issue 19 item 5: a program that asked for --json gets its error as JSON too."""
-    from cec_spark.outcome import ErrorReport
+    from cec_spark.report import ErrorReport
     from cli.schema import problems
 
     code = main(["inspect", "log", str(tmp_path / "missing"), "--json"])

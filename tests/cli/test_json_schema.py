@@ -1,4 +1,4 @@
-"""docs/JSON.md and the commands' ``--json`` come from one source: cec_spark/outcome.py.
+"""docs/JSON.md and the commands' ``--json`` come from one source: the package cec_spark/report.
 
 The Spark-backed commands' real outputs are checked against the same schema in
 tests/cli/test_pipeline_cli.py (:func:`checked`); here, without Spark: the doc is
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from cec_spark import outcome
+from cec_spark import report
 from cli import render, schema
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,12 +55,12 @@ def test_every_result_class_passes_its_schema(command: str) -> None:
 
 
 def test_a_wrong_field_or_type_is_found() -> None:
-    doc = json.loads(render.to_json(_sample(outcome.RunResult)))
+    doc = json.loads(render.to_json(_sample(report.RunResult)))
     doc["per_partition"][0]["in_tuples"] = "many"
     doc["elapsed_s"] = None
     del doc["steady_s"]
     doc["extra"] = 1
-    found = "\n".join(schema.problems(doc, outcome.RunResult))
+    found = "\n".join(schema.problems(doc, report.RunResult))
     assert "$.per_partition[0].in_tuples" in found
     assert "$.elapsed_s" in found
     assert "are not" in found  # the field list differs
@@ -89,7 +89,7 @@ def test_names_follow_the_rules() -> None:
 
 
 def test_human_view_plain_lines_are_not_truncated() -> None:
-    result = _sample(outcome.RecoverResult)
+    result = _sample(report.RecoverResult)
     long = "y" * 300
     result = dataclasses.replace(result, run_dir=long)
     console = Console(record=True, width=60, force_terminal=False)
@@ -104,9 +104,9 @@ def test_human_view_plain_lines_are_not_truncated() -> None:
 
 
 def test_resolve_paths() -> None:
-    part = _sample(outcome.RecoverPartition)
-    part = dataclasses.replace(part, phases=[outcome.Phase("scan", 2.0, None, None),
-                                             outcome.Phase("load", 1.0, 0.5, 0.1)])
+    part = _sample(report.RecoverPartition)
+    part = dataclasses.replace(part, phases=[report.Phase("scan", 2.0, None, None),
+                                             report.Phase("load", 1.0, 0.5, 0.1)])
     assert render.resolve(part, "phases.scan.seconds") == 2.0
     assert render.resolve(part, "phases.load.seconds") == 0.5
     assert render.resolve(part, "phases.replay.seconds") is None

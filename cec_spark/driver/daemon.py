@@ -1,0 +1,30 @@
+"""Spark's Python worker daemon with cec's modules imported once, before it forks.
+
+Spark starts one daemon per executor and forks a Python worker from it for every
+task that needs one; a fresh worker then imports what the task's function needs
+(numpy, pyarrow, pandas, lmdb, the operator, recovery). Under load that took several
+seconds per worker, paid by every long-lived operator task and every ingest job at
+the start of a run and again after a crash. Importing those modules in the daemon
+(``spark.python.daemon.module = cec_spark.driver.daemon``) makes a forked worker start
+warm. No thread may run at the fork (PySpark's own rule): the BLAS libraries are told
+to use one thread and jemalloc not to start its background thread; Arrow's thread
+pools start lazily. The daemon process has exactly one thread when it forks.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Normally inherited from the driver (cec_spark.run.session sets them before the JVM
+# starts); pyarrow's jemalloc would otherwise start a background thread as it loads.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
+
+from pyspark import daemon  # noqa: E402
+
+import cec_spark.ingest.job  # noqa: E402
+import cec_spark.run.task  # noqa: E402, F401
+
+if __name__ == "__main__":
+    daemon.manager()

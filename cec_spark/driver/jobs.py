@@ -1,0 +1,188 @@
+"""The driver's two threads of Spark jobs and their retries (:mod:`cec_spark.driver.runner`).
+
+* the **operator job** (:func:`_operator_thread`): one job of P long-lived tasks
+  (:func:`cec_spark.run.task.run_partition`), resubmitted when it aborts, up to
+  :data:`MAX_RESUBMITS` times; every task then finds its output log and recovers;
+* the **ingest** (:func:`_ingest_thread`): :func:`cec_spark.ingest.job.ingest`, retried
+  the same way (it resumes from the upstream logs' tokens).
+
+An error a retry cannot fix (:func:`_fatal`: a user error a task raised) ends the
+retries at once. The loop is :func:`_retry`, shared by both threads (a hand-written
+loop of a dozen lines: tenacity's retry predicate, stop and before-sleep hooks would
+need as many lines to say the same, and would hide the stop event's check).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from cec.errors import USER_ERRORS, CecError, UsageError, UserError
+from cec.spec import PipelineSpec
+from cec_spark.ingest.job import ingest
+from cec_spark.ingest.query import IngestProgress
+from cec_spark.run.plan import RunPlan
+from cec_spark.run.task import run_partition
+from cec_spark.rundir.layout import DriverSupersededError, RunLayout, RunSettings
+from cec_spark.source.types import SourcePlan
+from cec_spark.watchdog import say
+from storage_log.errors import LogWriteError
+
+MAX_RESUBMITS = 5
+
+
+def _task_entry(root: str, run_id: str | None, driver: int | None, run_text: str | None = None
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The operator job's function: Spark partition ``p`` holds the one number ``p``.
+
+    The job is ``spark.range(P, P partitions).mapInArrow(...)``, a SQL job like the
+    ingest's, so that both jobs' Python workers fork from one worker daemon (an RDD
+    job and a SQL job each started their own: two interpreters importing cec at the
+    start of every run, on two cores). ``run_text`` is the run's ``run.toml`` text
+    (:attr:`cec_spark.run.plan.RunPlan.run_text`): the tasks parse it instead of reading
+    the file.
+    """
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for p in batch.column(0).to_pylist():
+                result = json.dumps(run_partition(root, int(p), run_id, driver,
+                                                  run_text=run_text))
+                yield pa.RecordBatch.from_pydict({"result": pa.array([result], pa.string())})
+
+    return run
+
+
+# Errors of a task that another attempt cannot fix: the job is not resubmitted.
+_FATAL = re.compile(r"\b(RunNotVisibleError|DriverSupersededError|LogNotFoundError|"
+                    r"InputRangeError|InputOrderError|LogWriteError): (.+)")
+
+
+def _fatal(exc: BaseException) -> UserError | None:
+    """The user error a failed Spark job carries from a task, if retrying cannot help."""
+    m = _FATAL.search(str(exc))
+    if m is None:
+        return None
+    if m.group(1) == "DriverSupersededError":
+        return DriverSupersededError(m.group(2).strip())
+    if m.group(1) == "LogWriteError":  # disk full, read-only: exit 3, once
+        return LogWriteError(m.group(2).strip())
+    return UsageError(m.group(2).strip())
+
+
+@dataclass
+class _Shared:
+    stop: threading.Event = field(default_factory=threading.Event)
+    ingest: IngestProgress = field(default_factory=IngestProgress)
+    ingest_error: BaseException | None = None
+    operator_error: BaseException | None = None
+    cluster_error: CecError | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    resubmits: int = 0
+    operators_done: threading.Event = field(default_factory=threading.Event)
+    ingest_done: threading.Event = field(default_factory=threading.Event)
+
+
+def _retry(job: Callable[[], None], what: str, again: str, stop: threading.Event,
+           count: Callable[[], int]) -> BaseException | None:
+    """Run ``job`` until it returns, retrying a failure after a growing delay.
+
+    Returns the error that ends it: a user error (cec's, the log's, or one a task
+    carried), or the last failure after :data:`MAX_RESUBMITS` retries; None when it
+    ran to the end or failed because of a stop. ``count`` counts a retry and returns
+    how many there were.
+    """
+    while True:
+        try:
+            job()
+            return None
+        except USER_ERRORS as exc:  # cec's, or the log's (a refused write, a lock)
+            return exc
+        except Exception as exc:
+            if stop.is_set():
+                return None
+            fatal = _fatal(exc)
+            if fatal is not None:
+                return fatal
+            n = count()
+            if n > MAX_RESUBMITS:
+                return exc
+            # e.g. a dying worker of a killed run still holds a log's writer lock
+            delay = min(2.0 ** n, 10.0)
+            say(f"{what} failed ({_spark_error(exc)}); {again} in {delay:.0f} s "
+                f"({n}/{MAX_RESUBMITS})")
+            time.sleep(delay)
+
+
+def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
+                     ids: tuple[str | None, int | None], shared: _Shared,
+                     run_text: str | None = None) -> None:
+    sc = spark.sparkContext
+    root = str(layout.root)
+
+    def job() -> None:
+        sc.setJobGroup("cec-operators", "cec operator tasks", interruptOnCancel=True)
+        rows = (spark.range(0, partitions, 1, partitions)
+                .mapInArrow(_task_entry(root, *ids, run_text), "result string").collect())
+        shared.results = [json.loads(r["result"]) for r in rows]
+
+    def count() -> int:
+        shared.resubmits += 1
+        return shared.resubmits
+
+    try:
+        shared.operator_error = _retry(job, "operator job", "resubmitting", shared.stop,
+                                       count)
+    finally:
+        shared.operators_done.set()
+
+
+def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+                   layout: RunLayout, plan: SourcePlan | None, driver: int | None,
+                   shared: _Shared) -> None:
+    def should_stop() -> bool:  # a stop, or a newer driver took the run
+        return shared.stop.is_set() or (driver is not None
+                                        and layout.latest_driver() > driver)
+
+    run = RunPlan(spec, settings, layout, plan)
+    tries = [0]
+
+    def count() -> int:
+        tries[0] += 1
+        return tries[0]
+
+    try:
+        shared.ingest_error = _retry(
+            lambda: ingest(spark, run, shared.ingest, should_stop, driver=driver),
+            "ingest job", "retrying", shared.stop, count)
+    finally:
+        shared.ingest_done.set()
+        if shared.ingest_error is not None:
+            _request_stop(layout, shared,
+                          file=not isinstance(shared.ingest_error, DriverSupersededError))
+
+
+def _request_stop(layout: RunLayout, shared: _Shared, *, file: bool = True) -> None:
+    """Stop this driver's tasks: the STOP file, unless the run is no longer ours (a newer
+    driver runs it: its tasks must not see a STOP)."""
+    shared.stop.set()
+    if file:
+        with contextlib.suppress(OSError):
+            layout.stop_file.touch()
+
+
+def _spark_error(exc: BaseException) -> str:
+    text = str(exc)
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "Exception" in ln:
+            return ln.strip()[:500]
+    return (lines[-1] if lines else repr(exc))[:500]

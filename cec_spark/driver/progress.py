@@ -1,0 +1,218 @@
+"""The live progress display of a run (rich, on stderr).
+
+Per partition: input position and tuples/s, open windows ``N``, extent ``q`` and replay
+length ``u``, ``G_check``/s, results, and the predicted recovery time (with the
+objective in the title when ``[checkpoint].rto`` is set; an objective the measured costs
+cannot meet is said in the caption). The view also measures this command's start-up
+(:class:`cec_spark.run.rto.StartupMeter`), the fixed cost of the recovery-time model.
+Positions come from the upstream logs' committed ``last_seq`` (a reader per refresh) and
+from the tasks' ``state/pNNNN.json`` counters; rates are differences between refreshes.
+
+On a terminal the table is redrawn in place (rich ``Live``). Anywhere else (a pipe, a
+log file, CI) a live table would print nothing until the end, so the view prints one
+plain line every :data:`PLAIN_EVERY_S` seconds instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from cec_spark.ingest.query import IngestProgress
+from cec_spark.ingest.writer import token_fields
+from cec_spark.run import metrics
+from cec_spark.run.rto import StartupMeter
+from cec_spark.rundir.layout import RunLayout
+from storage_log.log import StreamLog
+
+PLAIN_EVERY_S = 10.0
+
+
+class UpstreamPositions:
+    """The upstream logs' committed ends, from readers kept open: each refresh walks only
+    what was committed since (a driver on a host without the index would otherwise
+    read every upstream log from its start twice a second)."""
+
+    def __init__(self, layout: RunLayout) -> None:
+        self.layout = layout
+        self._logs: dict[int, StreamLog] = {}
+
+    def get(self, p: int) -> int | None:
+        log = self._logs.get(p)
+        try:
+            if log is None:
+                path = self.layout.upstream(p)
+                if not path.exists():
+                    return None
+                log = self._logs[p] = StreamLog.open(path)
+            return log.last_seq
+        except Exception:  # a log being created, or trimmed under us: open it again
+            self.close(p)
+            return None
+
+    def late(self, p: int) -> int:
+        """Late rows dropped in partition ``p`` (its upstream log's last token)."""
+        log = self._logs.get(p)
+        try:
+            return 0 if log is None else token_fields(log.last_token()).get("late", 0)
+        except Exception:  # as in get: a log being created or trimmed
+            return 0
+
+    def close(self, p: int | None = None) -> None:
+        for q in ([p] if p is not None else list(self._logs)):
+            log = self._logs.pop(q, None)
+            if log is not None:
+                with contextlib.suppress(Exception):
+                    log.close()
+
+
+def _si(n: float) -> str:
+    """A compact count: 950, 12.3k, 4.56M."""
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= div:
+            return f"{n / div:.3g}{unit}"
+    return f"{n:.0f}"
+
+
+class ProgressView:
+    def __init__(self, layout: RunLayout, partitions: int, ingest: IngestProgress, *,
+                 enabled: bool = True, objective: bool = False) -> None:
+        self.layout = layout
+        self.objective = objective  # the run has a recovery-time objective
+        self.partitions = partitions
+        self.ingest = ingest
+        self.enabled = enabled
+        self.console = Console(stderr=True)
+        self.live: Live | None = None
+        self.started = time.monotonic()
+        self.prev: dict[int, tuple[float, int, int]] = {}
+        self.notes: list[str] = []
+        self.plain = enabled and not self.console.is_terminal
+        self.last_plain = self.started
+        self.upstream = UpstreamPositions(layout)
+        self.last_metrics = 0.0
+        self.startup = StartupMeter(layout, partitions)
+        self.told: set[tuple[int, str]] = set()  # (partition, note) said once
+
+    def write_metrics(self) -> None:
+        """``RUN/metrics/cec.prom`` (:mod:`cec_spark.run.metrics`), whatever is displayed."""
+        self.last_metrics = time.monotonic()
+        states = [self.layout.read_state(p) for p in range(self.partitions)]
+        self._rto_notes(states)
+        upstream = [self.upstream.get(p) for p in range(self.partitions)]
+        metrics.write(self.layout.root / "metrics", metrics.exposition(
+            str(self.layout.root), states, upstream, source_rows=self.ingest.source_rows,
+            sealed=self.ingest.sealed, up_s=self.last_metrics - self.started,
+            late=[self.upstream.late(p) for p in range(self.partitions)]))
+
+    def __enter__(self) -> ProgressView:
+        if self.enabled and not self.plain:
+            self.live = Live(self.render(), console=self.console, refresh_per_second=2,
+                             transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            if self.live is not None:
+                self.live.update(self.render())
+                self.live.__exit__(et, ev, tb)
+                self.live = None
+            elif self.plain:
+                self._plain_line()
+            self.write_metrics()
+        finally:
+            self.upstream.close()
+
+    def _rto_notes(self, states: list[dict[str, Any]]) -> None:
+        """Measure the start-up once it can be; say once per partition when its
+        objective cannot be met (never silently unmet)."""
+        took = self.startup.check(states)  # measured for every run: the model's input
+        if took is not None and self.objective:  # said only where one is asked for
+            self.note(f"start-up {took:.1f} s (process start to every operator task "
+                      "recovering): the fixed cost of a recovery here")
+        for p, st in enumerate(states):
+            info = st.get("rto") if isinstance(st.get("rto"), dict) else None
+            if info and info.get("feasible") is False and info.get("note"):
+                key = (p, "infeasible")
+                if key not in self.told:
+                    self.told.add(key)
+                    self.note(f"partition {p}: rto cannot be met: {info['note']}")
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
+        if self.plain:
+            self.console.print(f"cec: {text}", highlight=False, soft_wrap=True)
+        self.refresh()
+
+    def refresh(self) -> None:
+        if time.monotonic() - self.last_metrics >= metrics.EVERY_S:
+            self.write_metrics()
+        if self.live is not None:
+            self.live.update(self.render())
+        elif self.plain and time.monotonic() - self.last_plain >= PLAIN_EVERY_S:
+            self._plain_line()
+
+    def _plain_line(self) -> None:
+        """One line for a pipe: elapsed, ingest, and the partitions' totals."""
+        self.last_plain = time.monotonic()
+        ing = self.ingest
+        total = f"/{ing.chunks_total}" if ing.chunks_total is not None else ""
+        states = [self.layout.read_state(p) for p in range(self.partitions)]
+        done = sum(1 for st in states if st.get("done"))
+        running = sum(1 for st in states if st and not st.get("done"))
+        tuples = sum(int(st.get("in_tuples", 0)) for st in states)
+        results = sum(int(st.get("r", 0)) for st in states)
+        late = sum(self.upstream.late(p) for p in range(self.partitions))
+        self.console.print(
+            f"cec: {self.last_plain - self.started:.0f} s  ingest chunk {ing.chunks_done}"
+            f"{total}, {ing.source_rows} source rows{', sealed' if ing.sealed else ''}  "
+            f"partitions: {running} running, {done} done of {self.partitions}  "
+            f"tuples {tuples}  results {results}{f'  late rows dropped {late}' if late else ''}",
+            highlight=False, soft_wrap=True)
+
+    def render(self) -> Table:
+        elapsed = time.monotonic() - self.started
+        ing = self.ingest
+        total = f"/{ing.chunks_total}" if ing.chunks_total is not None else ""
+        states = [self.layout.read_state(p) for p in range(self.partitions)]
+        objective = next((st["rto"].get("objective_s") for st in states
+                          if isinstance(st.get("rto"), dict)
+                          and st["rto"].get("objective_s")), None)
+        late = sum(self.upstream.late(p) for p in range(self.partitions))
+        title = (f"cec {self.layout.root}  {elapsed:6.1f}s  ingest: chunk {ing.chunks_done}"
+                 f"{total}, {ing.source_rows:,} source rows"
+                 f"{f', {late:,} late rows dropped' if late else ''}"
+                 f"{', sealed' if ing.sealed else ''}"
+                 f"{f'  rto {objective:g} s' if objective else ''}")
+        table = Table(title=title, title_justify="left",
+                      caption=" · ".join(self.notes) or None)
+        for col in ("partition", "upstream seq", "tuples", "tuples/s", "N open", "extent q",
+                    "replay u", "G_check/s", "R", "recovery s", "state"):
+            table.add_column(col, justify="right" if col != "state" else "left")
+        now = time.monotonic()
+        for p in range(self.partitions):
+            st: dict[str, Any] = states[p]
+            up = self.upstream.get(p)
+            tuples = int(st.get("in_tuples", 0))
+            checks = int(st.get("g_check", 0))
+            t0, n0, c0 = self.prev.get(p, (self.started, 0, 0))
+            dt = max(now - t0, 1e-6)
+            rate, crate = (tuples - n0) / dt, (checks - c0) / dt
+            self.prev[p] = (now, tuples, checks)
+            state = "done" if st.get("done") else ("recovered" if st.get("recovered")
+                                                   else ("running" if st else "starting"))
+            info = st.get("rto") if isinstance(st.get("rto"), dict) else {}
+            pred = info.get("predicted_s") if info else None
+            table.add_row(str(p), "-" if up is None else _si(up), _si(tuples), _si(rate),
+                          _si(int(st.get("n_open", 0))), _si(int(st.get("q", 0))),
+                          _si(int(st.get("u", 0))), _si(crate), _si(int(st.get("r", 0))),
+                          "-" if pred is None else f"{pred:.1f}", state)
+        return table

@@ -1,0 +1,332 @@
+"""The driver: starts a run (or resumes one), runs ingest and operators concurrently.
+
+Two threads of Spark jobs share one SparkSession:
+
+* the **operator job**: one job of P long-lived tasks (:func:`cec_spark.run.task.run_partition`).
+  When it aborts (a task exhausted its ``local[N,F]`` attempts, or an executor was
+  lost) the driver resubmits it, up to :data:`MAX_RESUBMITS` times; every task then
+  finds its output log and recovers;
+* the **ingest**: one job per source chunk (:mod:`cec_spark.ingest.job`), resumable.
+
+The main thread draws the progress display and handles Ctrl-C: the first one creates
+``RUN/STOP`` (tasks and ingest end at their next batch boundary, every log committed);
+a second one cancels the jobs (the logs are still consistent: the log reconciles on
+the next open). ``cec recover --from-log RUN`` resumes either way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from cec.errors import USAGE_ERRORS, USER_ERRORS, CecError, UsageError
+from cec.spec import PipelineSpec
+from cec_spark.driver.jobs import (
+    MAX_RESUBMITS,
+    _ingest_thread,
+    _operator_thread,
+    _request_stop,
+    _Shared,
+    _spark_error,
+)
+from cec_spark.driver.progress import ProgressView
+from cec_spark.ingest.query import IngestProgress, check_filter
+from cec_spark.ingest.writer import create_logs, late_rows, upstream_sealed
+from cec_spark.report import RunResult, partition_run
+from cec_spark.run.cluster import SlotWatch, check_local_slots, probe, wait_for_slots
+from cec_spark.run.plan import RunPlan, default_log_dir, pipeline_spec, plan_new_run, plan_resume
+from cec_spark.run.session import (
+    early_start_pending,
+    is_local,
+    session_for,
+    stop_session,
+)
+from cec_spark.rundir.layout import DriverSupersededError, RunLayout, RunSettings
+from cec_spark.rundir.run_file import run_text
+from cec_spark.source.planner import SourcePlan
+from cec_spark.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
+
+__all__ = ["MAX_RESUBMITS", "STOP_GRACE_S", "PipelineError", "default_log_dir", "execute",
+           "resume_run", "run_pipeline", "run_plan"]
+
+STOP_GRACE_S = 30.0
+
+
+class PipelineError(CecError):
+    """The pipeline failed for a reason that is not the user's input."""
+
+
+def _fingerprint(layout: RunLayout, partitions: int, ingest: IngestProgress
+                 ) -> tuple[object, ...]:
+    """What moves while a run makes progress: ingest counters and task counters."""
+    tasks = []
+    for p in range(partitions):
+        st = layout.read_state(p)
+        tasks.append((st.get("pid"), st.get("in_tuples"), st.get("out_rows"),
+                      st.get("done"), st.get("recovered") is not None))
+    return (ingest.chunks_done, ingest.source_rows, ingest.sealed, tuple(tasks))
+
+
+def _waiting_on(spec: PipelineSpec, layout: RunLayout, partitions: int,
+                shared: _Shared) -> str:
+    """A phrase for what a run that makes no progress is waiting on."""
+    missing = [p for p in range(partitions) if not layout.read_state(p)]
+    if missing:
+        return (f"the operator tasks of partitions {missing} to start (a run needs "
+                f"{partitions} + 1 free Spark task slots; is the cluster full?)")
+    if not shared.ingest.sealed and not shared.ingest_done.is_set():
+        if spec.source.kind == "stream-dir":
+            return f"new files in the stream folder {spec.source.path}"
+        total = shared.ingest.chunks_total
+        of = "" if total is None else f"/{total}"
+        return f"the ingest (the Spark job of chunk {shared.ingest.chunks_done + 1}{of})"
+    return "the operator tasks to consume their upstream logs"
+
+
+def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+            layout: RunLayout, *, plan: SourcePlan | None = None,
+            progress: bool = True, stall_s: float = DEFAULT_STALL_S,
+            driver: int | None = None, watch: SlotWatch | None = None) -> RunResult:
+    """Run ingest and operators of the run in ``layout`` to the end (or a stop).
+
+    When nothing moves for ``stall_s`` seconds it says on stderr what it waits on and
+    leaves every thread's stack in ``RUN/watchdog/`` (:class:`Watchdog`). ``driver`` is
+    this driver's number (:meth:`RunLayout.take_driver`): the run stops when a newer
+    driver takes over. ``watch`` gives up when lost task slots do not come back.
+    """
+    partitions = spec.run.partitions
+    if layout.stop_file.exists():
+        layout.stop_file.unlink()
+    create_logs(layout, partitions, spec.run.fsync)
+    shared = _Shared()
+    started = time.monotonic()
+    started_at = time.time()
+    threads = [
+        threading.Thread(target=_operator_thread,
+                         args=(spark, layout, partitions, (settings.run_id, driver), shared,
+                               run_text(spec, settings)),
+                         name="cec-operators", daemon=True),
+        threading.Thread(target=_ingest_thread,
+                         args=(spark, spec, settings, layout, plan, driver, shared),
+                         name="cec-ingest", daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    view = ProgressView(layout, partitions, shared.ingest, enabled=progress,
+                        objective=spec.checkpoint.rto_us is not None)
+    interrupted = False
+    previous = signal.getsignal(signal.SIGINT)
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with view, Watchdog(layout.root, stall_s) as dog:
+            seen = _fingerprint(layout, partitions, shared.ingest)
+            told = False
+            while not shared.operators_done.wait(0.5):
+                view.refresh()
+                if shared.ingest_done.is_set() and shared.ingest_error is not None:
+                    break
+                try:
+                    layout.check_driver(driver)
+                    if watch is not None:
+                        watch.check()
+                except CecError as exc:  # superseded, or the slots did not come back
+                    shared.cluster_error = exc
+                    _request_stop(layout, shared,
+                                  file=not isinstance(exc, DriverSupersededError))
+                    spark.sparkContext.cancelAllJobs()
+                    break
+                now = _fingerprint(layout, partitions, shared.ingest)
+                if now != seen:
+                    seen, told = now, False
+                    dog.progress()
+                elif not told and dog.stalled() >= stall_s:
+                    told = True
+                    say(f"no progress for {dog.stalled():.0f} s: waiting for "
+                        f"{_waiting_on(spec, layout, partitions, shared)}; every thread's "
+                        f"stack is in {dog.evidence}")
+            view.refresh()
+    except KeyboardInterrupt:
+        interrupted = True
+        _request_stop(layout, shared)
+        view.note("stopping: waiting for every partition to commit (Ctrl-C again to cancel)")
+        try:
+            shared.operators_done.wait(STOP_GRACE_S)
+            shared.ingest_done.wait(STOP_GRACE_S)
+        except KeyboardInterrupt:
+            pass
+        if not (shared.operators_done.is_set() and shared.ingest_done.is_set()):
+            spark.sparkContext.cancelAllJobs()
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+    if shared.operator_error is not None:  # the operators gave up: stop the ingest too
+        _request_stop(layout, shared,
+                      file=not isinstance(shared.operator_error, DriverSupersededError))
+    shared.ingest_done.wait(STOP_GRACE_S)
+    shared.operators_done.wait(STOP_GRACE_S)
+    elapsed = time.monotonic() - started
+    if shared.cluster_error is not None:
+        raise shared.cluster_error
+    if shared.ingest_error is not None:
+        err = shared.ingest_error
+        if isinstance(err, USER_ERRORS):
+            raise err
+        raise PipelineError(f"ingest failed: {_spark_error(err)}") from err
+    if isinstance(shared.operator_error, USER_ERRORS):
+        raise shared.operator_error
+    if shared.operator_error is not None:
+        raise PipelineError(f"operator job failed {shared.resubmits} times: "
+                            f"{_spark_error(shared.operator_error)}") from shared.operator_error
+    results = sorted(shared.results, key=lambda r: int(r["p"]))
+    completed = (not interrupted and len(results) == partitions
+                 and all(r.get("done") for r in results))
+    if completed and layout.stop_file.exists():
+        layout.stop_file.unlink()
+    tuples = sum(int(r.get("in_tuples", 0)) for r in results)
+    rows = shared.ingest.source_rows
+    # steady: from the first input batch any operator saw to the end (no start-up)
+    firsts = [float(r["first_input_at"]) for r in results if r.get("first_input_at")]
+    steady_s = time.time() - min(firsts) if firsts else None
+    late = late_rows(layout, partitions)  # committed with the upstream logs: exact
+    return RunResult(
+        run_dir=str(layout.root),
+        partitions=partitions,
+        completed=completed,
+        interrupted=interrupted,
+        source_rows=rows,
+        ingested_tuples=shared.ingest.tuples,
+        operator_tuples=tuples,
+        elapsed_s=round(elapsed, 3),
+        source_rows_per_s=round(rows / elapsed, 1) if elapsed > 0 else None,
+        steady_s=None if steady_s is None else round(steady_s, 3),
+        started_at_us=int(started_at * 1e6),
+        steady_rows_per_s=round(rows / steady_s, 1) if steady_s else None,
+        resubmits=shared.resubmits,
+        ingest_s=None if shared.ingest.finished is None
+        else round(shared.ingest.finished - shared.ingest.started, 3),
+        ingest_jobs_s=[round(x, 3) for x in shared.ingest.job_seconds],
+        ingest_writer_s={k: round(v, 3) for k, v in shared.ingest.writer_s.items()},
+        upstream_segments_trimmed=shared.ingest.trimmed_segments,
+        results=sum(int(r.get("r", 0)) for r in results),
+        per_partition=[partition_run(r) for r in results],
+        late_rows=sum(late), late_rows_per_partition=late,
+        warnings=list(settings.warnings),
+    )
+
+
+def _session(plan: RunPlan, progress: bool) -> tuple[SparkSession, bool]:
+    existed = not early_start_pending() and SparkSession.getActiveSession() is not None
+    run = plan.spec.run
+    spark = announce_wait(f"Spark to start (master {run.effective_master})",
+                          lambda: session_for(run.effective_master, run.partitions,
+                                              run.spark_conf, write_archive=not existed))
+    url = spark.sparkContext.uiWebUrl
+    if progress and url:  # with --json, stderr is kept for the one error object
+        say(f"Spark UI: {url} (while the run lasts; --conf spark.ui.enabled=false "
+            f"turns it off)")
+    return spark, not existed
+
+
+def _prepare(spark: SparkSession, plan: RunPlan) -> SlotWatch:
+    """Before any task: enough slots (exit 2 with the numbers), and, on a cluster, every
+    executor sees the run directory and the source (exit 2 naming host and path)."""
+    sc = spark.sparkContext
+    spec, layout = plan.spec, plan.layout
+    master = spec.run.effective_master
+    slots = wait_for_slots(sc, spec.run.partitions, master, spec.run.executor_wait_s)
+    if not is_local(master):
+        done = upstream_sealed(layout, spec.run.partitions)  # the source is not read again
+        paths = [str(spec.source.path)] if spec.source.path is not None and not done else []
+        announce_wait("every executor to check that it sees the run directory",
+                      lambda: probe(spark, layout, plan.settings.run_id, paths, slots))
+    return SlotWatch(sc, spec.run.partitions, master, spec.run.slot_timeout_s)
+
+
+def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
+                 partitions: int | None = None, master: str | None = None,
+                 conf: dict[str, str] | None = None,
+                 max_tuples: int | None = None, progress: bool = True) -> RunResult:
+    """``cec run pipeline``: validate, store ``run.toml``, run to the end or Ctrl-C.
+
+    Everything that can be wrong with the spec or a bounded source is found before
+    anything is written (exit status 2, nothing on disk). ``conf`` (``--conf``) is
+    stored with the spec's ``[run.spark]``; the log directory is stored absolute, so
+    that every host of a cluster opens the same one. (:func:`run_plan` of
+    :func:`cec_spark.run.plan.plan_new_run`.)
+    """
+    spec = pipeline_spec(spec_path, partitions=partitions, master=master, conf=conf)
+    return run_plan(plan_new_run(spec, spec_path, log_dir, max_tuples=max_tuples),
+                    progress=progress)
+
+
+def run_plan(plan: RunPlan, *, progress: bool = True) -> RunResult:
+    """Start the new run ``plan`` (:func:`cec_spark.run.plan.plan_new_run`): store its
+    ``run.toml``, start Spark, check the filter and the slots, run."""
+    layout = plan.layout
+    # run.toml before Spark starts (5-20 s): a run killed at any moment after this
+    # line is resumed by `cec recover`, not left as a directory no command accepts
+    created = not layout.root.exists()
+    layout.write_run_text(plan.run_text)
+    for text in plan.settings.warnings:  # nothing is guessed: said, and kept in run.toml
+        say(f"warning: {text}")
+    try:
+        spark, owned = _session(plan, progress)
+    except UsageError:  # a setting Spark refused: the run never started
+        _unmake(layout, created)
+        raise
+    try:
+        try:
+            if plan.source is not None:
+                check_filter(spark, plan.spec, plan.source)
+            watch = _prepare(spark, plan)
+        except USAGE_ERRORS:  # cec's, or the log's (_prepare may open the upstream logs)
+            _unmake(layout, created)  # nothing but run.toml was written: take it back
+            raise
+        return execute(spark, plan.spec, plan.settings, layout, plan=plan.source,
+                       progress=progress, driver=layout.take_driver(), watch=watch)
+    finally:
+        if owned:
+            stop_session(spark)
+
+
+def _unmake(layout: RunLayout, created: bool) -> None:
+    """Remove the run files of a run that never started (a bad ``[filter]``)."""
+    with contextlib.suppress(OSError):
+        layout.run_file.unlink()
+        layout.backup_file.unlink(missing_ok=True)
+        (layout.root / "state").rmdir()
+        if created:
+            layout.root.rmdir()
+
+
+def resume_run(root: Path | str, *, master: str | None = None,
+               conf: dict[str, str] | None = None, progress: bool = True,
+               driver: int | None = None, plan: RunPlan | None = None) -> RunResult:
+    """Resume the run stored in ``root`` (ingest from its tokens, tasks recover).
+
+    ``master`` and ``conf`` override the stored ones for this resume only (a recovery
+    may run on another cluster than the run it resumes). ``plan``: the run's plan
+    (:func:`cec_spark.run.plan.plan_resume`, overrides applied) when the caller has
+    read ``run.toml`` already; else it is read here.
+    """
+    if plan is None:
+        plan = plan_resume(root, master=master, conf=conf)
+    spec, layout = plan.spec, plan.layout
+    check_local_slots(spec.run.partitions, spec.run.effective_master)
+    if driver is None:
+        driver = layout.take_driver()  # from here on, an older driver of this run stops
+    spark, owned = _session(plan, progress)
+    try:
+        watch = _prepare(spark, plan)
+        return execute(spark, spec, plan.settings, layout, progress=progress,
+                       driver=driver, watch=watch)
+    finally:
+        if owned:
+            stop_session(spark)

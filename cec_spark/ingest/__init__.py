@@ -1,0 +1,11 @@
+"""The ingest: source → Spark (read, filter, key partition) → one upstream log per partition.
+
+==========  ====================================================================================
+``job``     the ingest job: chunks planned from the run's plan, run as Spark jobs, logs sealed
+``query``   the Spark query: chunks read in a task, filtered, projected, key-partitioned
+``writer``  the ``mapInArrow`` writer: appends to the upstream logs, commits with chunk tokens
+==========  ====================================================================================
+
+First read: ``job.py``. Exactly once: each upstream log's commit token names the last
+source chunk it holds, so a resumed ingest goes on from there.
+"""

@@ -1,0 +1,148 @@
+"""The ingest: source → Spark (read, filter, key partition) → one upstream log per partition.
+
+The source is cut into chunks (:mod:`cec_spark.source.planner`); a Spark **job** ingests a run of
+consecutive chunks (up to :data:`JOB_ROWS` source rows) with a single task, so the
+order of the stream is kept without any sort. The task reads the chunks (the generator
+through ``spark.range`` and deterministic expressions; files through a Python function
+over the chunk numbers, :func:`_file_frame`, which yields Arrow batches), applies
+``[filter].where`` in Spark SQL, computes the key partition (key group
+``kg = pmod(xxhash64(key), G)``, partition ``kg * P div G``) in Spark SQL
+(:func:`partition_expr`, the only place the partition of a key is decided) and
+hands Arrow batches to :func:`_chunk_writer` (``mapInArrow``). The
+writer splits each batch by partition (a stable argsort, so each partition's rows
+stay in ``seq`` order), appends one record per partition per batch and, as soon as it
+has passed the end of a chunk, commits every one of the P logs with the token
+``{"chunk": c, "next_seq": ...}`` of the last chunk it completed; then it trims the
+upstream logs (:func:`trim_upstream`). With one ingest task a file source's query is
+built once and run for every job (:class:`IngestQuery`): the job's chunks travel as a
+Spark local property (a ``stream-dir`` source runs a job per poll that found files).
+
+The parts: :mod:`cec_spark.ingest.query` (the Spark query, :class:`IngestQuery`),
+:mod:`cec_spark.ingest.writer` (the writer, the upstream logs' tokens, seal, trim);
+this module runs the loop over a run's chunks and re-exports their public names.
+
+Idempotence and resumption: a restarted ingest starts at the chunk after the oldest
+token of the P logs; while writing, a log only receives rows whose ``seq`` is above its
+``last_seq`` (a crash between the commits of two logs leaves them at different
+chunks). Nothing is read twice into a log, nothing is skipped. At the end of a bounded
+source the driver seals every upstream log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from pyspark.sql import SparkSession
+
+from cec.spec import PipelineSpec
+from cec_spark.ingest.query import (
+    IngestProgress,
+    IngestQuery,
+)
+from cec_spark.ingest.writer import (
+    committed_chunk,
+    seal_upstream,
+    upstream_sealed,
+)
+from cec_spark.run.plan import RunPlan
+from cec_spark.source.fingerprint import check_fingerprint
+from cec_spark.source.folder import StreamDirWatcher
+from cec_spark.source.planner import plan_source
+from cec_spark.source.types import Chunk, InputError, SourcePlan, WatchState
+
+JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each)
+
+
+
+
+def _jobs(chunks: Sequence[Chunk], resume: int) -> Iterator[list[Chunk]]:
+    """Runs of consecutive chunks after ``resume`` of at most JOB_ROWS rows each."""
+    job: list[Chunk] = []
+    rows = 0
+    for chunk in chunks:
+        if chunk.index <= resume:
+            continue
+        if job and rows + chunk.rows > JOB_ROWS:
+            yield job
+            job, rows = [], 0
+        job.append(chunk)
+        rows += chunk.rows
+    if job:
+        yield job
+
+
+def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
+           should_stop: Callable[[], bool], *, driver: int | None = None) -> None:
+    """Run the ingest of ``plan``'s run from where the upstream logs' tokens say it stopped.
+
+    A bounded source's chunks are the plan's (planned here only for a resumed run,
+    whose plan has none: a completed ingest never reads its source). A stream folder's
+    watcher goes on from the plan's files, typed by the run's column types. Its writer
+    tasks stop when a newer driver than ``driver`` took the run.
+    """
+    spec, settings, layout = plan.spec, plan.settings, plan.layout
+    sc = spark.sparkContext
+    sc.setJobGroup("cec-ingest", "cec ingest", interruptOnCancel=False)
+    progress.started = time.monotonic()
+    if upstream_sealed(layout, spec.run.partitions):  # all ingested: the source is not
+        progress.sealed = True                        # needed (it may be gone)
+        progress.finished = time.monotonic()
+        return
+    resume, resume_next = committed_chunk(layout, spec.run.partitions)
+    if resume >= 0:  # a resumed ingest reads the source again: it must be the same
+        check_fingerprint(spec, list(settings.source_files))
+    query = IngestQuery(spark, spec, settings, layout, driver)
+    if spec.source.kind == "stream-dir":
+        start = plan.source
+        if start is None or start.watch is None:  # nothing planned: no file seen yet
+            start = SourcePlan(settings.columns, (), False, WatchState((), 0, None, ""))
+        watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples, start=start)
+        planned: Sequence[Chunk] | None = start.chunks or None  # not ingested yet
+        while not should_stop():
+            new = planned if planned is not None else watcher.poll()
+            planned = None
+            _check_resume(spec, new, resume, resume_next)
+            _run_jobs(query, new, resume, progress, should_stop)
+            if watcher.ended:
+                break
+            if not new:
+                time.sleep(spec.source.poll_ms / 1000)
+    else:
+        source = plan.source
+        if source is None:
+            source = plan_source(spec, max_rows=settings.max_tuples)
+        progress.chunks_total = len(source.chunks)
+        _check_resume(spec, source.chunks, resume, resume_next)
+        _run_jobs(query, source.chunks, resume, progress, should_stop)
+    if should_stop():
+        return
+    seal_upstream(layout, spec.run.partitions, spec.run.fsync)
+    progress.sealed = True
+    progress.finished = time.monotonic()
+
+
+def _check_resume(spec: PipelineSpec, chunks: Sequence[Chunk], resume: int,
+                  resume_next: int | None) -> None:
+    """A resumed ingest must find the source as it was: the same rows up to its token."""
+    for chunk in chunks:
+        if chunk.index == resume and resume_next is not None and chunk.next_seq != resume_next:
+            raise InputError(
+                f"{spec.source.path}: the source changed since the run started: chunk "
+                f"{resume} ended at row {resume_next} then and at row {chunk.next_seq} now "
+                "(a resumed run must read the same input)")
+
+
+def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: int,
+              progress: IngestProgress, should_stop: Callable[[], bool]) -> None:
+    for job in _jobs(chunks, resume):
+        if should_stop():
+            return
+        t0 = time.monotonic()
+        progress.tuples += query.run(job, progress)
+        progress.job_seconds.append(time.monotonic() - t0)
+        progress.chunks_done = job[-1].index + 1
+        progress.source_rows = job[-1].next_seq
+    if chunks and chunks[-1].index <= resume:
+        progress.chunks_done = chunks[-1].index + 1
+        progress.source_rows = chunks[-1].next_seq

@@ -1,0 +1,278 @@
+"""The ingest's Spark query: the source's chunks read in a Spark task, filtered,
+projected, key-partitioned and handed to the writer (:mod:`cec_spark.ingest.writer`);
+built once per ingest and run once per job (:class:`IngestQuery`)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cec.errors import CecError, SpecError
+from cec.spec import PipelineSpec
+from cec_spark.ingest.writer import (
+    _CLOCKS,
+    JOB_PROPERTY,
+    PART,
+    WriterConfig,
+    _chunk_writer,
+    _job_chunks,
+)
+from cec_spark.rundir.layout import RunLayout, RunSettings, value_column
+from cec_spark.source.order import LATE
+from cec_spark.source.read import read_chunk
+from cec_spark.source.types import SEQ, Chunk, ColumnTypes, SourcePlan, TimeSpec
+
+# a time field (kind int64, timestamp or iso) reaches Spark as int64 microseconds
+_SPARK_TYPES = {"int64": "BIGINT", "float64": "DOUBLE", "string": "STRING", "bool": "BOOLEAN",
+                "timestamp": "BIGINT", "iso": "BIGINT"}
+
+
+@dataclass
+class IngestProgress:
+    chunks_done: int = 0
+    chunks_total: int | None = None
+    source_rows: int = 0  # rows of the source consumed (before the filter)
+    tuples: int = 0  # rows written into upstream logs (after the filter)
+    sealed: bool = False
+    started: float = 0.0
+    finished: float | None = None
+    job_seconds: list[float] = field(default_factory=list)
+    writer_s: dict[str, float] = field(default_factory=dict)  # the writer's clocks
+    trimmed_segments: int = 0  # upstream segments dropped (trim_upstream)
+
+
+def _reader_run(chunks: list[Chunk], i: int, readers: int) -> list[Chunk]:
+    """Reader ``i`` of ``readers``: the ``i``-th of as many consecutive runs of chunks
+    (the cut ``spark.range(0, n, 1, readers)`` makes of ``n`` chunk numbers)."""
+    n = len(chunks)
+    return chunks[i * n // readers:(i + 1) * n // readers]
+
+
+def _chunk_reader(chunks: list[str] | None, columns: str, time: str, readers: int = 1
+                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The mapInArrow function that turns chunk indices into the chunks' rows, in order.
+
+    With ``chunks`` None the indices are reader numbers (of ``readers``) and the chunks
+    are the job's (:func:`_job_chunks`).
+    """
+
+    def read(indices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        cols = ColumnTypes.from_json(columns)
+        tspec = TimeSpec.from_json(time)
+        job = _job_chunks() if chunks is None else None
+        for batch in indices:
+            for i in batch.column(0).to_pylist():
+                run = (_reader_run(job, i, readers) if job is not None
+                       else [Chunk.from_json(chunks[i])] if chunks is not None else [])
+                for chunk in run:
+                    yield from read_chunk(chunk, cols, tspec)
+
+    return read
+
+
+def _file_frame(spark: SparkSession, columns: ColumnTypes, time: TimeSpec,
+                chunks: list[Chunk] | None, readers: int = 1) -> DataFrame:
+    """Consecutive chunks of a file source read by a Spark task, as Arrow batches.
+
+    ``spark.range(len(chunks))`` in one partition hands the chunk numbers in order to
+    a Python function (``mapInArrow``) that reads them (:func:`cec_spark.source.planner.read_chunk`,
+    pyarrow) and yields typed Arrow batches plus ``SEQ``. The same function as a
+    Python data source (``spark.read.format(...)``) started two Python planner
+    processes per query: a cold run reached its first row 3–5 s later. With
+    ``readers`` > 1 the chunk numbers are cut into that many consecutive runs, one
+    task each. With ``chunks`` None the frame reads the chunks of whichever job runs
+    it (:func:`_job_chunks`): one query serves every job.
+    """
+    fields = [f"`{n}` {_SPARK_TYPES[t]}" for n, t in zip(columns.names, columns.types,
+                                                         strict=True)]
+    schema = ", ".join([*fields, f"`{SEQ}` BIGINT"]
+                       + ([f"`{LATE}` BOOLEAN"] if time.reorders else []))
+    if chunks is None:
+        readers = max(1, readers)
+        return spark.range(0, readers, 1, readers).mapInArrow(
+            _chunk_reader(None, columns.to_json(), time.to_json(), readers), schema)
+    reader = _chunk_reader([c.to_json() for c in chunks], columns.to_json(), time.to_json())
+    return spark.range(0, len(chunks), 1, max(1, min(readers, len(chunks)))).mapInArrow(
+        reader, schema)
+
+
+# --------------------------------------------------------------------------- frames
+
+
+def partition_expr(key: Column, partitions: int, key_groups: int | None = None) -> Column:
+    """The key partition of a key (Spark SQL's ``xxhash64``, seed 42).
+
+    With key groups (new runs, ``run.toml`` ``[cec] key_groups = G``): the group
+    ``kg = pmod(xxhash64(key), G)``, owned by partition ``kg * P div G``
+    (:mod:`recovery.rescale` computes the same in Python). Without (a run from before
+    key groups): ``pmod(xxhash64(key), P)``.
+    """
+    if key_groups is None:
+        return F.pmod(F.xxhash64(key), F.lit(partitions)).cast("int")
+    kg = F.pmod(F.xxhash64(key), F.lit(key_groups))
+    # kg * P < 2^31 and the quotient's distance to an integer is >= 1/G: exact in double
+    return F.floor(kg * F.lit(partitions) / F.lit(key_groups)).cast("int")
+
+
+def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
+                 chunks: list[Chunk] | None, readers: int = 1) -> DataFrame:
+    """The rows of consecutive chunks with every source column plus ``SEQ``, read by
+    ``readers`` tasks (each in order; with one, the whole frame is in order).
+
+    ``chunks`` None (file sources only): the chunks of the job that runs the query."""
+    if chunks is None:
+        if spec.source.kind == "generator":
+            raise CecError("ingest: a generator query needs its chunks")
+        return _file_frame(spark, columns, TimeSpec.of(spec), None, readers)
+    chunk = chunks[0]
+    if chunk.fmt == "generator":
+        gen = spec.source.generator
+        assert gen is not None
+        ids = F.col("id")
+        return spark.range(chunk.start, chunks[-1].stop, 1, readers).select(
+            F.pmod(F.xxhash64(F.lit(gen.seed), ids), F.lit(gen.keys)).alias("item_id"),
+            (F.pmod(F.xxhash64(F.lit(gen.seed + 1), ids), F.lit(10_000)) + 1)
+            .cast("double").alias("item_price"),
+            (F.lit(gen.start_ts) + ids * F.lit(gen.interval_us)).alias("item_time"),
+            ids.alias(SEQ),
+        )
+    return _file_frame(spark, columns, TimeSpec.of(spec), chunks, readers)
+
+
+def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
+                   chunks: list[Chunk] | None, readers: int = 1,
+                   key_groups: int | None = None) -> DataFrame:
+    """Filtered, projected and partitioned rows: ts, seq, key, value, PART
+    (:func:`partition_expr` with the run's ``key_groups``)."""
+    df = source_frame(spark, spec, columns, chunks, readers)
+    if spec.where is not None:
+        df = df.where(spec.where)
+    agg = spec.aggregate
+    key = F.col(f"`{agg.group_by}`")
+    value = (F.col(f"`{agg.field}`").cast("double") if agg.field is not None
+             else F.lit(1.0))
+    late = [F.col(LATE)] if spec.source.reorders and spec.source.kind != "generator" else []
+    return df.select(
+        F.col(f"`{spec.source.time_field}`").cast("long").alias("ts"),
+        F.col(SEQ).alias("seq"),
+        key.alias(agg.group_by),
+        value.alias(value_column(spec)),
+        partition_expr(key, spec.run.partitions, key_groups).alias(PART),
+        *late,  # a late row (source_order): the writer counts it, never appends it
+    )
+
+
+def check_filter(spark: SparkSession, spec: PipelineSpec, plan: SourcePlan) -> None:
+    """Analyse the query of the first chunk: a bad ``where`` is a SpecError, before any write."""
+    if spec.where is None:  # nothing of the user's to analyse: the columns are planned
+        return
+    chunk = plan.chunks[0] if plan.chunks else Chunk(0, "generator", "", 0, 0, 0, 0)
+    if chunk.fmt != "generator" and not plan.chunks:
+        return
+    try:
+        upstream_frame(spark, spec, plan.columns, [chunk]).schema  # noqa: B018
+    except (AnalysisException, ParseException) as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise SpecError(f"{spec.origin}: [filter].where: {spec.where!r} is not a valid "
+                        f"Spark SQL condition over the source's columns: {first}") from exc
+
+
+# --------------------------------------------------------------------------- query
+
+
+class IngestQuery:
+    """The Spark query of an ingest, run once per job (a run of consecutive chunks).
+
+    A file source's query with one ingest task does not depend on the chunks: it is
+    built the first time and run again for every job, which hands the job's chunks to
+    its task as a Spark local property (:data:`JOB_PROPERTY`, :func:`_job_chunks`).
+    Building the query and planning it again for every job took about 0.1 s of a
+    ``stream-dir`` poll's job. The generator's chunks are the query's range, and with
+    ``ingest_tasks`` > 1 a shuffle sits in the query (Spark reuses the shuffle output
+    of a physical plan run again, which would hand a job the previous job's rows):
+    those queries are built per job.
+    """
+
+    _SCHEMA = ("rows long, started_at double, trimmed long, "
+               + ", ".join(f"{c} double" for c in _CLOCKS))
+
+    def __init__(self, spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+                 layout: RunLayout, driver: int | None = None) -> None:
+        self.spark, self.spec, self.settings = spark, spec, settings
+        self.cfg = WriterConfig.for_run(spec, layout, settings.run_id, driver)
+        self.tasks = spec.run.ingest_tasks
+        self.writers = min(self.tasks, spec.run.partitions)
+        self._reused: DataFrame | None = None
+
+    def _query(self, chunks: list[Chunk] | None, readers: int) -> DataFrame:
+        df = upstream_frame(self.spark, self.spec, self.settings.columns, chunks, readers,
+                            self.settings.key_groups)
+        if readers > 1 or self.writers > 1:
+            # rows to their writer through Spark's shuffle: Spark partition w holds the
+            # key partitions p % writers == w, in seq order (each log keeps the source
+            # order)
+            df = (df.repartition(self.writers, _route(self.spark, self.writers))
+                  .sortWithinPartitions("seq"))
+        return df.mapInArrow(_chunk_writer(self.cfg, chunks, self.writers), self._SCHEMA)
+
+    def run(self, chunks: list[Chunk], progress: IngestProgress) -> int:
+        """Ingest consecutive chunks (one Spark job); the number of tuples written."""
+        if chunks[0].fmt == "generator" or self.tasks > 1:
+            # with several tasks the rows go through a shuffle, whose output Spark
+            # keeps and hands again to a query run again: built per job
+            readers = min(self.tasks, len(chunks)) if chunks[0].fmt != "generator" \
+                else self.tasks
+            out = self._query(chunks, readers).collect()
+        else:
+            if self._reused is None:
+                self._reused = self._query(None, self.tasks)
+            sc = self.spark.sparkContext
+            sc.setLocalProperty(JOB_PROPERTY, json.dumps([c.to_json() for c in chunks]))
+            try:
+                out = self._reused.collect()
+            finally:
+                sc.setLocalProperty(JOB_PROPERTY, None)  # type: ignore[arg-type]
+        clocks = progress.writer_s
+        if "first_writer_at" not in clocks:
+            clocks["first_writer_at"] = min(float(r["started_at"]) for r in out)
+        for row in out:
+            progress.trimmed_segments += int(row["trimmed"])
+            for c in _CLOCKS:
+                clocks[c] = clocks.get(c, 0.0) + float(row[c])
+        return int(sum(r["rows"] for r in out))
+
+
+def run_chunks(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
+               layout: RunLayout, chunks: list[Chunk], progress: IngestProgress,
+               driver: int | None = None) -> int:
+    """Ingest consecutive chunks (one Spark job); the number of tuples written."""
+    return IngestQuery(spark, spec, settings, layout, driver).run(chunks, progress)
+
+
+_ROUTES: dict[int, list[int]] = {}
+
+
+def _route(spark: SparkSession, writers: int) -> Column:
+    """A column whose hash partitioning sends key partition ``p`` to Spark partition
+    ``p % writers``: ``repartition(n, col)`` puts a row in ``pmod(murmur3(col), n)``, so
+    each writer gets a value that Spark itself hashes to it (found once per process)."""
+    if writers not in _ROUTES:
+        rows = spark.range(0, 64 * writers).select(
+            "id", F.pmod(F.hash("id"), F.lit(writers)).alias("w")).collect()
+        first: dict[int, int] = {}
+        for r in rows:
+            first.setdefault(int(r["w"]), int(r["id"]))
+        if len(first) < writers:
+            raise CecError(f"ingest: no route value for {writers - len(first)} of "
+                           f"{writers} writers")
+        _ROUTES[writers] = [first[w] for w in range(writers)]
+    values = F.array(*[F.lit(v).cast("long") for v in _ROUTES[writers]])
+    return F.element_at(values, F.pmod(F.col(PART), F.lit(writers)) + 1)
+
+

@@ -1,0 +1,11 @@
+"""``cec recover --from-log``: a run directory becomes a resumed run.
+
+===========  ===================================================================================
+``resume``   :func:`recover_run`: check and repair, rescale, recover each partition, resume
+``rescale``  ``--partitions P'``: drain every old partition to a common cut, hand the windows on
+===========  ===================================================================================
+
+First read: ``resume.py``. Rebuilding one partition's eventual checkpoint and replaying
+is the ``recovery`` layer's (:mod:`recovery.replay`); this package decides what to do
+with a whole run.
+"""

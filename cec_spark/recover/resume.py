@@ -1,0 +1,306 @@
+"""``cec recover --from-log``: check and repair a run directory, rescale, recover each
+partition, and resume the run (the library function behind the command).
+
+Needs nothing but the run directory (``RUN/run.toml`` and the logs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from cec.errors import CecError, RecoveryError, UsageError
+from cec_spark.driver.runner import resume_run
+from cec_spark.ingest.writer import upstream_sealed
+from cec_spark.recover.rescale import check_rescale, rescale
+from cec_spark.report import (
+    OutputRepair,
+    RecoverPartition,
+    RecoverResult,
+    UpstreamRepair,
+    reconcile_of,
+    recovery_fields,
+)
+from cec_spark.run import rto
+from cec_spark.run.cluster import check_local_slots
+from cec_spark.run.plan import RunPlan
+from cec_spark.run.task import operator_for
+from cec_spark.rundir.layout import RunLayout, rescaled_spec
+from cec_spark.source.fingerprint import check_fingerprint
+from cec_spark.source.planner import plan_source
+from cec_spark.watchdog import say
+from recovery.replay import plan, recover
+from storage_log.errors import CorruptLogError, LogLockedError
+from storage_log.log import StreamLog
+from storage_log.reconcile import ReconcileReport
+
+LOCK_WAIT_S = 30.0
+
+
+
+# --------------------------------------------------------------------------- recover
+
+
+def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool = True,
+                master: str | None = None, conf: dict[str, str] | None = None,
+                repair: bool = False, trust: bool = False,
+                partitions: int | None = None) -> RecoverResult:
+    """``cec recover --from-log RUN``: reconcile, rebuild every EC, explain; then resume.
+
+    Per partition the explain has ``n_c``, ``T``, ``t_c``, the extent (records
+    and bytes), the replay tuples and the time of each phase (reconcile, scan, load,
+    replay). With ``dry_run`` the logs are only read (nothing is reconciled; the
+    replay is counted exactly from the upstream log but not run, its time estimated)
+    and nothing is resumed. Without it every partition is
+    recovered for real (the logs are reconciled, torn tails cut), then the pipeline
+    resumes from where it stopped and runs to the end of a bounded source, on
+    ``master`` with ``conf`` over the stored Spark settings if given.
+
+    ``repair`` restores a damaged ``run.toml`` from its backup and cuts a damaged
+    upstream log at its first bad frame; the rows cut are read again from the source
+    (which must still be there and unchanged: else RecoveryError, exit 4, naming the
+    partition and the rows lost).
+
+    ``partitions`` (``--partitions P'``): first rescale the run to ``P'`` partitions
+    (:mod:`cec_spark.recover.rescale`), then recover and resume those; with ``dry_run`` only
+    say what the rescale would do (the cut, the windows each new partition gets).
+    """
+    layout = RunLayout(Path(os.path.abspath(from_log)))
+    if not dry_run:
+        layout.check_owner(trust)
+    repairs: list[str] = []
+    if repair and not dry_run:
+        repairs.append(layout.restore_run_file())
+    spec, settings = layout.read_run_file()
+    warning = None if dry_run else rto.check_objective(spec, resume=True)
+    if warning is not None:  # a recovery is never refused for its objective
+        say(warning)
+    # before touching a log: a driver still running this run (another host) stops
+    driver = None if dry_run else layout.take_driver()
+    rescaled = None
+    if partitions is not None and partitions != spec.run.partitions:
+        if repair:
+            raise UsageError("--repair and --partitions: repair the run first ('cec "
+                             "recover --repair'), then rescale it")
+        check_rescale(settings, spec, partitions, layout.root)
+        if not dry_run:  # P' + 1 slots, before anything is written
+            check_local_slots(partitions, rescaled_spec(spec, partitions).with_run(
+                master=master).run.effective_master)
+            for q in range(spec.run.partitions):  # a killed run's workers let go
+                for path in (layout.output(q), layout.upstream(q)):
+                    if path.exists():
+                        _wait_for_lock(path)
+        rescaled = rescale(layout, partitions, dry_run=dry_run)
+        if dry_run:
+            return RecoverResult(run_dir=str(layout.root), dry_run=True, partitions=[],
+                                 repairs=repairs, resumed=None, rescale=rescaled,
+                                 would=[] if rescaled is None else rescaled.lines())
+        layout = RunLayout(layout.root)  # the new generation
+        spec, settings = layout.read_run_file()
+    explains: list[RecoverPartition] = []
+    catch_up: dict[str, int | None] = {}  # each upstream log's end now (cec_spark.run.rto)
+    for p in range(spec.run.partitions):
+        out_path, up_path = layout.output(p), layout.upstream(p)
+        if not out_path.exists():
+            explains.append(RecoverPartition(partition=p, fresh_start=True,
+                                             reason="no output log yet"))
+            continue
+        if dry_run:
+            try:
+                out = StreamLog.open(out_path)
+            except Exception as exc:  # e.g. no index yet: only a writable open can fix it
+                explains.append(RecoverPartition(
+                    partition=p, fresh_start=None,
+                    reason=f"cannot read without reconciling: {exc}"))
+                continue
+            with out:
+                up = StreamLog.open(up_path) if up_path.exists() else None
+                try:
+                    explain = plan(out, up, upstream_after=layout.cut)
+                finally:
+                    if up is not None:
+                        up.close()
+                explains.append(RecoverPartition(partition=p,
+                                                 **recovery_fields(explain.to_dict()),
+                                                 sealed=out.sealed))
+            continue
+        upstream_repaired: UpstreamRepair | None = None
+        if up_path.exists():  # reconcile the upstream too (its writer may have died)
+            _wait_for_lock(up_path)
+            try:
+                if repair:  # a full scan: damage anywhere is found and cut
+                    what = _repair_upstream(up_path, spec.run.fsync)
+                    cut = what.reconcile
+                    catch_up[str(p)] = what.last_seq
+                    if cut is not None and (cut.bytes_cut or cut.segments_removed):
+                        upstream_repaired = what
+                        repairs.append(f"partition {p}: upstream log cut after seq "
+                                       f"{what.last_seq} at {cut.cut_at} "
+                                       f"({cut.cut_reason})")
+                else:
+                    with StreamLog.open(up_path, writable=True, fsync=spec.run.fsync) as log:
+                        catch_up[str(p)] = log.last_seq
+            except CorruptLogError as exc:
+                raise CorruptLogError(
+                    f"partition {p}: {exc}. 'cec recover --from-log {layout.root} "
+                    "--repair' cuts it there and reads the rows cut again from the "
+                    "source") from exc
+        first = _wait_for_lock(out_path)  # this open reconciles: keep its report
+        if upstream_repaired is not None:  # rebuilt by the resumed run, once the ingest
+            explains.append(RecoverPartition(  # has read the rows cut again
+                partition=p, fresh_start=None, reason="", refill=True,
+                upstream_repaired=upstream_repaired))
+            continue
+        t0 = time.perf_counter()
+        repaired: OutputRepair | None = None
+        try:
+            rec = recover(out_path, up_path, operator_for(spec, settings),
+                          fsync=spec.run.fsync, upstream_after=layout.cut)
+        except CorruptLogError as exc:
+            # An output log is derived data: cut it at the first bad record and let
+            # EC + replay produce the lost records again, exactly.
+            with StreamLog.open(out_path, writable=True, repair=True,
+                                fsync=spec.run.fsync) as log:
+                repaired = OutputRepair(error=str(exc),
+                                        reconcile=reconcile_of(log.reconcile_report))
+            rec = recover(out_path, up_path, operator_for(spec, settings),
+                          fsync=spec.run.fsync, upstream_after=layout.cut)
+        try:
+            report = rec.output_log.reconcile_report
+            if first is not None and (first.bytes_cut or first.rebuilt):
+                report = first  # what was cut was cut by the first open
+            fields = recovery_fields(rec.explain.to_dict())
+            sealed = rec.output_log.sealed
+        finally:
+            rec.output_log.close()
+        explains.append(RecoverPartition(partition=p, **fields, sealed=sealed,
+                                         reconcile=reconcile_of(report), repaired=repaired,
+                                         recover_s=time.perf_counter() - t0))
+    if repair and not dry_run:
+        refill = {e.partition: e.upstream_repaired for e in explains
+                  if e.upstream_repaired is not None}
+        if refill:
+            _source_can_refill(layout, spec, settings, refill)
+    if not dry_run:  # what "caught up" means for this recovery's tasks
+        rto.write_run(layout, {**rto.read_run(layout), "catch_up": catch_up,
+                               "catch_up_noted_at": time.time()})
+    # the run.toml read above is the resume's plan too (no second read)
+    resumed = None if dry_run else resume_run(
+        layout.root, progress=progress, driver=driver,
+        plan=RunPlan(spec.with_run(master=master, conf=conf), settings, layout,
+                     given=str(from_log)))
+    return RecoverResult(run_dir=str(layout.root), dry_run=dry_run, partitions=explains,
+                         repairs=repairs, resumed=resumed, rescale=rescaled,
+                         would=would_do(explains, _source_done(layout, spec.run.partitions))
+                         if dry_run else [])
+
+
+def _source_done(layout: RunLayout, partitions: int) -> bool | None:
+    """Every upstream log is sealed (None: a log cannot be read without reconciling)."""
+    try:
+        return upstream_sealed(layout, partitions)
+    except Exception:  # a dry run reads only: a log without its index says nothing
+        return None
+
+
+def would_do(parts: list[RecoverPartition], source_done: bool | None) -> list[str]:
+    """What ``cec recover`` would do, and why, for a dry run's explains (pure)."""
+    lines = []
+    for e in parts:
+        head = f"partition {e.partition}: "
+        if e.fresh_start is None:
+            lines.append(head + f"cannot tell without reconciling the logs ({e.reason})")
+        elif e.fresh_start:
+            lines.append(head + f"would start fresh ({e.reason or 'nothing to recover'})")
+        elif e.sealed:
+            lines.append(head + "finished before (its output log is sealed): nothing to "
+                         "rebuild or replay")
+        else:
+            ext = e.extent
+            scan = (f"from its last {ext.records} output records ({ext.bytes} bytes)"
+                    if ext is not None else "")
+            tuples = e.replay.tuples if e.replay is not None else 0
+            est = f", about {e.estimated_s:.2g} s" if e.estimated_s is not None else ""
+            lines.append(
+                head + f"would rebuild the eventual checkpoint of {e.n_c} open windows "
+                f"{scan}, replay {tuples} upstream tuples after input position {e.T} "
+                f"(reconstruction mode up to {e.t_c}, where its output ends{est}), then "
+                f"continue after input position {e.resume_after_seq} at output seq "
+                f"{e.next_out_seq}")
+    if source_done is None:
+        lines.append("run: cannot tell without reconciling whether the source was read "
+                     "to its end")
+    elif source_done:
+        lines.append("run: the source was read to its end (every upstream log is sealed): "
+                     "the resume does not read it again")
+    else:
+        lines.append("run: the ingest would go on from the oldest commit token of the "
+                     "upstream logs; rows already in a log are not written twice")
+    return lines
+
+
+def _repair_upstream(path: Path, fsync: str) -> UpstreamRepair:
+    """Cut a damaged upstream log at its first bad frame; what was cut."""
+    with StreamLog.open(path, writable=True, repair=True, fsync=fsync) as log:
+        return UpstreamRepair(last_seq=log.last_seq, sealed=bool(log.sealed),
+                              reconcile=reconcile_of(log.reconcile_report))
+
+
+def _source_can_refill(layout: RunLayout, spec: Any, settings: Any,
+                       cut: dict[int, UpstreamRepair]) -> None:
+    """The rows cut from upstream logs can be read again: the source is there (the
+    resumed ingest then checks it is unchanged at its resume point); else exit 4."""
+    newest = 0
+    for p in range(spec.run.partitions):
+        with StreamLog.open(layout.upstream(p)) as log:
+            raw = log.last_token()
+        if raw:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                newest = max(newest, int(json.loads(raw.decode())["next_seq"]))
+    try:
+        if spec.source.kind == "stream-dir":
+            if not Path(spec.source.path).is_dir():
+                raise UsageError(f"{spec.source.path}: the stream folder is gone")
+        else:
+            plan_source(spec, max_rows=settings.max_tuples)
+            check_fingerprint(spec, list(settings.source_files))
+    except CecError as exc:
+        def first(c: UpstreamRepair) -> int:
+            return 0 if c.last_seq is None else int(c.last_seq) + 1
+
+        lost = "; ".join(f"partition {p}: rows with seq {first(c)} to {newest - 1}"
+                         for p, c in sorted(cut.items()))
+        raise RecoveryError(f"upstream rows were cut from damaged segments and the source "
+                            f"cannot be read again ({exc}): lost {lost}") from exc
+
+
+def _wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S) -> ReconcileReport | None:
+    """Wait until no process holds the writer lock of ``path`` (a killed run's workers
+    leave with their JVM, a moment after it); LogLockedError after ``timeout``.
+
+    Returns what the writable open cut or rebuilt (None if the log is corrupt: the
+    caller repairs it). Says on stderr what it waits for after a few seconds.
+    """
+    started = time.monotonic()
+    deadline = started + timeout
+    told = False
+    while True:
+        try:
+            with StreamLog.open(path, writable=True) as log:
+                return log.reconcile_report
+        except LogLockedError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            if not told and time.monotonic() - started >= 3:
+                told = True
+                say(f"waiting up to {timeout:.0f} s for the writer lock: {exc}")
+            time.sleep(0.2)
+        except CorruptLogError:
+            return None  # the caller repairs it
+
+
+# --------------------------------------------------------------------------- extent

@@ -1,0 +1,74 @@
+"""What each command's library function returns: frozen dataclasses, one per result.
+
+* :class:`RunResult` (``cec run pipeline``, and the ``resumed`` run of ``cec recover``),
+  with one :class:`PartitionRun` per partition;
+* :class:`RecoverResult` (``cec recover``), one :class:`RecoverPartition` per partition;
+* :class:`ExtentResult` (``cec inspect extent``), one :class:`ExtentPartition` each;
+* :class:`LogReport` (``cec inspect log``), one :class:`LogInfo` per log;
+* :class:`ExportResult` (``cec export``).
+
+The CLI renders any of them (``cli/render.py``); ``--json`` is
+``dataclasses.asdict`` of the result, fields in the order declared here, every field
+always present (``null`` when it does not apply). ``docs/JSON.md`` is generated from
+these classes, the docstring under each field included (``cli/schema.py``).
+
+Names: a partition is ``partition``; durations are seconds (``*_s``); wall-clock
+times and the logs' event times are int64 microseconds (``*_us``); positions in a log
+(``seq``, ``t_c``, ``T``) are plain integers.
+
+| module | what it declares |
+|---|---|
+| ``recovery`` | what one partition's recovery did (footprints, extent, replay, phases, rates) |
+| ``run`` | :class:`RunResult`, :class:`PartitionRun` |
+| ``recover`` | :class:`RecoverResult` and its parts (reconcile, repairs, rescale) |
+| ``read`` | :class:`ExtentResult`, :class:`LogReport`, :class:`ExportResult` |
+| ``common`` | the pydantic docstring setting, :class:`ErrorReport`, :func:`now_us` |
+
+First read: ``run.py``. This package imports nothing of the runtime: every other
+package may use it.
+"""
+
+from __future__ import annotations
+
+from cec_spark.report.common import ErrorReport, now_us
+from cec_spark.report.read import (
+    ExportResult,
+    ExtentPartition,
+    ExtentResult,
+    LogInfo,
+    LogReport,
+    Segment,
+    TupleCounts,
+    Verify,
+)
+from cec_spark.report.recover import (
+    OutputRepair,
+    Reconcile,
+    RecoverPartition,
+    RecoverResult,
+    RescalePartition,
+    RescaleResult,
+    UpstreamRepair,
+    reconcile_of,
+)
+from cec_spark.report.recovery import (
+    Extent,
+    Footprint,
+    Phase,
+    Rates,
+    Recovery,
+    Replay,
+    recovery_fields,
+    recovery_of,
+)
+from cec_spark.report.run import PartitionRun, RunResult, partition_run
+
+Result = RunResult | RecoverResult | ExtentResult | LogReport | ExportResult
+
+__all__ = [
+    'ErrorReport', 'ExportResult', 'Extent', 'ExtentPartition', 'ExtentResult', 'Footprint',
+    'LogInfo', 'LogReport', 'OutputRepair', 'PartitionRun', 'Phase', 'Rates', 'Reconcile',
+    'RecoverPartition', 'RecoverResult', 'Recovery', 'Replay', 'RescalePartition',
+    'RescaleResult', 'Result', 'RunResult', 'Segment', 'TupleCounts', 'UpstreamRepair',
+    'Verify', 'now_us', 'partition_run', 'reconcile_of', 'recovery_fields', 'recovery_of',
+]

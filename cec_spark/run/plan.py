@@ -1,0 +1,126 @@
+"""A run's plan: everything a command decides before Spark runs anything, made once.
+
+``cec run pipeline`` reads its spec file once (:func:`pipeline_spec`, with the
+command line's overrides), then :func:`plan_new_run` checks the log directory, plans
+and validates the source and makes the run's settings; ``cec recover`` reads the run's
+``run.toml`` once (:func:`plan_resume`). The :class:`RunPlan` is then handed to every
+later stage: the early Spark start and the session (``spec.run``), the ``run.toml``
+writer (:attr:`RunPlan.run_text`), the operator tasks (the same text, parsed on the
+executor instead of each task reading the file), the ingest (the planned chunks; a
+stream folder's watcher goes on from the plan's files) and the progress display. No
+later stage reads the spec file or ``run.toml`` again, or plans an unchanged source
+again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from cec.errors import UsageError
+from cec.spec import PipelineSpec, load_spec
+from cec_spark.run.cluster import check_local_slots
+from cec_spark.run.rto import check_objective
+from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import RunSettings, run_text, settings_for
+from cec_spark.source.fingerprint import fingerprint
+from cec_spark.source.planner import plan_source
+from cec_spark.source.types import SourcePlan
+from cec_spark.watchdog import say
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """A run as a command resolved it: what every stage of the run reads."""
+
+    spec: PipelineSpec  # validated, with the command line's overrides applied
+    settings: RunSettings  # run id, column types, max_tuples, the source's fingerprint
+    layout: RunLayout  # the run directory, absolute (every host opens the same one)
+    # the planned source; None: not planned (a resumed run's ingest plans it only if
+    # it must read the source again: a completed ingest never reads it, it may be gone)
+    source: SourcePlan | None = None
+    given: str = ""  # the run directory as the user wrote it (for messages)
+
+    @property
+    def run_text(self) -> str:
+        """The text of the run's ``run.toml`` (:func:`cec_spark.rundir.run_file.run_text`)."""
+        return run_text(self.spec, self.settings)
+
+    @property
+    def partitions(self) -> int:
+        return self.spec.run.partitions
+
+
+def default_log_dir(spec_path: Path) -> Path:
+    return Path("runs") / spec_path.stem
+
+
+def pipeline_spec(spec_path: Path | str, *, partitions: int | None = None,
+                  master: str | None = None, conf: dict[str, str] | None = None,
+                  rto: str | None = None) -> PipelineSpec:
+    """The spec of ``cec run pipeline``: the file, read once, with the overrides. An
+    objective (``rto``) below this machine's floor is refused here, before Spark starts
+    (:func:`cec_spark.run.rto.check_objective`)."""
+    spec = load_spec(Path(spec_path)).with_run(partitions=partitions, master=master,
+                                               conf=conf).with_rto(rto)
+    warning = check_objective(spec)
+    if warning is not None:
+        say(warning)
+    return spec
+
+
+def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
+                 log_dir: Path | str | None = None, *,
+                 max_tuples: int | None = None, staged: str | None = None) -> RunPlan:
+    """Check everything about a new run that can be checked before anything is written.
+
+    A bad ``--max-tuples``, too few local task slots, a log directory that holds
+    anything, a bad bounded source or a stream folder that ends before its first file:
+    UsageError (exit 2), nothing on disk. An empty stream folder: wait for its first
+    file. The log directory is made absolute, so that every host of a cluster opens
+    the same one. ``staged``: the one entry the log directory may already hold, the
+    run's own source written there by the caller (the Python API stages a DataFrame as
+    ``RUN/source``, :mod:`cec_spark.api`).
+    """
+    if max_tuples is not None and max_tuples < 0:
+        raise UsageError(f"--max-tuples: must be >= 0, got {max_tuples}")
+    check_local_slots(spec.run.partitions, spec.run.effective_master)
+    given = Path(log_dir) if log_dir is not None else default_log_dir(Path(spec_path))
+    layout = check_log_dir(given, staged=staged)
+    source = plan_source(spec, max_rows=max_tuples)
+    if spec.source.kind == "stream-dir" and not source.columns.names:
+        raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
+                         "first file fixes the column types")
+    settings = settings_for(spec, source.columns, max_tuples, tuple(fingerprint(spec)),
+                            source.warnings)
+    return RunPlan(spec, settings, layout, source, str(given))
+
+
+def check_log_dir(given: Path, *, staged: str | None = None) -> RunLayout:
+    """The layout of a new run in ``given`` (made absolute), which must not exist or be
+    an empty directory (but for an entry named ``staged``); else UsageError."""
+    root = Path(os.path.abspath(given))
+    layout = RunLayout(root)
+    if layout.exists():
+        raise UsageError(f"{given}: already holds a run; resume it with "
+                         f"'cec recover --from-log {given}' or choose another --log-dir")
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{given}: --log-dir exists and is not a directory")
+    if root.exists() and any(p.name != staged for p in root.iterdir()):
+        raise UsageError(f"{given}: --log-dir exists and is not empty")
+    return layout
+
+
+def plan_resume(root: Path | str, *, master: str | None = None,
+                conf: dict[str, str] | None = None, trust: bool | None = None) -> RunPlan:
+    """The plan of a stored run, from its ``run.toml`` (read once), with ``master`` and
+    ``conf`` over the stored ones for this resume only. ``trust`` not None: first refuse
+    a run directory another user owns unless it is True (:meth:`RunLayout.check_owner`).
+    """
+    layout = RunLayout(Path(os.path.abspath(root)))
+    if trust is not None:
+        layout.check_owner(trust)
+    spec, settings = layout.read_run_file()
+    return RunPlan(spec.with_run(master=master, conf=conf), settings, layout,
+                   given=str(root))

@@ -1,0 +1,508 @@
+"""The run directory (ARCHITECTURE §6) and the settings stored in ``RUN/run.toml``.
+
+::
+
+    RUN/
+      run.toml           the resolved spec + a [cec] table of run settings + checksum
+      run.toml.bak       its copy (cec recover --repair restores run.toml from it)
+      upstream/p0000/    storage_log: partition 0's input stream (the ingest writes it)
+      output/p0000/      storage_log: partition 0's operator output
+      state/p0000.json   the operator task's live counters (progress display only)
+      STOP               present while a clean stop is requested (Ctrl-C)
+      drivers/00000001   one file per driver that ran the run (cec run, cec recover)
+      consumers/NAME.json  what `cec export --consumer NAME` acknowledged (retention)
+      generations.toml   after a rescale (cec recover --partitions P'): the run's
+                         generations; generation g >= 1 keeps its logs in
+                         upstream/gNNNN/pNNNN, output/gNNNN/pNNNN, state/gNNNN/
+
+``run.toml`` (its text: :mod:`cec_spark.rundir.run_file`) is written once, atomically and
+exclusively (a hard link: of two drivers racing for one directory exactly one wins),
+before Spark starts and before any log; recovery reads nothing else. The ``[cec]``
+table holds what the spec does not: ``max_tuples`` (the source is cut after that many
+rows, so a resumed run ends where the original would have), and the source's column
+types (so a resumed ``stream-dir`` ingest types its rows the same).
+Each driver takes the next number in ``drivers/`` (an exclusive hard link, as for
+``run.toml``) before it starts any task, and hands it to its tasks: a task or driver
+that sees a newer driver stops with :class:`DriverSupersededError`. So of two drivers
+on one run (two ``cec recover`` on two hosts) the newer one runs and the older one
+stops with a clear error, instead of their tasks fencing each other's logs in turn
+(the logs' own epochs keep the data exact either way).
+The ``state/`` files are advisory JSON written by the tasks with an atomic rename;
+nothing depends on them for correctness.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import tomllib
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from cec.errors import CorruptionError, UsageError
+from cec.spec import PipelineSpec, default_master
+from cec_spark.rundir.run_file import (
+    BACKUP_FILE,
+    CHECKSUM_PREFIX,
+    FORMAT_VERSION,
+    RUN_FILE,
+    RunSettings,
+    check_run_text,
+    parse_run_text,
+    run_text,
+    settings_for,
+    sign_run_text,
+)
+from storage_log.segment import fsync_dir
+
+__all__ = ["BACKUP_FILE", "CHECKSUM_PREFIX", "FORMAT_VERSION", "GENERATIONS_FILE",
+           "RUN_FILE", "DriverSupersededError", "Generation", "RunLayout",
+           "RunNotVisibleError", "RunSettings", "check_run_text", "settings_for",
+           "sign_run_text"]
+
+GENERATIONS_FILE = "generations.toml"
+
+
+VALUE_FALLBACK = "__cec_value"  # the value column of a `count` aggregate without field
+
+
+def value_column(spec: PipelineSpec) -> str:
+    """The name of the value column in the upstream logs."""
+    return spec.aggregate.field if spec.aggregate.field is not None else VALUE_FALLBACK
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation of a run: its partitions, from its start cut on.
+
+    Generation 0 is the run as started (``run.toml``'s partitions). A rescale adds
+    generation ``g``: its logs hold the results of the input after seq ``cut`` (every
+    input at or before it is in generation ``g - 1``'s state and results), and
+    ``previous_ends[q]`` is the last output seq of partition ``q`` of generation
+    ``g - 1`` that belongs to the run (-1: none); rows after it (output of input after
+    the cut, written before the rescale) are not results of the run.
+    """
+
+    gen: int
+    partitions: int
+    cut: int = -1
+    chunk: int = -1  # the source chunk that ends at seq ``cut`` (-1: none)
+    previous_ends: tuple[int, ...] = ()
+    cut_ts: int = 0  # the handoff's ts: no input of this generation is older
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    root: Path
+
+    @property
+    def run_file(self) -> Path:
+        return self.root / RUN_FILE
+
+    @property
+    def backup_file(self) -> Path:
+        return self.root / BACKUP_FILE
+
+    @property
+    def stop_file(self) -> Path:
+        return self.root / "STOP"
+
+    def upstream(self, p: int) -> Path:
+        """Partition ``p``'s upstream log in the current generation."""
+        return self.upstream_of(self.generation, p)
+
+    def output(self, p: int) -> Path:
+        """Partition ``p``'s output log in the current generation."""
+        return self.output_of(self.generation, p)
+
+    def state_file(self, p: int) -> Path:
+        return self.gen_dir("state", self.generation) / f"p{p:04d}.json"
+
+    def upstream_of(self, gen: int, p: int) -> Path:
+        return self.gen_dir("upstream", gen) / f"p{p:04d}"
+
+    def output_of(self, gen: int, p: int) -> Path:
+        return self.gen_dir("output", gen) / f"p{p:04d}"
+
+    def gen_dir(self, kind: str, gen: int) -> Path:
+        return self.root / kind if gen == 0 else self.root / kind / f"g{gen:04d}"
+
+    # ------------------------------------------------------------------ generations
+
+    @property
+    def generations_file(self) -> Path:
+        return self.root / GENERATIONS_FILE
+
+    @cached_property
+    def generations(self) -> tuple[Generation, ...]:
+        """The run's generations, oldest first (empty: never rescaled, generation 0
+        only, with run.toml's partitions). Read once per RunLayout object."""
+        return read_generations(self.generations_file)
+
+    @property
+    def generation(self) -> int:
+        """The current generation (0: never rescaled)."""
+        return self.generations[-1].gen if self.generations else 0
+
+    @property
+    def cut(self) -> int | None:
+        """The current generation's start cut (None: generation 0, the whole input)."""
+        return self.generations[-1].cut if self.generation else None
+
+    def output_logs(self, partitions: int) -> list[tuple[int, int, Path, int | None]]:
+        """Every output log of every generation, oldest first: ``(gen, p, path, end)``
+        with ``end`` the last output seq that belongs to the run (None: all, the
+        current generation). ``partitions``: the current spec's (generation 0's when
+        the run was never rescaled)."""
+        gens = self.generations or (Generation(0, partitions),)
+        logs: list[tuple[int, int, Path, int | None]] = []
+        for i, g in enumerate(gens):
+            ends = gens[i + 1].previous_ends if i + 1 < len(gens) else None
+            logs += [(g.gen, p, self.output_of(g.gen, p), None if ends is None else ends[p])
+                     for p in range(g.partitions)]
+        return logs
+
+    def write_generations(self, gens: tuple[Generation, ...]) -> None:
+        """Store the generations atomically (tmp, fsync, rename, fsync of the folder):
+        the commit point of a rescale."""
+        write_generations(self.generations_file, gens)
+
+    def exists(self) -> bool:
+        return self.run_file.exists()
+
+    # ------------------------------------------------------------------ run.toml
+
+    def write_run_file(self, spec: PipelineSpec, settings: RunSettings) -> None:
+        self.write_run_text(run_text(spec, settings))
+
+    def write_run_text(self, text: str) -> None:
+        """Store a new run's run.toml (:func:`cec_spark.rundir.run_file.run_text`) and its
+        backup."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "state").mkdir(exist_ok=True)
+        tmp = self.root / f"{RUN_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        try:  # link, not rename: of two drivers racing for one directory, one wins
+            os.link(tmp, self.run_file)
+        except FileExistsError:
+            raise UsageError(f"{self.root}: already holds a run (another `cec run` "
+                             "started it first); resume it with 'cec recover --from-log "
+                             f"{self.root}' or choose another --log-dir") from None
+        finally:
+            tmp.unlink()
+        self._write_backup(text)
+        fsync_dir(self.root)
+
+    def _write_backup(self, text: str) -> None:
+        tmp = self.root / f"{BACKUP_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.backup_file)
+
+    def restore_run_file(self) -> str:
+        """``--repair``: put back a damaged or missing run.toml from its backup; what was
+        done (CorruptionError if the backup is damaged too)."""
+        problem = self._run_file_problem()
+        if problem is None:
+            return "run.toml is intact"
+        try:
+            backup = self.backup_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CorruptionError(f"{problem}; its backup {self.backup_file} cannot be read "
+                                  f"either ({exc}): the run's spec is lost") from exc
+        bad = check_run_text(backup, str(self.backup_file))
+        if bad is not None or CHECKSUM_PREFIX not in backup:
+            why = bad or "no checksum"
+            raise CorruptionError(f"{problem}; its backup is damaged too ({why}): the "
+                                  "run's spec is lost")
+        tmp = self.root / f"{RUN_FILE}.repair.{os.getpid()}.tmp"
+        tmp.write_text(backup, encoding="utf-8")
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.run_file)
+        fsync_dir(self.root)
+        return f"restored {self.run_file} from {self.backup_file} ({problem})"
+
+    def _run_file_problem(self) -> str | None:
+        """Why run.toml cannot be trusted (None: it can)."""
+        try:
+            text = self.run_file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return f"{self.run_file} is missing"
+        except (OSError, UnicodeDecodeError) as exc:
+            return f"{self.run_file} cannot be read: {exc}"
+        return check_run_text(text, str(self.run_file))
+
+    def read_run_file(self) -> tuple[PipelineSpec, RunSettings]:
+        """The run's spec and settings (:meth:`read_run`)."""
+        _, spec, settings = self.read_run()
+        return spec, settings
+
+    def read_run(self) -> tuple[str, PipelineSpec, RunSettings]:
+        """The run's run.toml text, spec and settings.
+
+        A run.toml whose checksum fails is damage (CorruptionError, exit 3) when it no
+        longer parses, and an edit (UsageError, exit 2: a run's spec cannot change) when
+        it does; either way ``cec recover --repair`` restores it from ``run.toml.bak``.
+        """
+        repair = f"'cec recover --from-log {self.root} --repair' restores it from " \
+                 f"{BACKUP_FILE}"
+        if not self.run_file.exists():
+            if self.backup_file.exists():
+                raise CorruptionError(f"{self.run_file} is missing; {repair}")
+            raise UsageError(f"{self.root}: not a cec run directory (no {RUN_FILE})")
+        origin = str(self.run_file)
+        try:
+            text = self.run_file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptionError(f"{origin}: damaged (not UTF-8 at byte {exc.start}); "
+                                  f"{repair}") from exc
+        spec, settings = parse_run_text(text, origin, repair)
+        return text, self.current_spec(spec), settings
+
+    def current_spec(self, spec: PipelineSpec) -> PipelineSpec:
+        """``spec`` with the current generation's partitions (run.toml keeps the
+        partitions the run started with; a rescale records its own)."""
+        if self.generation and self.generations[-1].partitions != spec.run.partitions:
+            return rescaled_spec(spec, self.generations[-1].partitions)
+        return spec
+
+    def check_visible(self, run_id: str | None) -> None:
+        """On an executor: this host sees the run the driver created (same run id).
+
+        Raises :class:`RunNotVisibleError` naming this host, the path and the cause.
+        """
+        where = f"host {socket.gethostname()} (pid {os.getpid()}, cwd {os.getcwd()})"
+        if not self.root.is_absolute():
+            raise RunNotVisibleError(f"{where}: the run directory {self.root} is a relative "
+                                     "path (the driver resolves it; is this an old driver?)")
+        if not self.root.is_dir():
+            raise RunNotVisibleError(f"{where}: cannot see the run directory {self.root} (is "
+                                     "it on a file system every host mounts at that path?)")
+        try:
+            text = self.run_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise RunNotVisibleError(f"{where}: cannot read {self.run_file}: "
+                                     f"{exc.strerror or exc}") from exc
+        if run_id is None:
+            return
+        try:
+            found = tomllib.loads(text).get("cec", {}).get("run_id")
+        except tomllib.TOMLDecodeError as exc:
+            raise RunNotVisibleError(f"{where}: {self.run_file} is damaged: {exc}") from exc
+        if found != run_id:
+            raise RunNotVisibleError(f"{where}: {self.run_file} belongs to run {found}, not "
+                                     f"to this run {run_id} (another run in the same "
+                                     "directory, or a host that sees a different directory "
+                                     "at this path)")
+
+    def check_owner(self, trust: bool) -> None:
+        """A run directory is code (``[filter].where`` is Spark SQL that a resume runs
+        again): refuse one whose run.toml another user owns, unless ``trust``."""
+        if trust or not hasattr(os, "getuid"):
+            return
+        try:
+            owner = self.run_file.stat().st_uid
+        except OSError:
+            return  # read_run_file names what is missing
+        if owner != os.getuid():
+            raise UsageError(f"{self.run_file} belongs to uid {owner}, not to you (uid "
+                             f"{os.getuid()}): resuming a run executes its [filter] as Spark "
+                             "SQL; pass --trust if you trust who wrote it")
+
+    # ------------------------------------------------------------------ drivers
+
+    @property
+    def drivers_dir(self) -> Path:
+        return self.root / "drivers"
+
+    def take_driver(self) -> int:
+        """A new driver number for this run: one more than any before, never reused."""
+        self.drivers_dir.mkdir(exist_ok=True)
+        info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+        tmp = self.drivers_dir / f".{socket.gethostname()}.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(info), encoding="utf-8")
+        try:
+            while True:
+                n = self.latest_driver() + 1
+                try:
+                    os.link(tmp, self.drivers_dir / f"{n:08d}")
+                except FileExistsError:
+                    continue  # another driver took n first: take the next
+                fsync_dir(self.drivers_dir)
+                return n
+        finally:
+            tmp.unlink()
+
+    def latest_driver(self) -> int:
+        """The newest driver number (0: none yet, a run from before driver numbers)."""
+        try:
+            names = os.listdir(self.drivers_dir)
+        except FileNotFoundError:
+            return 0
+        return max((int(n) for n in names if n.isdigit()), default=0)
+
+    def driver_info(self, n: int) -> dict[str, Any]:
+        try:
+            raw = json.loads((self.drivers_dir / f"{n:08d}").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return raw if isinstance(raw, dict) else {}
+
+    def check_driver(self, mine: int | None) -> None:
+        """DriverSupersededError if a newer driver than ``mine`` took the run."""
+        if mine is None:
+            return
+        newest = self.latest_driver()
+        if newest > mine:
+            info = self.driver_info(newest)
+            raise DriverSupersededError(
+                f"{self.root}: another driver (number {newest}, host {info.get('host')}, "
+                f"pid {info.get('pid')}) took over this run; this one (number {mine}) "
+                "stops. Its committed output is kept; the newer driver continues it")
+
+    # ------------------------------------------------------------------ consumers
+
+    @property
+    def consumers_dir(self) -> Path:
+        return self.root / "consumers"
+
+    def consumer_acks(self, p: int) -> list[int]:
+        """Per registered consumer, the output seq of partition ``p`` (of the current
+        generation) it acknowledged (-1: none yet). Unreadable ack files count as
+        nothing acknowledged."""
+        try:
+            names = sorted(n for n in os.listdir(self.consumers_dir) if n.endswith(".json"))
+        except FileNotFoundError:
+            return []
+        key = ack_key(self.generation, p)
+        return [self.read_ack(name[:-len(".json")]).get(key, -1) for name in names]
+
+    def read_ack(self, consumer: str) -> dict[str, int]:
+        """What ``consumer`` acknowledged: the last output seq per :func:`ack_key`."""
+        try:
+            raw = json.loads((self.consumers_dir / f"{consumer}.json").read_text("utf-8"))
+            return {str(k): int(v) for k, v in raw["partitions"].items()}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return {}
+
+    def write_ack(self, consumer: str, acks: dict[str, int]) -> None:
+        self.consumers_dir.mkdir(exist_ok=True)
+        path = self.consumers_dir / f"{consumer}.json"
+        tmp = path.with_name(f".{consumer}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"consumer": consumer, "acked_at": time.time(),
+                                   "partitions": dict(acks)}),
+                       encoding="utf-8")
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(self.consumers_dir)
+
+    # ------------------------------------------------------------------ state files
+
+    def write_state(self, p: int, state: dict[str, Any]) -> None:
+        write_advisory(self.state_file(p), state)
+
+    def read_state(self, p: int) -> dict[str, Any]:
+        return read_advisory(self.state_file(p))
+
+
+def write_advisory(path: Path, data: dict[str, Any]) -> None:
+    """``data`` as JSON in ``path``, replaced whole; advisory (state and measurements,
+    never what recovery depends on): a failure to write is ignored."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def read_advisory(path: Path) -> dict[str, Any]:
+    """What :func:`write_advisory` wrote; ``{}`` for a file missing, unreadable or not
+    a JSON object."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def rescaled_spec(spec: PipelineSpec, partitions: int) -> PipelineSpec:
+    """``spec`` with ``partitions``; a stored master that was the default for the old
+    partition count (``local[P+2,3]``) becomes the default for the new one."""
+    master = spec.run.master
+    if master == default_master(spec.run.partitions):
+        master = None
+    return replace(spec, run=replace(spec.run, partitions=partitions, master=master))
+
+
+def ack_key(gen: int, p: int) -> str:
+    """The name of a partition's output log in a consumer's acks: ``"3"`` in generation
+    0 (as before rescales existed), ``"g1/3"`` in generation 1."""
+    return str(p) if gen == 0 else f"g{gen}/{p}"
+
+
+class DriverSupersededError(UsageError):
+    """A newer driver took over the run (two ``cec recover`` at once): this one stops."""
+
+
+class RunNotVisibleError(UsageError):
+    """An executor does not see the run directory the driver created (exit 2)."""
+
+
+
+def generations_text(gens: tuple[Generation, ...]) -> str:
+    """The signed text of ``generations.toml``."""
+    lines = ["# the generations of a rescaled run (cec recover --partitions); written once "
+             "per rescale", f"format_version = {FORMAT_VERSION}", ""]
+    for g in gens:
+        lines += ["[[generation]]", f"gen = {g.gen}", f"partitions = {g.partitions}",
+                  f"cut = {g.cut}", f"chunk = {g.chunk}",
+                  f"previous_ends = [{', '.join(str(e) for e in g.previous_ends)}]",
+                  f"cut_ts = {g.cut_ts}", ""]
+    return sign_run_text("\n".join(lines))
+
+
+def read_generations(path: Path) -> tuple[Generation, ...]:
+    """The generations stored in ``path`` (none if it does not exist); a damaged file
+    is CorruptionError (exit 3), naming it."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return ()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptionError(f"{path}: cannot be read: {exc}") from exc
+    bad = check_run_text(text, str(path))
+    if bad is not None or CHECKSUM_PREFIX not in text:
+        raise CorruptionError(f"{bad or f'{path}: no checksum line'}: the run's "
+                              "generations (its rescales) cannot be trusted")
+    try:
+        raw = tomllib.loads(text)["generation"]
+        gens = tuple(Generation(int(g["gen"]), int(g["partitions"]), int(g["cut"]),
+                                int(g["chunk"]),
+                                tuple(int(e) for e in g["previous_ends"]),
+                                int(g.get("cut_ts", 0))) for g in raw)
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise CorruptionError(f"{path}: damaged: {exc}") from exc
+    for i, g in enumerate(gens):
+        if g.gen != i or g.partitions < 1 or (i and len(g.previous_ends)
+                                               != gens[i - 1].partitions):
+            raise CorruptionError(f"{path}: generation {i} is inconsistent: {g}")
+    return gens
+
+
+def write_generations(path: Path, gens: tuple[Generation, ...]) -> None:
+    tmp = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+    tmp.write_text(generations_text(gens), encoding="utf-8")
+    with tmp.open("rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)

@@ -1,0 +1,18 @@
+"""What a run reads: a pipeline's source, from its files to the chunks the ingest reads.
+
+===============  ===============================================================================
+``types``        the types of a planned source: chunks, column types, :class:`SourcePlan`
+``times``        what a time field may hold and its one conversion to int64 microseconds
+``order``        late rows and ``allowed_lateness``: which rows are late, the order of the others
+``read``         reading a source's bytes: line offsets, headers, the Arrow parse of a chunk
+``check``        validation and chunk planning of a source's files (csv, jsonl, parquet)
+``folder``       a ``stream-dir`` source: new files in name order, ``_END`` ends it
+``planner``      the entry: :func:`plan_source` validates a spec's source and plans its chunks
+``fingerprint``  a bounded source's fingerprint, checked before a resumed ingest reads again
+``bridge``       any Spark streaming source (Kafka) into a stream folder
+===============  ===============================================================================
+
+First read: ``planner.py``. Pure of Spark except ``bridge`` (it writes from a Spark
+stream); everything is read from the bytes, so a re-read after a crash plans and reads
+the same rows.
+"""

@@ -1,0 +1,105 @@
+"""Sources: validation, chunk planning and chunk reading of a pipeline's input.
+
+A source is cut into **chunks**, the unit of ingest and of resumption. A chunk is a
+contiguous run of source rows: a byte range of whole lines of a CSV/JSONL file, a run
+of row groups of a parquet file, or a row range of the generator. Chunk ``c`` knows
+``first_seq``, the source row number of its first row, so ``seq = first_seq + i`` is
+the row's position in the stream *before* the filter (ARCHITECTURE §1). Chunks are
+numbered densely from 0 in stream order; planning is deterministic (the same files
+give the same chunks), which is what lets a restarted ingest skip what its logs'
+commit tokens already cover.
+
+Bounded sources are validated completely by :func:`plan_source` before anything is
+written: a missing file or column, a malformed row or a time field that goes back
+raises :class:`InputError` (exit status 2) naming the file, line (row for parquet) and
+field. ``stream-dir`` sources are watched by :class:`StreamDirWatcher`; its files are
+consumed in name order (names starting with ``.`` or ``_`` are ignored: write a file
+under such a name and rename it into place), each validated as it is found, and the
+stream ends when a file named ``_END`` appears. A stream folder may start empty: a new
+run waits for its first file (saying so on stderr), whose columns fix the run's types.
+
+This module does no Spark: :func:`read_chunk` is what the Spark data source
+(:mod:`cec_spark.ingest.job`) calls on an executor to produce Arrow batches.
+
+The parts: :mod:`cec_spark.source.types` (Chunk, ColumnTypes, SourcePlan),
+:mod:`cec_spark.source.read` (parsing bytes, :func:`read_chunk`),
+:mod:`cec_spark.source.check` (validating and cutting files),
+:mod:`cec_spark.source.folder` (:class:`StreamDirWatcher`); this module plans a whole
+source (:func:`plan_source`) and re-exports their public names.
+"""
+
+from __future__ import annotations
+
+import time
+
+from cec.spec import PipelineSpec
+from cec_spark.source.check import _FileState, _plan_file, source_files
+from cec_spark.source.folder import StreamDirWatcher
+from cec_spark.source.read import read_chunk
+from cec_spark.source.types import (
+    END_MARKER,
+    EXTENSIONS,
+    SEQ,
+    Chunk,
+    ColumnTypes,
+    InputError,
+    SourcePlan,
+    WatchState,
+)
+from cec_spark.watchdog import announce_wait
+
+__all__ = ["END_MARKER", "EXTENSIONS", "SEQ", "Chunk", "ColumnTypes", "InputError",
+           "SourcePlan", "StreamDirWatcher", "WatchState", "plan_source", "read_chunk",
+           "source_files"]
+
+
+def plan_source(spec: PipelineSpec, *, max_rows: int | None = None) -> SourcePlan:
+    """Validate a bounded source completely and cut it into chunks.
+
+    For ``stream-dir`` this is the plan of the files present now (use
+    :class:`StreamDirWatcher` to follow the folder).
+    """
+    src = spec.source
+    if src.kind == "generator":
+        assert src.generator is not None
+        total = src.generator.rows if max_rows is None else min(max_rows, src.generator.rows)
+        cols = ColumnTypes(("item_id", "item_price", "item_time"),
+                           ("int64", "float64", "int64"))
+        chunks = [Chunk(i, "generator", "", lo, min(lo + src.chunk_rows, total), lo,
+                        min(lo + src.chunk_rows, total) - lo)
+                  for i, lo in enumerate(range(0, total, src.chunk_rows))]
+        return SourcePlan(cols, tuple(chunks), True)
+    if src.kind == "stream-dir":
+        watcher = StreamDirWatcher(spec, max_rows=max_rows)
+        watcher.poll()
+        return watcher.plan if watcher.plan.columns.names else _first_file(watcher, spec)
+    assert src.path is not None
+    st = _FileState(spec, max_rows)
+    files = source_files(src.path, src.kind if src.path.is_dir() else None)
+    if not files:
+        raise InputError(f"{src.path}: [source].path: no {src.kind} files in this folder")
+    for path in files:
+        _plan_file(st, path, src.kind)
+        if st.full:
+            break
+    st.flush()
+    if st.columns is None:
+        raise InputError(f"{src.path}: the source holds no rows")
+    return SourcePlan(st.columns, tuple(st.chunks), True, warnings=tuple(st.warnings()))
+
+
+def _first_file(watcher: StreamDirWatcher, spec: PipelineSpec) -> SourcePlan:
+    """Wait for the first file of an empty stream folder (its columns fix the run's
+    types), saying so on stderr (:func:`announce_wait`); ``_END`` first is an error."""
+    def first() -> SourcePlan:
+        while True:
+            watcher.poll()
+            if watcher.plan.columns.names:
+                return watcher.plan
+            if watcher.ended:
+                raise InputError(f"{spec.source.path}: the stream ended (_END) before its "
+                                 "first data file")
+            time.sleep(spec.source.poll_ms / 1000)
+    return announce_wait(f"the first file in the stream folder {spec.source.path} (its "
+                         "columns fix the run's types; Ctrl-C stops, nothing is written "
+                         "before it)", first, first_s=1.0)

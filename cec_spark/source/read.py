@@ -1,0 +1,232 @@
+"""Reading a source's bytes: line offsets, CSV headers, the Arrow parse of a chunk, the
+exact diagnosis of a chunk the parser refused, and :func:`read_chunk`.
+
+:func:`read_chunk` is what the ingest's Spark task (:mod:`cec_spark.ingest.query`)
+calls on an executor to produce Arrow batches; the planner
+(:mod:`cec_spark.source.check`) parses with the same functions, so what it validated
+is what the task reads.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.json as pajson
+import pyarrow.parquet as pq
+
+from cec.spec import PipelineSpec
+from cec_spark.source.order import reorder
+from cec_spark.source.times import TimeValueError, to_us
+from cec_spark.source.types import SEQ, Chunk, ColumnTypes, InputError, TimeSpec
+
+# The slow diagnosis (Python's csv) must read every line the fast path (Arrow) reads:
+# Python's default limit of 128 KiB per field made a long line a raw traceback.
+csv.field_size_limit(1 << 30)
+
+
+def _line_starts(path: Path, begin: int, every: int) -> tuple[list[int], int, int]:
+    """Offsets of every ``every``-th line start from ``begin``; (offsets, lines, size).
+
+    A final line without a newline counts; ``offsets[0] == begin``.
+    """
+    size = path.stat().st_size
+    offsets = [begin]
+    lines = 0
+    pos = begin
+    with path.open("rb") as fh:
+        fh.seek(begin)
+        while True:
+            block = fh.read(64 << 20)
+            if not block:
+                break
+            nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+            ends = nl + pos + 1  # the offsets just after each newline
+            for k in range(len(ends)):
+                if (lines + k + 1) % every == 0 and ends[k] < size:
+                    offsets.append(int(ends[k]))
+            lines += len(nl)
+            pos += len(block)
+    if size > begin and not _ends_with_newline(path, size):
+        lines += 1
+    return offsets, lines, size
+
+
+def _ends_with_newline(path: Path, size: int) -> bool:
+    with path.open("rb") as fh:
+        fh.seek(size - 1)
+        return fh.read(1) == b"\n"
+
+
+def _read_bytes(path: str, start: int, stop: int) -> bytes:
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        return fh.read(stop - start)
+
+
+def _csv_header(path: Path) -> tuple[tuple[str, ...], int]:
+    with path.open("rb") as fh:
+        first = fh.readline()
+    if not first.strip():
+        raise InputError(f"{path.name}: line 1: empty file or missing header")
+    try:  # utf-8-sig: a byte order mark before the first column name is dropped
+        header = next(csv.reader([first.decode("utf-8-sig")]))
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"{path.name}: line 1: unreadable header: {exc}") from exc
+    return tuple(h.strip() for h in header), len(first)
+
+
+_COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_ .\-]{0,63}")
+
+
+def _header_text(columns: tuple[str, ...]) -> str:
+    """The header for a message, only if it looks like column names: a file that is
+    not a CSV (a spec pointing at /etc/passwd) must not have its first line echoed."""
+    if len(columns) <= 50 and all(_COLUMN_NAME.fullmatch(c) for c in columns):
+        return f"the header has {', '.join(columns)}"
+    return f"its first line is not a header of column names ({len(columns)} fields)"
+
+
+def _parse_text(fmt: str, data: bytes, columns: tuple[str, ...],
+                types: ColumnTypes | None, overrides: dict[str, pa.DataType]) -> pa.Table:
+    if fmt == "csv":
+        col_types = dict(overrides)
+        if types is not None:
+            col_types = {f.name: f.type for f in types.parse_schema()}
+        return pacsv.read_csv(
+            io.BytesIO(data),
+            read_options=pacsv.ReadOptions(column_names=list(columns), block_size=16 << 20),
+            parse_options=pacsv.ParseOptions(ignore_empty_lines=False),
+            convert_options=pacsv.ConvertOptions(column_types=col_types,
+                                                 strings_can_be_null=False,
+                                                 # "nan" is a number (refused later as
+                                                 # not finite), not a missing value
+                                                 null_values=[""]))
+    schema = types.parse_schema() if types is not None else None
+    opts = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"
+                               if schema is not None else "infer")
+    return pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(
+        block_size=16 << 20), parse_options=opts)
+
+
+def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[str, ...],
+              spec: PipelineSpec, types: ColumnTypes | None, cause: Exception) -> InputError:
+    """Find the first bad line of a chunk the fast parser refused, slowly and exactly."""
+    agg = spec.aggregate
+    tf = spec.source.time_field
+    time_kind = types.kind(tf) if types is not None and tf in types.names else "int64"
+    checks: dict[str, type] = {tf: str if time_kind == "iso" else int}
+    if agg.field is not None:
+        checks[agg.field] = float
+    if (types is not None and agg.group_by in types.names
+            and types.types[types.names.index(agg.group_by)] == "int64"):
+        checks[agg.group_by] = int
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    for i, line in enumerate(lines):
+        where = f"{name}: line {first_line + i}"
+        if not line.strip():
+            return InputError(f"{where}: the line is blank")
+        if fmt == "csv":
+            try:
+                row = next(csv.reader([line]))
+            except csv.Error as exc:
+                return InputError(f"{where}: not a CSV line: {exc}")
+            if len(row) != len(columns):
+                return InputError(f"{where}: expected {len(columns)} fields "
+                                  f"({','.join(columns)}), got {len(row)}")
+            values: dict[str, object] = dict(zip(columns, row, strict=True))
+        else:
+            try:
+                obj = json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as exc:
+                return InputError(f"{where}: not a JSON object: "
+                                  f"{getattr(exc, 'msg', type(exc).__name__)}")
+            if not isinstance(obj, dict):
+                return InputError(f"{where}: not a JSON object")
+            values = obj
+        for col, kind in checks.items():
+            if col not in values or values[col] in (None, ""):
+                return InputError(f"{where}: {col}: missing value")
+            raw = values[col]
+            if kind is str:  # an ISO time: its parse is to_us's
+                try:
+                    to_us(pa.array([str(raw)]), "iso", "us")
+                except TimeValueError as exc:
+                    return InputError(f"{where}: {col}: {raw!r} {exc.why}")
+                continue
+            try:
+                if kind is int:
+                    if isinstance(raw, float) or (isinstance(raw, str) and not
+                                                  raw.strip().lstrip("-").isdigit()):
+                        raise ValueError(raw)
+                    int(raw)  # type: ignore[call-overload]
+                else:
+                    float(raw)  # type: ignore[arg-type]
+            except (TypeError, ValueError, OverflowError):
+                what = "an integer" if kind is int else "a number"
+                if col == tf:
+                    what = f"an integer (epoch {spec.source.time_unit}, [source].time_unit)"
+                shown = raw if not isinstance(raw, str) or len(raw) <= 40 else raw[:40] + "..."
+                return InputError(f"{where}: {col}: {shown!r} is not {what}")
+    return InputError(f"{name}: lines {first_line}-{first_line + len(lines) - 1}: "
+                      f"cannot parse: {cause}")
+
+
+def with_time_us(table: pa.Table, time: TimeSpec, kind: str, name: str, first: int,
+                 unit_word: str) -> pa.Table:
+    """``table`` with its time field as int64 microseconds (:mod:`cec_spark.source.times`);
+    a value without one is an InputError naming ``name``, the line or row, the field."""
+    col = table.column_names.index(time.field)
+    try:
+        us = to_us(table.column(col), kind, time.unit)
+    except TimeValueError as exc:
+        shown = "" if exc.shown is None else f"{exc.shown!r} "
+        raise InputError(f"{name}: {unit_word} {first + exc.index}: {time.field}: "
+                         f"{shown}{exc.why}") from None
+    return table.set_column(col, time.field, pa.array(us, pa.int64()))
+
+
+def parquet_file(path: str) -> pq.ParquetFile:
+    """A parquet file whose INT96 timestamps (Spark's default) read as microseconds."""
+    return pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
+
+
+def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Table:
+    """The rows of a chunk, typed as the ingest reads them (times in microseconds)."""
+    if chunk.rows == 0:  # a flush chunk (cec_spark.source.order) has none of its own
+        return columns.schema().empty_table()
+    if chunk.fmt == "parquet":
+        table = parquet_file(chunk.file).read_row_groups(
+            list(range(chunk.start, chunk.stop)), columns=list(columns.names))
+    else:
+        data = _read_bytes(chunk.file, chunk.start, chunk.stop)
+        table = _parse_text(chunk.fmt, data, chunk.columns, columns, {})
+        table = table.select(list(columns.names))
+    table = table.slice(0, chunk.rows)
+    unit_word = "row" if chunk.fmt == "parquet" else "line"
+    table = with_time_us(table, time, columns.kind(time.field), Path(chunk.file).name,
+                         chunk.first_line, unit_word)
+    return table.cast(columns.schema())
+
+
+def read_chunk(chunk: Chunk, columns: ColumnTypes, time: TimeSpec, *,
+               batch_rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
+    """The rows of a chunk with typed columns plus ``SEQ`` (int64), as Arrow batches;
+    with lateness settings, the rows it emits and the ``LATE`` flag
+    (:func:`cec_spark.source.order.reorder`)."""
+    if time.reorders:
+        table = reorder(chunk, time, lambda c: chunk_table(c, columns, time))
+        yield from table.to_batches(max_chunksize=batch_rows)
+        return
+    table = chunk_table(chunk, columns, time)
+    seq = pa.array(np.arange(chunk.first_seq, chunk.first_seq + table.num_rows,
+                             dtype=np.int64))
+    table = table.append_column(SEQ, seq)
+    yield from table.to_batches(max_chunksize=batch_rows)
