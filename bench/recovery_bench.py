@@ -8,7 +8,7 @@ operator, one output record per input batch of ``--batch`` tuples. The input is 
 written to an upstream ``StreamLog`` (the filter's logged output in the paper); each
 configuration then runs the operator over it, writing its own output log, and
 "crashes" after ``--tuples`` tuples (the middle of the paper's runs: the operator stops,
-nothing is sealed). Recovery is :func:`recovery.replay.recover` with a fresh operator:
+nothing is sealed). Recovery is :func:`recovery.partition.recover_partition` with a fresh operator:
 reconcile (writable open), EC reconstruction (backward scan), EC load, replay of the
 upstream after ``T`` up to ``t_c``. A correctness check follows, outside the timings:
 the recovered operator, fed the tuples after ``t_c``, must hold the same windows and
@@ -59,7 +59,7 @@ from cec.operator.vector import VectorOperator
 from cec.policy import PolicyConfig
 from cec.windows import CountWindow
 from recovery.ec import reconstruct
-from recovery.replay import recover
+from recovery.partition import recover_partition
 from storage_log.log import StreamLog
 
 UNBOUNDED = 10**15
@@ -208,7 +208,7 @@ def one(setup: Setup, experiment: str, target: str, policy: PolicyConfig, work: 
     live, g_check, run_s = run_until_crash(setup, policy, up_dir, out_dir)
     clock = clock_for(setup)
     fresh = operator(setup, policy, clock)
-    rec = recover(out_dir, up_dir, fresh, fsync="never")
+    rec = recover_partition(out_dir, up_dir, fresh, fsync="never")
     ex = rec.explain
     # Correctness, untimed: continue the recovered operator to the crash point.
     with StreamLog.open(up_dir) as up, rec.output_log:

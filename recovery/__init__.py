@@ -8,8 +8,9 @@ Modules, one concept each:
   ``Footprint``, ``NothingToRecover``).
 * :mod:`recovery.upstream`: the replay of ``(T, t_c]`` from the upstream log through
   a loaded operator (reconstruction mode), with the exact replay filter.
-* :mod:`recovery.replay`: recovery of one partition: reconcile, scan, load, replay
-  (``recover``, ``recover_from_logs``, ``plan``, ``scan``, ``boundary_seq``).
+* :mod:`recovery.partition`: recovery of one partition: reconcile, scan, load, replay
+  (``recover_partition``, ``recover_from_logs``, ``predict`` (a dry run), ``scan``,
+  ``boundary_seq``).
 * :mod:`recovery.explain`: the recovery explain and the phase-time model.
 * :mod:`recovery.errors`: ``ExtentError``, ``InconsistentLogError``,
   ``ReplayUnavailableError`` (all exit status 4).

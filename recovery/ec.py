@@ -27,7 +27,7 @@ Chunk sizes follow the windows still missing and the ids met so far
 Time travel snaps to input-tuple boundaries only through ``at_ts`` (all the rows an
 input tuple produced share its ``ts``). ``at_seq`` starts the scan at exactly that
 output row: the caller must pass the last row of an input tuple's output (see
-``recovery.replay.boundary_seq``), or the EC describes a half-processed tuple.
+``recovery.partition.boundary_seq``), or the EC describes a half-processed tuple.
 
 The scan does no I/O, takes no clock, and never pickles.
 """

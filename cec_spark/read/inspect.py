@@ -28,7 +28,7 @@ from cec_spark.report import (
 from cec_spark.run import rto
 from cec_spark.rundir.layout import RunLayout
 from recovery.ec import NothingToRecover
-from recovery.replay import scan
+from recovery.partition import scan
 from storage_log.cache import ID_FILE
 from storage_log.epoch import read_chain
 from storage_log.errors import CorruptLogError

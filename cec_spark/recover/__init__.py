@@ -6,6 +6,6 @@
 ===========  ===================================================================================
 
 First read: ``resume.py``. Rebuilding one partition's eventual checkpoint and replaying
-is the ``recovery`` layer's (:mod:`recovery.replay`); this package decides what to do
+is the ``recovery`` layer's (:mod:`recovery.partition`); this package decides what to do
 with a whole run.
 """

@@ -46,7 +46,7 @@ from cec_spark.report import RescalePartition as OldPartition
 from cec_spark.report import RescaleResult
 from cec_spark.run.task import operator_for
 from cec_spark.rundir.layout import Generation, RunLayout, RunSettings
-from recovery.replay import recover_from_logs
+from recovery.partition import recover_from_logs
 from recovery.rescale import handoff
 from storage_log.log import StreamLog
 

@@ -33,7 +33,7 @@ from cec_spark.rundir.layout import RunLayout, rescaled_spec
 from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.planner import plan_source
 from cec_spark.watchdog import say
-from recovery.replay import plan, recover
+from recovery.partition import predict, recover_partition
 from storage_log.errors import CorruptLogError, LogLockedError
 from storage_log.log import StreamLog
 from storage_log.reconcile import ReconcileReport
@@ -120,7 +120,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
             with out:
                 up = StreamLog.open(up_path) if up_path.exists() else None
                 try:
-                    explain = plan(out, up, upstream_after=layout.cut)
+                    explain = predict(out, up, upstream_after=layout.cut)
                 finally:
                     if up is not None:
                         up.close()
@@ -158,7 +158,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
         t0 = time.perf_counter()
         repaired: OutputRepair | None = None
         try:
-            rec = recover(out_path, up_path, operator_for(spec, settings),
+            rec = recover_partition(out_path, up_path, operator_for(spec, settings),
                           fsync=spec.run.fsync, upstream_after=layout.cut)
         except CorruptLogError as exc:
             # An output log is derived data: cut it at the first bad record and let
@@ -167,7 +167,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
                                 fsync=spec.run.fsync) as log:
                 repaired = OutputRepair(error=str(exc),
                                         reconcile=reconcile_of(log.reconcile_report))
-            rec = recover(out_path, up_path, operator_for(spec, settings),
+            rec = recover_partition(out_path, up_path, operator_for(spec, settings),
                           fsync=spec.run.fsync, upstream_after=layout.cut)
         try:
             report = rec.output_log.reconcile_report

@@ -53,7 +53,7 @@ from cec.policy import (
 from cec.spec import PipelineSpec
 from cec_spark.run.jvm_archive import cache_dir
 from cec_spark.rundir.layout import RunLayout, read_advisory, write_advisory
-from recovery.replay import recover_from_logs
+from recovery.partition import recover_from_logs
 from storage_log.log import StreamLog
 
 RUN_FILE = "rto.json"  # in RUN/state/

@@ -44,7 +44,7 @@ from cec_spark.rundir.layout import RunLayout, RunSettings, value_column
 from cec_spark.rundir.retention import Lagged, retention_before
 from cec_spark.rundir.run_file import parse_run_text
 from recovery.errors import ReplayUnavailableError
-from recovery.replay import recover
+from recovery.partition import recover_partition
 from storage_log.epoch import read_chain
 from storage_log.log import StreamLog
 from storage_log.segment import segment_path, sid_base
@@ -278,7 +278,7 @@ def _recover(layout: RunLayout, p: int, op: VectorOperator, spec: PipelineSpec,
     deadline = time.monotonic() + REFILL_WAIT_S
     while True:
         try:
-            rec = recover(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
+            rec = recover_partition(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
                           create=False, segment_bytes=spec.run.segment_kb << 10,
                           upstream_after=layout.cut)
             counters.waiting = None

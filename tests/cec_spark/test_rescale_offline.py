@@ -28,7 +28,7 @@ from cec_spark.recover.rescale import check_rescale, rescale
 from cec_spark.run.plan import pipeline_spec, plan_new_run
 from cec_spark.run.task import operator_for
 from cec_spark.rundir.layout import RunLayout
-from recovery.replay import recover
+from recovery.partition import recover_partition
 from recovery.rescale import partitions_of
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import spec_text, write_items_csv
@@ -97,7 +97,7 @@ def _operate(layout: RunLayout, upto: int | None = None, only: set[int] | None =
         if only is not None and p not in only:
             continue
         op = operator_for(spec, settings)
-        rec = recover(layout.output(p), layout.upstream(p), op, fsync="never",
+        rec = recover_partition(layout.output(p), layout.upstream(p), op, fsync="never",
                       create=False, upstream_after=layout.cut)
         out = rec.output_log
         try:

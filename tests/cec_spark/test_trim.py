@@ -20,7 +20,7 @@ from cec.windows import CountWindow, TimeWindow, WindowSpec
 from cec_spark.ingest.writer import WriterConfig, create_logs, open_upstream, trim_upstream
 from cec_spark.run.task import ReplayFloor
 from cec_spark.rundir.layout import RunLayout
-from recovery.replay import recover
+from recovery.partition import recover_partition
 from storage_log.errors import LogTrimmedError
 from storage_log.log import StreamLog
 from tests.recovery.harness import FakeClock, make_stream
@@ -66,7 +66,7 @@ def test_floor_never_passes_the_T_of_a_recovery_from_the_committed_output(
         if i % 3:
             continue
         out.close()
-        rec = recover(tmp_path / "out", tmp_path / "up", _operator(mode, window),
+        rec = recover_partition(tmp_path / "out", tmp_path / "up", _operator(mode, window),
                       fsync="never")
         rec.output_log.close()
         out = StreamLog.open(tmp_path / "out", writable=True, fsync="never")

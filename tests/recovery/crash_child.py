@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from recovery.replay import recover
+from recovery.partition import recover_partition
 from storage_log.log import StreamLog
 from tests.recovery.harness import Scenario, make_stream, random_scenario
 
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
         token = up.last_token()
         ingested = int(token) if token else 0
         op = scn.operator()
-        rec = recover(out_dir, up_dir, op, fsync="never")
+        rec = recover_partition(out_dir, up_dir, op, fsync="never")
         with rec.output_log as out:
             print("started", flush=True)
             if out.sealed:  # finished before a kill landed

@@ -12,7 +12,7 @@ from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow
 from recovery.ec import EventualCheckpoint, NothingToRecover
 from recovery.errors import ReplayUnavailableError
-from recovery.replay import recover
+from recovery.partition import recover_partition
 from storage_log.log import StreamLog
 from tests.recovery.harness import (
     OPERATORS,
@@ -31,7 +31,7 @@ def crash_at(
     """Cut the output log at ``offset``, recover, finish the input; returns N_c."""
     cut_copy(out_dir, dest, offset)
     op = scn.operator()
-    res = recover(dest, up_dir, op, fsync="never")
+    res = recover_partition(dest, up_dir, op, fsync="never")
     original = logged.run
     records = original.records()
     if original.final.num_rows:
@@ -117,7 +117,7 @@ def test_edge_cases_on_real_logs(tmp_path: Path) -> None:
 
 def test_empty_and_missing_logs_are_a_fresh_start(tmp_path: Path) -> None:
     scn = Scenario(CountWindow(3, 3), PolicyConfig())
-    res = recover(tmp_path / "out", tmp_path / "up", scn.operator(), fsync="never")
+    res = recover_partition(tmp_path / "out", tmp_path / "up", scn.operator(), fsync="never")
     res.output_log.close()
     assert res.explain.fresh_start and res.resume_after_seq is None
 
@@ -130,13 +130,13 @@ def test_trimmed_upstream_is_replay_unavailable(tmp_path: Path) -> None:
     with StreamLog.open(tmp_path / "up", writable=True, segment_bytes=4096) as up:
         assert up.trim(before_seq=int(inputs[-1].column("seq")[0].as_py())) > 0
     with pytest.raises(ReplayUnavailableError, match="T="):
-        recover(tmp_path / "out", tmp_path / "up", scn.operator(), fsync="never")
+        recover_partition(tmp_path / "out", tmp_path / "up", scn.operator(), fsync="never")
     # The failed recovery released the output log's writer lock.
     StreamLog.open(tmp_path / "out", writable=True).close()
 
 
 def test_time_travel_on_a_real_log(tmp_path: Path) -> None:
-    from recovery.replay import plan, recover_from_logs
+    from recovery.partition import predict, recover_from_logs
     from tests.recovery.harness import MemLog
 
     scn = Scenario(CountWindow(4, 2), PolicyConfig(mode="targets", q=6, u=15))
@@ -149,17 +149,17 @@ def test_time_travel_on_a_real_log(tmp_path: Path) -> None:
             ts = int(b.column("ts")[-1].as_py())
             seq = int(b.column("seq")[0].as_py())
             assert (
-                plan(out, up, at_ts=ts).to_dict()["extent"]
-                == plan(mem, at_ts=ts).to_dict()["extent"]
+                predict(out, up, at_ts=ts).to_dict()["extent"]
+                == predict(mem, at_ts=ts).to_dict()["extent"]
             )
             op = scn.operator()
             res = recover_from_logs(out, up, op, at_seq=seq)
             assert isinstance(res.reconstruction, EventualCheckpoint)
             # the dry run counts exactly what the replay then read
-            dry, real = plan(out, up, at_seq=seq).to_dict()["replay"], res.explain.to_dict()[
+            dry, real = predict(out, up, at_seq=seq).to_dict()["replay"], res.explain.to_dict()[
                 "replay"]
             assert real["tuples"] > 0 or res.reconstruction.t_c == res.reconstruction.T
             assert {k: dry[k] for k in ("tuples", "batches", "bytes")} == \
                 {k: real[k] for k in ("tuples", "batches", "bytes")}
-            assert res.explain.to_dict()["extent"] == plan(mem, at_seq=seq).to_dict()["extent"]
+            assert res.explain.to_dict()["extent"] == predict(mem, at_seq=seq).to_dict()["extent"]
             check_state(scn, logged.run, res.reconstruction, op.state_at(), i)

@@ -13,7 +13,8 @@ from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow
 from recovery.ec import EventualCheckpoint, NothingToRecover
 from recovery.errors import ExtentError, ReplayUnavailableError
-from recovery.replay import RateModel, RecoveryExplain, boundary_seq, plan, recover_from_logs
+from recovery.explain import RateModel, RecoveryExplain
+from recovery.partition import boundary_seq, predict, recover_from_logs
 from tests.recovery.harness import (
     OPERATORS,
     MemLog,
@@ -179,7 +180,7 @@ def test_time_travel_replays_to_the_state_then() -> None:
         check_state(scn, original, res.reconstruction, op.state_at(), i)
         ts = int(batch.column("ts")[-1].as_py())
         expect = every.filter(pc.less_equal(every.column("ts"), ts))
-        by_ts = plan(out, MemLog(inputs), at_ts=ts)
+        by_ts = predict(out, MemLog(inputs), at_ts=ts)
         assert by_ts.t_c == expect.column("t_now")[-1].as_py()
         assert by_ts.next_out_seq == expect.column("seq")[-1].as_py() + 1
 

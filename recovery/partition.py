@@ -1,6 +1,6 @@
 """Recovery of one operator partition: reconcile, scan, load, replay (paper §II.B, §III).
 
-``recover(output_dir, upstream_dir, operator)`` brings a fresh operator back to the
+``recover_partition(output_dir, upstream_dir, operator)`` brings a fresh operator back to the
 exact state it had at ``t_c``, the input position of the last durable output row:
 
 1. **reconcile**: open the output log writable; the log truncates a torn tail and
@@ -47,8 +47,6 @@ from recovery.ec import NothingToRecover, Reconstruction, reconstruct
 from recovery.explain import PHASES, Phase, RateModel, RecoveryExplain
 from recovery.upstream import (
     RecoverableOperator,
-    ReplayFilter,
-    ReplayStats,
     UpstreamLogReader,
     check_upstream,
     count_replay,
@@ -58,22 +56,12 @@ from storage_log.frame import INT64_MAX
 from storage_log.log import StreamLog
 
 __all__ = [
-    "PHASES",
     "OutputLogReader",
-    "Phase",
-    "RateModel",
-    "RecoverableOperator",
     "Recovered",
-    "RecoveryExplain",
-    "ReplayFilter",
-    "ReplayStats",
-    "UpstreamLogReader",
     "boundary_seq",
-    "check_upstream",
-    "plan",
-    "recover",
+    "predict",
     "recover_from_logs",
-    "replay",
+    "recover_partition",
     "scan",
 ]
 
@@ -231,7 +219,7 @@ def recover_from_logs(
     return Recovered(operator, rec, explain)
 
 
-def plan(
+def predict(
     output_log: OutputLogReader,
     upstream: UpstreamLogReader | None = None,
     *,
@@ -289,7 +277,7 @@ class _NoUpstream:
         return iter(())
 
 
-def recover(
+def recover_partition(
     output_dir: str | Path,
     upstream_dir: str | Path,
     operator: RecoverableOperator,
