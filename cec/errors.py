@@ -39,7 +39,20 @@ class UsageError(CecError):
 
 
 class SpecError(UsageError):
-    """A pipeline spec that cannot be run; the message names the file and field."""
+    """A pipeline spec that cannot be run; the message names the file and field.
+
+    An error about one field of the spec (:func:`cec.spec.parse.field_error`) also
+    carries it: ``field``, its keys from the document's root (``("filter", "where")``),
+    and ``problem``, the message's text after the field; so a caller can name the field
+    its own way (the Python API names the builder call that set it) without reading
+    the message. Other errors have ``field == ()`` and ``problem`` the whole message.
+    """
+
+    def __init__(self, message: str, *, field: tuple[str, ...] = (),
+                 problem: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.problem = message if problem is None else problem
 
 
 class InputOrderError(UsageError):

@@ -34,7 +34,9 @@ two base modules (``tests/test_layers.py`` checks it):
   resume; first read ``resume.py``.
 * ``read/``: what reads a run: export, the Spark data source, inspect; first read
   ``export.py``.
-* ``api``: the Python API; the CLI calls its functions.
+* ``api/``: the Python API, which the CLI calls (``cec run pipeline`` is its ``load``
+  then ``run``: the plan, then the driver); first read ``builder.py``, then
+  ``commands.py``.
 
 Why this cut: the arrows follow a run's life. A run's *plan* is made before anything
 runs and is what the ingest and the operator tasks take; the *driver* runs a plan;

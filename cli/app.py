@@ -82,7 +82,7 @@ JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print machine-readable JSON (its fields: docs/JSON.md).")]
 ConfOpt = Annotated[list[str] | None, typer.Option(
     "--conf", metavar="KEY=VALUE",
-    help="A Spark setting (repeatable), over the spec's [run.spark] and cec's defaults.")]
+    help="A Spark setting (repeatable), over the spec's \\[run.spark] and cec's defaults.")]
 
 
 # The table each command prints under its summary: (heading, path into a row); see
@@ -127,7 +127,7 @@ def _start_spark_early(spec: PipelineSpec | None) -> None:
     start_early(spec.run.effective_master, spec.run.partitions, spec.run.spark_conf)
 
 
-def _stored_spec(from_log: Path, master: str | None, conf: dict[str, str],
+def _stored_spec(run_dir: Path, master: str | None, conf: dict[str, str],
                  trust: bool) -> PipelineSpec | None:
     """The spec a resume runs, for the early start: None when it cannot be read (the
     command then reports why) or the run directory is not trusted (its Spark settings
@@ -135,15 +135,15 @@ def _stored_spec(from_log: Path, master: str | None, conf: dict[str, str],
     if not _OWN_PROCESS[0]:
         return None
     try:
-        return cec_spark.api.stored_spec(from_log, master=master, conf=conf, trust=trust)
+        return cec_spark.api.stored_spec(run_dir, master=master, conf=conf, trust=trust)
     except Exception:
         return None
 
 
 @run_app.command("pipeline", epilog=EXIT_CODES)
 def run_pipeline(
-    spec: Annotated[Path, typer.Argument(help="Pipeline spec (TOML).")],
-    log_dir: Annotated[Path | None, typer.Option("--log-dir", help="Where logs go.")] = None,
+    spec_path: Annotated[Path, typer.Argument(metavar="spec", help="Pipeline spec (TOML).")],
+    run_dir: Annotated[Path | None, typer.Option("--log-dir", help="Where logs go.")] = None,
     partitions: Annotated[int | None, typer.Option("--partitions", min=1)] = None,
     master: Annotated[str | None, typer.Option(
         "--master", help="Spark master URL (local[N], spark://HOST:PORT, yarn, k8s://...).")
@@ -156,19 +156,19 @@ def run_pipeline(
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
-    pipeline = cec_spark.api.load(spec, partitions=partitions, master=master,
-                                  conf=parse_conf(conf or []), rto=rto)  # read once
-    _start_spark_early(pipeline)
-    result = cec_spark.api.run(pipeline, log_dir, spec_path=spec, max_tuples=max_tuples,
-                               progress=not json_out, keep_session=False).outcome
-    _show(result, json_out, "per_partition", RUN_COLUMNS)
-    if result.interrupted:
+    spec = cec_spark.api.load(spec_path, partitions=partitions, master=master,
+                              conf=parse_conf(conf or []), rto=rto)  # read once
+    _start_spark_early(spec)
+    outcome = cec_spark.api.run(spec, run_dir, spec_path=spec_path, max_tuples=max_tuples,
+                                progress=not json_out, keep_session=False).outcome
+    _show(outcome, json_out, "per_partition", RUN_COLUMNS)
+    if outcome.interrupted:
         raise typer.Exit(130)
 
 
 @app.command("recover", epilog=EXIT_CODES)
 def recover(
-    from_log: Annotated[Path, typer.Option("--from-log", help="The run's log directory.")],
+    run_dir: Annotated[Path, typer.Option("--from-log", help="The run's log directory.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Explain, do not resume.")] = False,
     master: Annotated[str | None, typer.Option(
         "--master", help="Resume on this Spark master (default: the run's own).")] = None,
@@ -188,11 +188,11 @@ def recover(
 ) -> None:
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
     if not dry_run:
-        spec = _stored_spec(from_log, master, parse_conf(conf or []), trust)
+        spec = _stored_spec(run_dir, master, parse_conf(conf or []), trust)
         if spec is not None and partitions is not None:
             spec = rescaled_spec(spec, partitions).with_run(master=master)
         _start_spark_early(spec)
-    result = cec_spark.api.recover(from_log, dry_run=dry_run, progress=not json_out,
+    result = cec_spark.api.recover(run_dir, dry_run=dry_run, progress=not json_out,
                                    master=master, conf=parse_conf(conf or []), repair=repair,
                                    trust=trust, partitions=partitions)
     for line in result.repairs:
@@ -210,13 +210,14 @@ def recover(
 
 @inspect_app.command("extent", epilog=EXIT_CODES)
 def inspect_extent(
-    log_dir: Annotated[Path, typer.Argument(help="The run's log directory.")],
+    run_dir: Annotated[Path, typer.Argument(metavar="log_dir",
+                                            help="The run's log directory.")],
     partition: Annotated[int | None, typer.Option("--partition", min=0)] = None,
     at: Annotated[int | None, typer.Option("--at", help="As of this timestamp (us).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The extent of the eventual checkpoint, now or as of a timestamp."""
-    result = cec_spark.api.inspect_extent(log_dir, partition=partition, at=at)
+    result = cec_spark.api.inspect_extent(run_dir, partition=partition, at=at)
     for e in result.partitions:
         if e.trimmed_through_seq is not None:
             err_console.print(f"cec: partition {e.partition}: {escape(e.reason)}",
@@ -226,12 +227,12 @@ def inspect_extent(
 
 @inspect_app.command("log", epilog=EXIT_CODES)
 def inspect_log(
-    log_dir: Annotated[Path, typer.Argument(help="A log directory.")],
+    path: Annotated[Path, typer.Argument(metavar="log_dir", help="A log directory.")],
     verify: Annotated[bool, typer.Option("--verify", help="Check every checksum.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Segments, records, index and checksums of a log."""
-    result = cec_spark.api.inspect_log(log_dir, verify=verify)
+    result = cec_spark.api.inspect_log(path, verify=verify)
     _show(result, json_out, "logs", LOG_COLUMNS)
     if result.damaged:  # every damaged log is named, then exit 3
         for line in result.damaged:
@@ -242,7 +243,8 @@ def inspect_log(
 
 @app.command("export", epilog=EXIT_CODES)
 def export(
-    log_dir: Annotated[Path, typer.Argument(help="The run's log directory.")],
+    run_dir: Annotated[Path, typer.Argument(metavar="log_dir",
+                                            help="The run's log directory.")],
     out: Annotated[Path, typer.Option("--out", help="Output file.")],
     fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
     consumer: Annotated[str | None, typer.Option(
@@ -251,7 +253,7 @@ def export(
     json_out: JsonOpt = False,
 ) -> None:
     """Every result (R) of every partition, control records dropped."""
-    _show(cec_spark.api.export(log_dir, out, fmt, consumer), json_out)
+    _show(cec_spark.api.export(run_dir, out, fmt, consumer), json_out)
 
 
 @examples_app.callback()
@@ -296,7 +298,7 @@ def _set_umask() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; maps a user error (cec's or the log's,
-    :data:`cec.errors.USER_ERRORS`) to a one-line message and its exit code.
+    :class:`cec.errors.CecError`) to a one-line message and its exit code.
 
     Usage errors found by the argument parser exit with status 2 (click's own rule).
     Without ``argv`` this process is the `cec` command (the console script,

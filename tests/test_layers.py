@@ -77,7 +77,7 @@ def test_the_wheel_holds_the_layers_and_nothing_else() -> None:
 
 # The runtime's packages, bottom to top (cec_spark/__init__ says why): a module of one
 # may import its own package, the ones before it here and the base modules, never one
-# after it. ``api``/``api_frame`` are modules at the top.
+# after it. ``api`` is the package at the top.
 RUNTIME = ("report", "source", "rundir", "run", "ingest", "driver", "recover", "read", "api")
 RUNTIME_BASE = {"errors", "watchdog"}
 
@@ -87,7 +87,7 @@ def _runtime_part(dotted: str) -> str | None:
     parts = dotted.split(".")
     if parts[0] != "cec_spark" or len(parts) < 2:
         return None
-    return "api" if parts[1] in ("api", "api_frame") else parts[1]
+    return parts[1]
 
 
 def _runtime_imports(path: Path) -> list[tuple[int, str]]:

@@ -79,11 +79,18 @@ def first_problem(errors: list[ErrorDetails]) -> tuple[tuple[str | int, ...], st
     return loc, msg
 
 
+def field_error(origin: str, loc: tuple[str | int, ...], problem: str) -> SpecError:
+    """``origin: [table].field: problem``, a SpecError that carries ``loc`` as its
+    ``field`` and ``problem`` (:class:`~cec.errors.SpecError`)."""
+    place = where(loc)
+    return SpecError(f"{origin}: {place}: {problem}" if place else f"{origin}: {problem}",
+                     field=tuple(str(k) for k in loc), problem=problem)
+
+
 def spec_error(exc: ValidationError, origin: str) -> SpecError:
     """The first problem (:func:`first_problem`), as ``origin: [table].field: message``."""
     loc, msg = first_problem(exc.errors())
-    place = where(loc)
-    return SpecError(f"{origin}: {place}: {msg}" if place else f"{origin}: {msg}")
+    return field_error(origin, loc, msg)
 
 
 def _source(tbl: SourceTable, base: Path) -> SourceSpec:
@@ -161,5 +168,5 @@ def parse_stored_spec(text: str, origin: str) -> PipelineSpec:
     return _validate(spec_only, origin, Path("/"))
 
 
-__all__ = ["first_problem", "load_spec", "parse_spec", "parse_stored_spec", "spec_error",
-           "to_spec", "where"]
+__all__ = ["field_error", "first_problem", "load_spec", "parse_spec", "parse_stored_spec",
+           "spec_error", "to_spec", "where"]

@@ -13,8 +13,9 @@ from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cec.errors import CecError, SpecError
+from cec.errors import CecError
 from cec.spec import PipelineSpec
+from cec.spec.parse import field_error
 from cec_spark.ingest.writer import (
     _CLOCKS,
     JOB_PROPERTY,
@@ -179,8 +180,8 @@ def check_filter(spark: SparkSession, spec: PipelineSpec, plan: SourcePlan) -> N
         upstream_frame(spark, spec, plan.columns, [chunk]).schema  # noqa: B018
     except (AnalysisException, ParseException) as exc:
         first = str(exc).strip().splitlines()[0]
-        raise SpecError(f"{spec.origin}: [filter].where: {spec.where!r} is not a valid "
-                        f"Spark SQL condition over the source's columns: {first}") from exc
+        raise field_error(spec.origin, ("filter", "where"), f"{spec.where!r} is not a valid "
+                          f"Spark SQL condition over the source's columns: {first}") from exc
 
 
 # --------------------------------------------------------------------------- query

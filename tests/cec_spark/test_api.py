@@ -23,6 +23,7 @@ import pytest
 import cec_spark as cec
 from cec.errors import SpecError, UsageError
 from cec.spec import load_spec
+from cec.spec.parse import field_error
 from cec_spark.report import RecoverResult
 from cec_spark.rundir.layout import RunLayout
 from cli.app import main
@@ -103,6 +104,34 @@ def test_a_pipeline_without_a_window_says_which_call_is_missing() -> None:
         s.spec()
     with pytest.raises(SpecError, match="the generator has no column 'x'"):
         cec.generator().group_by("x").window(count=2).agg("count").spec()
+
+
+def test_a_field_error_found_by_the_run_names_the_builder_call(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A problem the run finds with a field of a built spec (Spark cannot analyse the
+    [filter]: the driver raises it about the spec's origin) names the call that set it,
+    from the error's field, not from its text; the cause stays chained."""
+    import cec_spark.run.plan
+    import cec_spark.run.rto
+
+    cause = ValueError("Spark: cannot resolve 'x'")
+
+    def bad_filter(spec: Any, *args: object, **kwargs: object) -> None:
+        raise field_error(spec.origin, ("filter", "where"), "'x > 1' is not valid") from cause
+
+    monkeypatch.setattr(cec_spark.run.plan, "plan_new_run", bad_filter)
+    s = cec.generator(rows=10).filter("x > 1").group_by("item_id").window(count=2).agg("count")
+    with pytest.raises(SpecError) as err:
+        s.run(tmp_path / "run")
+    assert str(err.value) == ".filter('x > 1'): [filter].where: 'x > 1' is not valid"
+    assert (err.value.field, err.value.problem) == (("filter", "where"), "'x > 1' is not valid")
+    assert err.value.__cause__ is cause
+    # an objective below the floor names the .checkpoint() call (checked before any plan)
+    monkeypatch.setattr(cec_spark.run.rto, "floor", lambda: (20.0, "measured here"))
+    with pytest.raises(SpecError, match=r"^\.checkpoint\(rto='5s'\): \[checkpoint\]\.rto = 5 s "
+                                        "is below the floor of 20.0 s, measured here"):
+        s.filter("item_price > 0").checkpoint(rto="5s").run(tmp_path / "run")
+    assert not (tmp_path / "run").exists()
 
 
 # --------------------------------------------------------------------------- Spark

@@ -21,12 +21,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cec.errors import SpecError, UsageError
 from cec.spec import PipelineSpec
+from cec.spec.parse import field_error
 from storage_log.segment import fsync_dir
 
 _ORDER = "__cec_order"
@@ -60,35 +62,36 @@ def staged_frame(frame: DataFrame, spec: PipelineSpec, calls: dict[str, str]) ->
     time = _field(frame, tf, calls["source"], "time")
     if isinstance(time.dataType, T.TimestampType):
         if spec.source.time_unit != "us":
-            raise SpecError(f"{calls['source']}: [source].time_unit: column {tf!r} is a "
-                            "TIMESTAMP (an instant, no unit to choose); leave time_unit out")
+            raise field_error(calls["source"], ("source", "time_unit"), f"column {tf!r} is "
+                              "a TIMESTAMP (an instant, no unit to choose); leave time_unit out")
         time_col: Column = F.unix_micros(F.col(tf)).alias(tf)
     elif isinstance(time.dataType, T.IntegralType):
         time_col = F.col(tf).cast("long").alias(tf)
     else:
-        raise SpecError(f"{calls['source']}: [source].time_field: column {tf!r} is "
-                        f"{time.dataType.simpleString()}; the time column must be a TIMESTAMP "
-                        "or an integer epoch (in time_unit)")
+        raise field_error(calls["source"], ("source", "time_field"), f"column {tf!r} is "
+                          f"{time.dataType.simpleString()}; the time column must be a "
+                          "TIMESTAMP or an integer epoch (in time_unit)")
     key = _field(frame, agg.group_by, calls["group_by"], "group-by")
     if not isinstance(key.dataType, T.IntegralType | T.StringType):
-        raise SpecError(f"{calls['group_by']}: [aggregate].group_by: column {agg.group_by!r} "
-                        f"is {key.dataType.simpleString()}; a key must be an integer or a "
-                        "string")
+        raise field_error(calls["group_by"], ("aggregate", "group_by"), f"column "
+                          f"{agg.group_by!r} is {key.dataType.simpleString()}; a key must be "
+                          "an integer or a string")
     if agg.field is not None:
         value = _field(frame, agg.field, calls["agg"], "aggregated")
         if not isinstance(value.dataType, T.IntegralType | T.FractionalType | T.DecimalType):
-            raise SpecError(f"{calls['agg']}: [aggregate].field: column {agg.field!r} is "
-                            f"{value.dataType.simpleString()}; the aggregated field must be "
-                            "a number")
+            raise field_error(calls["agg"], ("aggregate", "field"), f"column {agg.field!r} "
+                              f"is {value.dataType.simpleString()}; the aggregated field must "
+                              "be a number")
     cols = [time_col if f.name == tf else F.col(f.name) for f in frame.schema.fields
             if f.name == tf or isinstance(f.dataType, _PLAIN)]
     return frame.select(*cols)
 
 
-def stage(frame: DataFrame, target: Path, time_field: str, chunk_rows: int) -> None:
+def stage(frame: DataFrame, target: Path, time_field: str, chunk_rows: int) -> int:
     """Write ``frame`` (:func:`staged_frame`) to ``target`` in time order, in files of at
     most ``chunk_rows`` rows whose names sort in that order; fsync'ed, so that a run
-    that survives a machine's crash finds its source too."""
+    that survives a machine's crash finds its source too. The number of rows written
+    (from the files' footers)."""
     if target.exists():
         raise UsageError(f"{target}: exists already")
     ordered = (frame.withColumn(_ORDER, F.monotonically_increasing_id())
@@ -103,3 +106,4 @@ def stage(frame: DataFrame, target: Path, time_field: str, chunk_rows: int) -> N
                 os.close(fd)
         fsync_dir(Path(dirpath))
     fsync_dir(target.parent)
+    return sum(pq.ParquetFile(p).metadata.num_rows for p in sorted(target.glob("*.parquet")))
