@@ -91,29 +91,11 @@ def results_since(root: Path | str, after: dict[str, int] | None = None
             batches = log.read_forward(after_seq=since) if since >= 0 and upto is not None \
                 else ([] if upto is None else log.read_forward())
             for raw in batches:
-                if raw.num_rows == 0:
-                    continue
-                batch = raw
-                seq = raw.column("seq")
-                if upto is not None and pc.min(seq).as_py() > upto:
+                if raw.num_rows and upto is not None and pc.min(raw.column("seq")).as_py() > upto:
                     break
-                if upto is not None and pc.max(seq).as_py() > upto:  # committed since: next
-                    batch = raw.filter(pc.less_equal(seq, upto))
-                if batch.num_rows == 0:
-                    continue
-                r = batch.filter(pc.is_in(batch.column("type"), pa.array(RESULT_TYPES, pa.int8())))
-                if r.num_rows == 0:
-                    continue
-                start = r.column("first_ts" if count_window else "win_start")
-                end_col = r.column("last_ts" if count_window else "win_end")
-                parts.append(pa.table({
-                    "key": r.column("key").cast(key_type),
-                    "window_start": start,
-                    "window_end": end_col,
-                    "count": r.column("cnt"),
-                    "value": r.column("value"),
-                    "tau1": r.column("tau1"),
-                }))
+                rows = result_rows(raw, count_window, key_type, upto)
+                if rows is not None:
+                    parts.append(rows)
             if upto is not None:
                 last[name] = max(since, upto)
     if parts:
@@ -129,6 +111,36 @@ def results_since(root: Path | str, after: dict[str, int] | None = None
     return table.select(list(COLUMNS)), last
 
 
+def result_rows(raw: pa.RecordBatch, count_window: bool, key_type: pa.DataType,
+                upto: int | None) -> pa.Table | None:
+    """The results (``R``, ``G_open+R``) among an output log's rows with seq up to
+    ``upto`` (all when None), as ``key, window_start, window_end, count, value, tau1``
+    (bounds int64 microseconds); None when there is none."""
+    if raw.num_rows == 0:
+        return None
+    batch = raw
+    if upto is not None and pc.max(raw.column("seq")).as_py() > upto:  # committed since
+        batch = raw.filter(pc.less_equal(raw.column("seq"), upto))
+    r = batch.filter(pc.is_in(batch.column("type"), pa.array(RESULT_TYPES, pa.int8())))
+    if r.num_rows == 0:
+        return None
+    return pa.table({
+        "key": r.column("key").cast(key_type),
+        "window_start": r.column("first_ts" if count_window else "win_start"),
+        "window_end": r.column("last_ts" if count_window else "win_end"),
+        "count": r.column("cnt"),
+        "value": r.column("value"),
+        "tau1": r.column("tau1"),
+    })
+
+
+def check_consumer(consumer: str) -> None:
+    """A consumer's name: 1-64 letters, digits, '_', '.' or '-' (it names a file)."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", consumer):
+        raise UsageError(f"--consumer: {consumer!r} must be 1-64 letters, digits, '_', "
+                         "'.' or '-'")
+
+
 def export(root: Path | str, out: Path | str, fmt: str = "csv",
            consumer: str | None = None) -> ExportResult:
     """Write the results of the run in ``root`` to ``out``; a summary.
@@ -139,9 +151,8 @@ def export(root: Path | str, out: Path | str, fmt: str = "csv",
     """
     if fmt not in ("csv", "parquet"):
         raise UsageError(f"--format: {fmt!r} is not one of csv|parquet")
-    if consumer is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", consumer):
-        raise UsageError(f"--consumer: {consumer!r} must be 1-64 letters, digits, '_', "
-                         "'.' or '-'")
+    if consumer is not None:
+        check_consumer(consumer)
     layout = RunLayout(Path(root))
     after = None if consumer is None else layout.read_ack(consumer)
     table, last = results_since(root, after)
