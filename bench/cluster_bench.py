@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                                  capture_output=True, text=True, check=False).stdout.strip(),
-        "load_start": os.getloadavg()[0]}
+        "load_start": os.getloadavg()[0], "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="cec-cluster-bench-") as tmp:
         for w in (int(x) for x in args.workers.split(",")):
             r = measure(w, Path(tmp) / f"w{w}", args.rows, args.kill_at)

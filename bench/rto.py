@@ -26,7 +26,11 @@ items, count windows of 10, P = 4), whole ``cec`` processes on local Spark, as
 
 Reported: per objective the measured times against the objective (share within,
 median, max), the predictions, and the failure-free cost ÷ no objective, with the
-1-minute load average of every run. Writes ``bench/results/rto/rto.json``.
+1-minute load average of every run, and the machine's start-up history as found at the
+start (``startup_history_at_start``: the floor an objective is judged by comes from it).
+The benchmark never edits that history: the floor is the machine's, under the load it
+had (issue 29: a result measured after the loaded history was moved aside is not
+shown). Writes ``bench/results/rto/rto.json``.
 """
 
 from __future__ import annotations
@@ -228,6 +232,29 @@ def summarize(setting: dict[str, Any], base: list[dict[str, Any]]) -> None:
         setting["g_check_median"] = _median([r["g_check"] for r in runs])
 
 
+def startup_path() -> Path:
+    return (Path(os.environ.get("CEC_CACHE_DIR") or Path.home() / ".cache" / "cec")
+            / "startup.json")
+
+
+def history_summary(path: Path) -> dict[str, Any]:
+    """The start-up history as it is (read only): how many, from when to when, the
+    slowest and quickest, so that a report can say what the floor was judged by."""
+    out: dict[str, Any] = {"path": str(path), "entries": 0}
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return out
+    items = [x for v in (raw.values() if isinstance(raw, dict) else []) if isinstance(v, list)
+             for x in v if isinstance(x, dict) and isinstance(x.get("s"), int | float)]
+    if not items:
+        return out
+    ats = sorted(str(x.get("at", "")) for x in items)
+    secs = [float(x["s"]) for x in items]
+    return {**out, "entries": len(items), "oldest": ats[0], "newest": ats[-1],
+            "slowest_s": round(max(secs), 3), "quickest_s": round(min(secs), 3)}
+
+
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     plain, bare = specs(work)
     log = work / "cec.log"
@@ -238,6 +265,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
                                  capture_output=True, text=True, check=False).stdout.strip(),
         "load_start": _load(), "cpus": os.cpu_count(), "rows": rows, "partitions": 4,
+        "startup_history_at_start": history_summary(startup_path()),
         "quick": args.quick, "kills_per_objective": args.kills, "reps": args.reps,
         "none": [], "settings": []}
     settings = [{"rto_s": x, "free": [], "kills": [], "refused": None}
@@ -273,9 +301,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                                if kills else None)
     res["load_end"] = _load()
     with contextlib.suppress(OSError, ValueError):
-        res["machine_startups"] = json.loads(
-            (Path(os.environ.get("CEC_CACHE_DIR") or Path.home() / ".cache" / "cec")
-             / "startup.json").read_text())
+        res["machine_startups"] = json.loads(startup_path().read_text())
     return res
 
 

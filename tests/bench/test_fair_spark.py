@@ -64,3 +64,40 @@ def test_input_files_are_in_stream_order_with_the_sentinel_last(tmp_path: Path) 
     t = pa.concat_tables([pq.read_table(f) for f in files])
     ts = t.column("item_time").to_pylist()
     assert ts == sorted(ts) and t.column("item_id").to_pylist()[-1] == SENTINEL_KEY
+
+
+def test_spark_is_killed_at_a_batch_boundary_and_cec_at_the_same_row_count() -> None:
+    """Issue 29: the recovery killed cec at half the input but Spark after two of four
+    micro-batches (two thirds). Spark's committed rows at 1 M rows per batch; cec is
+    killed once it processed as many rows as Spark had committed."""
+    from bench.fair_spark import committed_rows
+
+    rows, fpt, file_rows = 3_000_000, 10, 100_000
+    done = [committed_rows(n, fpt, file_rows, rows) for n in range(5)]
+    assert done == [0, 1_000_000, 2_000_000, 3_000_000, 3_000_000]
+    first = next(n for n in range(5) if done[n] >= 0.5 * rows)
+    assert done[first] == 2_000_000  # the kill point both sides share
+
+
+def test_the_report_names_the_headline_end_point_and_both_kill_points() -> None:
+    from bench.fair_spark import DEFINITION, HEADLINE, report
+
+    run = {"median": 10.0, "min": 9.0, "max": 11.0, "n": 3}
+    res = {"rows": 3_000_000, "keys": 100, "partitions": 4, "window": "10 s tumbling",
+           "windows": 1234, "cpus": 2, "commit": "abc", "started": "2026-11-25 22:00 UTC",
+           "load_end": 3.0, "definition": DEFINITION, "headline": HEADLINE,
+           "sweep": [], "spark_best": {"store": "hdfs", "rows_per_batch": "1,000,000"},
+           "cec": run, "cec_with_export": {**run, "median": 12.0}, "spark": run,
+           "speedup_median": 0.83, "speedup_pairs": {"median": 0.8, "min": 0.7, "max": 0.9},
+           "speedup_run_only_median": 1.0,
+           "recovery": {"kill_at": 0.5, "ratio": 0.5,
+                        "cec": {"restart_s": 5.0, "recover_s": 4.0, "export_s": 1.0,
+                                "killed_at_rows": 2_000_100, "killed_at_fraction": 0.667,
+                                "load": 3.0},
+                        "spark": {"restart_s": 10.0, "killed_at_rows": 2_000_000,
+                                  "killed_at_fraction": 0.667, "load": 3.0}}}
+    md = report(res)
+    assert "`cec run pipeline` + `cec export` (parquet)" in md and "**0.83×**" in md
+    assert "2,000,000 rows committed (66.7%)" in md and "2,000,100 rows processed (66.7%)" in md
+    assert "`cec recover` + `cec export` 5.0 s (4.0 + 1.0" in md
+    assert "1-min load average 3.0 at the end" in md

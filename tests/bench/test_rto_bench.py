@@ -28,6 +28,10 @@ def _result() -> dict[str, Any]:
         rto.summarize(s, none)
     return {"started": "2026-11-25 13:00 UTC", "commit": "abc", "load_start": 4.0,
             "load_end": 5.0, "cpus": 2, "rows": 3_000_000, "partitions": 4, "quick": True,
+            "startup_history_at_start": {"path": "/h/startup.json", "entries": 7,
+                                         "oldest": "2026-11-25 09:00:00",
+                                         "newest": "2026-11-25 12:59:00",
+                                         "slowest_s": 66.0, "quickest_s": 15.0},
             "none": none, "settings": [refused, ok]}
 
 
@@ -52,6 +56,8 @@ def test_report_section_and_targets(tmp_path: Path) -> None:
     assert ok[3] is False and ok[2].startswith("50% of 2")
     md = report.benchmarks_md(tmp_path)
     assert "## Recovery-time objective" in md
+    assert ("start-up history (/h/startup.json) as found at the start, not edited: 7 "
+            "start-ups from 2026-11-25 09:00:00 to 2026-11-25 12:59:00") in md
     assert "| 1 s | refused |" in md and "below the floor of 15.0 s" in md
     assert ("| 30 s | accepted | 2 | 50% | 25.5 | 31.0 | 21.0 | 22.0 (1.1) | 8.8 (1.1) | "
             "5.0 (1.25) | 40 | 2 (0.5) |") in md
@@ -61,3 +67,31 @@ def test_the_bench_spec_is_the_builtin_workload_without_its_targets(tmp_path: Pa
     plain, bare = rto.specs(tmp_path)
     assert 'Q = "2x"' in plain.read_text() and "Q =" not in bare.read_text()
     assert plain.read_text().replace(rto.TARGETS, "") == bare.read_text()
+
+
+def test_a_result_without_its_start_up_history_is_to_be_re_measured(tmp_path: Path) -> None:
+    """Issue 29: the last result was measured after the loaded start-up history had been
+    moved aside; one that does not record the history it started from is not shown."""
+    old = _result()
+    del old["startup_history_at_start"]
+    path = tmp_path / "rto" / "rto.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(old))
+    rows = [r for r in report.targets(tmp_path) if "rto" in r[4]]
+    assert [(r[2], r[3]) for r in rows] == [("not measured", None)]
+    md = report.benchmarks_md(tmp_path)
+    assert "to be re-measured with the fixed definition" in md
+    assert "| 30 s | accepted |" not in md and "25.5" not in md
+
+
+def test_history_summary_reads_without_editing(tmp_path: Path) -> None:
+    path = tmp_path / "startup.json"
+    text = json.dumps({"run": [{"s": 14.0, "at": "2026-11-25 22:01:29", "load": 1.5},
+                               {"s": 80.5, "at": "2026-11-25 22:13:46", "load": 8.4}],
+                       "recover": [{"s": 30.0, "at": "2026-11-25 21:00:00", "load": 3.0}]})
+    path.write_text(text)
+    assert rto.history_summary(path) == {
+        "path": str(path), "entries": 3, "oldest": "2026-11-25 21:00:00",
+        "newest": "2026-11-25 22:13:46", "slowest_s": 80.5, "quickest_s": 14.0}
+    assert path.read_text() == text
+    assert rto.history_summary(tmp_path / "none.json")["entries"] == 0
