@@ -18,14 +18,19 @@ import numpy as np
 import numpy.typing as npt
 
 from cec.errors import SpecError
+from cec.window_state import AGGREGATE, declares
 
 F64 = npt.NDArray[np.float64]
 I64 = npt.NDArray[np.int64]
 
 
+@declares(AGGREGATE)
 @dataclass
 class AggState:
-    """The partial aggregate of one window (mutable; the reference operator updates it)."""
+    """The partial aggregate of one window (mutable; the reference operator updates it).
+
+    Its fields are :data:`cec.window_state.AGGREGATE`, checked when the class is made.
+    """
 
     cnt: int
     sum: float

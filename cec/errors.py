@@ -1,41 +1,75 @@
-"""The one error tree of the project.
+"""The one error tree of the project, and the exit status of each error.
 
-Every error a user can meet derives from :class:`CecError`. Each class carries the
-process exit status the CLI maps it to:
+Every error a user can meet derives from :class:`CecError`, whichever layer raises it;
+a command catches that one class. Each class carries the process exit status the CLI
+maps it to, as ``exit_code``, declared once, on the class that introduces it (a
+subclass inherits it). The statuses (:data:`EXIT_STATUSES`):
 
 ==== ==========================================================
 0    success
-1    an unexpected failure (a bug, or an environment problem)
-2    bad usage, bad spec, bad input (names the file, line, field)
-3    a corrupt log that needs ``--repair`` (names segment and offset)
-4    recovery impossible (e.g. the upstream no longer holds ``T``)
+1    an unexpected failure (a bug, or an environment problem), and :class:`CecError`
+     itself: Spark did not start, a pipeline job failed, a log is locked or trimmed
+2    bad usage, bad spec, bad input (names the file, line, field): :class:`UsageError`
+3    a damaged log or run file that needs ``--repair`` (names segment and offset):
+     :class:`CorruptionError`; or a write the file system refused
+     (:class:`~storage_log.errors.LogWriteError`)
+4    recovery impossible (e.g. the upstream no longer holds ``T``): :class:`RecoveryError`
 5    the cluster lost the task slots a run needs and they did not come back in time
-     (everything committed is kept: ``cec recover`` resumes once they are back)
+     (everything committed is kept: ``cec recover`` resumes): :class:`ClusterError`
+130  interrupted by Ctrl-C (not an error: the CLI's own; ``cec recover`` resumes)
 ==== ==========================================================
 
-Packages add their own subclasses in their own ``errors.py``; a library error that is
-wrapped is re-raised with ``raise ... from exc`` so the cause stays visible. The one
-exception is the layer below cec, ``storage_log``, which imports nothing from the
-project: its errors derive from :class:`storage_log.errors.StorageLogError` and carry
-the same ``exit_code`` numbers. Code that catches "an error a user can meet" catches
-:data:`USER_ERRORS` (and bad usage, :data:`USAGE_ERRORS`), not :class:`CecError` alone.
+The tree (each package declares its errors in its own ``errors`` module)::
+
+    CecError                                   storage_log.errors (re-exported here)
+    ├── UsageError                       2     storage_log.errors (re-exported here)
+    │   ├── SpecError, InputOrderError, InputRangeError            cec.errors
+    │   ├── LogUsageError (also a StorageLogError)                 storage_log.errors
+    │   │   └── LogOrderError, LogSchemaError, LogSealedError,
+    │   │       LogNotFoundError, LogClosedError
+    │   └── InputError, DriverSupersededError, RunNotVisibleError  cec_spark.errors
+    ├── CorruptionError                  3     storage_log.errors (re-exported here)
+    │   └── CorruptLogError (also a StorageLogError)               storage_log.errors
+    ├── RecoveryError                    4     cec.errors
+    │   ├── ExtentError → InconsistentLogError                     recovery.errors
+    │   └── ReplayUnavailableError                                 recovery.errors
+    ├── ClusterError                     5     cec.errors
+    ├── StorageLogError                  1     storage_log.errors
+    │   ├── LogLockedError → LogFencedError, LogTrimmedError
+    │   └── LogWriteError                3
+    └── PipelineError                    1     cec_spark.errors
+
+Why the root is declared in :mod:`storage_log.errors`: the log is the bottom layer
+and imports nothing of the project, so the class every layer derives from must be
+declared there; this module is its documented home (``from cec.errors import
+CecError``). The root keeps the name ``CecError`` because it is the project's (the CLI,
+the API and the docs name it), not the log's. :class:`UsageError` and
+:class:`CorruptionError` live beside it because the log raises them too.
+
+A library error that is wrapped is re-raised with ``raise ... from exc`` so the cause
+stays visible. Exceptions that never reach a user stay private to their module and
+are not ``CecError`` s, each saying why: ``storage_log.framing.FrameError``,
+``storage_log.index.IndexCorrupt``, ``cec.spec.tables.Problem`` (a pydantic validator
+must raise a ``ValueError``), ``cec_spark.source.times.TimeValueError``.
 """
 
 from __future__ import annotations
 
-from storage_log.errors import LogUsageError, StorageLogError
+from storage_log.errors import CecError, CorruptionError, UsageError
 
+__all__ = ["EXIT_STATUSES", "CecError", "ClusterError", "CorruptionError", "InputOrderError",
+           "InputRangeError", "RecoveryError", "SpecError", "UsageError", "exit_code"]
 
-class CecError(Exception):
-    """Root of every error raised on purpose by cec."""
-
-    exit_code: int = 1
-
-
-class UsageError(CecError):
-    """Bad arguments, a bad pipeline spec, or bad input data."""
-
-    exit_code = 2
+#: Every exit status of the ``cec`` command, and what it means (the table above).
+EXIT_STATUSES = {
+    0: "ok",
+    1: "an unexpected failure",
+    2: "bad usage, spec or input",
+    3: "a damaged log or run file, or a write the file system refused",
+    4: "recovery impossible",
+    5: "the cluster lost the task slots a run needs",
+    130: "interrupted (Ctrl-C)",
+}
 
 
 class SpecError(UsageError):
@@ -63,16 +97,6 @@ class InputRangeError(UsageError):
     """An input tuple whose timestamp puts one of its time windows outside int64."""
 
 
-class NotImplementedYetError(UsageError):
-    """A command whose implementation has not landed yet (never a fake result)."""
-
-
-class CorruptionError(CecError):
-    """Persistent data that fails validation and needs an explicit repair."""
-
-    exit_code = 3
-
-
 class RecoveryError(CecError):
     """The state before the crash cannot be rebuilt from what is on disk."""
 
@@ -85,18 +109,8 @@ class ClusterError(CecError):
     exit_code = 5
 
 
-#: An error raised on purpose, by cec or by the log below it (one line, an exit status).
-UserError = CecError | StorageLogError
-
-#: The classes of :data:`UserError`, for ``except`` and ``isinstance``.
-USER_ERRORS = (CecError, StorageLogError)
-
-#: Bad usage, a bad spec or bad input (exit 2), from cec or from the log.
-USAGE_ERRORS = (UsageError, LogUsageError)
-
-
 def exit_code(exc: BaseException) -> int:
-    """The process exit status for ``exc``: its class's for a user error, else 1."""
-    if isinstance(exc, USER_ERRORS):
+    """The process exit status for ``exc``: its class's for a :class:`CecError`, else 1."""
+    if isinstance(exc, CecError):
         return exc.exit_code
     return 1

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cec.errors import InputOrderError, SpecError, UsageError
+from cec.window_state import LOGGED, names
 
 #: The ``ts`` of the rows ``finish()`` emits at the end of a bounded stream (the time
 #: windows still open close there): the end-of-stream watermark, after every input
@@ -67,24 +68,9 @@ class Position(NamedTuple):
 
 KeyType = Literal["int64", "string"]
 
-OUTPUT_COLUMNS = (
-    "ts",
-    "seq",
-    "type",
-    "t_now",
-    "n_open",
-    "key",
-    "win_start",
-    "win_end",
-    "tau1",
-    "cnt",
-    "sum",
-    "min",
-    "max",
-    "first_ts",
-    "last_ts",
-    "value",
-)
+#: the output log's columns: the row's own, ``key``, the window's logged state
+#: (:data:`cec.window_state.LOGGED`), the aggregate's ``value``
+OUTPUT_COLUMNS = ("ts", "seq", "type", "t_now", "n_open", "key", *names(LOGGED), "value")
 
 
 def key_arrow_type(key_type: str) -> pa.DataType:
@@ -100,7 +86,6 @@ def output_schema(key_type: str | pa.DataType = "int64") -> pa.Schema:
     """The Arrow schema of the operator's output log (ARCHITECTURE §3)."""
     kt = key_type if isinstance(key_type, pa.DataType) else key_arrow_type(key_type)
     i64 = pa.int64()
-    f64 = pa.float64()
     return pa.schema(
         [
             pa.field("ts", i64, nullable=False),
@@ -109,16 +94,9 @@ def output_schema(key_type: str | pa.DataType = "int64") -> pa.Schema:
             pa.field("t_now", i64, nullable=False),
             pa.field("n_open", i64, nullable=False),
             pa.field("key", kt, nullable=False),
-            pa.field("win_start", i64, nullable=False),
-            pa.field("win_end", i64, nullable=False),
-            pa.field("tau1", i64, nullable=False),
-            pa.field("cnt", i64, nullable=False),
-            pa.field("sum", f64, nullable=False),
-            pa.field("min", f64, nullable=False),
-            pa.field("max", f64, nullable=False),
-            pa.field("first_ts", i64, nullable=False),
-            pa.field("last_ts", i64, nullable=False),
-            pa.field("value", f64, nullable=False),
+            *(pa.field(f.name, pa.from_numpy_dtype(f.dtype), nullable=False)
+              for f in LOGGED),
+            pa.field("value", pa.float64(), nullable=False),
         ]
     )
 

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import cec_spark
-from cec.errors import USER_ERRORS
+from cec.errors import CecError
 from cec.spec import PipelineSpec, parse_conf
 from cec_spark.report import ErrorReport, Result
 from cec_spark.rundir.layout import rescaled_spec
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     _set_umask()
     try:
         app(args=argv, prog_name="cec")
-    except USER_ERRORS as exc:
+    except CecError as exc:
         if "--json" in (sys.argv[1:] if argv is None else argv):  # a program reads stderr
             report = ErrorReport(error=str(exc), exit_code=exc.exit_code,
                                  kind=type(exc).__name__)

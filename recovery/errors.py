@@ -1,4 +1,5 @@
-"""Errors of eventual-checkpoint reconstruction and replay."""
+"""Errors of eventual-checkpoint reconstruction and replay: recovery's part of the one
+tree (:mod:`cec.errors`); all are :class:`~cec.errors.RecoveryError` s, exit status 4."""
 
 from __future__ import annotations
 

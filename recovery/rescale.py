@@ -29,10 +29,10 @@ import xxhash
 from cec.aggregates import get_reducer
 from cec.operator.state import OperatorState
 from cec.records import G_CHECK, output_schema
+from cec.window_state import LOGGED, names
 
 SPARK_SEED = 42
-_WINDOW_COLUMNS = ("key", "win_start", "win_end", "tau1", "cnt", "sum", "min", "max",
-                   "first_ts", "last_ts")
+_WINDOW_COLUMNS = ("key", *names(LOGGED))  # a window's logged state (cec.window_state)
 
 
 def spark_xxhash64(key: int | str) -> int:

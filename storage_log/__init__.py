@@ -18,7 +18,8 @@ package is a flat set of nouns, like Kafka's log layer:
 ``batch``      what an append accepts: a batch's schema and positions
 ``lock``       the single-writer lock (``flock`` + pid)
 ``log``        :class:`StreamLog`, the API the other packages use
-``errors``     the log's errors (all under ``StorageLogError``, each with its exit code)
+``errors``     the root ``CecError`` of the project's one error tree; the log's errors
+               (``StorageLogError`` s), each with its exit code
 =============  ==============================================================
 
 Choices the architecture leaves open, made here:

@@ -57,10 +57,6 @@ from storage_log.segment import (
 EPOCH_DIR = "epochs"
 
 
-class LogFencedError(LogLockedError):
-    """A writer whose epoch was superseded: another writer took the log over."""
-
-
 @dataclass(frozen=True)
 class EpochInfo:
     epoch: int

@@ -1,10 +1,18 @@
-"""Errors of the persistent stream log.
+"""Errors of the persistent stream log, and the root of the project's one error tree.
 
-The log imports nothing from the project, so its errors have their own root,
-:class:`StorageLogError`. Each class carries the process exit status a command line
-maps it to, as ``exit_code`` (the numbers of ``cec.errors``): 1 an unexpected failure,
-2 bad usage (a call the log refuses), 3 a corrupt log that needs a repair, or a write
-the file system refused.
+The log is the bottom layer and imports nothing of the project, so the root every
+error derives from, :class:`CecError`, is declared here, with the two kinds of error
+the log shares with the layers above it, :class:`UsageError` (exit status 2) and
+:class:`CorruptionError` (3). Their documented home is :mod:`cec.errors`, which
+re-exports them and holds the table of exit statuses and the whole tree. Each class
+carries its exit status as ``exit_code``, declared once, on the class that introduces
+it; a subclass inherits it.
+
+The log's own errors are :class:`StorageLogError` s; one that is also a usage error or
+damage derives from that kind too (``LogUsageError(StorageLogError, UsageError)``), so
+``except UsageError`` catches a bad call to the log as it catches a bad spec.
+:class:`StorageLogError` declares no ``exit_code`` of its own, so such a class finds
+its kind's status first (1 otherwise, the root's).
 """
 
 from __future__ import annotations
@@ -12,26 +20,43 @@ from __future__ import annotations
 from pathlib import Path
 
 
-class StorageLogError(Exception):
-    """Root of the log's own errors."""
+class CecError(Exception):
+    """Root of every error raised on purpose by cec, at every layer (:mod:`cec.errors`)."""
 
     exit_code: int = 1
 
 
-class LogUsageError(StorageLogError):
-    """A call the log refuses: a bad option or argument, or a use its state forbids."""
+class UsageError(CecError):
+    """Bad arguments, a bad pipeline spec, or bad input data."""
 
     exit_code = 2
 
 
-class CorruptLogError(StorageLogError):
-    """A record before the tail fails validation; names segment, byte offset, invariant."""
+class CorruptionError(CecError):
+    """Persistent data that fails validation and needs an explicit repair."""
 
     exit_code = 3
 
 
+class StorageLogError(CecError):
+    """An error of the log (of this package); exit status 1 unless its kind says."""
+
+
+class LogUsageError(StorageLogError, UsageError):
+    """A call the log refuses: a bad option or argument, or a use its state forbids."""
+
+
+class CorruptLogError(StorageLogError, CorruptionError):
+    """A record before the tail fails validation; names segment, byte offset, invariant."""
+
+
 class LogLockedError(StorageLogError):
     """Another process holds the log's writer lock; names the holder's pid."""
+
+
+class LogFencedError(LogLockedError):
+    """A writer whose epoch was superseded: another writer took the log over
+    (:mod:`storage_log.epoch`)."""
 
 
 class LogOrderError(LogUsageError):

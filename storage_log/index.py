@@ -39,7 +39,12 @@ def key_ts_seq(ts: int, seq: int) -> bytes:
 
 
 class IndexCorrupt(Exception):
-    """The environment cannot be used; the caller rebuilds it from the segments."""
+    """The environment cannot be used; the caller rebuilds it from the segments.
+
+    Internal, so not a :class:`~storage_log.errors.CecError`: the index is a cache and
+    its callers (``reconcile``, ``scan``) catch this and rebuild it or walk the segments.
+    Only a fresh index that LMDB cannot open at all lets it through: an environment
+    problem, exit status 1 like any unexpected failure."""
 
 
 # The three keyspaces share LMDB's main database under one-byte prefixes. Named

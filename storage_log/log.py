@@ -62,9 +62,10 @@ import pyarrow as pa
 from storage_log.appender import FSYNC_MODES, FsyncMode, SegmentAppender
 from storage_log.batch import check_schema, conform, positions
 from storage_log.entry import Committed
-from storage_log.epoch import LogFencedError, fenced_by, take_epoch
+from storage_log.epoch import fenced_by, take_epoch
 from storage_log.errors import (
     LogClosedError,
+    LogFencedError,
     LogNotFoundError,
     LogSchemaError,
     LogSealedError,

@@ -20,6 +20,7 @@ from cec.operator.kernel import TupleBatch
 from cec.operator.state import OperatorState, WindowSnapshot, ec_rows
 from cec.operator.store import I64, KeyRegistry, WindowSlots
 from cec.records import G_CHECK, G_OPEN
+from cec.window_state import FIELDS, LOGGED
 
 
 def load_windows(ec: pa.Table, schema: pa.Schema, keys: KeyRegistry,
@@ -39,12 +40,8 @@ def load_windows(ec: pa.Table, schema: pa.Schema, keys: KeyRegistry,
     kidx = keys.lookup(ec.column("key").combine_chunks())
     new = slots.alloc(ec.num_rows)
     slots.key_idx[new] = kidx
-    for f in ("win_start", "win_end", "tau1", "cnt", "first_ts", "last_ts"):
-        getattr(slots, f)[new] = col[f]
-    for f in ("sum", "min", "max"):
-        getattr(slots, f)[new] = col[f]
-    slots.tau2[new] = col["t_now"]
-    slots.fp_seq[new] = col["seq"]
+    for f in FIELDS:  # tau2 is the row's t_now, fp_seq its seq
+        getattr(slots, f.name)[new] = col[f.column]
     return new, kidx
 
 
@@ -69,9 +66,7 @@ def snapshot(slots: WindowSlots, keys: KeyRegistry, n_open: int, t_now: int | No
     """The open windows and counters as a value-comparable :class:`OperatorState`."""
     live = slots.live_slots()
     key_values = keys.values(slots.key_idx[live]).to_pylist()
-    cols = [getattr(slots, f)[live].tolist() for f in (
-        "win_start", "win_end", "tau1", "tau2", "fp_seq", "cnt", "sum", "min", "max",
-        "first_ts", "last_ts")]
+    cols = [getattr(slots, f.name)[live].tolist() for f in FIELDS]
     wins = {(w.key, w.win_start): w for w in map(WindowSnapshot, key_values, *cols)}
     return OperatorState(n_open, t_now, next_out, dict(sorted(wins.items())))
 
@@ -81,7 +76,6 @@ def windows_columns(slots: WindowSlots, keys: KeyRegistry) -> dict[str, pa.Array
     the output schema), in slot order: what a rescale hands to the new partitions."""
     live = slots.live_slots()
     cols: dict[str, pa.Array] = {"key": keys.values(slots.key_idx[live])}
-    for f in ("win_start", "win_end", "tau1", "cnt", "sum", "min", "max", "first_ts",
-              "last_ts"):
-        cols[f] = pa.array(getattr(slots, f)[live])
+    for f in LOGGED:
+        cols[f.name] = pa.array(getattr(slots, f.name)[live])
     return cols

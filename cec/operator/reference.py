@@ -9,6 +9,7 @@ oldest footprint is found by a scan. Speed is not a goal.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import pyarrow as pa
@@ -31,11 +32,20 @@ from cec.records import (
     keys_to_python,
     output_schema,
 )
+from cec.window_state import AGGREGATE, FIELDS, LOGGED, names
 from cec.windows import CountWindow, TimeWindow
+
+# a window's state (cec.window_state.FIELDS) is its _Window's own fields then its agg's
+_OWN = tuple(f for f in FIELDS if f not in AGGREGATE)
+_own = attrgetter(*names(_OWN))
+_own_logged = attrgetter(*(f.name for f in LOGGED if f in _OWN))
+_agg = attrgetter(*names(AGGREGATE))
 
 
 @dataclass
 class _Window:
+    """An open window: its key, :data:`_OWN` (its identity and footprint), its aggregate."""
+
     key: Any
     win_start: int
     win_end: int
@@ -100,11 +110,8 @@ class ReferenceOperator:
         seq = self._next_out
         self._next_out += 1
         a = w.agg
-        self._rows.append(
-            (self._ts_now, seq, typ, self._t_now, self._n, w.key, w.win_start, w.win_end,
-             w.tau1, a.cnt, a.sum, a.min, a.max, a.first_ts, a.last_ts,
-             self._reducer.result(a))
-        )
+        self._rows.append((self._ts_now, seq, typ, self._t_now, self._n, w.key,
+                           *_own_logged(w), *_agg(a), self._reducer.result(a)))
         return seq
 
     def _flush_rows(self) -> pa.RecordBatch:
@@ -238,11 +245,8 @@ class ReferenceOperator:
         for row in ec.to_pylist():
             if row["type"] not in (G_OPEN, G_CHECK):
                 raise UsageError(f"EC row of type {row['type']} is not a footprint")
-            agg = aggregates.AggState(
-                row["cnt"], row["sum"], row["min"], row["max"], row["first_ts"], row["last_ts"]
-            )
-            w = _Window(row["key"], row["win_start"], row["win_end"], row["tau1"],
-                        row["t_now"], row["seq"], agg)
+            agg = aggregates.AggState(*(row[f.column] for f in AGGREGATE))
+            w = _Window(row["key"], **{f.name: row[f.column] for f in _OWN}, agg=agg)
             self._windows[w.key, w.win_start] = w
             self._by_key.setdefault(w.key, []).append(w)
         for lst in self._by_key.values():
@@ -256,12 +260,7 @@ class ReferenceOperator:
 
     def state_at(self) -> OperatorState:
         wins = {
-            wid: WindowSnapshot(
-                key=w.key, win_start=w.win_start, win_end=w.win_end, tau1=w.tau1,
-                tau2=w.tau2, fp_seq=w.fp_seq, cnt=w.agg.cnt, sum=w.agg.sum,
-                min=w.agg.min, max=w.agg.max, first_ts=w.agg.first_ts,
-                last_ts=w.agg.last_ts,
-            )
+            wid: WindowSnapshot(w.key, *_own(w), *_agg(w.agg))
             for wid, w in sorted(self._windows.items())
         }
         return OperatorState(self._n, self._t_now, self._next_out, wins)

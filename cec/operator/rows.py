@@ -23,13 +23,14 @@ import pyarrow as pa
 from cec.aggregates import Reducer
 from cec.operator.store import F64, I64, FootprintOrder, KeyRegistry, WindowSlots
 from cec.records import G_OPEN, R
+from cec.window_state import LOGGED, names
 
 #: output rows: one array per field (the output schema's columns but ``key``, which is
 #: ``key_idx`` here, and ``value``, computed from the aggregate by :meth:`to_batch`)
 Block = dict[str, npt.NDArray[np.generic]]
-BLOCK_FIELDS = ("ts", "seq", "type", "t_now", "n_open", "key_idx", "win_start", "win_end",
-                "tau1", "cnt", "sum", "min", "max", "first_ts", "last_ts")
-_FLOAT_FIELDS = ("sum", "min", "max")
+BLOCK_FIELDS = ("ts", "seq", "type", "t_now", "n_open", "key_idx", *names(LOGGED))
+_FLOAT_FIELDS = tuple(f.name for f in LOGGED if f.dtype is np.float64)
+_LOGGED = names(LOGGED)
 
 
 class RowWriter:
@@ -64,10 +65,8 @@ class RowWriter:
         sl = self.slots
         return {
             "ts": ts, "seq": self.new_seqs(len(slots)), "type": typ, "t_now": t_now,
-            "n_open": n_open, "key_idx": sl.key_idx[slots], "win_start": sl.win_start[slots],
-            "win_end": sl.win_end[slots], "tau1": sl.tau1[slots], "cnt": sl.cnt[slots],
-            "sum": sl.sum[slots], "min": sl.min[slots], "max": sl.max[slots],
-            "first_ts": sl.first_ts[slots], "last_ts": sl.last_ts[slots],
+            "n_open": n_open, "key_idx": sl.key_idx[slots],
+            **{f: getattr(sl, f)[slots] for f in _LOGGED},
         }
 
     def events(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, ts: I64,
@@ -157,22 +156,11 @@ class RowWriter:
             cnt, np.asarray(cols["sum"], np.float64), np.asarray(cols["min"], np.float64),
             np.asarray(cols["max"], np.float64),
         )
+        cols = {**cols, "type": np.asarray(cols["type"], dtype=np.int8), "cnt": cnt,
+                "value": value}
         arrays = [
-            pa.array(cols["ts"], pa.int64()),
-            pa.array(cols["seq"], pa.int64()),
-            pa.array(np.asarray(cols["type"], dtype=np.int8), pa.int8()),
-            pa.array(cols["t_now"], pa.int64()),
-            pa.array(cols["n_open"], pa.int64()),
-            self.keys.values(np.asarray(cols["key_idx"], dtype=np.int64)),
-            pa.array(cols["win_start"], pa.int64()),
-            pa.array(cols["win_end"], pa.int64()),
-            pa.array(cols["tau1"], pa.int64()),
-            pa.array(cnt, pa.int64()),
-            pa.array(cols["sum"], pa.float64()),
-            pa.array(cols["min"], pa.float64()),
-            pa.array(cols["max"], pa.float64()),
-            pa.array(cols["first_ts"], pa.int64()),
-            pa.array(cols["last_ts"], pa.int64()),
-            pa.array(value, pa.float64()),
+            self.keys.values(np.asarray(cols["key_idx"], dtype=np.int64)) if f.name == "key"
+            else pa.array(cols[f.name], f.type)
+            for f in self.schema
         ]
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)

@@ -20,13 +20,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cec.errors import UsageError
+from cec.window_state import FIELDS, declares
 
 WindowId = tuple[int | str, int]
 
 
+@declares(FIELDS, first=("key",))
 @dataclass(frozen=True)
 class WindowSnapshot:
-    """One open window: identity, footprint and partial aggregate."""
+    """One open window: its key, then its state, :data:`cec.window_state.FIELDS` (its
+    identity, footprint and partial aggregate; checked when the class is made)."""
 
     key: int | str
     win_start: int

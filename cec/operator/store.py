@@ -18,6 +18,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cec.window_state import FIELDS, declares
+
 I64 = npt.NDArray[np.int64]
 F64 = npt.NDArray[np.float64]
 
@@ -157,27 +159,35 @@ class KeyRegistry:
         return str(self._arrow[i].as_py())
 
 
+@declares(FIELDS, first=("key_idx",), form="array")
 class WindowSlots:
-    """Open windows as slots of parallel arrays, with a free list."""
+    """Open windows as slots of parallel arrays, with a free list.
 
-    INT_FIELDS = ("key_idx", "win_start", "win_end", "tau1", "tau2", "fp_seq", "cnt",
-                  "first_ts", "last_ts")
-    FLOAT_FIELDS = ("sum", "min", "max")
+    One array per field of a window's state (:data:`cec.window_state.FIELDS`, of its
+    numpy type; checked when the class is made), plus ``key_idx``, the window's key
+    index in the :class:`KeyRegistry`, and ``live``.
+    """
+
+    key_idx: I64
+    win_start: I64
+    win_end: I64
+    tau1: I64
+    tau2: I64
+    fp_seq: I64
+    cnt: I64
+    sum: F64
+    min: F64
+    max: F64
+    first_ts: I64
+    last_ts: I64
+
+    #: every array but ``live``, and its numpy type
+    ARRAYS = (("key_idx", np.int64), *((f.name, f.dtype) for f in FIELDS))
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
-        self.key_idx: I64 = np.zeros(capacity, dtype=np.int64)
-        self.win_start: I64 = np.zeros(capacity, dtype=np.int64)
-        self.win_end: I64 = np.zeros(capacity, dtype=np.int64)
-        self.tau1: I64 = np.zeros(capacity, dtype=np.int64)
-        self.tau2: I64 = np.zeros(capacity, dtype=np.int64)
-        self.fp_seq: I64 = np.zeros(capacity, dtype=np.int64)
-        self.cnt: I64 = np.zeros(capacity, dtype=np.int64)
-        self.first_ts: I64 = np.zeros(capacity, dtype=np.int64)
-        self.last_ts: I64 = np.zeros(capacity, dtype=np.int64)
-        self.sum: F64 = np.zeros(capacity, dtype=np.float64)
-        self.min: F64 = np.zeros(capacity, dtype=np.float64)
-        self.max: F64 = np.zeros(capacity, dtype=np.float64)
+        for name, dtype in self.ARRAYS:
+            setattr(self, name, np.zeros(capacity, dtype=dtype))
         self.live = np.zeros(capacity, dtype=np.bool_)
         self._free: I64 = np.arange(capacity - 1, -1, -1, dtype=np.int64)
         self._n_free = capacity
@@ -186,7 +196,7 @@ class WindowSlots:
     def _grow(self, need_free: int) -> None:
         old = self.capacity
         new_cap = max(2 * old, old + need_free - self._n_free + 1024)
-        for name in (*self.INT_FIELDS, *self.FLOAT_FIELDS):
+        for name, _ in self.ARRAYS:
             arr = getattr(self, name)
             grown = np.zeros(new_cap, dtype=arr.dtype)
             grown[:old] = arr

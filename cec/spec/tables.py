@@ -48,7 +48,12 @@ _Q_FACTOR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*x\s*$")
 
 class Problem(ValueError):
     """A problem a validator found; ``fields`` continue pydantic's ``loc`` (a check on a
-    whole table names the field it is about)."""
+    whole table names the field it is about).
+
+    Internal, so a ``ValueError`` and not a :class:`~cec.errors.CecError`: pydantic
+    turns a ``ValueError`` raised in a validator into its ``ValidationError``, which
+    :mod:`cec.spec.parse` turns into the one :class:`~cec.errors.SpecError` a user sees
+    (naming the file and the field)."""
 
     def __init__(self, message: str, *fields: str) -> None:
         super().__init__(message)

@@ -26,13 +26,14 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from cec.errors import USER_ERRORS, CecError, UsageError, UserError
+from cec.errors import CecError, UsageError
 from cec.spec import PipelineSpec
+from cec_spark.errors import DriverSupersededError
 from cec_spark.ingest.job import ingest
 from cec_spark.ingest.query import IngestProgress
 from cec_spark.run.plan import RunPlan
 from cec_spark.run.task import run_partition
-from cec_spark.rundir.layout import DriverSupersededError, RunLayout, RunSettings
+from cec_spark.rundir.layout import RunLayout, RunSettings
 from cec_spark.source.types import SourcePlan
 from cec_spark.watchdog import say
 from storage_log.errors import LogWriteError
@@ -66,7 +67,7 @@ _FATAL = re.compile(r"\b(RunNotVisibleError|DriverSupersededError|LogNotFoundErr
                     r"InputRangeError|InputOrderError|LogWriteError): (.+)")
 
 
-def _fatal(exc: BaseException) -> UserError | None:
+def _fatal(exc: BaseException) -> CecError | None:
     """The user error a failed Spark job carries from a task, if retrying cannot help."""
     m = _FATAL.search(str(exc))
     if m is None:
@@ -104,7 +105,7 @@ def _retry(job: Callable[[], None], what: str, again: str, stop: threading.Event
         try:
             job()
             return None
-        except USER_ERRORS as exc:  # cec's, or the log's (a refused write, a lock)
+        except CecError as exc:  # cec's, or the log's (a refused write, a lock)
             return exc
         except Exception as exc:
             if stop.is_set():

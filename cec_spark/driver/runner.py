@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from cec.errors import USAGE_ERRORS, USER_ERRORS, CecError, UsageError
+from cec.errors import CecError, UsageError
 from cec.spec import PipelineSpec
 from cec_spark.driver.jobs import (
     MAX_RESUBMITS,
@@ -35,6 +35,7 @@ from cec_spark.driver.jobs import (
     _spark_error,
 )
 from cec_spark.driver.progress import ProgressView
+from cec_spark.errors import DriverSupersededError, PipelineError
 from cec_spark.ingest.query import IngestProgress, check_filter
 from cec_spark.ingest.writer import create_logs, late_rows, upstream_sealed
 from cec_spark.report import RunResult, partition_run
@@ -46,19 +47,15 @@ from cec_spark.run.session import (
     session_for,
     stop_session,
 )
-from cec_spark.rundir.layout import DriverSupersededError, RunLayout, RunSettings
+from cec_spark.rundir.layout import RunLayout, RunSettings
 from cec_spark.rundir.run_file import run_text
 from cec_spark.source.planner import SourcePlan
 from cec_spark.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
 
-__all__ = ["MAX_RESUBMITS", "STOP_GRACE_S", "PipelineError", "default_log_dir", "execute",
+__all__ = ["MAX_RESUBMITS", "STOP_GRACE_S", "default_log_dir", "execute",
            "resume_run", "run_pipeline", "run_plan"]
 
 STOP_GRACE_S = 30.0
-
-
-class PipelineError(CecError):
-    """The pipeline failed for a reason that is not the user's input."""
 
 
 def _fingerprint(layout: RunLayout, partitions: int, ingest: IngestProgress
@@ -176,10 +173,10 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
         raise shared.cluster_error
     if shared.ingest_error is not None:
         err = shared.ingest_error
-        if isinstance(err, USER_ERRORS):
+        if isinstance(err, CecError):
             raise err
         raise PipelineError(f"ingest failed: {_spark_error(err)}") from err
-    if isinstance(shared.operator_error, USER_ERRORS):
+    if isinstance(shared.operator_error, CecError):
         raise shared.operator_error
     if shared.operator_error is not None:
         raise PipelineError(f"operator job failed {shared.resubmits} times: "
@@ -286,7 +283,7 @@ def run_plan(plan: RunPlan, *, progress: bool = True) -> RunResult:
             if plan.source is not None:
                 check_filter(spark, plan.spec, plan.source)
             watch = _prepare(spark, plan)
-        except USAGE_ERRORS:  # cec's, or the log's (_prepare may open the upstream logs)
+        except UsageError:  # cec's, or the log's (_prepare may open the upstream logs)
             _unmake(layout, created)  # nothing but run.toml was written: take it back
             raise
         return execute(spark, plan.spec, plan.settings, layout, plan=plan.source,

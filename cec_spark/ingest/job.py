@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pyspark.sql import SparkSession
 
 from cec.spec import PipelineSpec
+from cec_spark.errors import InputError
 from cec_spark.ingest.query import (
     IngestProgress,
     IngestQuery,
@@ -49,7 +50,7 @@ from cec_spark.run.plan import RunPlan
 from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.planner import plan_source
-from cec_spark.source.types import Chunk, InputError, SourcePlan, WatchState
+from cec_spark.source.types import Chunk, SourcePlan, WatchState
 
 JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each)
 

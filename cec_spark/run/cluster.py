@@ -27,7 +27,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from cec.errors import ClusterError, UsageError
-from cec_spark.rundir.layout import RunLayout, RunNotVisibleError
+from cec_spark.errors import RunNotVisibleError
+from cec_spark.rundir.layout import RunLayout
 from cec_spark.watchdog import say
 
 WAIT_NOTICE_S = 3.0

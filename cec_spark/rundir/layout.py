@@ -45,6 +45,7 @@ from typing import Any
 
 from cec.errors import CorruptionError, UsageError
 from cec.spec import PipelineSpec, default_master
+from cec_spark.errors import DriverSupersededError, RunNotVisibleError
 from cec_spark.rundir.run_file import (
     BACKUP_FILE,
     CHECKSUM_PREFIX,
@@ -60,9 +61,8 @@ from cec_spark.rundir.run_file import (
 from storage_log.segment import fsync_dir
 
 __all__ = ["BACKUP_FILE", "CHECKSUM_PREFIX", "FORMAT_VERSION", "GENERATIONS_FILE",
-           "RUN_FILE", "DriverSupersededError", "Generation", "RunLayout",
-           "RunNotVisibleError", "RunSettings", "check_run_text", "settings_for",
-           "sign_run_text"]
+           "RUN_FILE", "Generation", "RunLayout", "RunSettings", "check_run_text",
+           "settings_for", "sign_run_text"]
 
 GENERATIONS_FILE = "generations.toml"
 
@@ -448,15 +448,6 @@ def ack_key(gen: int, p: int) -> str:
     """The name of a partition's output log in a consumer's acks: ``"3"`` in generation
     0 (as before rescales existed), ``"g1/3"`` in generation 1."""
     return str(p) if gen == 0 else f"g{gen}/{p}"
-
-
-class DriverSupersededError(UsageError):
-    """A newer driver took over the run (two ``cec recover`` at once): this one stops."""
-
-
-class RunNotVisibleError(UsageError):
-    """An executor does not see the run directory the driver created (exit 2)."""
-
 
 
 def generations_text(gens: tuple[Generation, ...]) -> str:

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pajson
 
 from cec.spec import PipelineSpec
+from cec_spark.errors import InputError
 from cec_spark.source.order import OrderState
 from cec_spark.source.read import (
     _csv_header,
@@ -33,7 +34,7 @@ from cec_spark.source.read import (
     with_time_us,
 )
 from cec_spark.source.times import _duration, iso, kind_of, unit_warnings
-from cec_spark.source.types import EXTENSIONS, Chunk, ColumnTypes, InputError, TimeSpec
+from cec_spark.source.types import EXTENSIONS, Chunk, ColumnTypes, TimeSpec
 
 _INTEGER = r"^\s*[-+]?\d+\s*$"
 

@@ -18,8 +18,8 @@ from typing import Any
 import xxhash
 
 from cec.spec import PipelineSpec
+from cec_spark.errors import InputError
 from cec_spark.source.check import source_files
-from cec_spark.source.types import InputError
 
 CHUNK = 8 << 20
 

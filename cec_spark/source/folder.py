@@ -6,13 +6,13 @@ import os
 from pathlib import Path
 
 from cec.spec import PipelineSpec
+from cec_spark.errors import InputError
 from cec_spark.source.check import _file_format, _FileState, _plan_file
 from cec_spark.source.types import (
     END_MARKER,
     EXTENSIONS,
     Chunk,
     ColumnTypes,
-    InputError,
     SourcePlan,
     WatchState,
 )

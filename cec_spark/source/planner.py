@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 
 from cec.spec import PipelineSpec
+from cec_spark.errors import InputError
 from cec_spark.source.check import _FileState, _plan_file, source_files
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.read import read_chunk
@@ -42,7 +43,6 @@ from cec_spark.source.types import (
     SEQ,
     Chunk,
     ColumnTypes,
-    InputError,
     SourcePlan,
     WatchState,
 )

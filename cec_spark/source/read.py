@@ -23,9 +23,10 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from cec.spec import PipelineSpec
+from cec_spark.errors import InputError
 from cec_spark.source.order import reorder
 from cec_spark.source.times import TimeValueError, to_us
-from cec_spark.source.types import SEQ, Chunk, ColumnTypes, InputError, TimeSpec
+from cec_spark.source.types import SEQ, Chunk, ColumnTypes, TimeSpec
 
 # The slow diagnosis (Python's csv) must read every line the fast path (Arrow) reads:
 # Python's default limit of 128 KiB per field made a long line a raw traceback.

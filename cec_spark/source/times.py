@@ -16,7 +16,7 @@ timestamps, more than six fractional digits) are **floored** to the microsecond:
 window bounds are whole microseconds, so a floored time falls in exactly the windows
 its exact time falls in; only the first/last-tuple bounds of a count window lose the
 sub-microsecond digits. A value that does not fit int64 microseconds, or text that is
-no ISO-8601 time, is an :class:`~cec_spark.source.types.InputError` naming the file,
+no ISO-8601 time, is an :class:`~cec_spark.errors.InputError` naming the file,
 line or row and the field.
 
 :func:`unit_warnings` is the guess check: nothing is guessed, but a time field whose
@@ -46,7 +46,12 @@ _EPOCH_RANGES = (("s", 1e8, 1e10), ("ms", 1e11, 1e13), ("us", 1e14, 1e16),
 
 class TimeValueError(ValueError):
     """A value of the time field that has no microsecond time: row ``index`` of the
-    array converted, what it held, why."""
+    array converted, what it held, why.
+
+    Internal, so not a :class:`~cec.errors.CecError`: this module sees an array, not a
+    file; its callers turn it into an :class:`~cec_spark.errors.InputError` naming the
+    file, line and field (:mod:`cec_spark.source.read`) or a ``UsageError`` naming the
+    option (the data source's ``asOf``), so it never reaches a user as it is."""
 
     def __init__(self, index: int, shown: object, why: str) -> None:
         super().__init__(why)

@@ -14,7 +14,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from cec.errors import UsageError
 from cec.spec import PipelineSpec
 
 SEQ = "__cec_seq"  # the column that carries the source row number through Spark
@@ -25,12 +24,6 @@ _TYPES = {"int64": pa.int64(), "float64": pa.float64(), "string": pa.string(),
           "bool": pa.bool_()}
 # a time field's raw types (cec_spark.source.times): read as these, ingested as int64 us
 _RAW_TIME_TYPES = {"timestamp": pa.timestamp("us", tz="UTC"), "iso": pa.string()}
-
-
-
-class InputError(UsageError):
-    """Bad input data: a missing file or column, a malformed row, time going back."""
-
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ import pytest
 
 import cli.app
 from cec.errors import (
-    USER_ERRORS,
     CecError,
     ClusterError,
     CorruptionError,
@@ -21,10 +20,10 @@ from cec.errors import (
     exit_code,
 )
 from cli.app import main
-from storage_log.epoch import LogFencedError
 from storage_log.errors import (
     CorruptLogError,
     LogClosedError,
+    LogFencedError,
     LogLockedError,
     LogNotFoundError,
     LogOrderError,
@@ -36,8 +35,8 @@ from storage_log.errors import (
     StorageLogError,
 )
 
-# The log's errors do not derive from CecError (storage_log imports nothing of cec) but
-# exit with the status they had when they did.
+# The log's errors derive from CecError (declared at the bottom, in storage_log.errors)
+# and exit with the status they have always had.
 STORAGE_CODES = [(StorageLogError, 1), (LogUsageError, 2), (CorruptLogError, 3),
                  (LogLockedError, 1), (LogFencedError, 1), (LogOrderError, 2),
                  (LogSchemaError, 2), (LogSealedError, 2), (LogNotFoundError, 2),
@@ -80,8 +79,8 @@ def test_error_tree_exit_codes(error: type[CecError], code: int) -> None:
 @pytest.mark.parametrize(("error", "code"), STORAGE_CODES)
 def test_storage_error_exit_codes(error: type[StorageLogError], code: int) -> None:
     assert error("x").exit_code == code == exit_code(error("x"))
-    assert issubclass(error, StorageLogError) and not issubclass(error, CecError)
-    assert isinstance(error("x"), USER_ERRORS)
+    assert issubclass(error, StorageLogError) and issubclass(error, CecError)
+    assert isinstance(error("x"), CecError)
 
 
 def test_exit_code_of_an_unexpected_error_is_1() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from storage_log import epoch
-from storage_log.epoch import LogFencedError, list_epochs, read_chain
-from storage_log.errors import LogLockedError
+from storage_log.epoch import list_epochs, read_chain
+from storage_log.errors import LogFencedError, LogLockedError
 from storage_log.log import StreamLog
 from tests.storage_log.conftest import make_batch, rows
 
