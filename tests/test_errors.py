@@ -4,7 +4,9 @@ Every exception class declared in ``storage_log``, ``cec``, ``recovery`` and
 ``cec_spark`` is found by importing every module; each one a user can meet is a
 :class:`~cec.errors.CecError`, declared in its package's ``errors`` module, with an
 exit status of the documented table, declared once (on the class that introduces it).
-The internal ones, named here, say in their docstring why they never reach a user.
+The internal ones, named here, say in their docstring why they never reach a user; a
+private class (``_Name``) is internal to its module by its name, and says in its
+docstring what it becomes.
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ def _exception_classes() -> dict[str, type[BaseException]]:
 
 
 CLASSES = _exception_classes()
-USER_FACING = {name: cls for name, cls in CLASSES.items() if name not in INTERNAL}
+PRIVATE = {name for name, cls in CLASSES.items() if cls.__name__.startswith("_")}
+USER_FACING = {name: cls for name, cls in CLASSES.items()
+               if name not in INTERNAL and name not in PRIVATE}
 
 
 def test_the_walk_finds_every_error_module_and_the_internal_ones() -> None:
@@ -86,6 +90,12 @@ def test_an_internal_exception_says_why_it_is_no_user_error(name: str) -> None:
     cls = CLASSES[name]
     assert not issubclass(cls, CecError), name
     assert "internal" in (cls.__doc__ or "").lower(), f"{name}: say why it is internal"
+
+
+@pytest.mark.parametrize("name", sorted(PRIVATE))
+def test_a_private_exception_says_what_it_becomes(name: str) -> None:
+    assert not issubclass(CLASSES[name], CecError), f"{name}: a CecError is public"
+    assert (CLASSES[name].__doc__ or "").strip(), f"{name}: say what it becomes"
 
 
 def test_one_root_with_its_documented_home() -> None:
