@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from storage_log.cache import index_path
-from storage_log.frame import OVERHEAD
+from storage_log.framing import OVERHEAD
 from storage_log.log import StreamLog
 
 PAYLOAD = 68

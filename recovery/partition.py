@@ -52,7 +52,7 @@ from recovery.upstream import (
     count_replay,
     replay,
 )
-from storage_log.frame import INT64_MAX
+from storage_log.framing import INT64_MAX
 from storage_log.log import StreamLog
 
 __all__ = [

@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 from typing import Literal, get_args
 
+from storage_log.durable import fsync_dir
 from storage_log.entry import Committed, Entry
-from storage_log.frame import FLAG_COMMIT, FrameCodec, Kind, PendingFrame
-from storage_log.segment import fsync_dir, make_sid, segment_path, sid_epoch
+from storage_log.framing import FLAG_COMMIT, Kind, PendingFrame
+from storage_log.payload import PayloadCodec
+from storage_log.segment import make_sid, segment_path, sid_epoch
 from storage_log.sidefile import remove_side
 
 FsyncMode = Literal["always", "interval", "never"]
@@ -43,7 +45,7 @@ class SegmentAppender:
     Thread safety: one thread (compression may run on the codec's workers).
     """
 
-    def __init__(self, directory: Path, codec: FrameCodec, *, fsync: FsyncMode,
+    def __init__(self, directory: Path, codec: PayloadCodec, *, fsync: FsyncMode,
                  fsync_interval: float) -> None:
         self.directory = directory
         self.codec = codec

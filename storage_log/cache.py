@@ -21,13 +21,14 @@ over the segments.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
 from pathlib import Path
 
+from storage_log.durable import write_durable
 from storage_log.errors import CorruptLogError
-from storage_log.segment import fsync_dir
 
 ID_FILE = "log.id"
 _PREFIX = "cec-log "
@@ -56,9 +57,17 @@ def read_log_id(directory: Path) -> str | None:
     if not text.startswith(_PREFIX) or len(ident) != 32 or any(
             c not in "0123456789abcdef" for c in ident):
         raise CorruptLogError(f"log id file {path} at byte 0: expected 'cec-log <32 hex "
-                              f"digits>'; delete it and open the log for writing to "
-                              "give it a new one")
+                              "digits>'; a writable open gives the log a new one")
     return ident
+
+
+def renew_log_id(directory: Path) -> str:
+    """Replace a damaged ``log.id`` with a new id (durably). Nothing is lost: the id
+    only names the log's index in each host's cache, and an index that no host has
+    yet is built from the segments."""
+    new = uuid.uuid4().hex
+    write_durable(directory / ID_FILE, f"{_PREFIX}{new}\n")
+    return new
 
 
 def ensure_log_id(directory: Path) -> str:
@@ -67,26 +76,20 @@ def ensure_log_id(directory: Path) -> str:
     if ident is not None:
         return ident
     new = uuid.uuid4().hex
-    tmp = directory / f".{ID_FILE}.{new}.tmp"
-    with open(tmp, "w", encoding="ascii") as fh:
-        fh.write(f"{_PREFIX}{new}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    try:
-        os.link(tmp, directory / ID_FILE)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(directory)
+    with contextlib.suppress(FileExistsError):  # another writer made it first
+        write_durable(directory / ID_FILE, f"{_PREFIX}{new}\n", exclusive=True)
     ident = read_log_id(directory)
     assert ident is not None
     return ident
 
 
 def index_path(directory: Path, root: str | os.PathLike[str] | None = None) -> Path | None:
-    """This host's index directory of the log in ``directory`` (None: no id yet)."""
-    ident = read_log_id(directory)
+    """This host's index directory of the log in ``directory`` (None: no id yet, or
+    a damaged one: a reader walks the segments, a writer gives the log a new id)."""
+    try:
+        ident = read_log_id(directory)
+    except CorruptLogError:
+        return None
     return None if ident is None else index_root(root) / cache_name(directory, ident)
 
 

@@ -3,11 +3,38 @@
 Everything written to a segment is a frame. A frame is self-delimiting in both
 directions (the header gives the length going forward, the footer going backward)
 and self-checking (an xxh64 over every byte except the checksum itself and the
-trailing magic). The byte layout, field by field, is in the docstring of
-:class:`storage_log.frame.FrameCodec`, which encodes and decodes the payloads; this
-module packs (:class:`PendingFrame`) and validates (:func:`parse_forward`,
-:func:`parse_backward`) what surrounds them. :mod:`storage_log.frame` re-exports
-every public name here.
+trailing magic). This module packs (:class:`PendingFrame`) and validates
+(:func:`parse_forward`, :func:`parse_backward`) frames; what a payload holds and how
+it is encoded is :mod:`storage_log.payload`.
+
+The on-disk layout of one frame, byte by byte. All integers are little-endian; ``P``
+is the payload length.
+
+==========  =====  ==========================================================
+offset      size   field
+==========  =====  ==========================================================
+0           4      header magic ``b"CECr"``
+4           1      format version (1)
+5           1      kind: 1 DATA, 2 SCHEMA, 3 TOKEN, 4 SEAL
+6           1      flags: bit 0 COMMIT (the frame ends a commit); others zero
+7           1      codec: 0 none, 1 zstd, 2 columnar (each one zstd frame with
+                   its content size), 3 packed (not compressed as a whole)
+8           4      P, payload length (uint32)
+12          P      payload
+12+P        8      first_seq (int64)  \\
+20+P        8      last_seq (int64)    | for DATA: of the record's rows;
+28+P        8      first_ts (int64)    | control frames repeat the last
+36+P        8      last_ts (int64)    /  data position before them (-1, 0 if none)
+44+P        4      rows (uint32); 0 for control frames
+48+P        4      P again (uint32), so a reader can step back from the end
+52+P        8      xxh64 (seed 0) of payload ‖ bytes 0..11 ‖ bytes 12+P..51+P
+60+P        4      footer magic ``b"rCEC"``
+==========  =====  ==========================================================
+
+Framing costs exactly 64 bytes per frame. Invariants checked on every read: both
+magics, version, known kind, flags and codec, equal lengths in header and footer,
+the checksum, and for DATA ``first_seq <= last_seq``, ``first_ts <= last_ts``,
+``rows > 0``.
 """
 
 from __future__ import annotations
@@ -117,7 +144,7 @@ class PendingFrame:
     The checksum covers the payload first, so the payload is hashed once at append
     time and the hash state is copied to finish the header and footer later. With
     worker threads a DATA frame is not encoded yet (``work``) or is being encoded on a
-    worker (``future``, see :meth:`storage_log.frame.FrameCodec.background`);
+    worker (``future``, see :meth:`storage_log.payload.PayloadCodec.background`);
     :meth:`resolve` makes it encoded, and until then :attr:`size` is an estimate.
     """
 

@@ -20,7 +20,8 @@ import pyarrow as pa
 from storage_log.entry import Committed, Entry, Snapshot
 from storage_log.epoch import Chain, read_chain
 from storage_log.errors import CorruptLogError, LogClosedError, LogTrimmedError, LogUsageError
-from storage_log.frame import FrameCodec, FrameError, FrameInfo, Kind, decode_schema
+from storage_log.framing import FrameError, FrameInfo, Kind, decode_schema
+from storage_log.payload import PayloadCodec
 from storage_log.reconcile import corrupt
 from storage_log.segment import SegmentReader, read_trim_marker, segment_path
 from storage_log.walk import check_link
@@ -50,7 +51,7 @@ class RecordReader:
     Thread safety: one thread per instance.
     """
 
-    def __init__(self, directory: Path, codec: FrameCodec) -> None:
+    def __init__(self, directory: Path, codec: PayloadCodec) -> None:
         self.directory = directory
         self.codec = codec
         self._schemas: dict[bytes, pa.Schema] = {}

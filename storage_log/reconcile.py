@@ -36,23 +36,23 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from storage_log.cache import cache_name, ensure_log_id
+from storage_log.cache import ID_FILE, cache_name, ensure_log_id, renew_log_id
 from storage_log.cache import index_root as cache_root
-from storage_log.entry import EMPTY, Committed
-from storage_log.epoch import read_chain, take_epoch
+from storage_log.durable import fsync_dir
+from storage_log.entry import EMPTY, Committed, Snapshot
+from storage_log.epoch import Chain, read_chain, take_epoch, write_rebuilt
 from storage_log.errors import CorruptLogError
-from storage_log.frame import FLAG_COMMIT, FrameError, decode_schema
+from storage_log.framing import FLAG_COMMIT, FrameError, decode_schema
 from storage_log.index import IndexCorrupt, LogIndex
 from storage_log.lock import WriterLock
 from storage_log.segment import (
     SegmentReader,
-    fsync_dir,
     read_trim_marker,
     segment_path,
     sid_epoch,
 )
 from storage_log.sidefile import remove_side
-from storage_log.walk import walk
+from storage_log.walk import WalkResult, walk
 
 
 @dataclass
@@ -67,6 +67,7 @@ class ReconcileReport:
     entries_dropped: int = 0  # index entries past the committed end
     rebuilt: bool = False  # the LMDB environment was (re)built from the segments
     rebuild_reason: str | None = None
+    files_rebuilt: list[str] = field(default_factory=list)  # damaged small files put back
 
 
 @dataclass
@@ -97,7 +98,12 @@ def open_for_writing(directory: Path, *, repair: bool, index_root: str | os.Path
     lock = WriterLock(directory)
     try:
         report = ReconcileReport()
-        ident = ensure_log_id(directory)
+        try:
+            ident = ensure_log_id(directory)
+        except CorruptLogError as exc:
+            ident = renew_log_id(directory)
+            report.files_rebuilt.append(f"{directory / ID_FILE} replaced by a new id (it "
+                                        f"names the log's index caches only): {exc}")
         index = open_index(cache_root(index_root) / cache_name(directory, ident), report,
                            force_rebuild=repair)
         try:
@@ -138,67 +144,118 @@ def open_index(path: Path, report: ReconcileReport, *, force_rebuild: bool) -> L
 
 def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
               repair: bool) -> TailState:
-    chain = read_chain(directory)
-    segments = chain.segments
+    """Steps 0 to 4 of the module docstring; what the writer continues from."""
+    chain = read_chain(directory, rebuild=repair)
+    _put_back_epochs(directory, chain, report)
     snap = index.snapshot()
-    full = report.rebuilt
+    start = _start_point(directory, index, chain, snap, report, repair=repair)
+    start_seg = start.committed.segment if start.committed.segment >= 0 else None
+    walked = [s for s in chain.segments if start_seg is None or s >= start_seg]
+    res = walk(directory, walked, start.committed, schema_bytes=start.schema_bytes,
+               token=start.token, sealed=start.sealed, limits=chain.limits,
+               sides=not repair)  # a repair reads every frame
+    _refuse_damage(directory, res, chain.segments, repair=repair)
+    # A repair cuts committed data: first a new epoch fences the log at the cut, so
+    # that the fences of later epochs (which name the old, longer ends) no longer count
+    # and a crash during the cut leaves a valid chain.
+    if repair and res.bad is not None:
+        take_epoch(directory, res.point)
+    _cut(directory, walked, res, report)
+    _store_index(directory, index, snap, res, report, full=start.full)
+    schema = decode_schema(res.schema_bytes) if res.schema_bytes is not None else None
+    return TailState(res.point, schema, res.schema_bytes, res.token, res.sealed,
+                     index.snapshot().first_seq,
+                     [s for s in chain.segments if s <= res.point.segment])
+
+
+def _put_back_epochs(directory: Path, chain: Chain, report: ReconcileReport) -> None:
+    """Write back the epoch files that :func:`read_chain` rebuilt (a repair)."""
+    for _, (problem, info) in sorted(chain.rebuilt.items()):
+        path = write_rebuilt(directory, info)
+        fence = info.fence
+        where = "nothing before it" if fence is None else (
+            f"{segment_path(directory, fence.segment).name} byte {fence.end}, seq "
+            f"{fence.last_seq}")
+        report.files_rebuilt.append(f"{path} rebuilt from the segments (fence: {where}); "
+                                     f"it was: {problem}")
+
+
+@dataclass
+class _Start:
+    """Where the walk of reconcile starts, and what the log held up to there."""
+
+    committed: Committed
+    schema_bytes: bytes | None
+    token: bytes | None
+    sealed: bool
+    full: bool  # from the start of the log: the index is rebuilt
+
+
+def _start_point(directory: Path, index: LogIndex, chain: Chain, snap: Snapshot,
+                 report: ReconcileReport, *, repair: bool) -> _Start:
+    """Step 1: the index's committed end if it can be trusted, else the log's start
+    (``report.rebuilt`` says why); CorruptLogError for damage at the committed end."""
     committed = snap.committed
-    schema_bytes = snap.schema
-    if not full and committed.segment >= 0 and committed.segment not in chain.segments \
-            and sid_epoch(committed.segment) == chain.epoch and not repair \
-            and (committed.last_seq or 0) > (read_trim_marker(directory) or -1):
-        # not taken over (the segment is of the newest epoch): its file is gone
-        raise corrupt(segment_path(directory, committed.segment), 0,
-                      f"the segment holding the committed end (seq {committed.last_seq}) "
-                      "is missing")
+    full = report.rebuilt
+    if not full and not repair:
+        _check_end_segment(directory, chain, committed)
     if not full and not chain.holds(committed):
         full = True
         report.rebuilt, report.rebuild_reason = True, ("the index ends past the log's "
                                                        "epoch chain (another writer took "
                                                        "the log over since)")
     if not full and committed.segment >= 0:
-        problem = _check_commit_point(directory, committed)
-        if problem is None:
-            last = index.last_entry()
-            if (last.last_seq if last else None) != committed.last_seq:
-                problem = ("index", 0, "last index entry does not match the committed end")
+        problem = _commit_point_problem(directory, index, committed)
         if problem is not None:
             seg_path, offset, invariant = problem
-            if seg_path == "index":
-                full = True
-                report.rebuilt, report.rebuild_reason = True, invariant
-            elif repair:
-                full = True
-                report.rebuilt, report.rebuild_reason = True, f"repair: {invariant}"
-            else:
+            if seg_path != "index" and not repair:
                 raise corrupt(Path(seg_path), offset, invariant)
+            full = True
+            report.rebuilt = True
+            report.rebuild_reason = invariant if seg_path == "index" else f"repair: {invariant}"
     if full:
-        committed, schema_bytes = EMPTY, None
-        token, sealed = None, False
-    else:
-        token, sealed = snap.token, snap.sealed
+        return _Start(EMPTY, None, None, False, True)
+    return _Start(committed, snap.schema, snap.token, snap.sealed, False)
 
-    start_seg = committed.segment if committed.segment >= 0 else None
-    walked = [s for s in segments if start_seg is None or s >= start_seg]
-    res = walk(directory, walked, committed, schema_bytes=schema_bytes, token=token,
-               sealed=sealed, limits=chain.limits, sides=not repair)  # a repair reads all
-    point, bad, entries = res.point, res.bad, res.entries
-    schema_bytes, token, sealed = res.schema_bytes, res.token, res.sealed
-    schema = decode_schema(schema_bytes) if schema_bytes is not None else None
 
-    # Torn is not corrupt: only an interrupted write at the very end of the chain may
-    # be cut. Damage anywhere else, or a damaged whole frame (tail_is_torn), is
-    # corruption, reported whatever the index of this host says.
+def _check_end_segment(directory: Path, chain: Chain, committed: Committed) -> None:
+    """CorruptLogError if the segment holding the index's committed end is gone while
+    no newer writer took the log over (its segment is of the newest epoch)."""
+    if committed.segment >= 0 and committed.segment not in chain.segments \
+            and sid_epoch(committed.segment) == chain.epoch \
+            and (committed.last_seq or 0) > (read_trim_marker(directory) or -1):
+        raise corrupt(segment_path(directory, committed.segment), 0,
+                      f"the segment holding the committed end (seq {committed.last_seq}) "
+                      "is missing")
+
+
+def _commit_point_problem(directory: Path, index: LogIndex, committed: Committed
+                          ) -> tuple[str, int, str] | None:
+    """What is wrong at the index's committed end: ``(segment path, offset,
+    invariant)``, ``("index", 0, why)`` for an index that disagrees with itself, or
+    None."""
+    problem = _check_commit_point(directory, committed)
+    if problem is None:
+        last = index.last_entry()
+        if (last.last_seq if last else None) != committed.last_seq:
+            problem = ("index", 0, "last index entry does not match the committed end")
+    return problem
+
+
+def _refuse_damage(directory: Path, res: WalkResult, segments: list[int], *,
+                   repair: bool) -> None:
+    """Torn is not corrupt: only an interrupted write at the very end of the chain may
+    be cut. Damage anywhere else, or a damaged whole frame (tail_is_torn), is
+    corruption, reported whatever the index of this host says (unless ``repair``)."""
+    bad = res.bad
     if bad is not None and not repair and (bad[0] != segments[-1] or not res.torn):
         raise corrupt(segment_path(directory, bad[0]), bad[1], bad[2])
 
-    # A repair cuts committed data: first a new epoch fences the log at the cut, so
-    # that the fences of later epochs (which name the old, longer ends) no longer count
-    # and a crash during the cut leaves a valid chain.
-    if repair and bad is not None:
-        take_epoch(directory, point)
 
-    # cut at the commit point
+def _cut(directory: Path, walked: list[int], res: WalkResult,
+         report: ReconcileReport) -> None:
+    """Step 3: truncate the log at the walk's last commit point."""
+    point = res.point
     keep_seg = point.segment
     for seg in walked:
         path = segment_path(directory, seg)
@@ -216,21 +273,22 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
             remove_side(directory, seg)  # it described the bytes cut: never trust it
             os.truncate(path, point.end)
     if report.bytes_cut:
-        report.cut_reason = bad[2] if bad is not None else "uncommitted records"
+        report.cut_reason = res.bad[2] if res.bad is not None else "uncommitted records"
         fsync_dir(directory)
 
-    # the index
-    report.records_indexed = len(entries)
+
+def _store_index(directory: Path, index: LogIndex, snap: Snapshot, res: WalkResult,
+                 report: ReconcileReport, *, full: bool) -> None:
+    """Step 4: the index up to the commit point, in one transaction, synced."""
+    report.records_indexed = len(res.entries)
     if full:
-        index.reset(entries, point, schema=schema_bytes, token=token, sealed=sealed,
-                    trimmed=read_trim_marker(directory))
+        index.reset(res.entries, res.point, schema=res.schema_bytes, token=res.token,
+                    sealed=res.sealed, trimmed=read_trim_marker(directory))
     else:
         report.entries_dropped = index.drop_after(snap.committed.last_seq)
-        index.commit(entries, point, schema=schema_bytes, token=token, sealed=sealed)
+        index.commit(res.entries, res.point, schema=res.schema_bytes, token=res.token,
+                     sealed=res.sealed)
     index.sync()
-    segments = [s for s in segments if s <= keep_seg]
-    snap2 = index.snapshot()
-    return TailState(point, schema, schema_bytes, token, sealed, snap2.first_seq, segments)
 
 
 def _check_commit_point(directory: Path, committed: Committed) -> tuple[str, int, str] | None:
@@ -251,3 +309,20 @@ def _check_commit_point(directory: Path, committed: Committed) -> tuple[str, int
     except FrameError as exc:
         return (str(path), exc.offset, exc.invariant)
     return None
+
+
+def first_damage(directory: Path) -> tuple[Path, int, str] | None:
+    """The first damaged frame of the log's chain, read frame by frame (checksums, no
+    decoding, no side-file trusted): ``(segment, byte, invariant)``, or None. A torn
+    tail at the chain's very end is not damage (a writer cuts it).
+
+    What a recovery runs when its open trusted side-files instead of reading the
+    segments (a rebuilt index): damage in records the recovery did not need is still
+    found, for a later replay, rescale or time travel will need them."""
+    chain = read_chain(directory)
+    res = walk(directory, chain.segments, EMPTY, schema_bytes=None, token=None,
+               sealed=False, limits=chain.limits, sides=False)
+    bad = res.bad
+    if bad is None or (bad[0] == chain.segments[-1] and res.torn):
+        return None
+    return segment_path(directory, bad[0]), bad[1], bad[2]

@@ -15,7 +15,7 @@ from storage_log.cache import ID_FILE, index_path
 from storage_log.entry import EMPTY, Entry, Snapshot
 from storage_log.epoch import Chain, read_chain
 from storage_log.errors import CorruptLogError, LogNotFoundError
-from storage_log.frame import FrameError
+from storage_log.framing import FrameError
 from storage_log.index import IndexCorrupt, LogIndex
 from storage_log.lock import LOCK_NAME
 from storage_log.segment import (

@@ -1,6 +1,6 @@
 """Segment files: naming, listing, and walking their frames in large reads.
 
-A segment is a plain file of back-to-back frames (see :class:`FrameCodec` for the
+A segment is a plain file of back-to-back frames (see :mod:`storage_log.framing` for the
 frame layout); it has no file header. It is named after the first sequence number
 it holds, zero-padded to 20 digits, and the writer epoch that wrote it
 (``00000000000000004711-00000003.seg``; a log written before epochs existed has
@@ -22,8 +22,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from storage_log.durable import write_durable
 from storage_log.errors import CorruptLogError
-from storage_log.frame import (
+from storage_log.framing import (
     FOOTER,
     FOOTER_SIZE,
     OVERHEAD,
@@ -40,31 +41,15 @@ READ_CHUNK = 4 << 20
 TRIM_MARKER = "TRIMMED"
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make the directory's entries (created, renamed, deleted files) durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_trim_marker(directory: Path, trimmed: int) -> None:
     """Durably record that records up to ``trimmed`` are gone (before deleting them).
 
     The LMDB index records it too, but the index is derived and may be rebuilt from
     the segments, which alone cannot tell a trimmed log from one that started later.
-    Written to a temporary file, fsync'ed, renamed over the old marker, directory
-    fsync'ed: a crash leaves the old or the new marker, never a torn one.
+    Written durably (:func:`storage_log.durable.write_durable`): a crash leaves the
+    old or the new marker, never a torn one.
     """
-    path = directory / TRIM_MARKER
-    tmp = directory / (TRIM_MARKER + ".tmp")
-    with open(tmp, "w", encoding="ascii") as fh:
-        fh.write(f"trimmed {trimmed}\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(directory)
+    write_durable(directory / TRIM_MARKER, f"trimmed {trimmed}\n")
 
 
 def read_trim_marker(directory: Path) -> int | None:

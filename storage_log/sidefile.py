@@ -17,13 +17,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import xxhash
 
+from storage_log.durable import write_durable
 from storage_log.entry import Entry
 from storage_log.segment import segment_path
 
@@ -63,10 +62,8 @@ def write_side(directory: Path, side: SideFile) -> None:
         "last_ts": side.last_ts, "token": _b64(side.token), "sealed": side.sealed,
         "schema": _b64(side.schema)}, separators=(",", ":"))
     text = f"{body}\n{xxhash.xxh64_hexdigest(body.encode())}\n"
-    path = side_path(directory, side.sid)
-    tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # no fsync: a lost side-file only costs a walk
+    # no fsync: a lost side-file only costs a walk of its segment
+    write_durable(side_path(directory, side.sid), text, sync=False)
 
 
 def read_side(directory: Path, sid: int, size: int) -> SideFile | None:

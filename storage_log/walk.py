@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from storage_log.entry import Committed, Entry
-from storage_log.frame import (
+from storage_log.framing import (
     FLAG_COMMIT,
     FOOTER,
     FOOTER_MAGIC,
@@ -24,13 +24,13 @@ from storage_log.frame import (
     HEADER_MAGIC,
     HEADER_SIZE,
     OVERHEAD,
-    FrameCodec,
     FrameError,
     FrameInfo,
     Kind,
     decode_schema,
     parse_forward,
 )
+from storage_log.payload import PayloadCodec
 from storage_log.segment import (
     SegmentReader,
     read_trim_marker,
@@ -62,102 +62,140 @@ def walk(directory: Path, segments: list[int], start: Committed, *,
     ``start`` if ``start`` is not empty) from the commit point ``start``; a segment in
     ``limits`` (fenced by a newer epoch) is read only up to that byte.
 
-    Checks every frame (see FrameCodec), and that DATA positions follow the
-    previous record, that a record's seq is not below its segment's name, and that
-    a segment's SCHEMA frame comes before its DATA frames and agrees with the log.
-    A complete segment with a usable index side-file (``sides``) is taken from it
-    instead of being read (:mod:`storage_log.sidefile`).
+    Checks every frame (see :mod:`storage_log.framing`), and that DATA positions
+    follow the previous record, that a record's seq is not below its segment's name,
+    and that a segment's SCHEMA frame comes before its DATA frames and agrees with
+    the log. A complete segment with a usable index side-file (``sides``) is taken
+    from it instead of being read (:mod:`storage_log.sidefile`).
     """
-    codec = FrameCodec()
-    res = WalkResult(start, schema_bytes, token, sealed)
-    p_schema_bytes, p_token, p_sealed = schema_bytes, token, sealed
-    p_schema = decode_schema(schema_bytes) if schema_bytes is not None else None
-    pending: list[Entry] = []
-    last_seq, last_ts, records = start.last_seq, start.last_ts, start.records
+    w = _Walker(directory, start, schema_bytes, token, sealed, limits or {})
     start_seg = start.segment if start.segment >= 0 else None
-    # Every control frame records where the log ended when it was written: a frame
-    # that says more than the segments before it hold reveals a lost segment. From
-    # the start of the log, the first may say anything up to the trim point.
-    floor = _start_of(directory) if start_seg is None else -1
     for seg in segments:
-        path = segment_path(directory, seg)
         begin = start.end if seg == start_seg else 0
-        if sides and begin == 0 and seg != segments[-1]:  # complete: its side-file?
-            side = _usable_side(directory, seg, (limits or {}).get(seg), last_seq,
-                                last_ts, floor, p_schema)
-            if side is not None:
-                res.entries.extend(pending)  # a later commit covers everything before
-                pending.clear()
-                res.entries.extend(side.entries)
-                records += len(side.entries)
-                if side.entries:
-                    last_seq, last_ts = side.last_seq, side.last_ts
-                if p_schema is None:
-                    p_schema, p_schema_bytes = decode_schema(side.schema), side.schema
-                p_token = side.token if side.token is not None else p_token
-                p_sealed = p_sealed or side.sealed
-                res.point = Committed(seg, side.size, last_seq, last_ts, records)
-                res.token, res.sealed, res.schema_bytes = p_token, p_sealed, p_schema_bytes
-                res.has_schema[seg] = True
-                floor = -1
-                continue
-        seg_schema = seg == start_seg and segment_has_schema(path, begin)
+        if sides and begin == 0 and seg != segments[-1] and w.take_side(seg):
+            continue  # complete, and its side-file says what a walk would find
+        if not w.walk_segment(seg, begin, seg == start_seg and
+                              segment_has_schema(segment_path(directory, seg), begin)):
+            break
+    return w.res
+
+
+class _Walker:
+    """The state of one :func:`walk`: where the records end, what is pending a
+    commit, and the result so far (``res``, as of the last commit point)."""
+
+    def __init__(self, directory: Path, start: Committed, schema_bytes: bytes | None,
+                 token: bytes | None, sealed: bool, limits: dict[int, int]) -> None:
+        self.directory = directory
+        self.limits = limits
+        self.codec = PayloadCodec()
+        self.res = WalkResult(start, schema_bytes, token, sealed)
+        self.schema_bytes, self.token, self.sealed = schema_bytes, token, sealed
+        self.schema = decode_schema(schema_bytes) if schema_bytes is not None else None
+        self.pending: list[Entry] = []  # DATA records not committed yet
+        self.last_seq, self.last_ts, self.records = start.last_seq, start.last_ts, start.records
+        # Every control frame records where the log ended when it was written: a frame
+        # that says more than the segments before it hold reveals a lost segment. From
+        # the start of the log, the first may say anything up to the trim point.
+        self.floor = _start_of(directory) if start.segment < 0 else -1
+
+    def take_side(self, seg: int) -> bool:
+        """Segment ``seg`` taken from its side-file, if one is usable."""
+        side = _usable_side(self.directory, seg, self.limits.get(seg), self.last_seq,
+                            self.last_ts, self.floor, self.schema)
+        if side is None:
+            return False
+        res = self.res
+        res.entries.extend(self.pending)  # a later commit covers everything before
+        self.pending.clear()
+        res.entries.extend(side.entries)
+        self.records += len(side.entries)
+        if side.entries:
+            self.last_seq, self.last_ts = side.last_seq, side.last_ts
+        if self.schema is None:
+            self.schema, self.schema_bytes = decode_schema(side.schema), side.schema
+        self.token = side.token if side.token is not None else self.token
+        self.sealed = self.sealed or side.sealed
+        res.point = Committed(seg, side.size, self.last_seq, self.last_ts, self.records)
+        res.token, res.sealed, res.schema_bytes = self.token, self.sealed, self.schema_bytes
+        res.has_schema[seg] = True
+        self.floor = -1
+        return True
+
+    def walk_segment(self, seg: int, begin: int, has_schema: bool) -> bool:
+        """The frames of segment ``seg`` from byte ``begin``; False if a bad frame (or
+        a vanished file) stopped the walk (``res.bad`` says where)."""
+        path = segment_path(self.directory, seg)
         size = -1
+        limit = self.limits.get(seg)
         try:
             with SegmentReader(path) as reader:
                 size = reader.size()
-                limit = (limits or {}).get(seg)
                 if limit is not None and size < limit:
                     raise FrameError(size, f"segment is {size} bytes, shorter than the "
                                      f"{limit} bytes its epoch's successor fenced")
-                end = size if limit is None else limit
-                for buf, base, info in reader.forward(begin, end):
-                    if info.kind == Kind.DATA:
-                        if not seg_schema:
-                            raise FrameError(info.offset, "data frame before the segment's schema")
-                        if last_seq is not None and info.first_seq <= last_seq:
-                            raise FrameError(info.offset, f"seq {info.first_seq} <= {last_seq}")
-                        if last_ts is not None and info.first_ts < last_ts:
-                            raise FrameError(info.offset, f"ts {info.first_ts} < {last_ts}")
-                        if info.first_seq < sid_base(seg):
-                            raise FrameError(info.offset, f"seq {info.first_seq} < segment name")
-                        last_seq, last_ts = info.last_seq, info.last_ts
-                        records += 1
-                        pending.append(Entry(seg, info.offset, info.size, info.first_seq,
-                                             info.last_seq, info.first_ts, info.last_ts,
-                                             info.rows))
-                    else:
-                        check_link(info, last_seq, floor)
-                    if info.kind == Kind.SCHEMA:
-                        raw = bytes(codec.payload(buf, info, base))
-                        try:
-                            sch = decode_schema(raw)
-                        except (pa.ArrowException, ValueError) as exc:
-                            raise FrameError(info.offset, f"bad schema frame: {exc}") from exc
-                        if p_schema is not None and not sch.equals(p_schema):
-                            raise FrameError(info.offset, "schema differs from the log's")
-                        p_schema, p_schema_bytes, seg_schema = sch, raw, True
-                    elif info.kind == Kind.TOKEN:
-                        p_token = bytes(codec.payload(buf, info, base))
-                    elif info.kind == Kind.SEAL:
-                        p_sealed = True
-                    if info.flags & FLAG_COMMIT:
-                        res.point = Committed(seg, info.end, last_seq, last_ts, records)
-                        res.entries.extend(pending)
-                        pending.clear()
-                        res.token, res.sealed, res.schema_bytes = p_token, p_sealed, p_schema_bytes
-                        res.has_schema[seg] = seg_schema
+                for buf, base, info in reader.forward(begin, size if limit is None else limit):
+                    has_schema = self.frame(seg, buf, base, info, has_schema)
         except FrameError as exc:
+            res = self.res
             res.bad = (seg, exc.offset, exc.invariant)
             res.bad_size = size if size >= 0 else None
             # judged on the bytes the walk saw (a writer may have completed the frame since)
-            res.torn = (limits or {}).get(seg) is None and tail_is_torn(
-                path, exc.offset, size if size >= 0 else None)
-            break
+            res.torn = limit is None and tail_is_torn(path, exc.offset,
+                                                      size if size >= 0 else None)
+            return False
         except FileNotFoundError:
-            res.bad = (seg, 0, "segment vanished during the walk")
-            break
-    return res
+            self.res.bad = (seg, 0, "segment vanished during the walk")
+            return False
+        return True
+
+    def frame(self, seg: int, buf: memoryview, base: int, info: FrameInfo,
+              has_schema: bool) -> bool:
+        """One valid frame of segment ``seg``; whether the segment has its schema now."""
+        if info.kind == Kind.DATA:
+            self.data(seg, info, has_schema)
+        else:
+            check_link(info, self.last_seq, self.floor)
+        if info.kind == Kind.SCHEMA:
+            self.schema_frame(bytes(self.codec.payload(buf, info, base)), info.offset)
+            has_schema = True
+        elif info.kind == Kind.TOKEN:
+            self.token = bytes(self.codec.payload(buf, info, base))
+        elif info.kind == Kind.SEAL:
+            self.sealed = True
+        if info.flags & FLAG_COMMIT:
+            res = self.res
+            res.point = Committed(seg, info.end, self.last_seq, self.last_ts, self.records)
+            res.entries.extend(self.pending)
+            self.pending.clear()
+            res.token, res.sealed, res.schema_bytes = self.token, self.sealed, self.schema_bytes
+            res.has_schema[seg] = has_schema
+        return has_schema
+
+    def data(self, seg: int, info: FrameInfo, has_schema: bool) -> None:
+        """A DATA frame: in order after the records before it, then pending."""
+        if not has_schema:
+            raise FrameError(info.offset, "data frame before the segment's schema")
+        if self.last_seq is not None and info.first_seq <= self.last_seq:
+            raise FrameError(info.offset, f"seq {info.first_seq} <= {self.last_seq}")
+        if self.last_ts is not None and info.first_ts < self.last_ts:
+            raise FrameError(info.offset, f"ts {info.first_ts} < {self.last_ts}")
+        if info.first_seq < sid_base(seg):
+            raise FrameError(info.offset, f"seq {info.first_seq} < segment name")
+        self.last_seq, self.last_ts = info.last_seq, info.last_ts
+        self.records += 1
+        self.pending.append(Entry(seg, info.offset, info.size, info.first_seq, info.last_seq,
+                                  info.first_ts, info.last_ts, info.rows))
+
+    def schema_frame(self, raw: bytes, offset: int) -> None:
+        """A SCHEMA frame: a valid schema, the log's."""
+        try:
+            sch = decode_schema(raw)
+        except (pa.ArrowException, ValueError) as exc:
+            raise FrameError(offset, f"bad schema frame: {exc}") from exc
+        if self.schema is not None and not sch.equals(self.schema):
+            raise FrameError(offset, "schema differs from the log's")
+        self.schema, self.schema_bytes = sch, raw
 
 
 def _usable_side(directory: Path, seg: int, limit: int | None, last_seq: int | None,
@@ -169,28 +207,34 @@ def _usable_side(directory: Path, seg: int, limit: int | None, last_seq: int | N
         size = os.stat(segment_path(directory, seg)).st_size
     except FileNotFoundError:
         return None
-    if limit is not None and size < limit:
-        return None
-    side = read_side(directory, seg, size if limit is None else limit)
-    if side is None:
-        return None
+    side = None if limit is not None and size < limit else \
+        read_side(directory, seg, size if limit is None else limit)
+    if side is None or not _side_continues(side, seg, last_seq, last_ts, floor):
+        return None  # a gap or a disorder before it: the walk reports it
+    return side if schema is None or _same_schema(side.schema, schema) else None
+
+
+def _side_continues(side: SideFile, seg: int, last_seq: int | None, last_ts: int | None,
+                    floor: int) -> bool:
+    """Whether ``side``'s records follow the walk's last position in order."""
     said = side.link
     if not (said == (-1 if last_seq is None else last_seq)
             or (last_seq is None and said <= floor)):
-        return None  # a gap before it: the walk reports it
+        return False
     prev_seq, prev_ts = last_seq, last_ts
     for e in side.entries:
         if (prev_seq is not None and e.first_seq <= prev_seq) or e.first_seq < sid_base(seg) \
                 or (prev_ts is not None and e.first_ts < prev_ts) or e.segment != seg:
-            return None
+            return False
         prev_seq, prev_ts = e.last_seq, e.last_ts
-    if schema is not None:
-        try:
-            if not decode_schema(side.schema).equals(schema):
-                return None
-        except (pa.ArrowException, ValueError):
-            return None
-    return side
+    return True
+
+
+def _same_schema(raw: bytes, schema: pa.Schema) -> bool:
+    try:
+        return bool(decode_schema(raw).equals(schema))
+    except (pa.ArrowException, ValueError):
+        return False
 
 
 def _start_of(directory: Path) -> int:

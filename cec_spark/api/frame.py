@@ -29,7 +29,7 @@ from pyspark.sql import types as T
 from cec.errors import SpecError, UsageError
 from cec.spec import PipelineSpec
 from cec.spec.parse import field_error
-from storage_log.segment import fsync_dir
+from storage_log.durable import fsync_dir
 
 _ORDER = "__cec_order"
 _PLAIN = (T.IntegralType, T.FractionalType, T.DecimalType, T.BooleanType, T.StringType)

@@ -74,7 +74,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
         layout.check_owner(trust)
     repairs: list[str] = []
     if repair and not dry_run:
-        repairs.append(layout.restore_run_file())
+        repairs += layout.repair_files()  # run.toml, generations.toml, backups
     spec, settings = layout.read_run_file()
     warning = None if dry_run else rto.check_objective(spec, resume=True)
     if warning is not None:  # a recovery is never refused for its objective
@@ -130,7 +130,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
             continue
         upstream_repaired: UpstreamRepair | None = None
         if up_path.exists():  # reconcile the upstream too (its writer may have died)
-            _wait_for_lock(up_path)
+            first_up = _wait_for_lock(up_path)
             try:
                 if repair:  # a full scan: damage anywhere is found and cut
                     what = _repair_upstream(up_path, spec.run.fsync)
@@ -144,6 +144,9 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
                 else:
                     with StreamLog.open(up_path, writable=True, fsync=spec.run.fsync) as log:
                         catch_up[str(p)] = log.last_seq
+                    note = layout.unneeded_damage(p, first_up)  # issue 29 item 4
+                    if note is not None:
+                        say(note)
             except CorruptLogError as exc:
                 raise CorruptLogError(
                     f"partition {p}: {exc}. 'cec recover --from-log {layout.root} "

@@ -7,8 +7,9 @@ query that writes each micro-batch as one parquet file, ``batch-<id>.parquet`` w
 zero-padded id, so that name order is batch order, the order the folder's watcher
 consumes them in:
 
-* a file is written under a hidden name (``.batch-<id>.parquet.tmp``), fsynced and
-  renamed into place, so cec never sees half a file;
+* a file is written under a hidden name (``.batch-<id>.parquet.<host>.<pid>.tmp``)
+  and renamed into place durably (:func:`storage_log.durable.commit_file`), so cec
+  never sees half a file;
 * a batch whose file already exists is not written again: Spark's own checkpoint
   (``checkpoint``) re-runs the last uncommitted batch after a crash with the same id
   and, for a replayable source such as Kafka, the same rows, so the file that exists
@@ -25,7 +26,6 @@ exactly once.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.streaming.query import StreamingQuery
 
 from cec.errors import UsageError
+from storage_log.durable import commit_file, temp_path
 
 #: The digits of a batch id in a file name (Spark's batch ids are longs).
 ID_DIGITS = 12
@@ -56,19 +57,9 @@ def write_batch(folder: Path, batch: DataFrame, batch_id: int,
     table = batch.toArrow()
     if table.num_rows == 0:
         return None
-    tmp = folder / f".{final.name}.tmp"
+    tmp = temp_path(final)
     pq.write_table(table, tmp)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, final)
-    dfd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dfd)  # the rename is durable before Spark commits the batch
-    finally:
-        os.close(dfd)
+    commit_file(tmp, final)  # durable before Spark commits the batch
     return final
 
 

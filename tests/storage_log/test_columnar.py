@@ -14,16 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage_log import columnar
-from storage_log import frame as frame_mod
-from storage_log.frame import (
-    COLUMNAR_MIN_ROWS,
-    FLAG_COMMIT,
-    Codec,
-    FrameCodec,
-    FrameError,
-    parse_forward,
-)
+from storage_log import payload as payload_mod
+from storage_log.framing import FLAG_COMMIT, Codec, FrameError, parse_forward
 from storage_log.log import StreamLog
+from storage_log.payload import COLUMNAR_MIN_ROWS, PayloadCodec
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -224,7 +218,7 @@ def _wide(n: int, start: int = 0) -> pa.RecordBatch:
 
 
 def test_frame_codec_writes_large_numeric_records_columnar() -> None:
-    codec = FrameCodec(1)
+    codec = PayloadCodec(1)
     for n, expect in [(COLUMNAR_MIN_ROWS, Codec.COLUMNAR), (COLUMNAR_MIN_ROWS - 1, Codec.ZSTD)]:
         batch = _wide(n)
         frame = codec.encode_data(batch, 0, n - 1, 0, (n - 1) * 10)
@@ -379,7 +373,7 @@ def test_log_with_columnar_and_packed_frames_reads_back(tmp_path: Path,
     old = [_wide(5000, i * 5000) for i in range(3)]
     new = [_wide(5000, 15000 + i * 5000) for i in range(3)]
     with monkeypatch.context() as m:
-        m.setattr(frame_mod, "PACKED_MIN_ROWS", 1 << 40)
+        m.setattr(payload_mod, "PACKED_MIN_ROWS", 1 << 40)
         with StreamLog.open(path, writable=True, create=True) as log:
             for b in old:
                 log.append(b)

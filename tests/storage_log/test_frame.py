@@ -11,12 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage_log.frame import (
+from storage_log.framing import (
     FLAG_COMMIT,
     FOOTER_SIZE,
     HEADER_SIZE,
     OVERHEAD,
-    FrameCodec,
     FrameError,
     Kind,
     PendingFrame,
@@ -26,6 +25,7 @@ from storage_log.frame import (
     parse_forward,
 )
 from storage_log.log import StreamLog
+from storage_log.payload import PayloadCodec
 from tests.storage_log.conftest import make_batch, rows
 
 SETTINGS = settings(max_examples=25, deadline=None,
@@ -39,7 +39,7 @@ def _bytes(frame: PendingFrame, flags: int) -> bytes:
 
 def test_overhead_is_64_bytes() -> None:
     assert (HEADER_SIZE, FOOTER_SIZE, OVERHEAD) == (12, 52, 64)
-    frame = FrameCodec.encode_control(Kind.SEAL, b"", 5, 6)
+    frame = PayloadCodec.encode_control(Kind.SEAL, b"", 5, 6)
     assert len(_bytes(frame, 0)) == 64
 
 
@@ -49,14 +49,14 @@ def test_overhead_is_64_bytes() -> None:
        lead=st.binary(max_size=20))
 def test_control_frame_round_trip(kind: Kind, payload: bytes, seq: int, ts: int, flags: int,
                                   lead: bytes) -> None:
-    data = lead + _bytes(FrameCodec.encode_control(kind, payload, seq, ts), flags)
+    data = lead + _bytes(PayloadCodec.encode_control(kind, payload, seq, ts), flags)
     buf = memoryview(data)
     fwd = parse_forward(buf, len(lead), 1000)
     bwd = parse_backward(buf, len(data), 1000)
     assert fwd == bwd and fwd is not None
     assert (fwd.kind, fwd.flags, fwd.last_seq, fwd.last_ts, fwd.rows) == (kind, flags, seq, ts, 0)
     assert fwd.offset == 1000 + len(lead) and fwd.size == len(payload) + OVERHEAD
-    assert bytes(FrameCodec().payload(buf, fwd, 1000)) == payload
+    assert bytes(PayloadCodec().payload(buf, fwd, 1000)) == payload
     # every proper prefix is "incomplete", never a frame
     for cut in range(len(lead), len(data)):
         assert parse_forward(buf[:cut], len(lead)) is None
@@ -99,7 +99,7 @@ def batches(draw: st.DrawFn) -> pa.RecordBatch:
 @SETTINGS
 @given(batch=batches(), level=st.integers(1, 3))
 def test_data_frame_round_trip(batch: pa.RecordBatch, level: int) -> None:
-    codec = FrameCodec(level)
+    codec = PayloadCodec(level)
     seq = batch.column("seq").to_pylist()
     ts = batch.column("ts").to_pylist()
     frame = codec.encode_data(batch, seq[0], seq[-1], ts[0], ts[-1])
@@ -116,7 +116,7 @@ def test_data_frame_round_trip(batch: pa.RecordBatch, level: int) -> None:
 @SETTINGS
 @given(data=st.data())
 def test_any_single_byte_change_is_rejected(data: st.DataObject) -> None:
-    frame = FrameCodec.encode_control(Kind.TOKEN, data.draw(st.binary(max_size=40)), 1, 2)
+    frame = PayloadCodec.encode_control(Kind.TOKEN, data.draw(st.binary(max_size=40)), 1, 2)
     raw = bytearray(_bytes(frame, FLAG_COMMIT))
     pos = data.draw(st.integers(0, len(raw) - 1))
     raw[pos] ^= data.draw(st.integers(1, 255))
@@ -158,13 +158,13 @@ def test_log_round_trip(tmp_path_factory: pytest.TempPathFactory, sizes: list[in
 
 def test_frames_are_encoded_by_the_caller_unless_handed_to_a_worker_that_started() -> None:
     """With worker threads, a DATA frame is encoded when it is resolved (at the commit)
-    unless :meth:`FrameCodec.background` handed it to a worker first; a handed frame
+    unless :meth:`PayloadCodec.background` handed it to a worker first; a handed frame
     that no worker has started yet is cancelled and encoded by the caller, one a worker
     finished is taken from it. The bytes are the same in every case."""
     import threading
 
-    codec = FrameCodec(1, threads=2)
-    inline = FrameCodec(1, threads=0)
+    codec = PayloadCodec(1, threads=2)
+    inline = PayloadCodec(1, threads=0)
     gate = threading.Event()
     safety = threading.Timer(20, gate.set)  # a caller that waits would be freed by this
     safety.start()

@@ -1,7 +1,10 @@
-"""The frame: one record of a segment file. :class:`FrameCodec` encodes and decodes
-its payload (and its docstring gives the byte layout of a frame); the framing around
-the payload (header, footer, validation) is in :mod:`storage_log.framing`, whose
-public names are re-exported here.
+"""The payload codec: what a frame of a segment carries, encoded and decoded.
+
+:class:`PayloadCodec` turns a record (an Arrow record batch) into the payload of a
+DATA frame and back, choosing how to encode it (an Arrow IPC message compressed with
+zstd, or the :mod:`storage_log.columnar` encodings of numeric columns), and makes the
+payloads of control frames. The frame around a payload (header, footer, checks, the
+byte layout) is :mod:`storage_log.framing`.
 """
 
 from __future__ import annotations
@@ -16,17 +19,7 @@ import zstandard
 
 from storage_log import columnar
 from storage_log.framing import (
-    FLAG_COMMIT,
-    FOOTER,
-    FOOTER_MAGIC,
-    FOOTER_PREFIX,
-    FOOTER_SIZE,
-    FORMAT_VERSION,
-    HEADER,
-    HEADER_MAGIC,
     HEADER_SIZE,
-    INT64_MAX,
-    INT64_MIN,
     MAX_PAYLOAD,
     OVERHEAD,
     Codec,
@@ -34,20 +27,10 @@ from storage_log.framing import (
     FrameInfo,
     Kind,
     PendingFrame,
-    decode_schema,
-    encode_schema,
-    parse_backward,
-    parse_forward,
     pending,
 )
 
-__all__ = [
-    "COLUMNAR_MIN_ROWS", "FLAG_COMMIT", "FOOTER", "FOOTER_MAGIC", "FOOTER_PREFIX",
-    "FOOTER_SIZE", "FORMAT_VERSION", "HEADER", "HEADER_MAGIC", "HEADER_SIZE", "INT64_MAX",
-    "INT64_MIN", "MAX_PAYLOAD", "OVERHEAD", "PACKED_MIN_ROWS", "Codec", "FrameCodec",
-    "FrameError", "FrameInfo", "Kind", "PendingFrame", "decode_schema", "encode_schema",
-    "parse_backward", "parse_forward",
-]
+__all__ = ["COLUMNAR_MIN_ROWS", "PACKED_MIN_ROWS", "PayloadCodec"]
 
 #: records of at least this many rows of numeric columns are written COLUMNAR; below
 #: it the per-column passes cost more than compressing the Arrow message
@@ -58,49 +41,22 @@ COLUMNAR_MIN_ROWS = 256
 PACKED_MIN_ROWS = 4096
 
 
-class FrameCodec:
-    """Encodes and decodes frames. The on-disk layout of one frame, byte by byte.
+class PayloadCodec:
+    """Encodes records into frames and decodes their payloads.
 
-    All integers are little-endian. ``P`` is the payload length.
-
-    ==========  =====  ==========================================================
-    offset      size   field
-    ==========  =====  ==========================================================
-    0           4      header magic ``b"CECr"``
-    4           1      format version (1)
-    5           1      kind: 1 DATA, 2 SCHEMA, 3 TOKEN, 4 SEAL
-    6           1      flags: bit 0 COMMIT (the frame ends a commit); others zero
-    7           1      codec: 0 none, 1 zstd, 2 columnar (each one zstd frame with
-                       its content size), 3 packed (not compressed as a whole)
-    8           4      P, payload length (uint32)
-    12          P      payload
-    12+P        8      first_seq (int64)  \\
-    20+P        8      last_seq (int64)    | for DATA: of the record's rows;
-    28+P        8      first_ts (int64)    | control frames repeat the last
-    36+P        8      last_ts (int64)    /  data position before them (-1, 0 if none)
-    44+P        4      rows (uint32); 0 for control frames
-    48+P        4      P again (uint32), so a reader can step back from the end
-    52+P        8      xxh64 (seed 0) of payload ‖ bytes 0..11 ‖ bytes 12+P..51+P
-    60+P        4      footer magic ``b"rCEC"``
-    ==========  =====  ==========================================================
-
-    Framing costs exactly 64 bytes per frame. A DATA payload is the Arrow IPC
-    *record-batch message* of the record (``RecordBatch.serialize()``, no schema),
-    zstd-compressed (codec 1), or, for a record of at least ``COLUMNAR_MIN_ROWS``
-    rows whose columns are all non-null integers or floats, the
-    :mod:`storage_log.columnar` encoding of its columns, zstd-compressed (codec 2:
-    the same record to the reader, a tenth of the compression work), or, from
-    ``PACKED_MIN_ROWS`` rows, its layout-2 encoding (codec 3, not compressed as a
-    whole: each column's bytes are bit-packed and zstd-compressed as they merit,
-    :func:`storage_log.columnar.encode_packed`); the schema
-    is written once per segment as a SCHEMA frame (uncompressed IPC schema
+    A DATA payload is the Arrow IPC *record-batch message* of the record
+    (``RecordBatch.serialize()``, no schema), zstd-compressed (codec 1), or, for a
+    record of at least ``COLUMNAR_MIN_ROWS`` rows whose columns are all non-null
+    integers or floats, the :mod:`storage_log.columnar` encoding of its columns,
+    zstd-compressed (codec 2: the same record to the reader, a tenth of the
+    compression work), or, from ``PACKED_MIN_ROWS`` rows, its layout-2 encoding
+    (codec 3, not compressed as a whole: each column's bytes are bit-packed and
+    zstd-compressed as they merit, :func:`storage_log.columnar.encode_packed`); the
+    schema is written once per segment as a SCHEMA frame (uncompressed IPC schema
     message) before that segment's first DATA frame, and is mirrored in the LMDB
-    metadata. A TOKEN payload is the caller's token bytes;
-    a SEAL payload is empty.
+    metadata. A TOKEN payload is the caller's token bytes; a SEAL payload is empty.
 
-    Invariants checked on every read: both magics, version, known kind, flags and
-    codec, equal lengths in header and footer, the checksum, and for DATA
-    ``first_seq <= last_seq``, ``first_ts <= last_ts``, ``rows > 0``.
+    Decoding checks that a record has the rows its footer says.
 
     Thread safety: encoding may run on the instance's worker threads (``threads``),
     each with its own zstd compressor; call the methods from one thread.
