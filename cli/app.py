@@ -9,6 +9,7 @@ exit status the error class carries (2 usage/spec, 3 corrupt log or a refused wr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -254,6 +255,30 @@ def export(
 ) -> None:
     """Every result (R) of every partition, control records dropped."""
     _show(cec_spark.api.export(run_dir, out, fmt, consumer), json_out)
+
+
+@app.command("tail", epilog=EXIT_CODES)
+def tail(
+    run_dir: Annotated[Path, typer.Argument(metavar="log_dir",
+                                            help="The run's log directory.")],
+    fmt: Annotated[str, typer.Option("--format", help="jsonl or csv.")] = "jsonl",
+    from_start: Annotated[bool, typer.Option(
+        "--from-start", help="From the first result (default: only new ones).")] = False,
+    consumer: Annotated[str | None, typer.Option(
+        "--consumer", help="After what this consumer acknowledged; acknowledge as it "
+        "prints (a restarted tail goes on where it stopped; exactly once into a file "
+        "opened with >>).")] = None,
+) -> None:
+    """Print each result as soon as it is durable, one line per result (the fields of
+    cec export), until a bounded run completes or Ctrl-C (exit 130)."""
+    try:
+        cec_spark.api.tail(run_dir, fmt=fmt, from_start=from_start, consumer=consumer)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except BrokenPipeError:  # `cec tail ... | head`: the reader is gone, as for any filter
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(0) from None
 
 
 @examples_app.callback()

@@ -42,7 +42,8 @@ from cec_spark.api.commands import (
     results,
     run,
     stored_spec,
+    tail,
 )
 
 __all__ = ["ORIGIN", "SOURCE_DIR", "Run", "Stream", "export", "generator", "inspect_extent",
-           "inspect_log", "load", "recover", "results", "run", "stored_spec", "stream"]
+           "inspect_log", "load", "recover", "results", "run", "stored_spec", "stream", "tail"]

@@ -36,6 +36,8 @@ from cec_spark.report import ExportResult, ExtentResult, LogReport, RecoverResul
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from cec_spark.read.tail import TailState
+
 __all__ = ["Run", "export", "inspect_extent", "inspect_log", "load", "recover", "results",
            "run", "stored_spec"]
 
@@ -225,6 +227,16 @@ def export(run_dir: Path | str, out: Path | str, fmt: str = "csv",
     """``cec export``: every result of the run as one CSV or parquet file. ``more``:
     further options of :func:`cec_spark.read.export.export`."""
     return _export(run_dir, out, fmt, consumer, **more)
+
+
+def tail(run_dir: Path | str, *, fmt: str = "jsonl", from_start: bool = False,
+         consumer: str | None = None, **more: Any) -> TailState:
+    """``cec tail``: print each result of the run as soon as it is durable, until a bounded
+    run completes. ``more``: further options of :func:`cec_spark.read.tail.tail` (``out``,
+    ``stop``)."""
+    from cec_spark.read.tail import tail as follow  # noqa: PLC0415 - lazy
+
+    return follow(run_dir, fmt=fmt, from_start=from_start, consumer=consumer, **more)
 
 
 def inspect_extent(run_dir: Path | str, *, partition: int | None = None,

@@ -27,6 +27,7 @@ from cec_spark.read.export import export, results_table, with_timestamps
 from cec_spark.read.tail import Tail, check_run_dir, tail
 from cec_spark.recover.rescale import rescale
 from cec_spark.rundir.layout import RunLayout
+from cli.app import main
 from tests.cec_spark.test_rescale_offline import CHUNK, ROWS, _ingest, _new_run, _operate, _rows
 
 WINDOW = '{ kind = "count", size = 7 }'
@@ -51,7 +52,8 @@ def _follow(run_dir: Path, **kw: object) -> tuple[threading.Thread, io.StringIO,
     return th, out, stop
 
 
-def test_not_a_run_directory_is_refused(tmp_path: Path) -> None:
+def test_not_a_run_directory_is_refused(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(UsageError, match=r"not a cec run directory .*notes\.txt"):
         tail(tmp_path, out=io.StringIO())
@@ -63,6 +65,8 @@ def test_not_a_run_directory_is_refused(tmp_path: Path) -> None:
         tail(tmp_path / "new", fmt="xml")
     with pytest.raises(UsageError, match="--consumer"):
         tail(tmp_path / "new", consumer="a b")
+    assert main(["tail", str(tmp_path)]) == 2  # the command: one line, exit 2
+    assert "not a cec run directory" in capsys.readouterr().err
 
 
 def test_a_tail_started_before_the_run_prints_exactly_the_export(tmp_path: Path) -> None:
