@@ -19,8 +19,9 @@ import pyarrow as pa
 import pytest
 
 from cec.spec import load_spec
-from cec_spark.ingest.query import IngestProgress, IngestQuery, partition_expr
+from cec_spark.ingest.query import IngestProgress, IngestQuery
 from cec_spark.ingest.writer import PART, committed_chunk, create_logs, read_token
+from cec_spark.run.plan import RunPlan
 from cec_spark.run.session import build_session
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import KEY_GROUPS, settings_for
@@ -67,16 +68,19 @@ def _setup(spark: object, spec_path: Path, run: Path) -> tuple[object, RunLayout
     layout = RunLayout(run)
     layout.write_run_file(spec, settings)
     create_logs(layout, P, spec.run.fsync)
-    return spec, layout, IngestQuery(spark, spec, settings, layout)  # type: ignore[arg-type]
+    return spec, layout, IngestQuery(spark, RunPlan(spec, settings, layout))  # type: ignore[arg-type]
 
 
 def _expected(spark: object, df: pd.DataFrame) -> list[np.ndarray]:
-    """Per key partition, the seqs of the kept rows (item_price >= 0), computed by
-    Spark's own partition expression."""
+    """Per key partition, the seqs of the kept rows (item_price >= 0), the partition
+    computed by Spark SQL from the documented rule (key group ``pmod(xxhash64(key), G)``
+    with Spark's seed 42, owned by partition ``floor(kg * P / G)``), written out here
+    rather than taken from the code under test (``partition_expr``)."""
     kept = df.assign(seq=np.arange(len(df)))[df.item_price >= 0]
     sdf = spark.createDataFrame(kept[["item_id", "seq"]])  # type: ignore[attr-defined]
-    rows = sdf.select("seq", partition_expr(sdf["item_id"], P, KEY_GROUPS).alias(PART)
-                      ).collect()
+    rows = sdf.selectExpr(
+        "seq", f"CAST(FLOOR(pmod(xxhash64(item_id), {KEY_GROUPS}) * {P} / {KEY_GROUPS}) "
+        f"AS INT) AS {PART}").collect()
     out: list[list[int]] = [[] for _ in range(P)]
     for r in rows:
         out[int(r[PART])].append(int(r["seq"]))
