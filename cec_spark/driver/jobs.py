@@ -15,49 +15,48 @@ need as many lines to say the same, and would hide the stop event's check).
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
-from cec.spec import PipelineSpec
 from cec_spark.errors import DriverSupersededError
 from cec_spark.ingest.job import ingest
 from cec_spark.ingest.query import IngestProgress
 from cec_spark.run.plan import RunPlan
-from cec_spark.run.task import run_partition
-from cec_spark.rundir.layout import RunLayout, RunSettings
-from cec_spark.source.types import SourcePlan
+from cec_spark.run.task import TaskCounters, run_partition
+from cec_spark.rundir.layout import RunLayout
 from cec_spark.watchdog import say
 from storage_log.errors import LogWriteError
 
 MAX_RESUBMITS = 5
 
 
-def _task_entry(root: str, run_id: str | None, driver: int | None, run_text: str | None = None
+def _task_entry(plan: RunPlan, driver: int | None
                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The operator job's function: Spark partition ``p`` holds the one number ``p``.
 
     The job is ``spark.range(P, P partitions).mapInArrow(...)``, a SQL job like the
     ingest's, so that both jobs' Python workers fork from one worker daemon (an RDD
     job and a SQL job each started their own: two interpreters importing cec at the
-    start of every run, on two cores). ``run_text`` is the run's ``run.toml`` text
-    (:attr:`cec_spark.run.plan.RunPlan.run_text`): the tasks parse it instead of reading
-    the file.
+    start of every run, on two cores). The function carries the run directory, the run
+    id, ``driver`` and the run's ``run.toml`` text (:attr:`RunPlan.run_text`: the tasks
+    parse it instead of reading the file), not the plan. Each task yields one row: its
+    :class:`TaskCounters` as JSON (:meth:`TaskCounters.to_json`).
     """
+    run_dir, run_id, run_text = str(plan.layout.root), plan.settings.run_id, plan.run_text
+
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for p in batch.column(0).to_pylist():
-                result = json.dumps(run_partition(root, int(p), run_id, driver,
-                                                  run_text=run_text))
-                yield pa.RecordBatch.from_pydict({"result": pa.array([result], pa.string())})
+                counters = run_partition(run_dir, int(p), run_id, driver, run_text=run_text)
+                yield pa.RecordBatch.from_pydict(
+                    {"result": pa.array([counters.to_json()], pa.string())})
 
     return run
 
@@ -86,7 +85,7 @@ class _Shared:
     ingest_error: BaseException | None = None
     operator_error: BaseException | None = None
     cluster_error: CecError | None = None
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[TaskCounters] = field(default_factory=list)  # the last job's
     resubmits: int = 0
     operators_done: threading.Event = field(default_factory=threading.Event)
     ingest_done: threading.Event = field(default_factory=threading.Event)
@@ -123,17 +122,18 @@ def _retry(job: Callable[[], None], what: str, again: str, stop: threading.Event
             time.sleep(delay)
 
 
-def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
-                     ids: tuple[str | None, int | None], shared: _Shared,
-                     run_text: str | None = None) -> None:
+def _operator_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
+                     shared: _Shared) -> None:
+    """The operator job, resubmitted by :func:`_retry`; its tasks' counters, parsed once,
+    go to ``shared.results``."""
     sc = spark.sparkContext
-    root = str(layout.root)
+    partitions = plan.partitions
 
     def job() -> None:
         sc.setJobGroup("cec-operators", "cec operator tasks", interruptOnCancel=True)
         rows = (spark.range(0, partitions, 1, partitions)
-                .mapInArrow(_task_entry(root, *ids, run_text), "result string").collect())
-        shared.results = [json.loads(r["result"]) for r in rows]
+                .mapInArrow(_task_entry(plan, driver), "result string").collect())
+        shared.results = [TaskCounters.from_json(r["result"]) for r in rows]
 
     def count() -> int:
         shared.resubmits += 1
@@ -146,14 +146,16 @@ def _operator_thread(spark: SparkSession, layout: RunLayout, partitions: int,
         shared.operators_done.set()
 
 
-def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-                   layout: RunLayout, plan: SourcePlan | None, driver: int | None,
+def _ingest_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
                    shared: _Shared) -> None:
+    """The ingest of ``plan`` (:func:`cec_spark.ingest.job.ingest`), retried by
+    :func:`_retry`; a failure stops the operator tasks too."""
+    layout = plan.layout
+
     def should_stop() -> bool:  # a stop, or a newer driver took the run
         return shared.stop.is_set() or (driver is not None
                                         and layout.latest_driver() > driver)
 
-    run = RunPlan(spec, settings, layout, plan)
     tries = [0]
 
     def count() -> int:
@@ -162,7 +164,7 @@ def _ingest_thread(spark: SparkSession, spec: PipelineSpec, settings: RunSetting
 
     try:
         shared.ingest_error = _retry(
-            lambda: ingest(spark, run, shared.ingest, should_stop, driver=driver),
+            lambda: ingest(spark, plan, shared.ingest, should_stop, driver=driver),
             "ingest job", "retrying", shared.stop, count)
     finally:
         shared.ingest_done.set()

@@ -25,7 +25,6 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
-from cec.spec import PipelineSpec
 from cec_spark.driver.jobs import (
     MAX_RESUBMITS,
     _ingest_thread,
@@ -38,137 +37,167 @@ from cec_spark.driver.progress import ProgressView
 from cec_spark.errors import DriverSupersededError, PipelineError
 from cec_spark.ingest.query import IngestProgress, check_filter
 from cec_spark.ingest.writer import create_logs, late_rows, upstream_sealed
-from cec_spark.report import RunResult, partition_run
+from cec_spark.report import RunResult
 from cec_spark.run.cluster import SlotWatch, check_local_slots, probe, wait_for_slots
-from cec_spark.run.plan import RunPlan, default_log_dir, pipeline_spec, plan_new_run, plan_resume
+from cec_spark.run.plan import RunPlan, default_run_dir, pipeline_spec, plan_new_run, plan_resume
 from cec_spark.run.session import (
     early_start_pending,
     is_local,
     session_for,
     stop_session,
 )
-from cec_spark.rundir.layout import RunLayout, RunSettings
-from cec_spark.rundir.run_file import run_text
-from cec_spark.source.planner import SourcePlan
+from cec_spark.rundir.layout import RunLayout
 from cec_spark.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
 
-__all__ = ["MAX_RESUBMITS", "STOP_GRACE_S", "default_log_dir", "execute",
+__all__ = ["MAX_RESUBMITS", "STOP_GRACE_S", "default_run_dir", "execute",
            "resume_run", "run_pipeline", "run_plan"]
 
 STOP_GRACE_S = 30.0
 
 
-def _fingerprint(layout: RunLayout, partitions: int, ingest: IngestProgress
-                 ) -> tuple[object, ...]:
+def _fingerprint(plan: RunPlan, ingest: IngestProgress) -> tuple[object, ...]:
     """What moves while a run makes progress: ingest counters and task counters."""
     tasks = []
-    for p in range(partitions):
-        st = layout.read_state(p)
+    for p in range(plan.partitions):
+        st = plan.layout.read_state(p)
         tasks.append((st.get("pid"), st.get("in_tuples"), st.get("out_rows"),
                       st.get("done"), st.get("recovered") is not None))
     return (ingest.chunks_done, ingest.source_rows, ingest.sealed, tuple(tasks))
 
 
-def _waiting_on(spec: PipelineSpec, layout: RunLayout, partitions: int,
-                shared: _Shared) -> str:
+def _waiting_on(plan: RunPlan, shared: _Shared) -> str:
     """A phrase for what a run that makes no progress is waiting on."""
-    missing = [p for p in range(partitions) if not layout.read_state(p)]
+    partitions = plan.partitions
+    missing = [p for p in range(partitions) if not plan.layout.read_state(p)]
     if missing:
         return (f"the operator tasks of partitions {missing} to start (a run needs "
                 f"{partitions} + 1 free Spark task slots; is the cluster full?)")
     if not shared.ingest.sealed and not shared.ingest_done.is_set():
-        if spec.source.kind == "stream-dir":
-            return f"new files in the stream folder {spec.source.path}"
+        if plan.spec.source.kind == "stream-dir":
+            return f"new files in the stream folder {plan.spec.source.path}"
         total = shared.ingest.chunks_total
         of = "" if total is None else f"/{total}"
         return f"the ingest (the Spark job of chunk {shared.ingest.chunks_done + 1}{of})"
     return "the operator tasks to consume their upstream logs"
 
 
-def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-            layout: RunLayout, *, plan: SourcePlan | None = None,
-            progress: bool = True, stall_s: float = DEFAULT_STALL_S,
-            driver: int | None = None, watch: SlotWatch | None = None) -> RunResult:
-    """Run ingest and operators of the run in ``layout`` to the end (or a stop).
+def execute(spark: SparkSession, plan: RunPlan, *, progress: bool = True,
+            stall_s: float = DEFAULT_STALL_S, driver: int | None = None,
+            watch: SlotWatch | None = None) -> RunResult:
+    """Run ingest and operators of ``plan``'s run to the end (or a stop).
+
+    The steps: start the two job threads (:func:`_start_jobs`), draw the progress and
+    watch the run until the operator job ends (:func:`_watch`), stop the ingest if the
+    operators gave up, raise what failed (:func:`_raise_failure`), and report from the
+    tasks' counters (:func:`_run_result`).
 
     When nothing moves for ``stall_s`` seconds it says on stderr what it waits on and
     leaves every thread's stack in ``RUN/watchdog/`` (:class:`Watchdog`). ``driver`` is
     this driver's number (:meth:`RunLayout.take_driver`): the run stops when a newer
-    driver takes over. ``watch`` gives up when lost task slots do not come back.
+    driver takes over. ``watch`` gives up when lost task slots do not come back. The
+    ingest reads ``plan.source``'s chunks (None: it plans the source only if it must).
     """
-    partitions = spec.run.partitions
+    layout = plan.layout
     if layout.stop_file.exists():
         layout.stop_file.unlink()
-    create_logs(layout, partitions, spec.run.fsync)
+    create_logs(layout, plan.partitions, plan.spec.run.fsync)
     shared = _Shared()
-    started = time.monotonic()
-    started_at = time.time()
-    threads = [
-        threading.Thread(target=_operator_thread,
-                         args=(spark, layout, partitions, (settings.run_id, driver), shared,
-                               run_text(spec, settings)),
-                         name="cec-operators", daemon=True),
-        threading.Thread(target=_ingest_thread,
-                         args=(spark, spec, settings, layout, plan, driver, shared),
-                         name="cec-ingest", daemon=True),
-    ]
-    for t in threads:
-        t.start()
-    view = ProgressView(layout, partitions, shared.ingest, enabled=progress,
-                        objective=spec.checkpoint.rto_us is not None)
-    interrupted = False
-    previous = signal.getsignal(signal.SIGINT)
-    in_main = threading.current_thread() is threading.main_thread()
-    if in_main:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with view, Watchdog(layout.root, stall_s) as dog:
-            seen = _fingerprint(layout, partitions, shared.ingest)
-            told = False
-            while not shared.operators_done.wait(0.5):
-                view.refresh()
-                if shared.ingest_done.is_set() and shared.ingest_error is not None:
-                    break
-                try:
-                    layout.check_driver(driver)
-                    if watch is not None:
-                        watch.check()
-                except CecError as exc:  # superseded, or the slots did not come back
-                    shared.cluster_error = exc
-                    _request_stop(layout, shared,
-                                  file=not isinstance(exc, DriverSupersededError))
-                    spark.sparkContext.cancelAllJobs()
-                    break
-                now = _fingerprint(layout, partitions, shared.ingest)
-                if now != seen:
-                    seen, told = now, False
-                    dog.progress()
-                elif not told and dog.stalled() >= stall_s:
-                    told = True
-                    say(f"no progress for {dog.stalled():.0f} s: waiting for "
-                        f"{_waiting_on(spec, layout, partitions, shared)}; every thread's "
-                        f"stack is in {dog.evidence}")
-            view.refresh()
-    except KeyboardInterrupt:
-        interrupted = True
-        _request_stop(layout, shared)
-        view.note("stopping: waiting for every partition to commit (Ctrl-C again to cancel)")
-        try:
-            shared.operators_done.wait(STOP_GRACE_S)
-            shared.ingest_done.wait(STOP_GRACE_S)
-        except KeyboardInterrupt:
-            pass
-        if not (shared.operators_done.is_set() and shared.ingest_done.is_set()):
-            spark.sparkContext.cancelAllJobs()
-    finally:
-        if in_main:
-            signal.signal(signal.SIGINT, previous)
+    started, started_at = time.monotonic(), time.time()
+    _start_jobs(spark, plan, driver, shared)
+    view = ProgressView(layout, plan.partitions, shared.ingest, enabled=progress,
+                        objective=plan.spec.checkpoint.rto_us is not None)
+    interrupted = _watch(spark, plan, shared, view, stall_s=stall_s, driver=driver,
+                         watch=watch)
     if shared.operator_error is not None:  # the operators gave up: stop the ingest too
         _request_stop(layout, shared,
                       file=not isinstance(shared.operator_error, DriverSupersededError))
     shared.ingest_done.wait(STOP_GRACE_S)
     shared.operators_done.wait(STOP_GRACE_S)
     elapsed = time.monotonic() - started
+    _raise_failure(shared)
+    return _run_result(plan, shared, interrupted=interrupted, elapsed=elapsed,
+                       started_at=started_at)
+
+
+def _start_jobs(spark: SparkSession, plan: RunPlan, driver: int | None,
+                shared: _Shared) -> None:
+    """The operator job's thread and the ingest's (:mod:`cec_spark.driver.jobs`)."""
+    for name, target in (("cec-operators", _operator_thread), ("cec-ingest", _ingest_thread)):
+        threading.Thread(target=target, args=(spark, plan, driver, shared), name=name,
+                         daemon=True).start()
+
+
+def _watch(spark: SparkSession, plan: RunPlan, shared: _Shared, view: ProgressView, *,
+           stall_s: float, driver: int | None, watch: SlotWatch | None) -> bool:
+    """The main thread until the operator job ends: the progress display, and the first
+    Ctrl-C asks for a stop (:func:`_stop_on_interrupt`). True: it was interrupted."""
+    previous = signal.getsignal(signal.SIGINT)
+    in_main = threading.current_thread() is threading.main_thread()
+    if in_main:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with view, Watchdog(plan.layout.root, stall_s) as dog:
+            _wait_for_operators(spark, plan, shared, view, dog, driver=driver, watch=watch)
+            view.refresh()
+    except KeyboardInterrupt:
+        _stop_on_interrupt(spark, plan.layout, shared, view)
+        return True
+    finally:
+        if in_main:
+            signal.signal(signal.SIGINT, previous)
+    return False
+
+
+def _wait_for_operators(spark: SparkSession, plan: RunPlan, shared: _Shared,
+                        view: ProgressView, dog: Watchdog, *, driver: int | None,
+                        watch: SlotWatch | None) -> None:
+    """Twice a second until the operator job ends (or the ingest failed): redraw, check
+    that the run is still this driver's and the slots are there, and say once what a
+    run that stopped moving waits on."""
+    layout, stall_s = plan.layout, dog.stall_s
+    seen = _fingerprint(plan, shared.ingest)
+    told = False
+    while not shared.operators_done.wait(0.5):
+        view.refresh()
+        if shared.ingest_done.is_set() and shared.ingest_error is not None:
+            return
+        try:
+            layout.check_driver(driver)
+            if watch is not None:
+                watch.check()
+        except CecError as exc:  # superseded, or the slots did not come back
+            shared.cluster_error = exc
+            _request_stop(layout, shared, file=not isinstance(exc, DriverSupersededError))
+            spark.sparkContext.cancelAllJobs()
+            return
+        now = _fingerprint(plan, shared.ingest)
+        if now != seen:
+            seen, told = now, False
+            dog.progress()
+        elif not told and dog.stalled() >= stall_s:
+            told = True
+            say(f"no progress for {dog.stalled():.0f} s: waiting for "
+                f"{_waiting_on(plan, shared)}; every thread's stack is in {dog.evidence}")
+
+
+def _stop_on_interrupt(spark: SparkSession, layout: RunLayout, shared: _Shared,
+                       view: ProgressView) -> None:
+    """Ctrl-C: STOP, then wait for every partition to commit; a second Ctrl-C (or
+    :data:`STOP_GRACE_S`) cancels the jobs."""
+    _request_stop(layout, shared)
+    view.note("stopping: waiting for every partition to commit (Ctrl-C again to cancel)")
+    try:
+        shared.operators_done.wait(STOP_GRACE_S)
+        shared.ingest_done.wait(STOP_GRACE_S)
+    except KeyboardInterrupt:
+        pass
+    if not (shared.operators_done.is_set() and shared.ingest_done.is_set()):
+        spark.sparkContext.cancelAllJobs()
+
+
+def _raise_failure(shared: _Shared) -> None:
+    """Raise what ended the run early: the cluster, the ingest, the operator job (a
+    user error as it is, anything else as a :class:`PipelineError`)."""
     if shared.cluster_error is not None:
         raise shared.cluster_error
     if shared.ingest_error is not None:
@@ -181,40 +210,47 @@ def execute(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
     if shared.operator_error is not None:
         raise PipelineError(f"operator job failed {shared.resubmits} times: "
                             f"{_spark_error(shared.operator_error)}") from shared.operator_error
-    results = sorted(shared.results, key=lambda r: int(r["p"]))
-    completed = (not interrupted and len(results) == partitions
-                 and all(r.get("done") for r in results))
+
+
+def _run_result(plan: RunPlan, shared: _Shared, *, interrupted: bool, elapsed: float,
+                started_at: float) -> RunResult:
+    """The run's report, from the tasks' counters and the ingest's; a completed run's
+    STOP file is removed."""
+    layout, partitions = plan.layout, plan.partitions
+    tasks = sorted(shared.results, key=lambda c: c.p)
+    completed = (not interrupted and len(tasks) == partitions
+                 and all(c.done for c in tasks))
     if completed and layout.stop_file.exists():
         layout.stop_file.unlink()
-    tuples = sum(int(r.get("in_tuples", 0)) for r in results)
     rows = shared.ingest.source_rows
     # steady: from the first input batch any operator saw to the end (no start-up)
-    firsts = [float(r["first_input_at"]) for r in results if r.get("first_input_at")]
+    firsts = [c.first_input_at for c in tasks if c.first_input_at]
     steady_s = time.time() - min(firsts) if firsts else None
     late = late_rows(layout, partitions)  # committed with the upstream logs: exact
+    ingest = shared.ingest
     return RunResult(
         run_dir=str(layout.root),
         partitions=partitions,
         completed=completed,
         interrupted=interrupted,
         source_rows=rows,
-        ingested_tuples=shared.ingest.tuples,
-        operator_tuples=tuples,
+        ingested_tuples=ingest.tuples,
+        operator_tuples=sum(c.in_tuples for c in tasks),
         elapsed_s=round(elapsed, 3),
         source_rows_per_s=round(rows / elapsed, 1) if elapsed > 0 else None,
         steady_s=None if steady_s is None else round(steady_s, 3),
         started_at_us=int(started_at * 1e6),
         steady_rows_per_s=round(rows / steady_s, 1) if steady_s else None,
         resubmits=shared.resubmits,
-        ingest_s=None if shared.ingest.finished is None
-        else round(shared.ingest.finished - shared.ingest.started, 3),
-        ingest_jobs_s=[round(x, 3) for x in shared.ingest.job_seconds],
-        ingest_writer_s={k: round(v, 3) for k, v in shared.ingest.writer_s.items()},
-        upstream_segments_trimmed=shared.ingest.trimmed_segments,
-        results=sum(int(r.get("r", 0)) for r in results),
-        per_partition=[partition_run(r) for r in results],
+        ingest_s=None if ingest.finished is None
+        else round(ingest.finished - ingest.started, 3),
+        ingest_jobs_s=[round(x, 3) for x in ingest.job_seconds],
+        ingest_writer_s={k: round(v, 3) for k, v in ingest.writer_s.items()},
+        upstream_segments_trimmed=ingest.trimmed_segments,
+        results=sum(c.r for c in tasks),
+        per_partition=[c.partition_run() for c in tasks],
         late_rows=sum(late), late_rows_per_partition=late,
-        warnings=list(settings.warnings),
+        warnings=list(plan.settings.warnings),
     )
 
 
@@ -246,7 +282,7 @@ def _prepare(spark: SparkSession, plan: RunPlan) -> SlotWatch:
     return SlotWatch(sc, spec.run.partitions, master, spec.run.slot_timeout_s)
 
 
-def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
+def run_pipeline(spec_path: Path | str, run_dir: Path | str | None = None, *,
                  partitions: int | None = None, master: str | None = None,
                  conf: dict[str, str] | None = None,
                  max_tuples: int | None = None, progress: bool = True) -> RunResult:
@@ -254,12 +290,12 @@ def run_pipeline(spec_path: Path | str, log_dir: Path | str | None = None, *,
 
     Everything that can be wrong with the spec or a bounded source is found before
     anything is written (exit status 2, nothing on disk). ``conf`` (``--conf``) is
-    stored with the spec's ``[run.spark]``; the log directory is stored absolute, so
-    that every host of a cluster opens the same one. (:func:`run_plan` of
+    stored with the spec's ``[run.spark]``; the run directory (``--log-dir``) is stored
+    absolute, so that every host of a cluster opens the same one. (:func:`run_plan` of
     :func:`cec_spark.run.plan.plan_new_run`.)
     """
     spec = pipeline_spec(spec_path, partitions=partitions, master=master, conf=conf)
-    return run_plan(plan_new_run(spec, spec_path, log_dir, max_tuples=max_tuples),
+    return run_plan(plan_new_run(spec, spec_path, run_dir, max_tuples=max_tuples),
                     progress=progress)
 
 
@@ -280,14 +316,13 @@ def run_plan(plan: RunPlan, *, progress: bool = True) -> RunResult:
         raise
     try:
         try:
-            if plan.source is not None:
-                check_filter(spark, plan.spec, plan.source)
+            check_filter(spark, plan)
             watch = _prepare(spark, plan)
         except UsageError:  # cec's, or the log's (_prepare may open the upstream logs)
             _unmake(layout, created)  # nothing but run.toml was written: take it back
             raise
-        return execute(spark, plan.spec, plan.settings, layout, plan=plan.source,
-                       progress=progress, driver=layout.take_driver(), watch=watch)
+        return execute(spark, plan, progress=progress, driver=layout.take_driver(),
+                       watch=watch)
     finally:
         if owned:
             stop_session(spark)
@@ -303,10 +338,10 @@ def _unmake(layout: RunLayout, created: bool) -> None:
             layout.root.rmdir()
 
 
-def resume_run(root: Path | str, *, master: str | None = None,
+def resume_run(run_dir: Path | str, *, master: str | None = None,
                conf: dict[str, str] | None = None, progress: bool = True,
                driver: int | None = None, plan: RunPlan | None = None) -> RunResult:
-    """Resume the run stored in ``root`` (ingest from its tokens, tasks recover).
+    """Resume the run stored in ``run_dir`` (ingest from its tokens, tasks recover).
 
     ``master`` and ``conf`` override the stored ones for this resume only (a recovery
     may run on another cluster than the run it resumes). ``plan``: the run's plan
@@ -314,16 +349,14 @@ def resume_run(root: Path | str, *, master: str | None = None,
     read ``run.toml`` already; else it is read here.
     """
     if plan is None:
-        plan = plan_resume(root, master=master, conf=conf)
-    spec, layout = plan.spec, plan.layout
-    check_local_slots(spec.run.partitions, spec.run.effective_master)
+        plan = plan_resume(run_dir, master=master, conf=conf)
+    check_local_slots(plan.partitions, plan.spec.run.effective_master)
     if driver is None:
-        driver = layout.take_driver()  # from here on, an older driver of this run stops
+        driver = plan.layout.take_driver()  # from here on, an older driver of this run stops
     spark, owned = _session(plan, progress)
     try:
         watch = _prepare(spark, plan)
-        return execute(spark, spec, plan.settings, layout, progress=progress,
-                       driver=driver, watch=watch)
+        return execute(spark, plan, progress=progress, driver=driver, watch=watch)
     finally:
         if owned:
             stop_session(spark)

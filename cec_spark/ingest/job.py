@@ -93,7 +93,7 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
     resume, resume_next = committed_chunk(layout, spec.run.partitions)
     if resume >= 0:  # a resumed ingest reads the source again: it must be the same
         check_fingerprint(spec, list(settings.source_files))
-    query = IngestQuery(spark, spec, settings, layout, driver)
+    query = IngestQuery(spark, plan, driver)
     if spec.source.kind == "stream-dir":
         start = plan.source
         if start is None or start.watch is None:  # nothing planned: no file seen yet

@@ -24,10 +24,11 @@ from cec_spark.ingest.writer import (
     _chunk_writer,
     _job_chunks,
 )
-from cec_spark.rundir.layout import RunLayout, RunSettings, value_column
+from cec_spark.run.plan import RunPlan
+from cec_spark.rundir.layout import value_column
 from cec_spark.source.order import LATE
 from cec_spark.source.read import read_chunk
-from cec_spark.source.types import SEQ, Chunk, ColumnTypes, SourcePlan, TimeSpec
+from cec_spark.source.types import SEQ, Chunk, ColumnTypes, TimeSpec
 
 # a time field (kind int64, timestamp or iso) reaches Spark as int64 microseconds
 _SPARK_TYPES = {"int64": "BIGINT", "float64": "DOUBLE", "string": "STRING", "bool": "BOOLEAN",
@@ -169,15 +170,17 @@ def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes
     )
 
 
-def check_filter(spark: SparkSession, spec: PipelineSpec, plan: SourcePlan) -> None:
-    """Analyse the query of the first chunk: a bad ``where`` is a SpecError, before any write."""
-    if spec.where is None:  # nothing of the user's to analyse: the columns are planned
+def check_filter(spark: SparkSession, plan: RunPlan) -> None:
+    """Analyse the query of the plan's first chunk: a bad ``where`` is a SpecError, before
+    any write (a plan without a planned source: nothing to analyse)."""
+    spec, source = plan.spec, plan.source
+    if spec.where is None or source is None:  # nothing of the user's to analyse
         return
-    chunk = plan.chunks[0] if plan.chunks else Chunk(0, "generator", "", 0, 0, 0, 0)
-    if chunk.fmt != "generator" and not plan.chunks:
+    chunk = source.chunks[0] if source.chunks else Chunk(0, "generator", "", 0, 0, 0, 0)
+    if chunk.fmt != "generator" and not source.chunks:
         return
     try:
-        upstream_frame(spark, spec, plan.columns, [chunk]).schema  # noqa: B018
+        upstream_frame(spark, spec, source.columns, [chunk]).schema  # noqa: B018
     except (AnalysisException, ParseException) as exc:
         first = str(exc).strip().splitlines()[0]
         raise field_error(spec.origin, ("filter", "where"), f"{spec.where!r} is not a valid "
@@ -203,12 +206,11 @@ class IngestQuery:
     _SCHEMA = ("rows long, started_at double, trimmed long, "
                + ", ".join(f"{c} double" for c in _CLOCKS))
 
-    def __init__(self, spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-                 layout: RunLayout, driver: int | None = None) -> None:
-        self.spark, self.spec, self.settings = spark, spec, settings
-        self.cfg = WriterConfig.for_run(spec, layout, settings.run_id, driver)
-        self.tasks = spec.run.ingest_tasks
-        self.writers = min(self.tasks, spec.run.partitions)
+    def __init__(self, spark: SparkSession, plan: RunPlan, driver: int | None = None) -> None:
+        self.spark, self.spec, self.settings = spark, plan.spec, plan.settings
+        self.cfg = WriterConfig.for_run(plan.spec, plan.layout, plan.settings.run_id, driver)
+        self.tasks = plan.spec.run.ingest_tasks
+        self.writers = min(self.tasks, plan.partitions)
         self._reused: DataFrame | None = None
 
     def _query(self, chunks: list[Chunk] | None, readers: int) -> DataFrame:
@@ -247,13 +249,6 @@ class IngestQuery:
             for c in _CLOCKS:
                 clocks[c] = clocks.get(c, 0.0) + float(row[c])
         return int(sum(r["rows"] for r in out))
-
-
-def run_chunks(spark: SparkSession, spec: PipelineSpec, settings: RunSettings,
-               layout: RunLayout, chunks: list[Chunk], progress: IngestProgress,
-               driver: int | None = None) -> int:
-    """Ingest consecutive chunks (one Spark job); the number of tuples written."""
-    return IngestQuery(spark, spec, settings, layout, driver).run(chunks, progress)
 
 
 _ROUTES: dict[int, list[int]] = {}

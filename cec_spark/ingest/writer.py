@@ -86,7 +86,9 @@ def read_token(raw: bytes | None) -> int:
 
 @dataclass(frozen=True)
 class WriterConfig:
-    root: str
+    """What an ingest writer task needs of the run (it crosses to the executors)."""
+
+    run_dir: str
     partitions: int
     fsync: str
     key_column: str
@@ -109,7 +111,7 @@ class WriterConfig:
 
 def open_upstream(cfg: WriterConfig, p: int) -> StreamLog:
     """Partition ``p``'s upstream log for writing; only the driver creates logs."""
-    return StreamLog.open(RunLayout(Path(cfg.root)).upstream(p), writable=True,
+    return StreamLog.open(RunLayout(Path(cfg.run_dir)).upstream(p), writable=True,
                           create=False, fsync=cfg.fsync, segment_bytes=cfg.segment_bytes)
 
 
@@ -131,130 +133,172 @@ def trim_upstream(layout: RunLayout, logs: list[StreamLog | None]) -> int:
     return dropped
 
 
+@dataclass(frozen=True)
+class _JobChunks:
+    """The chunks of one ingest job as the writer needs them: the first row's seq, each
+    chunk's end (``emit_end``, ascending) and the chunks (for their tokens)."""
+
+    first: int
+    ends: np.ndarray
+    chunks: list[Chunk]
+
+    @classmethod
+    def of(cls, chunks: list[Chunk]) -> _JobChunks:
+        return cls(chunks[0].emit_base, np.array([c.emit_end for c in chunks], np.int64),
+                   chunks)
+
+
 def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 1
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function that writes consecutive chunks into upstream logs.
 
     With one writer it writes all P logs; with ``writers`` > 1, Spark partition ``w``
     (the task's partition id) owns the logs ``p`` with ``p % writers == w`` and must
-    receive exactly their rows, in ``seq`` order (:func:`run_chunks` routes and sorts).
-    With ``chunks`` None they are the job's (:func:`_job_chunks`).
-
-    The chunks a batch completes (a row at or past a chunk's end is in it) are
-    committed together, once, with the token of the last of them: the logs then hold
-    every row of those chunks, exactly as a commit per chunk would have left them.
-    When the job has at most :data:`COMMIT_AT_END_ROWS` source rows left, that
-    commit is the job's last one.
+    receive exactly their rows, in ``seq`` order (:class:`IngestQuery` routes and
+    sorts). With ``chunks`` None they are the job's (:func:`_job_chunks`). The writing
+    is :class:`_UpstreamWriter`'s; the function yields one row of its figures.
     """
-    fixed = None if chunks is None else (chunks[0].emit_base,
-                                         np.array([c.emit_end for c in chunks], np.int64),
-                                         chunks)
+    fixed = None if chunks is None else _JobChunks.of(chunks)
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        layout = RunLayout(Path(cfg.root))
+        layout = RunLayout(Path(cfg.run_dir))
         layout.check_visible(cfg.run_id)  # this host sees the run the driver created
         layout.check_driver(cfg.driver)  # and the run is still this driver's
-        if fixed is None:
-            job = _job_chunks()
-            first, ends, tokens = (job[0].emit_base,
-                                   np.array([c.emit_end for c in job], np.int64), job)
-        else:
-            first, ends, tokens = fixed
-        w = 0
-        if writers > 1:
-            ctx = TaskContext.get()
-            assert ctx is not None
-            w = ctx.partitionId()
+        job = fixed if fixed is not None else _JobChunks.of(_job_chunks())
+        w = _writer_index(writers)
         logs: list[StreamLog | None] = [
             open_upstream(cfg, p) if p % writers == w else None
             for p in range(cfg.partitions)]
-        written = 0
-        started_at = time.time()
-        nxt = 0  # the next chunk to commit
-        clock = [0.0, 0.0, 0.0]  # seconds waiting for Spark, appending, committing
-        trimmed = [0]  # upstream segments dropped (trim_upstream)
-
-        def commit_through(upto: int) -> None:  # commit every chunk ending at or before
-            nonlocal nxt
-            t0 = time.perf_counter()
-            done = int(np.searchsorted(ends, upto, "right"))
-            if done > nxt:
-                nxt = done
-                for p, log in enumerate(logs):
-                    # a sealed log holds its whole stream already (a refill after
-                    # --repair cut another)
-                    if log is not None and not log.sealed:
-                        log.commit(_token(tokens[nxt - 1], late[p]))
-                if cfg.trim:
-                    trimmed[0] += trim_upstream(layout, logs)
-            clock[2] += time.perf_counter() - t0
-
-        def append(batch: pa.RecordBatch) -> None:
-            nonlocal written
-            t0 = time.perf_counter()
-            if LATE in batch.schema.names:  # late rows (source_order): count, skip
-                flags = batch.column(LATE).to_numpy(zero_copy_only=False)
-                if flags.any():
-                    part = batch.column(PART).to_numpy()[flags]
-                    seqs = batch.column(1).to_numpy()[flags]
-                    new = seqs >= late_from[part]  # not counted in the log's last token
-                    for p, n in enumerate(np.bincount(part[new], minlength=cfg.partitions)):
-                        if n and logs[p] is not None:
-                            late[p] += int(n)
-                    batch = batch.filter(pa.array(~flags))
-                batch = batch.drop_columns([LATE])
-            written += _append_split(logs, batch, above, cfg.partitions)
-            clock[1] += time.perf_counter() - t0
-
         try:
-            above = [-1 if log is None or log.last_seq is None else log.last_seq
-                     for log in logs]
-            held = [token_fields(None if log is None else log.last_token()) for log in logs]
-            late = [t.get("late", 0) for t in held]
-            late_from = np.array([t.get("seq_end", t.get("next_seq", 0)) for t in held],
-                                 np.int64)
-            it = iter(batches)
-            while True:
-                t0 = time.perf_counter()
-                batch = next(it, None)
-                clock[0] += time.perf_counter() - t0
-                if batch is None:
-                    break
-                if batch.num_rows == 0:
-                    continue
-                seqs = batch.column(1).to_numpy()
-                if int(seqs[-1]) >= ends[-1] or int(seqs[0]) < first:
-                    bad = int(seqs[-1]) if int(seqs[-1]) >= ends[-1] else int(seqs[0])
-                    raise CecError(f"ingest: row seq {bad} is outside the job's chunks "
-                                   f"(rows {first} to {int(ends[-1]) - 1}): the source was "
-                                   "not read in order, or Spark handed the writer another "
-                                   "job's rows")
-                # the chunks this batch completes: those ending at or before its last row
-                cut = 0
-                last = int(np.searchsorted(ends, seqs[-1], "right"))
-                if last > nxt:
-                    cut = int(np.searchsorted(seqs, ends[last - 1], "left"))
-                    if cut:
-                        append(batch.slice(0, cut))
-                    if int(ends[-1]) - int(seqs[-1]) > COMMIT_AT_END_ROWS:
-                        commit_through(int(seqs[cut]))
-                    # else the job ends within a few rows: its last commit covers
-                    # these chunks too (one fsync per log for a stream-dir poll's job)
-                if cut < batch.num_rows:  # rows of the chunk after: committed later
-                    append(batch.slice(cut))
-            commit_through(int(ends[-1]))
+            writer = _UpstreamWriter(cfg, layout, logs, job)
+            writer.write(batches)
         finally:
             for log in logs:
                 if log is not None:
                     log.close()
-        yield pa.RecordBatch.from_pydict({
-            "rows": pa.array([written], pa.int64()),
-            "started_at": pa.array([started_at], pa.float64()),
-            "trimmed": pa.array([trimmed[0]], pa.int64()),
-            **{name: pa.array([v], pa.float64()) for name, v in zip(_CLOCKS, clock,
-                                                                      strict=True)}})
+        yield writer.figures()
 
     return write
+
+
+def _writer_index(writers: int) -> int:
+    """This task's writer number: its Spark partition id (0 with one writer)."""
+    if writers == 1:
+        return 0
+    ctx = TaskContext.get()
+    assert ctx is not None
+    return ctx.partitionId()
+
+
+class _UpstreamWriter:
+    """One ingest task's writing of one job into the upstream logs it owns.
+
+    The chunks a batch completes (a row at or past a chunk's end is in it) are
+    committed together, once, with the token of the last of them (:meth:`commit_through`):
+    the logs then hold every row of those chunks, exactly as a commit per chunk would
+    have left them. When the job has at most :data:`COMMIT_AT_END_ROWS` source rows
+    left, that commit is the job's last one. A log only receives rows above its
+    ``last_seq`` (a resumed ingest); late rows are counted per partition and dropped
+    (:meth:`append`). The work is per batch, never per row.
+    """
+
+    def __init__(self, cfg: WriterConfig, layout: RunLayout, logs: list[StreamLog | None],
+                 job: _JobChunks) -> None:
+        self.cfg, self.layout, self.logs, self.job = cfg, layout, logs, job
+        self.started_at = time.time()
+        self.written = 0  # rows appended
+        self.nxt = 0  # the next chunk to commit
+        self.clock = [0.0, 0.0, 0.0]  # seconds waiting for Spark, appending, committing
+        self.trimmed = 0  # upstream segments dropped (trim_upstream)
+        self.above = [-1 if log is None or log.last_seq is None else log.last_seq
+                      for log in logs]
+        held = [token_fields(None if log is None else log.last_token()) for log in logs]
+        self.late = [t.get("late", 0) for t in held]  # late rows so far, per partition
+        # late rows at or above this seq are not counted in the log's last token yet
+        self.late_from = np.array([t.get("seq_end", t.get("next_seq", 0)) for t in held],
+                                  np.int64)
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> None:
+        """Every batch of the job, then the commit of its last chunks."""
+        ends, clock = self.job.ends, self.clock
+        it = iter(batches)
+        while True:
+            t0 = time.perf_counter()
+            batch = next(it, None)
+            clock[0] += time.perf_counter() - t0
+            if batch is None:
+                break
+            if batch.num_rows == 0:
+                continue
+            seqs = batch.column(1).to_numpy()
+            self._check_range(int(seqs[0]), int(seqs[-1]))
+            # the chunks this batch completes: those ending at or before its last row
+            cut = 0
+            last = int(np.searchsorted(ends, seqs[-1], "right"))
+            if last > self.nxt:
+                cut = int(np.searchsorted(seqs, ends[last - 1], "left"))
+                if cut:
+                    self.append(batch.slice(0, cut))
+                if int(ends[-1]) - int(seqs[-1]) > COMMIT_AT_END_ROWS:
+                    self.commit_through(int(seqs[cut]))
+                # else the job ends within a few rows: its last commit covers
+                # these chunks too (one fsync per log for a stream-dir poll's job)
+            if cut < batch.num_rows:  # rows of the chunk after: committed later
+                self.append(batch.slice(cut))
+        self.commit_through(int(ends[-1]))
+
+    def _check_range(self, lo: int, hi: int) -> None:
+        first, end = self.job.first, int(self.job.ends[-1])
+        if hi >= end or lo < first:
+            raise CecError(f"ingest: row seq {hi if hi >= end else lo} is outside the job's "
+                           f"chunks (rows {first} to {end - 1}): the source was not read "
+                           "in order, or Spark handed the writer another job's rows")
+
+    def commit_through(self, upto: int) -> None:
+        """Commit every chunk ending at or before ``upto``, then trim."""
+        t0 = time.perf_counter()
+        done = int(np.searchsorted(self.job.ends, upto, "right"))
+        if done > self.nxt:
+            self.nxt = done
+            token = self.job.chunks[done - 1]
+            for p, log in enumerate(self.logs):
+                # a sealed log holds its whole stream already (a refill after
+                # --repair cut another)
+                if log is not None and not log.sealed:
+                    log.commit(_token(token, self.late[p]))
+            if self.cfg.trim:
+                self.trimmed += trim_upstream(self.layout, self.logs)
+        self.clock[2] += time.perf_counter() - t0
+
+    def append(self, batch: pa.RecordBatch) -> None:
+        """Append a batch's rows to their logs; late rows (``source_order``) are counted
+        and skipped."""
+        t0 = time.perf_counter()
+        if LATE in batch.schema.names:
+            flags = batch.column(LATE).to_numpy(zero_copy_only=False)
+            if flags.any():
+                self._count_late(batch, flags)
+                batch = batch.filter(pa.array(~flags))
+            batch = batch.drop_columns([LATE])
+        self.written += _append_split(self.logs, batch, self.above, self.cfg.partitions)
+        self.clock[1] += time.perf_counter() - t0
+
+    def _count_late(self, batch: pa.RecordBatch, flags: np.ndarray) -> None:
+        part = batch.column(PART).to_numpy()[flags]
+        seqs = batch.column(1).to_numpy()[flags]
+        new = seqs >= self.late_from[part]  # not counted in the log's last token
+        for p, n in enumerate(np.bincount(part[new], minlength=self.cfg.partitions)):
+            if n and self.logs[p] is not None:
+                self.late[p] += int(n)
+
+    def figures(self) -> pa.RecordBatch:
+        """The task's one result row (:attr:`IngestQuery._SCHEMA`)."""
+        return pa.RecordBatch.from_pydict({
+            "rows": pa.array([self.written], pa.int64()),
+            "started_at": pa.array([self.started_at], pa.float64()),
+            "trimmed": pa.array([self.trimmed], pa.int64()),
+            **{name: pa.array([v], pa.float64()) for name, v in zip(_CLOCKS, self.clock,
+                                                                      strict=True)}})
 
 
 def _append_split(logs: list[StreamLog | None], batch: pa.RecordBatch, above: list[int],

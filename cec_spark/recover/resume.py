@@ -195,7 +195,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     resumed = None if dry_run else resume_run(
         layout.root, progress=progress, driver=driver,
         plan=RunPlan(spec.with_run(master=master, conf=conf), settings, layout,
-                     given=str(from_log)))
+                     run_dir=str(from_log)))
     return RecoverResult(run_dir=str(layout.root), dry_run=dry_run, partitions=explains,
                          repairs=repairs, resumed=resumed, rescale=rescaled,
                          would=would_do(explains, _source_done(layout, spec.run.partitions))

@@ -61,7 +61,7 @@ from cec_spark.report.recovery import (
     recovery_fields,
     recovery_of,
 )
-from cec_spark.report.run import PartitionRun, RunResult, partition_run
+from cec_spark.report.run import PartitionRun, RunResult
 
 Result = RunResult | RecoverResult | ExtentResult | LogReport | ExportResult
 
@@ -70,5 +70,5 @@ __all__ = [
     'LogInfo', 'LogReport', 'OutputRepair', 'PartitionRun', 'Phase', 'Rates', 'Reconcile',
     'RecoverPartition', 'RecoverResult', 'Recovery', 'Replay', 'RescalePartition',
     'RescaleResult', 'Result', 'RunResult', 'Segment', 'TupleCounts', 'UpstreamRepair',
-    'Verify', 'now_us', 'partition_run', 'reconcile_of', 'recovery_fields', 'recovery_of',
+    'Verify', 'now_us', 'reconcile_of', 'recovery_fields', 'recovery_of',
 ]

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from cec_spark.report.common import _DOCS, now_us
-from cec_spark.report.recovery import Recovery, recovery_of
+from cec_spark.report.common import _DOCS
+from cec_spark.report.recovery import Recovery
 
 
 @dataclass(frozen=True)
@@ -62,25 +61,6 @@ class PartitionRun:
     """Wall clock time the task started, microseconds since the epoch."""
     updated_at_us: int | None
     """Wall clock time of its last counter update, microseconds since the epoch."""
-
-
-def partition_run(raw: dict[str, Any]) -> PartitionRun:
-    """A :class:`PartitionRun` from a task's counters (``TaskCounters.as_dict``)."""
-    return PartitionRun(
-        partition=int(raw["p"]), pid=raw.get("pid"), attempt=int(raw.get("attempt", 0)),
-        recovered=recovery_of(raw.get("recovered")),
-        in_batches=int(raw.get("in_batches", 0)), in_tuples=int(raw.get("in_tuples", 0)),
-        in_last_seq=raw.get("in_last_seq"), out_rows=int(raw.get("out_rows", 0)),
-        r=int(raw.get("r", 0)), g_open=int(raw.get("g_open", 0)),
-        g_check=int(raw.get("g_check", 0)), n_open=int(raw.get("n_open", 0)),
-        q=int(raw.get("q", 0)), u=int(raw.get("u", 0)),
-        replay_after_seq=raw.get("replay_after_seq"),
-        first_input_at_us=now_us(raw.get("first_input_at")),
-        process_s=float(raw.get("process_s", 0.0)), write_s=float(raw.get("write_s", 0.0)),
-        done=bool(raw.get("done")), stopped=bool(raw.get("stopped")),
-        waiting=raw.get("waiting"),
-        output_segments_trimmed=int(raw.get("output_segments_trimmed", 0)),
-        started_at_us=now_us(raw.get("started")), updated_at_us=now_us(raw.get("updated")))
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,19 @@
 """A run's plan: everything a command decides before Spark runs anything, made once.
 
 ``cec run pipeline`` reads its spec file once (:func:`pipeline_spec`, with the
-command line's overrides), then :func:`plan_new_run` checks the log directory, plans
-and validates the source and makes the run's settings; ``cec recover`` reads the run's
-``run.toml`` once (:func:`plan_resume`). The :class:`RunPlan` is then handed to every
-later stage: the early Spark start and the session (``spec.run``), the ``run.toml``
-writer (:attr:`RunPlan.run_text`), the operator tasks (the same text, parsed on the
-executor instead of each task reading the file), the ingest (the planned chunks; a
-stream folder's watcher goes on from the plan's files) and the progress display. No
-later stage reads the spec file or ``run.toml`` again, or plans an unchanged source
-again.
+command line's overrides), then :func:`plan_new_run` checks the run directory
+(``--log-dir``), plans and validates the source and makes the run's settings; a resume
+parses the run's ``run.toml`` into a plan (:func:`plan_resume`; ``cec recover`` makes
+the plan from the spec and settings it parsed for its own checks; ``--repair`` checks
+the file before that, and a rescale's new file is parsed again). The :class:`RunPlan`
+is then handed to every later stage: the early Spark start and the session
+(``spec.run``), the ``run.toml`` writer (:attr:`RunPlan.run_text`), the operator tasks
+(the same text, parsed on the executor instead of each task reading the file), the
+ingest (the planned chunks; a stream folder's watcher goes on from the plan's files)
+and the progress display. No later stage parses the spec file or ``run.toml`` again, or
+plans an unchanged source again. (Every task and ingest writer still reads the run id
+in ``run.toml``, :meth:`RunLayout.check_visible`: that read is the check that its host
+sees the run the driver created.)
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ class RunPlan:
     # the planned source; None: not planned (a resumed run's ingest plans it only if
     # it must read the source again: a completed ingest never reads it, it may be gone)
     source: SourcePlan | None = None
-    given: str = ""  # the run directory as the user wrote it (for messages)
+    run_dir: str = ""  # the run directory as the user wrote it (for messages)
 
     @property
     def run_text(self) -> str:
@@ -52,7 +56,8 @@ class RunPlan:
         return self.spec.run.partitions
 
 
-def default_log_dir(spec_path: Path) -> Path:
+def default_run_dir(spec_path: Path) -> Path:
+    """The run directory of a spec run without ``--log-dir``: ``runs/<spec's stem>``."""
     return Path("runs") / spec_path.stem
 
 
@@ -71,56 +76,56 @@ def pipeline_spec(spec_path: Path | str, *, partitions: int | None = None,
 
 
 def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
-                 log_dir: Path | str | None = None, *,
+                 run_dir: Path | str | None = None, *,
                  max_tuples: int | None = None, staged: str | None = None) -> RunPlan:
     """Check everything about a new run that can be checked before anything is written.
 
     A bad ``--max-tuples``, too few local task slots, a log directory that holds
     anything, a bad bounded source or a stream folder that ends before its first file:
     UsageError (exit 2), nothing on disk. An empty stream folder: wait for its first
-    file. The log directory is made absolute, so that every host of a cluster opens
-    the same one. ``staged``: the one entry the log directory may already hold, the
+    file. The run directory is made absolute, so that every host of a cluster opens
+    the same one. ``staged``: the one entry the run directory may already hold, the
     run's own source written there by the caller (the Python API stages a DataFrame as
     ``RUN/source``, :mod:`cec_spark.api`).
     """
     if max_tuples is not None and max_tuples < 0:
         raise UsageError(f"--max-tuples: must be >= 0, got {max_tuples}")
     check_local_slots(spec.run.partitions, spec.run.effective_master)
-    given = Path(log_dir) if log_dir is not None else default_log_dir(Path(spec_path))
-    layout = check_log_dir(given, staged=staged)
+    run_dir = run_dir if run_dir is not None else default_run_dir(Path(spec_path))
+    layout = check_log_dir(run_dir, staged=staged)
     source = plan_source(spec, max_rows=max_tuples)
     if spec.source.kind == "stream-dir" and not source.columns.names:
         raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
                          "first file fixes the column types")
     settings = settings_for(spec, source.columns, max_tuples, tuple(fingerprint(spec)),
                             source.warnings)
-    return RunPlan(spec, settings, layout, source, str(given))
+    return RunPlan(spec, settings, layout, source, str(run_dir))
 
 
-def check_log_dir(given: Path, *, staged: str | None = None) -> RunLayout:
-    """The layout of a new run in ``given`` (made absolute), which must not exist or be
-    an empty directory (but for an entry named ``staged``); else UsageError."""
-    root = Path(os.path.abspath(given))
-    layout = RunLayout(root)
+def check_log_dir(run_dir: Path | str, *, staged: str | None = None) -> RunLayout:
+    """The layout of a new run in ``run_dir`` (``--log-dir``, made absolute), which must
+    not exist or be an empty directory (but for an entry named ``staged``); else
+    UsageError."""
+    layout = RunLayout(Path(os.path.abspath(run_dir)))
     if layout.exists():
-        raise UsageError(f"{given}: already holds a run; resume it with "
-                         f"'cec recover --from-log {given}' or choose another --log-dir")
-    if root.exists() and not root.is_dir():
-        raise UsageError(f"{given}: --log-dir exists and is not a directory")
-    if root.exists() and any(p.name != staged for p in root.iterdir()):
-        raise UsageError(f"{given}: --log-dir exists and is not empty")
+        raise UsageError(f"{run_dir}: already holds a run; resume it with "
+                         f"'cec recover --from-log {run_dir}' or choose another --log-dir")
+    if layout.root.exists() and not layout.root.is_dir():
+        raise UsageError(f"{run_dir}: --log-dir exists and is not a directory")
+    if layout.root.exists() and any(p.name != staged for p in layout.root.iterdir()):
+        raise UsageError(f"{run_dir}: --log-dir exists and is not empty")
     return layout
 
 
-def plan_resume(root: Path | str, *, master: str | None = None,
+def plan_resume(run_dir: Path | str, *, master: str | None = None,
                 conf: dict[str, str] | None = None, trust: bool | None = None) -> RunPlan:
-    """The plan of a stored run, from its ``run.toml`` (read once), with ``master`` and
+    """The plan of a stored run, from its ``run.toml`` (parsed here), with ``master`` and
     ``conf`` over the stored ones for this resume only. ``trust`` not None: first refuse
     a run directory another user owns unless it is True (:meth:`RunLayout.check_owner`).
     """
-    layout = RunLayout(Path(os.path.abspath(root)))
+    layout = RunLayout(Path(os.path.abspath(run_dir)))
     if trust is not None:
         layout.check_owner(trust)
     spec, settings = layout.read_run_file()
     return RunPlan(spec.with_run(master=master, conf=conf), settings, layout,
-                   given=str(root))
+                   run_dir=str(run_dir))

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cec.errors import SpecError
 from cec.policy import (
@@ -55,6 +55,9 @@ from cec_spark.run.jvm_archive import cache_dir
 from cec_spark.rundir.layout import RunLayout, read_advisory, write_advisory
 from recovery.partition import recover_from_logs
 from storage_log.log import StreamLog
+
+if TYPE_CHECKING:  # the task module imports this one
+    from cec_spark.run.task import TaskCounters
 
 RUN_FILE = "rto.json"  # in RUN/state/
 MACHINE_FILE = "startup.json"  # in the cache directory
@@ -293,7 +296,7 @@ class RtoTask:
         self.samples = self.samples[-SAMPLES_KEPT:]
         self.rates = self._with_samples(self.rates)
 
-    def recovered(self, explain: Any, counters: Any) -> None:
+    def recovered(self, explain: Any, counters: TaskCounters) -> None:
         """After the task's recovery: keep its measured rates; the position to catch up
         to is the upstream log's end when ``cec recover`` began (``catch_up`` in
         ``RUN/state/rto.json``, noted by the driver before any Spark job)."""
@@ -304,7 +307,7 @@ class RtoTask:
         self._resumed_at = explain.resume_after_seq
         self.note_caught_up(counters)
 
-    def note_caught_up(self, counters: Any, *, finished: bool = False) -> bool:
+    def note_caught_up(self, counters: TaskCounters, *, finished: bool = False) -> bool:
         """True once, when the task has processed again everything its upstream log held
         when ``cec recover`` began (``counters.caught_up_at``, wall clock), or
         ``finished``: its input has ended (a sealed output, or the sealed upstream read
@@ -331,7 +334,7 @@ class RtoTask:
         took = self.clock() - t0
         self._next_probe = self.clock() + max(PROBE_GAP_S, PROBE_DUTY * took)
 
-    def tick(self, op: Any, counters: Any) -> dict[str, Any]:
+    def tick(self, op: Any, counters: TaskCounters) -> dict[str, Any]:
         """At a state report: retune the operator (with an objective) and say what the
         prediction is; the dict goes into the task's state as ``rto``."""
         now = self.clock()

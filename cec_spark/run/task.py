@@ -21,11 +21,12 @@ writes its Python worker's pid there first, which is how tests find the worker t
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +40,13 @@ from cec.policy import PolicyConfig
 from cec.records import tuple_counts
 from cec.spec import PipelineSpec
 from cec.windows import window_spec
+from cec_spark.report import PartitionRun, now_us, recovery_of
 from cec_spark.run.rto import RtoTask
 from cec_spark.rundir.layout import RunLayout, RunSettings, value_column
 from cec_spark.rundir.retention import Lagged, retention_before
 from cec_spark.rundir.run_file import parse_run_text
 from recovery.errors import ReplayUnavailableError
-from recovery.partition import recover_partition
+from recovery.partition import Recovered, recover_partition
 from storage_log.epoch import read_chain
 from storage_log.log import StreamLog
 from storage_log.segment import segment_path, sid_base
@@ -81,39 +83,74 @@ def operator_for(spec: PipelineSpec, settings: RunSettings) -> VectorOperator:
 
 @dataclass
 class TaskCounters:
+    """One operator task's counters: its state file ``RUN/state/pNNNN.json`` while it
+    runs (:meth:`to_dict`, read by the progress view, the metrics, the upstream trim
+    and ``cec inspect``) and, as it ends, its result: :func:`run_partition` returns it,
+    the operator job carries it to the driver as JSON (:meth:`to_json`), and the driver
+    parses it once (:meth:`from_json`) into the run's
+    :class:`cec_spark.report.PartitionRun` (:meth:`partition_run`).
+
+    Times are wall clock seconds since the epoch (``time.time()``) unless said.
+    """
+
     p: int
+    """The partition."""
     pid: int = field(default_factory=os.getpid)
+    """The Python worker's process id (tests ``kill -9`` it)."""
     attempt: int = 0
+    """Spark's attempt number of the task."""
     recovered: dict[str, Any] | None = None
+    """What the task recovered as it started (``RecoveryExplain.to_dict``); None: a new
+    partition."""
     in_batches: int = 0
+    """Upstream records processed."""
     in_tuples: int = 0
+    """Input tuples processed."""
     in_last_seq: int | None = None
+    """The last input position processed."""
     out_rows: int = 0
+    """Output rows written."""
     r: int = 0
+    """Results (R) written."""
     g_open: int = 0
+    """G_open rows written."""
     g_check: int = 0
+    """G_check rows written."""
     n_open: int = 0
+    """Open windows at the last report."""
     q: int = 0
+    """The extent q at the last report."""
     u: int = 0
-    # the upstream position every recovery of this partition resumes after, as of
-    # trim_lag_s ago (or since): the ingest may drop upstream segments up to it
+    """The replay length u at the last report, input positions."""
     replay_after_seq: int | None = None
-    first_input_at: float | None = None  # wall time of the first input batch
-    process_s: float = 0.0  # time inside operator.process/finish
-    write_s: float = 0.0  # time appending + committing output records
+    """The upstream position every recovery of this partition resumes after, as of
+    ``trim_lag_s`` ago (or since): the ingest may drop upstream segments up to it."""
+    first_input_at: float | None = None
+    """When the first input batch came."""
+    process_s: float = 0.0
+    """Seconds inside ``operator.process``/``finish``."""
+    write_s: float = 0.0
+    """Seconds appending and committing output records."""
     done: bool = False
+    """The input ended and every result was written (the output log is sealed)."""
     stopped: bool = False
-    waiting: str | None = None  # what the task waits for before it can run
-    output_segments_trimmed: int = 0  # output retention ([run].output_keep_mb/_s)
-    # recovery-time objective (cec_spark.run.rto): when this task began and ended its
-    # recovery, when it had processed again what its upstream held at the restart
-    # (wall clock), and the prediction, rates and targets
+    """The task ended at a STOP file (Ctrl-C, or the ingest or a newer driver)."""
+    waiting: str | None = None
+    """What the task waits for before it can run (None: nothing)."""
+    output_segments_trimmed: int = 0
+    """Output segments deleted by output retention (``[run].output_keep_mb``/``_s``)."""
     recover_started_at: float | None = None
+    """When the task began its recovery (:mod:`cec_spark.run.rto`'s start-up)."""
     recovered_at: float | None = None
+    """When it ended its recovery."""
     caught_up_at: float | None = None
+    """When it had processed again what its upstream log held at the restart."""
     rto: dict[str, Any] | None = None
+    """The recovery-time prediction, rates and targets (:meth:`RtoTask.tick`)."""
     started: float = field(default_factory=time.time)
+    """When the task started."""
     updated: float = field(default_factory=time.time)
+    """When the counters last changed (:meth:`observe`)."""
 
     def count(self, out: pa.RecordBatch) -> None:
         self.out_rows += out.num_rows
@@ -128,8 +165,37 @@ class TaskCounters:
         self.replay_after_seq = floor.value()
         self.updated = time.time()
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
+        """The counters as the state file's JSON object."""
         return dict(self.__dict__)
+
+    def to_json(self) -> str:
+        """The task's result as the operator job carries it to the driver."""
+        return json.dumps(self.__dict__)
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskCounters:
+        """:meth:`to_json`'s text as counters (on the driver: once per task)."""
+        raw = json.loads(text)
+        names = {f.name for f in fields(cls)}
+        if not isinstance(raw, dict) or "p" not in raw or not set(raw) <= names:
+            raise CecError(f"an operator task returned a result that is not its counters: "
+                           f"{text[:200]!r}")
+        return cls(**raw)
+
+    def partition_run(self) -> PartitionRun:
+        """The task as it ended, in the run's report (wall clocks as microseconds)."""
+        return PartitionRun(
+            partition=self.p, pid=self.pid, attempt=self.attempt,
+            recovered=recovery_of(self.recovered),
+            in_batches=self.in_batches, in_tuples=self.in_tuples,
+            in_last_seq=self.in_last_seq, out_rows=self.out_rows, r=self.r,
+            g_open=self.g_open, g_check=self.g_check, n_open=self.n_open, q=self.q,
+            u=self.u, replay_after_seq=self.replay_after_seq,
+            first_input_at_us=now_us(self.first_input_at), process_s=self.process_s,
+            write_s=self.write_s, done=self.done, stopped=self.stopped,
+            waiting=self.waiting, output_segments_trimmed=self.output_segments_trimmed,
+            started_at_us=now_us(self.started), updated_at_us=now_us(self.updated))
 
 
 class ReplayFloor:
@@ -170,9 +236,9 @@ def _attempt() -> int:
     return ctx.attemptNumber() if ctx is not None else 0
 
 
-def run_partition(root: str, p: int, run_id: str | None = None, driver: int | None = None,
-                  *, run_text: str | None = None) -> dict[str, Any]:
-    """Run partition ``p`` of the run in ``root`` until its input ends or STOP.
+def run_partition(run_dir: str, p: int, run_id: str | None = None, driver: int | None = None,
+                  *, run_text: str | None = None) -> TaskCounters:
+    """Run partition ``p`` of the run in ``run_dir`` until its input ends or STOP.
 
     The driver created the run and its logs; a host that does not see them (or sees
     another run at that path) raises :class:`RunNotVisibleError` naming itself. A task
@@ -180,7 +246,7 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
     ``run_text``: the run's ``run.toml`` text the driver planned
     (:attr:`cec_spark.run.plan.RunPlan.run_text`), parsed here instead of read again.
     """
-    layout = RunLayout(Path(root))
+    layout = RunLayout(Path(run_dir))
     layout.check_visible(run_id)
     layout.check_driver(driver)
     if run_text is None:
@@ -189,111 +255,151 @@ def run_partition(root: str, p: int, run_id: str | None = None, driver: int | No
         spec, settings = parse_run_text(run_text, f"{layout.run_file} (from the driver)")
     counters = TaskCounters(p, attempt=_attempt())
     rto = RtoTask(layout, p, spec, lambda: operator_for(spec, settings), layout.read_state(p))
+    rec, op = _start(layout, p, spec, settings, counters, rto)
+    try:
+        if rec.output_log.sealed:  # the partition had ended: nothing to do
+            counters.done = True
+            rto.note_caught_up(counters, finished=True)
+            layout.write_state(p, counters.to_dict())
+            return counters
+        if not rec.explain.fresh_start:
+            counters.recovered = rec.explain.to_dict()
+        _PartitionLoop(layout, p, spec, driver, counters, rto, rec, op).run()
+    finally:
+        rec.output_log.close()
+    return counters
+
+
+def _start(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSettings,
+           counters: TaskCounters, rto: RtoTask) -> tuple[Recovered, VectorOperator]:
+    """Step 1 and 2: open the output log and recover from it, timing the recovery for
+    the recovery-time objective. Recovery is decided by the output log's content,
+    never by the attempt number."""
     counters.recover_started_at = time.time()
-    layout.write_state(p, counters.as_dict())
-    op = operator_for(spec, settings)
-    # Recovery is decided by the output log's content, never by the attempt number.
-    rec = _recover(layout, p, op, spec, settings, counters)
-    op = rec.operator  # a fresh one if the first attempt had to wait
-    out = rec.output_log
+    layout.write_state(p, counters.to_dict())
+    rec, op = _recover(layout, p, spec, settings, counters)
     counters.recovered_at = time.time()
     rto.recovered(rec.explain, counters)
     counters.rto = rto.tick(op, counters)
-    layout.write_state(p, counters.as_dict())
-    try:
-        if out.sealed:
-            counters.done = True
-            rto.note_caught_up(counters, finished=True)
-            layout.write_state(p, counters.as_dict())
-            return counters.as_dict()
-        if not rec.explain.fresh_start:
-            counters.recovered = rec.explain.to_dict()
-        floor = ReplayFloor(spec.run.trim_lag_s, rec.explain.T)
-        keeper = OutputKeeper(layout, p, spec)
-        with StreamLog.open(layout.upstream(p)) as up:
-            last_state = 0.0
+    layout.write_state(p, counters.to_dict())
+    return rec, op
 
-            def flush_state() -> None:  # while idle: report the last batches too
-                layout.check_driver(driver)
-                if counters.in_batches != reported[0] or floor.value() != \
-                        counters.replay_after_seq:
-                    counters.observe(op, floor)
-                    layout.write_state(p, counters.as_dict())
-                    reported[0] = counters.in_batches
 
-            reported = [counters.in_batches]
-            for batch in _tail(up, rec.resume_after_seq, layout, flush_state):
-                if counters.first_input_at is None:
-                    counters.first_input_at = time.time()
-                t0 = time.perf_counter()
-                result = op.process(batch)
-                t1 = time.perf_counter()
-                counters.process_s += t1 - t0
-                counters.in_batches += 1
-                counters.in_tuples += batch.num_rows
-                counters.in_last_seq = int(batch.column("seq")[batch.num_rows - 1].as_py())
-                if result.num_rows:
-                    out.append(result)
-                    out.commit()
-                    counters.count(result)
-                    floor.note(op, result)
-                    keeper.note(op)
-                counters.write_s += time.perf_counter() - t1
-                now = time.time()
-                caught_up = rto.note_caught_up(counters)
-                if now - last_state >= STATE_EVERY_S or caught_up:
-                    layout.check_driver(driver)
-                    counters.output_segments_trimmed += keeper.trim(out)
-                    counters.observe(op, floor)
-                    counters.rto = rto.tick(op, counters)
-                    layout.write_state(p, counters.as_dict())
-                    reported[0] = counters.in_batches
-                    last_state = now
-            if layout.stop_file.exists():
-                counters.stopped = True
+class _PartitionLoop:
+    """Step 3 and 4 for one task: tail the upstream log, process and commit each record
+    (:meth:`consume`); at the sealed end, finish and seal the output (:meth:`finish`).
+    The counters go to the state file every :data:`STATE_EVERY_S` (:meth:`report`)
+    and while idle (:meth:`report_idle`)."""
+
+    def __init__(self, layout: RunLayout, p: int, spec: PipelineSpec, driver: int | None,
+                 counters: TaskCounters, rto: RtoTask, rec: Recovered,
+                 op: VectorOperator) -> None:
+        self.layout, self.p, self.driver = layout, p, driver
+        self.counters, self.rto = counters, rto
+        self.op = op  # the recovered operator
+        self.out = rec.output_log
+        self.resume_after_seq = rec.resume_after_seq
+        self.floor = ReplayFloor(spec.run.trim_lag_s, rec.explain.T)
+        self.keeper = OutputKeeper(layout, p, spec)
+        self.reported = counters.in_batches  # in_batches at the last state report
+
+    def run(self) -> None:
+        with StreamLog.open(self.layout.upstream(self.p)) as up:
+            self.consume(up)
+            if self.layout.stop_file.exists():
+                self.counters.stopped = True
             else:
-                if not _sealed(up):
-                    raise CecError(f"partition {p}: the upstream tail ended before the "
-                                   "log was sealed")
-                rto.note_caught_up(counters, finished=True)
-                final = op.finish()
-                if final.num_rows:
-                    out.append(final)
-                    counters.count(final)
+                self.finish(up)
+        self.counters.observe(self.op, self.floor)
+        self.layout.write_state(self.p, self.counters.to_dict())
+
+    def consume(self, up: StreamLog) -> None:
+        """The hot loop: per upstream record (never per row) one ``process``, one append
+        and commit, and a report every :data:`STATE_EVERY_S`."""
+        counters, op, out, floor, keeper = (self.counters, self.op, self.out, self.floor,
+                                            self.keeper)
+        last_state = 0.0
+        for batch in _tail(up, self.resume_after_seq, self.layout, self.report_idle):
+            if counters.first_input_at is None:
+                counters.first_input_at = time.time()
+            t0 = time.perf_counter()
+            result = op.process(batch)
+            t1 = time.perf_counter()
+            counters.process_s += t1 - t0
+            counters.in_batches += 1
+            counters.in_tuples += batch.num_rows
+            counters.in_last_seq = int(batch.column("seq")[batch.num_rows - 1].as_py())
+            if result.num_rows:
+                out.append(result)
                 out.commit()
-                out.seal()
-                counters.done = True
-        counters.observe(op, floor)
-        layout.write_state(p, counters.as_dict())
-    finally:
-        out.close()
-    return counters.as_dict()
+                counters.count(result)
+                floor.note(op, result)
+                keeper.note(op)
+            counters.write_s += time.perf_counter() - t1
+            now = time.time()
+            caught_up = self.rto.note_caught_up(counters)
+            if now - last_state >= STATE_EVERY_S or caught_up:
+                self.report()
+                last_state = now
+
+    def report(self) -> None:
+        """Check the run is still this driver's, trim the output, write the state."""
+        self.layout.check_driver(self.driver)
+        self.counters.output_segments_trimmed += self.keeper.trim(self.out)
+        self.counters.observe(self.op, self.floor)
+        self.counters.rto = self.rto.tick(self.op, self.counters)
+        self.layout.write_state(self.p, self.counters.to_dict())
+        self.reported = self.counters.in_batches
+
+    def report_idle(self) -> None:
+        """While no record comes: check the driver; report the last batches too."""
+        self.layout.check_driver(self.driver)
+        if self.counters.in_batches != self.reported or \
+                self.floor.value() != self.counters.replay_after_seq:
+            self.counters.observe(self.op, self.floor)
+            self.layout.write_state(self.p, self.counters.to_dict())
+            self.reported = self.counters.in_batches
+
+    def finish(self, up: StreamLog) -> None:
+        """Step 4: the upstream log is sealed and read: ``finish()``, append, commit, seal."""
+        if not _sealed(up):
+            raise CecError(f"partition {self.p}: the upstream tail ended before the "
+                           "log was sealed")
+        self.rto.note_caught_up(self.counters, finished=True)
+        final = self.op.finish()
+        if final.num_rows:
+            self.out.append(final)
+            self.counters.count(final)
+        self.out.commit()
+        self.out.seal()
+        self.counters.done = True
 
 
-def _recover(layout: RunLayout, p: int, op: VectorOperator, spec: PipelineSpec,
-             settings: RunSettings, counters: TaskCounters) -> Any:
-    """Recover partition ``p``; when its upstream log does not yet reach the output's
-    ``t_c`` (``cec recover --repair`` cut it and the ingest is reading the rows cut
-    again), wait for the ingest, up to :data:`REFILL_WAIT_S`."""
+def _recover(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSettings,
+             counters: TaskCounters) -> tuple[Recovered, VectorOperator]:
+    """Recover partition ``p`` into a fresh operator (returned with the recovery); when its
+    upstream log does not yet reach the output's ``t_c`` (``cec recover --repair`` cut it
+    and the ingest is reading the rows cut again), wait for the ingest, up to
+    :data:`REFILL_WAIT_S`, and recover into another fresh one."""
     deadline = time.monotonic() + REFILL_WAIT_S
     while True:
+        op = operator_for(spec, settings)
         try:
             rec = recover_partition(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
                           create=False, segment_bytes=spec.run.segment_kb << 10,
                           upstream_after=layout.cut)
             counters.waiting = None
-            return rec
+            return rec, op
         except ReplayUnavailableError as exc:
             if exc.short_of is None or time.monotonic() > deadline:
                 raise
             counters.waiting = f"the ingest to refill the upstream log up to seq {exc.short_of}"
-            layout.write_state(p, counters.as_dict())
+            layout.write_state(p, counters.to_dict())
             with StreamLog.open(layout.upstream(p)) as up:
                 for _ in up.tail(after_seq=up.last_seq, timeout=2.0):
                     break
                 if up.sealed and (up.last_seq or -1) < exc.short_of:
                     raise
-            op = operator_for(spec, settings)  # the last one is half-loaded
 
 
 class OutputKeeper:
