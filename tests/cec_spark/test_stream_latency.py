@@ -22,7 +22,6 @@ from cec.spec import load_spec
 from cec_spark.ingest.query import IngestProgress, IngestQuery
 from cec_spark.ingest.writer import PART, committed_chunk, create_logs, read_token
 from cec_spark.run.plan import RunPlan
-from cec_spark.run.plan import RunPlan
 from cec_spark.run.session import build_session
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import KEY_GROUPS, settings_for
