@@ -4,13 +4,18 @@ The public API is :class:`storage_log.log.StreamLog` (docs/ARCHITECTURE.md §2).
 package is a flat set of nouns, like Kafka's log layer:
 
 =============  ==============================================================
-``frame``      a record on disk: byte layout, payload encode/decode (:class:`FrameCodec`)
-``framing``    the header and footer around a payload: pack, parse, validate
+``framing``    a frame on disk: its byte layout, the header and footer around a
+               payload: pack, parse, validate
+``payload``    what a frame carries: records encoded and decoded (:class:`PayloadCodec`)
 ``columnar``   the columnar payload encodings of numeric records (pure)
 ``segment``    segment files: naming, listing, chunked forward/backward walks
 ``index``      the LMDB index and metadata (:class:`LogIndex`), a rebuildable cache
 ``entry``      what the index stores: record entries, the committed end, snapshots
 ``walk``       walking segments to find commits; torn tail or damage
+``epoch``      writer epochs: fencing a zombie writer; a damaged epoch file rebuilt
+``cache``      where a host keeps its index of a log (``log.id``)
+``sidefile``   index side-files of complete segments (``*.seg.idx``)
+``durable``    the durable write of a small file (tmp, fsync, replace, fsync the folder)
 ``scan``       every reader's index: the host's LMDB index continued by a walk
 ``reconcile``  the writable open: cut a torn tail, re-index, rebuild (Kafka LogLoader)
 ``appender``   the write side: pending frames, segment roll, fsync

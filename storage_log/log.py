@@ -9,7 +9,7 @@ mount)::
       log.id                              the log's identity (storage_log.cache)
       epochs/00000001                     writer epochs and their fences (storage_log.epoch)
       00000000000000000000-00000001.seg   segment files of frames (storage_log.segment,
-      00000000000000052311-00000001.seg   byte layout in storage_log.frame.FrameCodec)
+      00000000000000052311-00000001.seg   byte layout in storage_log.framing)
       lock                                the writer lock on one host; holds the pid
       TRIMMED                             after a trim: "trimmed <last dropped seq>",
                                           written durably before segments are deleted
@@ -61,6 +61,7 @@ import pyarrow as pa
 
 from storage_log.appender import FSYNC_MODES, FsyncMode, SegmentAppender
 from storage_log.batch import check_schema, conform, positions
+from storage_log.durable import fsync_dir
 from storage_log.entry import Committed
 from storage_log.epoch import fenced_by, take_epoch
 from storage_log.errors import (
@@ -72,13 +73,14 @@ from storage_log.errors import (
     LogUsageError,
     write_error,
 )
-from storage_log.frame import FrameCodec, Kind, encode_schema
+from storage_log.framing import Kind, encode_schema
 from storage_log.index import LogIndex
 from storage_log.lock import WriterLock
+from storage_log.payload import PayloadCodec
 from storage_log.reader import LogReads, RecordReader
 from storage_log.reconcile import ReconcileReport, TailState, open_for_writing
 from storage_log.scan import ScanIndex, open_scan_index
-from storage_log.segment import fsync_dir, sid_base, write_trim_marker
+from storage_log.segment import sid_base, write_trim_marker
 from storage_log.sidefile import SideDrafts
 
 
@@ -104,7 +106,7 @@ class StreamLog(LogReads):
         self._index: LogIndex | ScanIndex | None = index
         self._lock = lock
         self._segment_bytes = segment_bytes
-        self._codec = FrameCodec(compression_level, threads)
+        self._codec = PayloadCodec(compression_level, threads)
         self._reader = RecordReader(path, self._codec)
         self._appender = SegmentAppender(path, self._codec, fsync=fsync,
                                          fsync_interval=fsync_interval)
@@ -316,7 +318,7 @@ class StreamLog(LogReads):
         if not out.has_schema:
             assert self._schema_bytes is not None
             link = self._last_seq if self._last_seq is not None else -1
-            out.push(FrameCodec.encode_control(
+            out.push(PayloadCodec.encode_control(
                 Kind.SCHEMA, self._schema_bytes, link, self._last_ts or 0))
             out.has_schema = True
             self._sides.start(out.active, link)
@@ -390,9 +392,9 @@ class StreamLog(LogReads):
         last_seq = self._last_seq if self._last_seq is not None else -1
         last_ts = self._last_ts if self._last_ts is not None else 0
         if token is not None:
-            out.push(FrameCodec.encode_control(Kind.TOKEN, bytes(token), last_seq, last_ts))
+            out.push(PayloadCodec.encode_control(Kind.TOKEN, bytes(token), last_seq, last_ts))
         if seal:
-            out.push(FrameCodec.encode_control(Kind.SEAL, b"", last_seq, last_ts))
+            out.push(PayloadCodec.encode_control(Kind.SEAL, b"", last_seq, last_ts))
         if out.active < 0:
             self._take_epoch()
             out.new_segment(self._last_seq + 1 if self._last_seq is not None else 0)

@@ -14,6 +14,7 @@
       generations.toml   after a rescale (cec recover --partitions P'): the run's
                          generations; generation g >= 1 keeps its logs in
                          upstream/gNNNN/pNNNN, output/gNNNN/pNNNN, state/gNNNN/
+      generations.toml.bak  its copy (cec recover --repair restores it from it)
 
 ``run.toml`` (its text: :mod:`cec_spark.rundir.run_file`) is written once, atomically and
 exclusively (a hard link: of two drivers racing for one directory exactly one wins),
@@ -43,7 +44,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from cec.errors import CorruptionError, UsageError
+from cec.errors import CorruptionError, RecoveryError, UsageError
 from cec.spec import PipelineSpec, default_master
 from cec_spark.errors import DriverSupersededError, RunNotVisibleError
 from cec_spark.rundir.run_file import (
@@ -58,13 +59,15 @@ from cec_spark.rundir.run_file import (
     settings_for,
     sign_run_text,
 )
-from storage_log.segment import fsync_dir
+from storage_log.durable import write_durable
+from storage_log.reconcile import first_damage
 
 __all__ = ["BACKUP_FILE", "CHECKSUM_PREFIX", "FORMAT_VERSION", "GENERATIONS_FILE",
            "RUN_FILE", "Generation", "RunLayout", "RunSettings", "check_run_text",
            "settings_for", "sign_run_text"]
 
 GENERATIONS_FILE = "generations.toml"
+GENERATIONS_BACKUP = "generations.toml.bak"
 
 
 VALUE_FALLBACK = "__cec_value"  # the value column of a `count` aggregate without field
@@ -137,11 +140,42 @@ class RunLayout:
     def generations_file(self) -> Path:
         return self.root / GENERATIONS_FILE
 
+    @property
+    def generations_backup(self) -> Path:
+        return self.root / GENERATIONS_BACKUP
+
     @cached_property
     def generations(self) -> tuple[Generation, ...]:
         """The run's generations, oldest first (empty: never rescaled, generation 0
-        only, with run.toml's partitions). Read once per RunLayout object."""
-        return read_generations(self.generations_file)
+        only, with run.toml's partitions). Read once per RunLayout object.
+
+        A damaged ``generations.toml`` is CorruptionError (exit 3) naming ``cec recover
+        --repair``, which restores it from its backup; with no intact backup it is
+        RecoveryError (exit 4): the run's rescales are lost."""
+        try:
+            if not self.generations_file.exists() and self.generations_backup.exists():
+                raise CorruptionError(f"{self.generations_file} is missing (its backup is "
+                                      "there: the run was rescaled)")
+            return read_generations(self.generations_file)
+        except CorruptionError as exc:
+            backup = self._generations_backup_problem()
+            if backup is not None:
+                raise RecoveryError(f"{exc}; {backup}: lost the run's rescales (which "
+                                    "generation holds which partitions from which input "
+                                    "seq on); its logs are intact under upstream/ and "
+                                    "output/") from exc
+            raise CorruptionError(f"{exc}; 'cec recover --from-log {self.root} --repair' "
+                                  f"restores it from {GENERATIONS_BACKUP}") from exc
+
+    def _generations_backup_problem(self) -> str | None:
+        """Why generations.toml.bak cannot stand in for generations.toml (None: it can)."""
+        if not self.generations_backup.exists():
+            return f"its backup {self.generations_backup} is missing"
+        try:
+            read_generations(self.generations_backup)
+        except CorruptionError as exc:
+            return f"its backup is damaged too ({exc})"
+        return None
 
     @property
     def generation(self) -> int:
@@ -167,9 +201,10 @@ class RunLayout:
         return logs
 
     def write_generations(self, gens: tuple[Generation, ...]) -> None:
-        """Store the generations atomically (tmp, fsync, rename, fsync of the folder):
-        the commit point of a rescale."""
+        """Store the generations durably (:func:`storage_log.durable.write_durable`):
+        the commit point of a rescale; then its backup."""
         write_generations(self.generations_file, gens)
+        write_generations(self.generations_backup, gens)
 
     def exists(self) -> bool:
         return self.run_file.exists()
@@ -184,27 +219,57 @@ class RunLayout:
         backup."""
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "state").mkdir(exist_ok=True)
-        tmp = self.root / f"{RUN_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        with tmp.open("rb") as fh:
-            os.fsync(fh.fileno())
         try:  # link, not rename: of two drivers racing for one directory, one wins
-            os.link(tmp, self.run_file)
+            write_durable(self.run_file, text, exclusive=True)
         except FileExistsError:
             raise UsageError(f"{self.root}: already holds a run (another `cec run` "
                              "started it first); resume it with 'cec recover --from-log "
                              f"{self.root}' or choose another --log-dir") from None
-        finally:
-            tmp.unlink()
-        self._write_backup(text)
-        fsync_dir(self.root)
+        write_durable(self.backup_file, text)
 
-    def _write_backup(self, text: str) -> None:
-        tmp = self.root / f"{BACKUP_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        with tmp.open("rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.backup_file)
+    def repair_files(self) -> list[str]:
+        """``--repair``: put back the run's damaged small files from their copies
+        (run.toml, generations.toml and their backups); what was done. CorruptionError
+        when a file and its backup are both damaged."""
+        done = [self.restore_run_file()]
+        done += [what for what in (self._refresh_backup(), self._restore_generations())
+                 if what is not None]
+        return done
+
+    def _refresh_backup(self) -> str | None:
+        """A damaged or missing run.toml.bak written again from the intact run.toml."""
+        try:
+            text = self.backup_file.read_text(encoding="utf-8")
+            bad = check_run_text(text, str(self.backup_file))
+            if bad is None and CHECKSUM_PREFIX in text:
+                return None
+        except (OSError, UnicodeDecodeError) as exc:
+            bad = f"{self.backup_file} cannot be read: {exc}"
+        write_durable(self.backup_file, self.run_file.read_text(encoding="utf-8"))
+        return f"wrote {self.backup_file} again from {RUN_FILE} ({bad or 'no checksum'})"
+
+    def _restore_generations(self) -> str | None:
+        """generations.toml or its backup, damaged, written again from the other."""
+        main, copy = self.generations_file, self.generations_backup
+        if not main.exists() and not copy.exists():
+            return None
+        try:
+            if not main.exists():
+                raise CorruptionError(f"{main} is missing")
+            gens = read_generations(main)
+        except CorruptionError as exc:
+            backup = self._generations_backup_problem()
+            if backup is not None:
+                raise CorruptionError(f"{exc}; {backup}: the run's rescales are "
+                                      "lost") from exc
+            write_durable(main, copy.read_text(encoding="utf-8"))
+            self.__dict__.pop("generations", None)
+            return f"restored {main} from {copy} ({exc})"
+        if self._generations_backup_problem() is None and \
+                copy.read_bytes() == main.read_bytes():
+            return None
+        write_generations(copy, gens)
+        return f"wrote {copy} again from {main}"
 
     def restore_run_file(self) -> str:
         """``--repair``: put back a damaged or missing run.toml from its backup; what was
@@ -222,12 +287,7 @@ class RunLayout:
             why = bad or "no checksum"
             raise CorruptionError(f"{problem}; its backup is damaged too ({why}): the "
                                   "run's spec is lost")
-        tmp = self.root / f"{RUN_FILE}.repair.{os.getpid()}.tmp"
-        tmp.write_text(backup, encoding="utf-8")
-        with tmp.open("rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.run_file)
-        fsync_dir(self.root)
+        write_durable(self.run_file, backup)
         return f"restored {self.run_file} from {self.backup_file} ({problem})"
 
     def _run_file_problem(self) -> str | None:
@@ -317,6 +377,26 @@ class RunLayout:
                              f"{os.getuid()}): resuming a run executes its [filter] as Spark "
                              "SQL; pass --trust if you trust who wrote it")
 
+    def unneeded_damage(self, p: int, opened: Any) -> str | None:
+        """What to say when partition ``p``'s upstream log is damaged where this
+        recovery did not read it (None: it is not, or it was read).
+
+        ``opened``: the ReconcileReport of the recovery's first writable open of the
+        log. An open that rebuilt the index (a new host, the index removed) trusted
+        the segments' side-files instead of reading them, so their frames are read
+        here (checksums only): a later replay, rescale or time travel will need them.
+        """
+        if opened is None or not opened.rebuilt:
+            return None
+        bad = first_damage(self.upstream(p))
+        if bad is None:
+            return None
+        segment, offset, invariant = bad
+        return (f"partition {p}: the upstream log is damaged at {segment} byte {offset} "
+                f"({invariant}); this recovery did not need those rows, a later replay, "
+                "rescale or time travel will: 'cec recover --from-log "
+                f"{self.root} --repair' reads them again from the source")
+
     # ------------------------------------------------------------------ drivers
 
     @property
@@ -327,19 +407,13 @@ class RunLayout:
         """A new driver number for this run: one more than any before, never reused."""
         self.drivers_dir.mkdir(exist_ok=True)
         info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
-        tmp = self.drivers_dir / f".{socket.gethostname()}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(info), encoding="utf-8")
-        try:
-            while True:
-                n = self.latest_driver() + 1
-                try:
-                    os.link(tmp, self.drivers_dir / f"{n:08d}")
-                except FileExistsError:
-                    continue  # another driver took n first: take the next
-                fsync_dir(self.drivers_dir)
-                return n
-        finally:
-            tmp.unlink()
+        while True:
+            n = self.latest_driver() + 1
+            try:
+                write_durable(self.drivers_dir / f"{n:08d}", json.dumps(info), exclusive=True)
+            except FileExistsError:
+                continue  # another driver took n first: take the next
+            return n
 
     def latest_driver(self) -> int:
         """The newest driver number (0: none yet, a run from before driver numbers)."""
@@ -395,15 +469,9 @@ class RunLayout:
 
     def write_ack(self, consumer: str, acks: dict[str, int]) -> None:
         self.consumers_dir.mkdir(exist_ok=True)
-        path = self.consumers_dir / f"{consumer}.json"
-        tmp = path.with_name(f".{consumer}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"consumer": consumer, "acked_at": time.time(),
-                                   "partitions": dict(acks)}),
-                       encoding="utf-8")
-        with tmp.open("rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-        fsync_dir(self.consumers_dir)
+        write_durable(self.consumers_dir / f"{consumer}.json",
+                      json.dumps({"consumer": consumer, "acked_at": time.time(),
+                                  "partitions": dict(acks)}))
 
     # ------------------------------------------------------------------ state files
 
@@ -416,7 +484,10 @@ class RunLayout:
 
 def write_advisory(path: Path, data: dict[str, Any]) -> None:
     """``data`` as JSON in ``path``, replaced whole; advisory (state and measurements,
-    never what recovery depends on): a failure to write is ignored."""
+    never what recovery depends on): a failure to write is ignored. Not a durable
+    write (:func:`storage_log.durable.write_durable`) on purpose: a task writes its
+    state file every second or so, and two fsyncs each time would cost the log's
+    own fsyncs their disk time for a file whose loss costs nothing."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         tmp.write_text(json.dumps(data), encoding="utf-8")
@@ -491,9 +562,4 @@ def read_generations(path: Path) -> tuple[Generation, ...]:
 
 
 def write_generations(path: Path, gens: tuple[Generation, ...]) -> None:
-    tmp = path.with_name(f"{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
-    tmp.write_text(generations_text(gens), encoding="utf-8")
-    with tmp.open("rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    write_durable(path, generations_text(gens))

@@ -17,14 +17,8 @@ import pytest
 
 from storage_log import epoch
 from storage_log.cache import ID_FILE, read_log_id
-from storage_log.epoch import (
-    LogFencedError,
-    epoch_path,
-    list_epochs,
-    read_chain,
-    read_epoch,
-)
-from storage_log.errors import CorruptLogError
+from storage_log.epoch import epoch_path, list_epochs, read_chain, read_epoch
+from storage_log.errors import CorruptLogError, LogFencedError
 from storage_log.log import StreamLog
 from storage_log.segment import list_segments, segment_path
 from storage_log.sidefile import side_path
