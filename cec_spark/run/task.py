@@ -49,14 +49,16 @@ from recovery.errors import ReplayUnavailableError
 from recovery.partition import Recovered, recover_partition
 from storage_log.epoch import read_chain
 from storage_log.log import StreamLog
+from storage_log.notify import CommitWatch
 from storage_log.segment import segment_path, sid_base
 
 TAIL_TIMEOUT_S = 0.25  # idle this long: report state, check the driver (on_idle)
-# How often the task looks for new upstream commits while the stream flows: a look
-# costs ~1 ms of CPU (StreamLog.tail's own wait backs off to 50 ms between looks and
-# starts at 1 ms after each record, most looks where no commit comes). Every 15 ms a
-# commit of the ingest is seen within 15 ms of landing, for about the same CPU; after
-# TAIL_SLOW_AFTER_S without input the look is every TAIL_SLOW_S (issue 16 item 4).
+# How often the task looks for new upstream commits when nothing wakes it: a write in
+# the upstream log's directory wakes it at once on the writer's host (a commit ends with
+# that write: storage_log.notify.CommitWatch, inotify), so this is the poll for a writer
+# on another host of a shared file system, or where inotify is missing. A look costs
+# ~1 ms of CPU; every 15 ms a commit is seen within 15 ms, and after TAIL_SLOW_AFTER_S
+# without input every TAIL_SLOW_S (issue 16 item 4).
 TAIL_POLL_S = 0.015
 TAIL_SLOW_S = 0.05
 TAIL_SLOW_AFTER_S = 2.0
@@ -453,9 +455,17 @@ def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], N
           ) -> Iterator[pa.RecordBatch]:
     """Upstream records after ``after`` until the log is sealed and read, or STOP.
 
-    Looks every :data:`TAIL_POLL_S` (:data:`TAIL_SLOW_S` once idle for a while);
+    Looks when a write in the log's directory wakes it (the ingest's commit, on this
+    host), else every :data:`TAIL_POLL_S` (:data:`TAIL_SLOW_S` once idle for a while);
     ``on_idle`` is called whenever no new record came for :data:`TAIL_TIMEOUT_S`.
     """
+    with CommitWatch([Path(up.path)], fallback_s=TAIL_SLOW_S) as watch:
+        yield from _tail_watched(up, after, layout, on_idle, watch)
+
+
+def _tail_watched(up: Any, after: int | None, layout: RunLayout,
+                  on_idle: Callable[[], None], watch: CommitWatch
+                  ) -> Iterator[pa.RecordBatch]:
     last = after
     got_at = reported_at = time.monotonic()
     while True:
@@ -480,4 +490,4 @@ def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], N
         if now - reported_at >= TAIL_TIMEOUT_S:
             on_idle()
             reported_at = now
-        time.sleep(TAIL_POLL_S if now - got_at < TAIL_SLOW_AFTER_S else TAIL_SLOW_S)
+        watch.wait(TAIL_POLL_S if now - got_at < TAIL_SLOW_AFTER_S else TAIL_SLOW_S)
