@@ -104,3 +104,38 @@ def test_damage_the_recovery_did_not_need_is_named_then_repaired(reference: Path
     verify = cec(["inspect", "log", str(run), "--verify"])
     assert verify.returncode == 0, verify.stdout + verify.stderr
     _export_equals(run, tmp_path, reference)
+
+
+def test_the_other_small_files_damaged_then_repaired(reference: Path, tmp_path: Path) -> None:
+    """Item 1, the other small files of a run directory through the command: the
+    driver file, the state files, the metrics file, run.toml.bak, a log's log.id and
+    a segment's side-file, each flipped or cut short. Nothing the export or a recovery
+    needs: both are exact; ``--repair`` writes run.toml.bak again; verify is clean.
+    (generations.toml: tests/cec_spark/test_small_files.py, a rescale needs a run
+    that has not finished.)"""
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    good = (run / "run.toml").read_bytes()
+    sides = sorted((run / "upstream" / "p0000").glob("*.seg.idx"))
+    assert sides
+    for path, how in [(run / "drivers" / "00000001", "flip"),
+                      (run / "state" / "p0000.json", "cut"),
+                      (run / "state" / "rto.json", "flip"),
+                      (run / "metrics" / "cec.prom", "cut"),
+                      (run / "run.toml.bak", "flip"),
+                      (run / "output" / "p0001" / "log.id", "cut"),
+                      (sides[0], "flip")]:
+        data = bytearray(path.read_bytes())
+        if how == "flip":
+            data[len(data) // 2] ^= 0x04
+        else:
+            del data[len(data) // 2:]
+        path.write_bytes(bytes(data))
+    _export_equals(run, tmp_path, reference)
+    rec = cec(["recover", "--from-log", str(run), "--repair"])
+    assert rec.returncode == 0, rec.stderr[-3000:]
+    assert f"wrote {run / 'run.toml.bak'} again" in _err(rec), _err(rec)
+    assert (run / "run.toml.bak").read_bytes() == good
+    verify = cec(["inspect", "log", str(run), "--verify"])
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    _export_equals(run, tmp_path, reference)
