@@ -216,7 +216,7 @@ def one(setup: Setup, experiment: str, target: str, policy: PolicyConfig, work: 
             clock.tick()
             fresh.process(b)
     verified = logical(fresh.state_at()) == logical(live.state_at())
-    pure_s = pure_scan_s(out_dir, ex.extent.get("batches", 0))
+    pure_s = pure_scan_s(out_dir, 0 if ex.extent is None else ex.extent.batches)
     shutil.rmtree(out_dir)
     phase = {p.name: p.measured_s or 0.0 for p in ex.phases}
     cpu = {p.name: p.cpu_s or 0.0 for p in ex.phases}
@@ -234,9 +234,9 @@ def one(setup: Setup, experiment: str, target: str, policy: PolicyConfig, work: 
         scan_rate=ex.extent_records / cpu["scan"] if cpu["scan"] else 0.0,
         pure_rate=ex.extent_records / pure_s if pure_s else 0.0,
         load_s=phase["load"],
-        replay_tuples=ex.replay_tuples,
-        replay_bytes=ex.replay_bytes,
-        replay_applied=ex.replay_applied,
+        replay_tuples=ex.replay.tuples,
+        replay_bytes=ex.replay.bytes,
+        replay_applied=ex.replay.applied,
         replay_s=phase["replay"],
         replay_cpu=cpu["replay"],
         total_s=ex.measured_s,

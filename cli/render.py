@@ -45,7 +45,7 @@ def resolve(row: Any, path: str) -> Any:
     for part in path.split("."):
         if value is None:
             return None
-        if isinstance(value, list):
+        if isinstance(value, list | tuple):
             if part == "#":
                 value = len(value)
             elif part.isdigit():
@@ -67,8 +67,15 @@ def cell(value: object) -> str:
         return f"{value:.4g}"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return json.dumps(dataclasses.asdict(value))
-    if isinstance(value, dict | list):
-        return json.dumps(value, default=str)
+    if isinstance(value, dict | list | tuple):
+        return json.dumps(value, default=_plain)
+    return str(value)
+
+
+def _plain(value: object) -> object:
+    """A value json cannot write as itself: a result as its fields, else its text."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
     return str(value)
 
 

@@ -109,27 +109,25 @@ def markdown() -> str:
     return "\n".join(lines)
 
 
+#: The JSON Schema scalar types: does a parsed JSON value have the type?
+_SCALARS: dict[str, Any] = {
+    "null": lambda v: v is None,
+    "boolean": lambda v: isinstance(v, bool),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "string": lambda v: isinstance(v, str),
+}
+
+
 def _matches(value: Any, prop: dict[str, Any], defs: dict[str, Any], where: str,
              out: list[str]) -> bool:
     if "$ref" in prop:
         return not _check(value, defs[prop["$ref"].rsplit("/", 1)[-1]], defs, where, out)
     if "anyOf" in prop:
-        for option in prop["anyOf"]:
-            trial: list[str] = []
-            if _matches(value, option, defs, where, trial) and not trial:
-                return True
-        return False
+        return _any_of(value, prop["anyOf"], defs, where)
     kind = prop.get("type")
-    if kind == "null":
-        return value is None
-    if kind == "boolean":
-        return isinstance(value, bool)
-    if kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind == "string":
-        return isinstance(value, str)
+    if kind in _SCALARS:
+        return bool(_SCALARS[kind](value))
     if kind == "array":
         return isinstance(value, list) and all(
             _matches(v, prop.get("items", {}), defs, f"{where}[{i}]", out)
@@ -139,6 +137,16 @@ def _matches(value: Any, prop: dict[str, Any], defs: dict[str, Any], where: str,
         return isinstance(value, dict) and all(
             _matches(v, extra, defs, f"{where}.{k}", out) for k, v in value.items())
     return True
+
+
+def _any_of(value: Any, options: list[dict[str, Any]], defs: dict[str, Any],
+            where: str) -> bool:
+    """``value`` matches one of ``options`` with no problem found."""
+    for option in options:
+        trial: list[str] = []
+        if _matches(value, option, defs, where, trial) and not trial:
+            return True
+    return False
 
 
 def _check(value: Any, definition: dict[str, Any], defs: dict[str, Any], where: str,

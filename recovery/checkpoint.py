@@ -1,11 +1,14 @@
 """The result of EC reconstruction: the eventual checkpoint and its extent metrics.
 
-Plain frozen data (JSON through ``to_dict``); :mod:`recovery.ec` builds it.
+Plain frozen data; :mod:`recovery.ec` builds it. :class:`Footprint` and
+:class:`ExtentMetrics` are also what ``cec recover`` and ``cec inspect extent`` report
+(``--json`` is ``dataclasses.asdict``; ``docs/JSON.md`` is generated from the docstring
+under each field).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -25,62 +28,60 @@ TYPE_NAMES = {t: records.TYPE_NAMES[t]
 OLDEST_LISTED = 5
 
 
+#: pydantic (``cli/schema.py``, for ``docs/JSON.md``; never at run time) reads the
+#: docstring under each field of the classes that set it as ``__pydantic_config__``.
+JSON_DOCS: dict[str, Any] = {"use_attribute_docstrings": True}
+
+
 @dataclass(frozen=True)
 class Footprint:
-    """One window's latest checkpoint in the EC, as the extent metrics list it."""
+    """One open window's newest checkpoint row in the eventual checkpoint."""
 
-    key: Any
+    __pydantic_config__ = JSON_DOCS
+    key: int | str
+    """The window's key."""
     win_start: int
-    kind: str  # "G_open" or "G_check"
-    t_w: int  # input position of the footprint (the row's t_now)
-    out_seq: int  # output position of the footprint row
-    age: int  # t_c - t_w, in input positions (= input tuples when seq is dense)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "win_start": self.win_start,
-            "kind": self.kind,
-            "t_w": self.t_w,
-            "out_seq": self.out_seq,
-            "age": self.age,
-        }
+    """The window's start, as the output log's win_start column holds it."""
+    kind: str
+    """G_open or G_check."""
+    t_w: int
+    """Input position of the footprint row (its t_now)."""
+    out_seq: int
+    """Output position of the footprint row."""
+    age: int
+    """t_c - t_w, in input positions (input tuples when seq is dense)."""
 
 
 @dataclass(frozen=True)
 class ExtentMetrics:
-    """What the backward scan went through.
+    """What the backward scan of the output log went through."""
 
-    ``records`` is the extent size ``q``: output rows from the oldest footprint up to
-    and including the start row (``last_out_seq - oldest out_seq + 1``); 1 for
-    ``N_c = 0``. ``batches`` and ``bytes`` count the log records (stream events) the
-    scan decoded and their in-memory Arrow size, including rows decoded past the stop
-    point inside the last record. ``replay_length`` is ``u = t_c - T`` in input
-    positions.
-    """
-
+    __pydantic_config__ = JSON_DOCS
     records: int
+    """The extent q: output rows from the oldest footprint up to and including the
+    last row (last_out_seq - oldest out_seq + 1; 1 for N_c = 0)."""
     batches: int
+    """Log records (stream events) decoded."""
     bytes: int
+    """Their in-memory (Arrow) size, bytes, rows decoded past the stop point inside
+    the last record included."""
     windows_found: int
+    """Open windows found (N_c)."""
     g_open_found: int
+    """G_open rows found."""
     g_check_found: int
+    """G_check rows found."""
     closed_skipped: int
+    """Footprints of windows already closed, skipped."""
     replay_length: int
+    """The replay length u = t_c - T, input positions."""
     oldest: tuple[Footprint, ...] = ()
+    """The oldest footprints, oldest first."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "records": self.records,
-            "batches": self.batches,
-            "bytes": self.bytes,
-            "windows_found": self.windows_found,
-            "g_open_found": self.g_open_found,
-            "g_check_found": self.g_check_found,
-            "closed_skipped": self.closed_skipped,
-            "replay_length": self.replay_length,
-            "oldest": [f.to_dict() for f in self.oldest],
-        }
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ExtentMetrics:
+        """The metrics from their JSON (``dataclasses.asdict``)."""
+        return cls(**{**raw, "oldest": tuple(Footprint(**f) for f in raw.get("oldest", ()))})
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ class EventualCheckpoint:
             "T": self.T,
             "last_out_seq": self.last_out_seq,
             "next_out_seq": self.next_out_seq,
-            "extent": self.extent.to_dict(),
+            "extent": asdict(self.extent),
         }
 
 

@@ -263,6 +263,49 @@ def _duplicated(key: np.ndarray[Any, Any], ws: np.ndarray[Any, Any]) -> pd.Serie
     return pd.DataFrame({"k": key, "w": ws}, copy=False).duplicated(keep="first")
 
 
+def _pull(it: Iterator[pa.RecordBatch], pending: list[pa.RecordBatch], rows: int,
+          target: int, counters: list[int]) -> tuple[int, bool]:
+    """Records from ``it`` onto ``pending`` until it holds ``target`` rows (counting
+    every record read in ``counters``); the rows pending and whether ``it`` ended."""
+    while rows < target:
+        nxt = next(it, None)
+        if nxt is None:
+            return rows, True
+        counters[0] += 1
+        counters[1] += nxt.get_total_buffer_size()
+        if nxt.num_rows:
+            pending.append(nxt)
+            rows += nxt.num_rows
+    return rows, False
+
+
+def _newest_of_id(seen_key: np.ndarray[Any, Any] | None, seen_ws: np.ndarray[Any, Any],
+                  key_rev: np.ndarray[Any, Any], ws_rev: np.ndarray[Any, Any]
+                  ) -> np.ndarray[Any, Any]:
+    """Which rows of a chunk (newest row first) are the newest row of their window id:
+    not met before in the chunk nor in the newer chunks (``seen_*``)."""
+    if seen_key is None:
+        all_key, all_ws = key_rev, ws_rev
+    else:
+        all_key = np.concatenate([seen_key, key_rev])
+        all_ws = np.concatenate([seen_ws, ws_rev])
+    first: np.ndarray[Any, Any] = ~_duplicated(all_key, all_ws).to_numpy()
+    return first[all_key.size - key_rev.size :]
+
+
+def _stop_at(is_new: np.ndarray[Any, Any], is_g: np.ndarray[Any, Any], missing: int
+             ) -> tuple[int, np.ndarray[Any, Any]]:
+    """The row (newest first) where the ``missing``-th window is found (the chunk's
+    length: not in it), and which rows up to it are footprints; rows past it are
+    cleared from ``is_new``."""
+    new_g = is_new & is_g
+    stop = int(np.searchsorted(np.cumsum(new_g), missing, side="left"))
+    if stop < is_new.size:
+        is_new[stop + 1 :] = False
+        new_g[stop + 1 :] = False
+    return stop, new_g
+
+
 def reconstruct(
     batches_newest_first: Iterable[pa.RecordBatch],
     *,
@@ -298,16 +341,7 @@ def reconstruct(
     exhausted = False
     while not exhausted:
         target = max(MIN_CHUNK_ROWS, n_c - n_found, seen_ws.size // 2)
-        while pending_rows < target:
-            nxt = next(it, None)
-            if nxt is None:
-                exhausted = True
-                break
-            counters[0] += 1
-            counters[1] += nxt.get_total_buffer_size()
-            if nxt.num_rows:
-                pending.append(nxt)
-                pending_rows += nxt.num_rows
+        pending_rows, exhausted = _pull(it, pending, pending_rows, target, counters)
         if not pending_rows:
             break
         # The chunk in forward order (oldest record first) as one contiguous batch:
@@ -323,19 +357,9 @@ def reconstruct(
         ws_rev = chunk.column("win_start").to_numpy()[::-1]
         ty_rev = chunk.column("type").to_numpy()[::-1]
         _check_types(ty_rev, seq)
-        if seen_key is None:
-            all_key, all_ws = key_rev, ws_rev
-        else:
-            all_key = np.concatenate([seen_key, key_rev])
-            all_ws = np.concatenate([seen_ws, ws_rev])
-        is_new = ~_duplicated(all_key, all_ws).to_numpy()[all_key.size - n :]
+        is_new = _newest_of_id(seen_key, seen_ws, key_rev, ws_rev)
         is_g = (ty_rev == TYPE_G_OPEN) | (ty_rev == TYPE_G_CHECK)  # R, G_open+R: closes
-        new_g = is_new & is_g
-        cum = np.cumsum(new_g) + n_found
-        stop = int(np.searchsorted(cum, n_c, side="left"))  # row of the N_c-th window
-        if stop < n:
-            is_new[stop + 1 :] = False
-            new_g[stop + 1 :] = False
+        stop, new_g = _stop_at(is_new, is_g, n_c - n_found)
         rows = np.flatnonzero(new_g)
         closed += int(np.count_nonzero(is_new & ~is_g))
         found_parts.append(chunk.take(pa.array(n - 1 - rows[::-1])))

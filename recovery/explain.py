@@ -10,27 +10,39 @@ machine (100 000 keys, window 10; the scan rate includes decoding the log record
 the replay rate the replay filter, which hands the operator about a third of the
 tuples); pass your own (:meth:`RateModel.from_explain` derives them from a measured
 recovery).
+
+The explain is also what the commands report (``cec recover``'s partitions, the
+``recovered`` part of a run's partitions): ``--json`` is ``dataclasses.asdict`` of
+these classes, ``docs/JSON.md`` is generated from the docstring under each field
+(``cli/schema.py``), and :meth:`RecoveryExplain.from_dict` reads the JSON back (a
+task's explain crosses from the executor to the driver in its state file).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from recovery.checkpoint import EventualCheckpoint
+from recovery.checkpoint import JSON_DOCS, EventualCheckpoint, ExtentMetrics
 from recovery.ec import NothingToRecover, Reconstruction
+from recovery.upstream import ReplayStats
 
 PHASES = ("reconcile", "scan", "load", "replay")
 
 
 @dataclass(frozen=True)
 class RateModel:
-    """Fixed cost plus size over rate, per phase (see the module docstring)."""
+    """The rate model the estimates come from: fixed cost plus size over rate, per phase."""
 
+    __pydantic_config__ = JSON_DOCS
     reconcile_s: float = 0.005
+    """Time of a reconcile, seconds."""
     scan_records_per_s: float = 2.5e6
+    """Output records scanned per second."""
     load_windows_per_s: float = 3.0e6
+    """Windows loaded per second."""
     replay_positions_per_s: float = 2.5e6
+    """Input positions replayed per second."""
 
     def estimate(self, rec: Reconstruction) -> dict[str, float]:
         """Estimated seconds of each phase for a reconstruction result."""
@@ -62,76 +74,78 @@ class RateModel:
             ),
         )
 
-    def to_dict(self) -> dict[str, float]:
-        return {
-            "reconcile_s": self.reconcile_s,
-            "scan_records_per_s": self.scan_records_per_s,
-            "load_windows_per_s": self.load_windows_per_s,
-            "replay_positions_per_s": self.replay_positions_per_s,
-        }
-
 
 @dataclass(frozen=True)
 class Phase:
-    """One recovery phase: estimated and measured wall time (None: not run).
+    """One phase of a recovery (reconcile, scan, load, replay): its estimated and
+    measured time."""
 
-    ``cpu_s`` is the process CPU time of the phase (all threads, e.g. the log's
-    decoders): unlike wall time it does not grow when the machine is oversubscribed.
-    """
-
+    __pydantic_config__ = JSON_DOCS
     name: str
+    """reconcile, scan, load or replay."""
     estimated_s: float
+    """Estimated wall time, seconds."""
     measured_s: float | None
+    """Measured wall time, seconds (null: not run)."""
     cpu_s: float | None = None
+    """Process CPU time of the phase (all threads, e.g. the log's decoders), seconds
+    (null: not run); unlike wall time it does not grow on an oversubscribed machine."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "estimated_s": self.estimated_s,
-            "measured_s": self.measured_s,
-            "cpu_s": self.cpu_s,
-        }
+    @property
+    def seconds(self) -> float:
+        """The measured time if the phase ran, else the estimate."""
+        return self.measured_s if self.measured_s is not None else self.estimated_s
+
+
+def _totals(phases: tuple[Phase, ...]) -> dict[str, float]:
+    """The explain's ``estimated_s``, ``measured_s`` and ``cpu_s``: sums over its phases."""
+    return {"estimated_s": sum(p.estimated_s for p in phases),
+            "measured_s": sum(p.measured_s or 0.0 for p in phases),
+            "cpu_s": sum(p.cpu_s or 0.0 for p in phases)}
 
 
 @dataclass(frozen=True)
 class RecoveryExplain:
-    """What a recovery found and did, and how long each phase took (JSON via to_dict)."""
+    """What a recovery of one partition found and did, and what each phase cost."""
 
+    __pydantic_config__ = JSON_DOCS
     fresh_start: bool
+    """Nothing to recover: the operator starts from the beginning of its input."""
     reason: str
+    """Why (a sentence)."""
     n_c: int | None
+    """Open windows in the eventual checkpoint (N_c)."""
     t_c: int | None
-    t_c_ts: int | None
+    """Input position of the last output row (the checkpoint's position)."""
+    t_c_ts_us: int | None
+    """Event time of that row, microseconds."""
     T: int | None
+    """Replay start: every input position after T is replayed."""
     next_out_seq: int
+    """The output position the resumed operator writes next."""
     resume_after_seq: int | None
-    extent: dict[str, Any]
-    replay_tuples: int
-    replay_batches: int
-    replay_bytes: int
+    """The input position the resumed operator continues after."""
+    extent: ExtentMetrics | None
+    """The extent scanned (null for a fresh start)."""
+    replay: ReplayStats
+    """The replay."""
     phases: tuple[Phase, ...]
-    replay_applied: int = 0
+    """Each phase's time."""
+    estimated_s: float
+    """All phases, estimated, seconds."""
+    measured_s: float
+    """All phases, measured, seconds."""
+    cpu_s: float
+    """All phases, CPU time, seconds."""
     rates: RateModel = field(default_factory=RateModel)
+    """The rate model of the estimates."""
 
     @classmethod
     def fresh(cls, reason: str, phases: tuple[Phase, ...], rates: RateModel) -> RecoveryExplain:
         """The explain of a log with nothing to recover: the operator starts fresh."""
-        return cls(
-            fresh_start=True,
-            reason=reason,
-            n_c=None,
-            t_c=None,
-            t_c_ts=None,
-            T=None,
-            next_out_seq=0,
-            resume_after_seq=None,
-            extent={},
-            replay_tuples=0,
-            replay_batches=0,
-            replay_bytes=0,
-            phases=phases,
-            rates=rates,
-        )
+        return cls(fresh_start=True, reason=reason, n_c=None, t_c=None, t_c_ts_us=None,
+                   T=None, next_out_seq=0, resume_after_seq=None, extent=None,
+                   replay=ReplayStats(), phases=phases, rates=rates, **_totals(phases))
 
     @classmethod
     def found(
@@ -140,74 +154,44 @@ class RecoveryExplain:
         reason: str,
         phases: tuple[Phase, ...],
         rates: RateModel,
-        replay: tuple[int, int, int, int] = (0, 0, 0, 0),
+        replay: ReplayStats | None = None,
     ) -> RecoveryExplain:
-        """The explain of a reconstructed EC; ``replay`` is (tuples, batches, bytes, applied)."""
-        tuples, batches, nbytes, applied = replay
+        """The explain of a reconstructed EC and its replay (None: nothing replayed)."""
+        return cls(fresh_start=False, reason=reason, n_c=ec.n_c, t_c=ec.t_c,
+                   t_c_ts_us=ec.t_c_ts, T=ec.T, next_out_seq=ec.next_out_seq,
+                   resume_after_seq=ec.t_c, extent=ec.extent,
+                   replay=replay or ReplayStats(), phases=phases, rates=rates,
+                   **_totals(phases))
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> RecoveryExplain:
+        """An explain from its JSON (:meth:`to_dict`)."""
+        phases = tuple(Phase(**ph) for ph in raw["phases"])
+        extent = raw.get("extent")
         return cls(
-            fresh_start=False,
-            reason=reason,
-            n_c=ec.n_c,
-            t_c=ec.t_c,
-            t_c_ts=ec.t_c_ts,
-            T=ec.T,
-            next_out_seq=ec.next_out_seq,
-            resume_after_seq=ec.t_c,
-            extent=ec.extent.to_dict(),
-            replay_tuples=tuples,
-            replay_batches=batches,
-            replay_bytes=nbytes,
-            replay_applied=applied,
-            phases=phases,
-            rates=rates,
-        )
+            fresh_start=raw["fresh_start"], reason=raw["reason"], n_c=raw["n_c"],
+            t_c=raw["t_c"], t_c_ts_us=raw["t_c_ts_us"], T=raw["T"],
+            next_out_seq=raw["next_out_seq"], resume_after_seq=raw["resume_after_seq"],
+            extent=ExtentMetrics.from_dict(extent) if extent else None,
+            replay=ReplayStats(**raw["replay"]), phases=phases,
+            rates=RateModel(**raw["rates"]), **_totals(phases))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The explain as JSON (``dataclasses.asdict``; what ``--json`` shows)."""
+        return asdict(self)
 
     @property
     def extent_records(self) -> int:
-        return int(self.extent.get("records", 0))
+        """The extent q (0 for a fresh start)."""
+        return 0 if self.extent is None else self.extent.records
 
     @property
     def replay_length(self) -> int:
-        return int(self.extent.get("replay_length", 0))
-
-    @property
-    def measured_s(self) -> float:
-        return sum(p.measured_s or 0.0 for p in self.phases)
-
-    @property
-    def cpu_s(self) -> float:
-        return sum(p.cpu_s or 0.0 for p in self.phases)
-
-    @property
-    def estimated_s(self) -> float:
-        return sum(p.estimated_s for p in self.phases)
+        """The replay length u (0 for a fresh start)."""
+        return 0 if self.extent is None else self.extent.replay_length
 
     def phase(self, name: str) -> Phase:
         for p in self.phases:
             if p.name == name:
                 return p
         raise KeyError(name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "fresh_start": self.fresh_start,
-            "reason": self.reason,
-            "n_c": self.n_c,
-            "t_c": self.t_c,
-            "t_c_ts": self.t_c_ts,
-            "T": self.T,
-            "next_out_seq": self.next_out_seq,
-            "resume_after_seq": self.resume_after_seq,
-            "extent": self.extent,
-            "replay": {
-                "tuples": self.replay_tuples,
-                "applied": self.replay_applied,
-                "batches": self.replay_batches,
-                "bytes": self.replay_bytes,
-            },
-            "phases": [p.to_dict() for p in self.phases],
-            "estimated_s": self.estimated_s,
-            "measured_s": self.measured_s,
-            "cpu_s": self.cpu_s,
-            "rates": self.rates.to_dict(),
-        }

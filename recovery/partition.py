@@ -214,7 +214,7 @@ def recover_from_logs(
         f"EC of {rec.n_c} open window(s) at t_c={rec.t_c}",
         phases,
         rates,
-        replay=(stats.tuples, stats.batches, stats.bytes, stats.applied),
+        replay=stats,
     )
     return Recovered(operator, rec, explain)
 
@@ -248,11 +248,10 @@ def predict(
             ),
             rates,
         )
-    counted = (0, 0, 0, 0)
+    counted = None
     if upstream is not None:
         check_upstream(rec, upstream, starts_after=upstream_after)
-        stats = count_replay(rec, upstream)  # what the replay will read: exact
-        counted = (stats.tuples, stats.batches, stats.bytes, 0)
+        counted = count_replay(rec, upstream)  # what the replay will read: exact
     return RecoveryExplain.found(
         rec,
         f"EC of {rec.n_c} open window(s) at t_c={rec.t_c} (dry run)",

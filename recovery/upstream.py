@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cec.errors import RecoveryError
+from recovery.checkpoint import JSON_DOCS
 from recovery.ec import EventualCheckpoint
 from recovery.errors import InconsistentLogError, ReplayUnavailableError
 from storage_log.errors import LogTrimmedError
@@ -48,12 +49,18 @@ class RecoverableOperator(Protocol):
 
 @dataclass(frozen=True)
 class ReplayStats:
-    """Tuples read from the upstream, and those handed to the operator (``applied``)."""
+    """The upstream tuples replayed after T."""
 
+    __pydantic_config__ = JSON_DOCS
     tuples: int = 0
-    batches: int = 0
-    bytes: int = 0
+    """Input tuples replayed (counted exactly by a dry run)."""
     applied: int = 0
+    """Of these, tuples given to the operator (the others the replay filter dropped;
+    0 in a dry run, which needs no operator)."""
+    batches: int = 0
+    """Upstream log records read."""
+    bytes: int = 0
+    """Their size, bytes."""
 
 
 #: Replayed tuples are handed to the operator in batches of at least this many rows.
@@ -259,4 +266,4 @@ def _replay(
         ) from exc
     if operator is not None:
         applied += _feed(operator, parts, keep, rec.t_c)
-    return ReplayStats(tuples, batches, nbytes, applied)
+    return ReplayStats(tuples=tuples, applied=applied, batches=batches, bytes=nbytes)

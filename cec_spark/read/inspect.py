@@ -18,7 +18,6 @@ from cec_spark.ingest.writer import late_rows
 from cec_spark.report import (
     ExtentPartition,
     ExtentResult,
-    Footprint,
     LogInfo,
     LogReport,
     Segment,
@@ -104,17 +103,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                     parts.append(ExtentPartition(**entry))
                     continue
             rec = scan(out, at_ts=at)
-            counts = {"R": 0, "G_open": 0, "G_check": 0}  # output tuples by type
-            for batch in out.read_forward():
-                types = batch.column("type").to_numpy()
-                if at is not None:
-                    ts = batch.column("ts").to_numpy()
-                    if len(ts) and ts[0] > at:
-                        break
-                    types = types[: int(np.searchsorted(ts, at, "right"))]
-                for name, k in zip(counts, tuple_counts(types), strict=True):
-                    counts[name] += int(k)
-            entry["counts"] = TupleCounts(**counts)
+            entry["counts"] = _counts(out, at)
             entry["sealed"] = bool(out.sealed)
         if isinstance(rec, NothingToRecover):
             entry.update(empty=True, reason=rec.reason)
@@ -123,13 +112,28 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
             entry.update(n_c=rec.n_c, T=rec.T, t_c=rec.t_c, t_c_ts_us=rec.t_c_ts,
                          q=ext.records, u=ext.replay_length, extent_bytes=ext.bytes,
                          g_open_found=ext.g_open_found, g_check_found=ext.g_check_found,
-                         oldest=[Footprint(**f.to_dict()) for f in ext.oldest])
+                         oldest=list(ext.oldest))
             entry.update(_prediction(layout.read_state(p), fixed, ext.records,
                                      ext.replay_length, objective))
         parts.append(ExtentPartition(**entry))
     return ExtentResult(run_dir=str(layout.root), at_us=at, partitions=parts, rto_s=objective,
                         fixed_s=fixed.seconds, fixed_how=fixed.how,
                         warnings=list(settings.warnings))
+
+
+def _counts(out: StreamLog, at: int | None) -> TupleCounts:
+    """An output log's rows by type (as of ts ``at``: None, all)."""
+    counts = {"R": 0, "G_open": 0, "G_check": 0}
+    for batch in out.read_forward():
+        types = batch.column("type").to_numpy()
+        if at is not None:
+            ts = batch.column("ts").to_numpy()
+            if len(ts) and ts[0] > at:
+                break
+            types = types[: int(np.searchsorted(ts, at, "right"))]
+        for name, k in zip(counts, tuple_counts(types), strict=True):
+            counts[name] += int(k)
+    return TupleCounts(**counts)
 
 
 def _prediction(state: dict[str, Any], fixed: rto.Fixed, q: int, u: int,

@@ -48,6 +48,7 @@ from cec_spark.run.task import operator_for
 from cec_spark.rundir.layout import Generation, RunLayout, RunSettings
 from recovery.partition import recover_from_logs
 from recovery.rescale import handoff
+from recovery.upstream import RecoverableOperator
 from storage_log.log import StreamLog
 
 
@@ -123,14 +124,18 @@ def _drain(layout: RunLayout, gen: int, q: int, spec: PipelineSpec,
     """Partition ``q`` of generation ``gen`` brought to exactly input ``cut``."""
     empty = operator_for(spec, settings).open_windows()
     out_path, up_path = layout.output_of(gen, q), layout.upstream_of(gen, q)
+    nothing = _Drained(OldPartition(q, "empty", None, -1, 0, 0), empty, None)
+    if not up_path.exists():  # killed before the ingest created its logs: no input
+        if out_path.exists():
+            raise RecoveryError(f"{up_path}: missing, but {out_path} exists: the run "
+                                "directory is damaged")
+        return nothing
     if not out_path.exists():
-        if write:
-            StreamLog.open(out_path, writable=True, create=True,
-                           fsync=spec.run.fsync).close()
-        elif cut >= 0:
-            raise RecoveryError(f"{out_path}: missing, but its upstream holds input")
-        else:
-            return _Drained(OldPartition(q, "empty", None, -1, 0, 0), empty, None)
+        if not write:
+            if cut >= 0:
+                raise RecoveryError(f"{out_path}: missing, but its upstream holds input")
+            return nothing
+        StreamLog.open(out_path, writable=True, create=True, fsync=spec.run.fsync).close()
     run = spec.run
     out = (StreamLog.open(out_path, writable=True, fsync=run.fsync,
                           segment_bytes=run.segment_kb << 10) if write
@@ -149,34 +154,11 @@ def _drain(layout: RunLayout, gen: int, q: int, spec: PipelineSpec,
                 rec = recover_from_logs(out, up, op, at_seq=end if ahead else None,
                                         upstream_after=layout.cut)
                 after = rec.resume_after_seq
-                ec = rec.reconstruction
-                last_ts = getattr(ec, "t_c_ts", None)
+                last_ts = getattr(rec.reconstruction, "t_c_ts", None)
                 op = rec.operator  # type: ignore[assignment]
-            tuples = 0
-            for batch in up.read_forward(after_seq=after):
-                if not batch.num_rows:
-                    continue
-                seq = batch.column("seq").to_numpy()
-                n = int(np.searchsorted(seq, cut, side="right"))
-                if n == 0:
-                    break
-                part = batch.slice(0, n)
-                res = op.process(part)
-                tuples += n
-                last_ts = int(part.column("ts")[n - 1].as_py())
-                if res.num_rows:
-                    if ahead or not write:
-                        types = res.column("type").to_numpy()
-                        if ahead and not (types == G_CHECK).all():
-                            raise RecoveryError(
-                                f"{out_path}: input seq {int(seq[0])}..{int(seq[n - 1])} "
-                                "gave results that the output log does not hold after "
-                                f"its row {end}: the logs do not belong together")
-                    else:
-                        out.append(res)
-                        out.commit()
-                if n < batch.num_rows:
-                    break
+            tuples, last_ts = _process_to_cut(
+                op, up, after, cut, out if write and not ahead else None,
+                check_ahead=(out_path, end) if ahead else None, last_ts=last_ts)
         if write and not ahead:
             end = out.last_seq if out.last_seq is not None else -1
         wins = op.open_windows()
@@ -185,6 +167,42 @@ def _drain(layout: RunLayout, gen: int, q: int, spec: PipelineSpec,
         return _Drained(info, wins, last_ts)
     finally:
         out.close()
+
+
+def _process_to_cut(op: RecoverableOperator, up: StreamLog, after: int | None, cut: int,
+                    out: StreamLog | None, *, check_ahead: tuple[Path, int] | None,
+                    last_ts: int | None) -> tuple[int, int | None]:
+    """The upstream tuples after ``after`` up to seq ``cut`` through ``op`` in normal
+    mode: its output appended to ``out`` (None: not written). ``check_ahead``: the
+    output log and its row the state was rebuilt at, when that log already holds the
+    output of these tuples: they may give G_check rows only (those are not written
+    again). Returns the tuples processed and the ts of the last one (``last_ts`` if
+    none)."""
+    tuples = 0
+    for batch in up.read_forward(after_seq=after):
+        if not batch.num_rows:
+            continue
+        seq = batch.column("seq").to_numpy()
+        n = int(np.searchsorted(seq, cut, side="right"))
+        if n == 0:
+            break
+        part = batch.slice(0, n)
+        res = op.process(part)
+        tuples += n
+        last_ts = int(part.column("ts")[n - 1].as_py())
+        if res.num_rows and check_ahead is not None:
+            if not (res.column("type").to_numpy() == G_CHECK).all():
+                out_path, end = check_ahead
+                raise RecoveryError(
+                    f"{out_path}: input seq {int(seq[0])}..{int(seq[n - 1])} gave results "
+                    f"that the output log does not hold after its row {end}: the logs do "
+                    "not belong together")
+        elif res.num_rows and out is not None:
+            out.append(res)
+            out.commit()
+        if n < batch.num_rows:
+            break
+    return tuples, last_ts
 
 
 def rescale(layout: RunLayout, partitions: int, *, dry_run: bool = False

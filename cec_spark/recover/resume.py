@@ -1,7 +1,21 @@
 """``cec recover --from-log``: check and repair a run directory, rescale, recover each
 partition, and resume the run (the library function behind the command).
 
-Needs nothing but the run directory (``RUN/run.toml`` and the logs).
+Needs nothing but the run directory (``RUN/run.toml`` and the logs). The steps, in
+the order :func:`recover_run` takes them:
+
+1. :func:`_check_and_repair`: the run directory's owner, ``--repair`` of
+   ``run.toml``, the recovery-time objective, a driver number (an older driver
+   still running this run stops before a log is touched);
+2. :func:`_rescale` (``--partitions P'``): the run moves to ``P'`` partitions
+   (:mod:`cec_spark.recover.rescale`); a dry run answers with the plan here;
+3. :func:`_recover_partition`, for each partition: reconcile (and with ``--repair``
+   cut) its upstream log, reconcile its output log, rebuild its eventual checkpoint
+   and replay (:func:`recovery.partition.recover_partition`), or, dry run, predict
+   it (:func:`recovery.partition.predict`) without writing;
+4. a dry run answers (:func:`would_do`); else :func:`_before_resume` checks that
+   rows cut from an upstream log can be read again and notes what "caught up" means,
+   and the run resumes (:func:`cec_spark.driver.runner.resume_run`).
 """
 
 from __future__ import annotations
@@ -10,10 +24,12 @@ import contextlib
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cec.errors import CecError, RecoveryError, UsageError
+from cec.spec import PipelineSpec
 from cec_spark.driver.runner import resume_run
 from cec_spark.ingest.writer import upstream_sealed
 from cec_spark.recover.rescale import check_rescale, rescale
@@ -21,15 +37,15 @@ from cec_spark.report import (
     OutputRepair,
     RecoverPartition,
     RecoverResult,
+    RescaleResult,
     UpstreamRepair,
     reconcile_of,
-    recovery_fields,
 )
 from cec_spark.run import rto
 from cec_spark.run.cluster import check_local_slots
 from cec_spark.run.plan import RunPlan
 from cec_spark.run.task import operator_for
-from cec_spark.rundir.layout import RunLayout, rescaled_spec
+from cec_spark.rundir.layout import RunLayout, RunSettings, rescaled_spec
 from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.planner import plan_source
 from cec_spark.watchdog import say
@@ -41,8 +57,24 @@ from storage_log.reconcile import ReconcileReport
 LOCK_WAIT_S = 30.0
 
 
+@dataclass
+class _Recover:
+    """One ``cec recover`` as it goes: the run, how it was asked, what it did so far."""
 
-# --------------------------------------------------------------------------- recover
+    layout: RunLayout
+    spec: PipelineSpec
+    settings: RunSettings
+    dry_run: bool
+    repair: bool
+    repairs: list[str] = field(default_factory=list)
+    """What ``--repair`` repaired, one sentence each."""
+    catch_up: dict[str, int | None] = field(default_factory=dict)
+    """Each upstream log's last seq now (:mod:`cec_spark.run.rto`'s "caught up")."""
+
+    def next_generation(self) -> None:
+        """Read the run again after a rescale: its new generation, ``P'`` partitions."""
+        self.layout = RunLayout(self.layout.root)
+        self.spec, self.settings = self.layout.read_run_file()
 
 
 def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool = True,
@@ -67,139 +99,182 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
 
     ``partitions`` (``--partitions P'``): first rescale the run to ``P'`` partitions
     (:mod:`cec_spark.recover.rescale`), then recover and resume those; with ``dry_run`` only
-    say what the rescale would do (the cut, the windows each new partition gets).
+    say what the rescale would do (the cut, the windows each new partition gets). A run
+    killed before its logs existed has nothing to move: it starts with ``P'``.
     """
-    layout = RunLayout(Path(os.path.abspath(from_log)))
+    run, driver = _check_and_repair(Path(os.path.abspath(from_log)), dry_run=dry_run,
+                                    repair=repair, trust=trust)
+    rescaled = None
+    if partitions is not None and partitions != run.spec.run.partitions:
+        rescaled = _rescale(run, partitions, master)
+        if dry_run:
+            return RecoverResult(run_dir=str(run.layout.root), dry_run=True, partitions=[],
+                                 repairs=run.repairs, resumed=None, rescale=rescaled,
+                                 would=[] if rescaled is None else rescaled.lines())
+        run.next_generation()
+    parts = [_recover_partition(run, p) for p in range(run.spec.run.partitions)]
+    if dry_run:
+        done = _source_done(run.layout, run.spec.run.partitions)
+        return RecoverResult(run_dir=str(run.layout.root), dry_run=True, partitions=parts,
+                             repairs=run.repairs, resumed=None, rescale=rescaled,
+                             would=would_do(parts, done))
+    _before_resume(run, parts)
+    # the run.toml read above is the resume's plan too (no second read)
+    resumed = resume_run(run.layout.root, progress=progress, driver=driver,
+                         plan=RunPlan(run.spec.with_run(master=master, conf=conf),
+                                      run.settings, run.layout, run_dir=str(from_log)))
+    return RecoverResult(run_dir=str(run.layout.root), dry_run=False, partitions=parts,
+                         repairs=run.repairs, resumed=resumed, rescale=rescaled)
+
+
+# --------------------------------------------------------------------------- 1. check
+
+
+def _check_and_repair(root: Path, *, dry_run: bool, repair: bool, trust: bool
+                      ) -> tuple[_Recover, int | None]:
+    """The run directory checked (its owner), ``run.toml`` repaired (``repair``) and
+    read, the objective said, and a driver number taken (older drivers stop); a dry
+    run only reads ``run.toml``. Returns the recovery and its driver number."""
+    layout = RunLayout(root)
+    repairs: list[str] = []
     if not dry_run:
         layout.check_owner(trust)
-    repairs: list[str] = []
-    if repair and not dry_run:
-        repairs += layout.repair_files()  # run.toml, generations.toml, backups
+        if repair:
+            repairs += layout.repair_files()  # run.toml, generations.toml, backups
     spec, settings = layout.read_run_file()
-    warning = None if dry_run else rto.check_objective(spec, resume=True)
+    run = _Recover(layout, spec, settings, dry_run=dry_run, repair=repair, repairs=repairs)
+    if dry_run:
+        return run, None
+    warning = rto.check_objective(spec, resume=True)
     if warning is not None:  # a recovery is never refused for its objective
         say(warning)
     # before touching a log: a driver still running this run (another host) stops
-    driver = None if dry_run else layout.take_driver()
-    rescaled = None
-    if partitions is not None and partitions != spec.run.partitions:
-        if repair:
-            raise UsageError("--repair and --partitions: repair the run first ('cec "
-                             "recover --repair'), then rescale it")
-        check_rescale(settings, spec, partitions, layout.root)
-        if not dry_run:  # P' + 1 slots, before anything is written
-            check_local_slots(partitions, rescaled_spec(spec, partitions).with_run(
-                master=master).run.effective_master)
-            for q in range(spec.run.partitions):  # a killed run's workers let go
-                for path in (layout.output(q), layout.upstream(q)):
-                    if path.exists():
-                        _wait_for_lock(path)
-        rescaled = rescale(layout, partitions, dry_run=dry_run)
-        if dry_run:
-            return RecoverResult(run_dir=str(layout.root), dry_run=True, partitions=[],
-                                 repairs=repairs, resumed=None, rescale=rescaled,
-                                 would=[] if rescaled is None else rescaled.lines())
-        layout = RunLayout(layout.root)  # the new generation
-        spec, settings = layout.read_run_file()
-    explains: list[RecoverPartition] = []
-    catch_up: dict[str, int | None] = {}  # each upstream log's end now (cec_spark.run.rto)
-    for p in range(spec.run.partitions):
-        out_path, up_path = layout.output(p), layout.upstream(p)
-        if not out_path.exists():
-            explains.append(RecoverPartition(partition=p, fresh_start=True,
-                                             reason="no output log yet"))
-            continue
-        if dry_run:
-            try:
-                out = StreamLog.open(out_path)
-            except Exception as exc:  # e.g. no index yet: only a writable open can fix it
-                explains.append(RecoverPartition(
-                    partition=p, fresh_start=None,
-                    reason=f"cannot read without reconciling: {exc}"))
-                continue
-            with out:
-                up = StreamLog.open(up_path) if up_path.exists() else None
-                try:
-                    explain = predict(out, up, upstream_after=layout.cut)
-                finally:
-                    if up is not None:
-                        up.close()
-                explains.append(RecoverPartition(partition=p,
-                                                 **recovery_fields(explain.to_dict()),
-                                                 sealed=out.sealed))
-            continue
-        upstream_repaired: UpstreamRepair | None = None
-        if up_path.exists():  # reconcile the upstream too (its writer may have died)
-            first_up = _wait_for_lock(up_path)
-            try:
-                if repair:  # a full scan: damage anywhere is found and cut
-                    what = _repair_upstream(up_path, spec.run.fsync)
-                    cut = what.reconcile
-                    catch_up[str(p)] = what.last_seq
-                    if cut is not None and (cut.bytes_cut or cut.segments_removed):
-                        upstream_repaired = what
-                        repairs.append(f"partition {p}: upstream log cut after seq "
-                                       f"{what.last_seq} at {cut.cut_at} "
-                                       f"({cut.cut_reason})")
-                else:
-                    with StreamLog.open(up_path, writable=True, fsync=spec.run.fsync) as log:
-                        catch_up[str(p)] = log.last_seq
-                    note = layout.unneeded_damage(p, first_up)  # issue 29 item 4
-                    if note is not None:
-                        say(note)
-            except CorruptLogError as exc:
-                raise CorruptLogError(
-                    f"partition {p}: {exc}. 'cec recover --from-log {layout.root} "
-                    "--repair' cuts it there and reads the rows cut again from the "
-                    "source") from exc
-        first = _wait_for_lock(out_path)  # this open reconciles: keep its report
-        if upstream_repaired is not None:  # rebuilt by the resumed run, once the ingest
-            explains.append(RecoverPartition(  # has read the rows cut again
-                partition=p, fresh_start=None, reason="", refill=True,
-                upstream_repaired=upstream_repaired))
-            continue
-        t0 = time.perf_counter()
-        repaired: OutputRepair | None = None
-        try:
-            rec = recover_partition(out_path, up_path, operator_for(spec, settings),
-                          fsync=spec.run.fsync, upstream_after=layout.cut)
-        except CorruptLogError as exc:
-            # An output log is derived data: cut it at the first bad record and let
-            # EC + replay produce the lost records again, exactly.
-            with StreamLog.open(out_path, writable=True, repair=True,
-                                fsync=spec.run.fsync) as log:
-                repaired = OutputRepair(error=str(exc),
-                                        reconcile=reconcile_of(log.reconcile_report))
-            rec = recover_partition(out_path, up_path, operator_for(spec, settings),
-                          fsync=spec.run.fsync, upstream_after=layout.cut)
-        try:
-            report = rec.output_log.reconcile_report
-            if first is not None and (first.bytes_cut or first.rebuilt):
-                report = first  # what was cut was cut by the first open
-            fields = recovery_fields(rec.explain.to_dict())
-            sealed = rec.output_log.sealed
-        finally:
-            rec.output_log.close()
-        explains.append(RecoverPartition(partition=p, **fields, sealed=sealed,
-                                         reconcile=reconcile_of(report), repaired=repaired,
-                                         recover_s=time.perf_counter() - t0))
-    if repair and not dry_run:
-        refill = {e.partition: e.upstream_repaired for e in explains
-                  if e.upstream_repaired is not None}
-        if refill:
-            _source_can_refill(layout, spec, settings, refill)
-    if not dry_run:  # what "caught up" means for this recovery's tasks
-        rto.write_run(layout, {**rto.read_run(layout), "catch_up": catch_up,
+    return run, layout.take_driver()
+
+
+# --------------------------------------------------------------------------- 2. rescale
+
+
+def _rescale(run: _Recover, partitions: int, master: str | None) -> RescaleResult | None:
+    """``--partitions P'``: the run rescaled (dry run: the rescale planned)."""
+    layout, spec = run.layout, run.spec
+    if run.repair:
+        raise UsageError("--repair and --partitions: repair the run first ('cec "
+                         "recover --repair'), then rescale it")
+    check_rescale(run.settings, spec, partitions, layout.root)
+    if not run.dry_run:  # P' + 1 slots, before anything is written
+        check_local_slots(partitions, rescaled_spec(spec, partitions).with_run(
+            master=master).run.effective_master)
+        for q in range(spec.run.partitions):  # a killed run's workers let go
+            for path in (layout.output(q), layout.upstream(q)):
+                if path.exists():
+                    _wait_for_lock(path)
+    return rescale(layout, partitions, dry_run=run.dry_run)
+
+
+# --------------------------------------------------------------------------- 3. recover
+
+
+def _recover_partition(run: _Recover, p: int) -> RecoverPartition:
+    """Partition ``p`` recovered (dry run: predicted)."""
+    out_path, up_path = run.layout.output(p), run.layout.upstream(p)
+    if not out_path.exists():
+        return RecoverPartition(partition=p, fresh_start=True, reason="no output log yet")
+    if run.dry_run:
+        return _predict(run, p)
+    upstream_repaired = _reconcile_upstream(run, p) if up_path.exists() else None
+    first = _wait_for_lock(out_path)  # this open reconciles: keep its report
+    if upstream_repaired is not None:  # rebuilt by the resumed run, once the ingest
+        return RecoverPartition(  # has read the rows cut again
+            partition=p, fresh_start=None, reason="", refill=True,
+            upstream_repaired=upstream_repaired)
+    return _rebuild(run, p, first)
+
+
+def _predict(run: _Recover, p: int) -> RecoverPartition:
+    """A dry run of partition ``p``: its logs read, its recovery predicted."""
+    out_path, up_path = run.layout.output(p), run.layout.upstream(p)
+    try:
+        out = StreamLog.open(out_path)
+    except Exception as exc:  # e.g. no index yet: only a writable open can fix it
+        return RecoverPartition(partition=p, fresh_start=None,
+                                reason=f"cannot read without reconciling: {exc}")
+    with out, (StreamLog.open(up_path) if up_path.exists()
+               else contextlib.nullcontext()) as up:
+        explain = predict(out, up, upstream_after=run.layout.cut)
+        return RecoverPartition.explained(p, explain, sealed=out.sealed)
+
+
+def _reconcile_upstream(run: _Recover, p: int) -> UpstreamRepair | None:
+    """Partition ``p``'s upstream log reconciled (its writer may have died), and with
+    ``--repair`` cut at its first bad frame; what was cut (None: nothing). Notes the
+    log's last seq for the catch-up."""
+    up_path = run.layout.upstream(p)
+    first = _wait_for_lock(up_path)
+    try:
+        if not run.repair:
+            with StreamLog.open(up_path, writable=True, fsync=run.spec.run.fsync) as log:
+                run.catch_up[str(p)] = log.last_seq
+            note = run.layout.unneeded_damage(p, first)  # issue 29 item 4
+            if note is not None:
+                say(note)
+            return None
+        what = _repair_upstream(up_path, run.spec.run.fsync)  # a full scan: damage
+        run.catch_up[str(p)] = what.last_seq  # anywhere is found and cut
+    except CorruptLogError as exc:
+        raise CorruptLogError(
+            f"partition {p}: {exc}. 'cec recover --from-log {run.layout.root} "
+            "--repair' cuts it there and reads the rows cut again from the "
+            "source") from exc
+    cut = what.reconcile
+    if cut is None or not (cut.bytes_cut or cut.segments_removed):
+        return None
+    run.repairs.append(f"partition {p}: upstream log cut after seq {what.last_seq} at "
+                       f"{cut.cut_at} ({cut.cut_reason})")
+    return what
+
+
+def _rebuild(run: _Recover, p: int, first: ReconcileReport | None) -> RecoverPartition:
+    """Partition ``p``'s eventual checkpoint rebuilt and its upstream replayed; a
+    damaged output log is cut at its first bad record first (it is derived data: EC
+    and replay produce the lost records again, exactly). ``first``: what the first
+    writable open of the output log cut or rebuilt."""
+    layout, spec = run.layout, run.spec
+    out_path, up_path = layout.output(p), layout.upstream(p)
+    t0 = time.perf_counter()
+    repaired: OutputRepair | None = None
+    try:
+        rec = recover_partition(out_path, up_path, operator_for(spec, run.settings),
+                                fsync=spec.run.fsync, upstream_after=layout.cut)
+    except CorruptLogError as exc:
+        with StreamLog.open(out_path, writable=True, repair=True,
+                            fsync=spec.run.fsync) as log:
+            repaired = OutputRepair(error=str(exc),
+                                    reconcile=reconcile_of(log.reconcile_report))
+        rec = recover_partition(out_path, up_path, operator_for(spec, run.settings),
+                                fsync=spec.run.fsync, upstream_after=layout.cut)
+    with rec.output_log as out:
+        report = out.reconcile_report
+        if first is not None and (first.bytes_cut or first.rebuilt):
+            report = first  # what was cut was cut by the first open
+        sealed = out.sealed
+    return RecoverPartition.explained(p, rec.explain, sealed=sealed,
+                                      reconcile=reconcile_of(report), repaired=repaired,
+                                      recover_s=time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- 4. resume
+
+
+def _before_resume(run: _Recover, parts: list[RecoverPartition]) -> None:
+    """Rows cut from upstream logs (``--repair``) can be read again from the source;
+    what "caught up" means for this recovery's tasks (:mod:`cec_spark.run.rto`)."""
+    refill = {e.partition: e.upstream_repaired for e in parts
+              if e.upstream_repaired is not None}
+    if run.repair and refill:
+        _source_can_refill(run.layout, run.spec, run.settings, refill)
+    rto.write_run(run.layout, {**rto.read_run(run.layout), "catch_up": run.catch_up,
                                "catch_up_noted_at": time.time()})
-    # the run.toml read above is the resume's plan too (no second read)
-    resumed = None if dry_run else resume_run(
-        layout.root, progress=progress, driver=driver,
-        plan=RunPlan(spec.with_run(master=master, conf=conf), settings, layout,
-                     run_dir=str(from_log)))
-    return RecoverResult(run_dir=str(layout.root), dry_run=dry_run, partitions=explains,
-                         repairs=repairs, resumed=resumed, rescale=rescaled,
-                         would=would_do(explains, _source_done(layout, spec.run.partitions))
-                         if dry_run else [])
 
 
 def _source_done(layout: RunLayout, partitions: int) -> bool | None:
@@ -304,6 +379,3 @@ def _wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S) -> ReconcileReport 
             time.sleep(0.2)
         except CorruptLogError:
             return None  # the caller repairs it
-
-
-# --------------------------------------------------------------------------- extent

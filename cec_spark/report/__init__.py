@@ -18,11 +18,15 @@ times and the logs' event times are int64 microseconds (``*_us``); positions in 
 
 | module | what it declares |
 |---|---|
-| ``recovery`` | what one partition's recovery did (footprints, extent, replay, phases, rates) |
+| ``recovery`` | :func:`recovery_of`: a task's recovery read back (the classes are ``recovery``'s) |
 | ``run`` | :class:`RunResult`, :class:`PartitionRun` |
 | ``recover`` | :class:`RecoverResult` and its parts (reconcile, repairs, rescale) |
 | ``read`` | :class:`ExtentResult`, :class:`LogReport`, :class:`ExportResult` |
 | ``common`` | the pydantic docstring setting, :class:`ErrorReport`, :func:`now_us` |
+
+What one partition's recovery did (footprints, extent, replay, phases, rates) is
+declared once, in the ``recovery`` layer, where it is computed:
+:class:`~recovery.explain.RecoveryExplain` and its parts, re-exported here.
 
 First read: ``run.py``. This package imports nothing of the runtime: every other
 package may use it.
@@ -51,24 +55,18 @@ from cec_spark.report.recover import (
     UpstreamRepair,
     reconcile_of,
 )
-from cec_spark.report.recovery import (
-    Extent,
-    Footprint,
-    Phase,
-    Rates,
-    Recovery,
-    Replay,
-    recovery_fields,
-    recovery_of,
-)
+from cec_spark.report.recovery import recovery_of
 from cec_spark.report.run import PartitionRun, RunResult
+from recovery.checkpoint import ExtentMetrics, Footprint
+from recovery.explain import Phase, RateModel, RecoveryExplain
+from recovery.upstream import ReplayStats
 
 Result = RunResult | RecoverResult | ExtentResult | LogReport | ExportResult
 
 __all__ = [
-    'ErrorReport', 'ExportResult', 'Extent', 'ExtentPartition', 'ExtentResult', 'Footprint',
-    'LogInfo', 'LogReport', 'OutputRepair', 'PartitionRun', 'Phase', 'Rates', 'Reconcile',
-    'RecoverPartition', 'RecoverResult', 'Recovery', 'Replay', 'RescalePartition',
-    'RescaleResult', 'Result', 'RunResult', 'Segment', 'TupleCounts', 'UpstreamRepair',
-    'Verify', 'now_us', 'reconcile_of', 'recovery_fields', 'recovery_of',
+    'ErrorReport', 'ExportResult', 'ExtentMetrics', 'ExtentPartition', 'ExtentResult',
+    'Footprint', 'LogInfo', 'LogReport', 'OutputRepair', 'PartitionRun', 'Phase', 'RateModel',
+    'Reconcile', 'RecoverPartition', 'RecoverResult', 'RecoveryExplain', 'ReplayStats',
+    'RescalePartition', 'RescaleResult', 'Result', 'RunResult', 'Segment', 'TupleCounts',
+    'UpstreamRepair', 'Verify', 'now_us', 'reconcile_of', 'recovery_of',
 ]

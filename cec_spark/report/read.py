@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cec_spark.report.common import _DOCS
-from cec_spark.report.recovery import Footprint
+from recovery.checkpoint import Footprint
 
 
 @dataclass(frozen=True)

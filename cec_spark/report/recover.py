@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cec_spark.report.common import _DOCS
-from cec_spark.report.recovery import Extent, Phase, Rates, Replay
 from cec_spark.report.run import RunResult
+from recovery.checkpoint import ExtentMetrics
+from recovery.explain import Phase, RateModel, RecoveryExplain
+from recovery.upstream import ReplayStats
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,12 @@ class UpstreamRepair:
 
 @dataclass(frozen=True)
 class RecoverPartition:
-    """One partition of ``cec recover``: its recovery explained."""
+    """One partition of ``cec recover``: its recovery explained.
+
+    The fields from ``fresh_start`` to ``rates`` are its RecoveryExplain's, null where
+    none was made (no output log yet, a dry run that cannot read a log, a partition
+    that the resumed run rebuilds).
+    """
 
     __pydantic_config__ = _DOCS
     partition: int
@@ -93,11 +100,11 @@ class RecoverPartition:
     """The output position the resumed operator writes next."""
     resume_after_seq: int | None = None
     """The input position the resumed operator continues after."""
-    extent: Extent | None = None
+    extent: ExtentMetrics | None = None
     """The extent scanned (null: none)."""
-    replay: Replay | None = None
+    replay: ReplayStats | None = None
     """The replay (a dry run counts it without running it)."""
-    phases: list[Phase] = field(default_factory=list)
+    phases: tuple[Phase, ...] = ()
     """Each phase's time (a dry run estimates the ones it does not run)."""
     estimated_s: float | None = None
     """All phases, estimated, seconds."""
@@ -105,7 +112,7 @@ class RecoverPartition:
     """All phases, measured, seconds."""
     cpu_s: float | None = None
     """All phases, CPU time, seconds."""
-    rates: Rates | None = None
+    rates: RateModel | None = None
     """The rate model of the estimates."""
     sealed: bool | None = None
     """The output log is sealed (the partition had finished)."""
@@ -119,6 +126,18 @@ class RecoverPartition:
     """Rebuilt by the resumed run once the ingest has read the cut rows again."""
     recover_s: float | None = None
     """Wall time of this partition's recovery, seconds."""
+
+    @classmethod
+    def explained(cls, partition: int, explain: RecoveryExplain,
+                  **more: Any) -> RecoverPartition:
+        """Partition ``partition``'s recovery as ``explain`` says, with ``more``."""
+        e = explain
+        return cls(partition=partition, fresh_start=e.fresh_start, reason=e.reason,
+                   n_c=e.n_c, t_c=e.t_c, t_c_ts_us=e.t_c_ts_us, T=e.T,
+                   next_out_seq=e.next_out_seq, resume_after_seq=e.resume_after_seq,
+                   extent=e.extent, replay=e.replay, phases=e.phases,
+                   estimated_s=e.estimated_s, measured_s=e.measured_s, cpu_s=e.cpu_s,
+                   rates=e.rates, **more)
 
 
 @dataclass(frozen=True)

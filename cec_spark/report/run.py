@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cec_spark.report.common import _DOCS
-from cec_spark.report.recovery import Recovery
+from recovery.explain import RecoveryExplain
 
 
 @dataclass(frozen=True)
@@ -19,7 +19,7 @@ class PartitionRun:
     """The task's process id."""
     attempt: int
     """Spark's attempt number of the task."""
-    recovered: Recovery | None
+    recovered: RecoveryExplain | None
     """What the task recovered when it started (null: a new partition)."""
     in_batches: int
     """Upstream records processed."""

@@ -4,7 +4,8 @@ A CSV pipeline with ``P`` partitions is killed with ``kill -9`` (the whole proce
 group) at a moment of its run, then resumed with ``cec recover --partitions P'``: its
 export equals the failure-free export byte for byte. Count tumbling, count sliding and
 time windows; a rescale killed in the middle and run again; two rescales in a row;
-the key partition of the Python side equal to Spark's on many keys.
+the key partition of the Python side equal to Spark's on many keys; a run killed
+before its logs existed.
 """
 
 from __future__ import annotations
@@ -159,6 +160,29 @@ def test_kill9_then_recover_with_other_partitions(data: Path, tmp_path: Path, ca
     # time travel reaches back to the rescale, and says so before it
     before = cec(["inspect", "extent", str(run), "--at", str(gens[1].cut_ts - 1)])
     assert before.returncode == 2 and "rescale" in before.stderr, before.stderr
+
+
+def test_a_run_killed_before_its_logs_starts_with_other_partitions(
+        data: Path, tmp_path: Path) -> None:
+    """kill -9 as ``run.toml`` appears, while Spark starts (before the ingest created
+    ``upstream/``, issue 29): ``cec recover --partitions 3`` has nothing to move and
+    starts the run with 3 partitions; its export equals the failure-free one."""
+    case = "count_tumbling"
+    reference = _reference(data, case)
+    run = tmp_path / "run"
+    proc = start_cec(["run", "pipeline", str(_spec(data, case, 2)), "--log-dir", str(run),
+                      "--json"], tmp_path / "run.log")
+    wait_for((run / "run.toml").exists, 120, "run.toml", step=0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    assert not (run / "upstream").exists(), "killed too late: the logs exist"
+    result = _recover(run, 3)
+    rescale = result["rescale"]
+    assert isinstance(rescale, dict)
+    assert (rescale["cut"], rescale["windows_per_partition"]) == (-1, [0, 0, 0])
+    assert [o["state"] for o in rescale["old"]] == ["empty", "empty"]
+    assert _export(run, tmp_path / "got.csv") == reference.read_bytes()
+    assert [g.partitions for g in RunLayout(run).generations] == [2, 3]
 
 
 def test_a_stream_continues_after_the_cut(data: Path, tmp_path: Path) -> None:

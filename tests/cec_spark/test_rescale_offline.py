@@ -6,8 +6,9 @@ tests/cec_spark/test_rescale.py holds equal to Spark's).
 They cover what a kill rarely hits: an old partition whose upstream log (and so its
 output) ran ahead of another's (the cut falls before its output's end), one that lags
 behind the cut (drained), a crash after the new generation's logs were written but
-before ``generations.toml`` (the rescale runs again), and two rescales in a row. Each
-ends with the same results as the run without a rescale.
+before ``generations.toml`` (the rescale runs again), two rescales in a row, and a
+run killed before its logs existed (``recover_run``, the resume stubbed). Each ends
+with the same results as the run without a rescale.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -24,8 +26,10 @@ import pytest
 from cec.errors import UsageError
 from cec_spark.ingest.writer import create_logs, value_column
 from cec_spark.read.export import results_table
+from cec_spark.recover import resume as resume_mod
 from cec_spark.recover.rescale import check_rescale, rescale
-from cec_spark.run.plan import pipeline_spec, plan_new_run
+from cec_spark.recover.resume import recover_run
+from cec_spark.run.plan import RunPlan, pipeline_spec, plan_new_run
 from cec_spark.run.task import operator_for
 from cec_spark.rundir.layout import RunLayout
 from recovery.partition import recover_partition
@@ -37,7 +41,8 @@ ROWS = 6_000
 CHUNK = 500
 
 
-def _new_run(tmp: Path, name: str, window: str, partitions: int) -> RunLayout:
+def _new_run(tmp: Path, name: str, window: str, partitions: int, *, logs: bool = True
+             ) -> RunLayout:
     src = tmp / "items.csv"
     if not src.exists():
         write_items_csv(src, ROWS, keys=150, seed=9, negative=False)
@@ -47,7 +52,8 @@ def _new_run(tmp: Path, name: str, window: str, partitions: int) -> RunLayout:
         where=None, window=window, function="sum", partitions=partitions))
     plan = plan_new_run(pipeline_spec(spec_path), spec_path, tmp / name)
     plan.layout.write_run_text(plan.run_text)
-    create_logs(plan.layout, partitions, "never")
+    if logs:  # else: killed after run.toml was written, before the logs were created
+        create_logs(plan.layout, partitions, "never")
     return RunLayout(plan.layout.root)
 
 
@@ -190,6 +196,40 @@ def test_drained_partitions_crash_before_commit_and_two_rescales(tmp_path: Path)
     assert results_table(layout.root).equals(ref)
     with pytest.raises(UsageError, match="complete"):
         rescale(g2, 3)
+
+
+def test_a_run_killed_before_its_logs_starts_with_the_new_partitions(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Killed after run.toml appeared, before the ingest created upstream/ (issue 29):
+    ``cec recover --partitions P'`` has nothing to move, so the run starts with P'
+    (a generation at the cut -1: the whole input), exactly."""
+    window = '{ kind = "count", size = 6, slide = 4 }'
+    ref = _reference(tmp_path, window)
+    layout = _new_run(tmp_path, "run", window, 3, logs=False)
+    assert not (layout.root / "upstream").exists()
+    planned = recover_run(layout.root, dry_run=True, partitions=2)
+    assert planned.rescale is not None and planned.rescale.dry_run
+    assert [o.state for o in planned.rescale.old] == ["empty"] * 3
+    assert not (layout.root / "upstream").exists()  # a dry run writes nothing
+    resumed: list[RunPlan] = []
+
+    def resume(root: Path, **kw: Any) -> None:  # the run Spark would resume
+        resumed.append(kw["plan"])
+
+    monkeypatch.setattr(resume_mod, "resume_run", resume)
+    result = recover_run(layout.root, partitions=2, progress=False)
+    assert result.rescale is not None
+    assert (result.rescale.cut, result.rescale.chunk) == (-1, -1)
+    assert [o.state for o in result.rescale.old] == ["empty"] * 3
+    assert result.rescale.windows_per_partition == [0, 0]
+    assert [(e.partition, e.fresh_start) for e in result.partitions] == [(0, True), (1, True)]
+    new = RunLayout(layout.root)
+    assert (new.generation, new.cut) == (1, -1)
+    assert [p.partitions for p in resumed] == [2]
+    assert resumed[0].layout.generation == 1
+    _ingest(new, _rows(tmp_path), range(ROWS // CHUNK), seal=True)
+    _operate(new)
+    assert results_table(layout.root).equals(ref)
 
 
 def test_a_run_without_key_groups_is_refused(tmp_path: Path) -> None:

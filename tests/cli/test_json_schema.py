@@ -38,6 +38,8 @@ def _sample(tp: Any) -> Any:
         return _sample(args[0])
     if origin is list:
         return [_sample(typing.get_args(tp)[0])]
+    if origin is tuple:  # tuple[X, ...]
+        return (_sample(typing.get_args(tp)[0]),)
     if origin is dict:
         return {"k": _sample(typing.get_args(tp)[1])}
     if dataclasses.is_dataclass(tp):
@@ -105,8 +107,8 @@ def test_human_view_plain_lines_are_not_truncated() -> None:
 
 def test_resolve_paths() -> None:
     part = _sample(report.RecoverPartition)
-    part = dataclasses.replace(part, phases=[report.Phase("scan", 2.0, None, None),
-                                             report.Phase("load", 1.0, 0.5, 0.1)])
+    part = dataclasses.replace(part, phases=(report.Phase("scan", 2.0, None, None),
+                                             report.Phase("load", 1.0, 0.5, 0.1)))
     assert render.resolve(part, "phases.scan.seconds") == 2.0
     assert render.resolve(part, "phases.load.seconds") == 0.5
     assert render.resolve(part, "phases.replay.seconds") is None

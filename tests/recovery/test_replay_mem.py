@@ -70,8 +70,8 @@ def test_replay_filter_and_coalescing_are_exact(seed: int, monkeypatch: pytest.M
     for k in range(0, len(original.records()) + 1, 2):
         on = crash_and_recover(scn, original, k)
         off = crash_and_recover(scn, original, k, filter_replay=False)
-        assert on.replay_tuples == off.replay_tuples == off.replay_applied
-        assert on.replay_applied <= on.replay_tuples
+        assert on.replay.tuples == off.replay.tuples == off.replay.applied
+        assert on.replay.applied <= on.replay.tuples
 
 
 @pytest.mark.parametrize("impl", sorted(OPERATORS))
@@ -99,7 +99,7 @@ def test_n_c_zero_only_g_open_and_reopened_windows() -> None:
         kinds.add(explain.n_c)
         if explain.n_c == 0:
             assert explain.t_c == explain.T
-            assert explain.replay_tuples == 0
+            assert explain.replay.tuples == 0
     assert kinds == {0, 1}
 
 
@@ -115,7 +115,7 @@ def test_closed_and_reopened_inside_the_extent() -> None:
     scn = Scenario(CountWindow(5, 5), PolicyConfig(mode="open-only"))
     original = run(scn, inputs)
     explain = crash_and_recover(scn, original, len(original.records()))
-    assert explain.extent["closed_skipped"] >= 3
+    assert explain.extent is not None and explain.extent.closed_skipped >= 3
     assert explain.T == 0
 
 
@@ -132,6 +132,8 @@ def test_empty_logs_are_a_fresh_start() -> None:
     res = recover_from_logs(MemLog(), MemLog(), scn.operator())
     assert res.explain.fresh_start and res.resume_after_seq is None
     assert res.explain.to_dict()["fresh_start"] is True
+    assert res.explain.extent is None and res.explain.extent_records == 0
+    assert RecoveryExplain.from_dict(res.explain.to_dict()) == res.explain
 
 
 def test_trimmed_upstream_and_output() -> None:
@@ -223,4 +225,6 @@ def test_explain_reports_every_phase() -> None:
     assert rates.replay_positions_per_s > 0 and rates.scan_records_per_s > 0
     import json
 
-    json.dumps(d)
+    # the task's explain crosses to the driver as JSON and comes back the same
+    assert RecoveryExplain.from_dict(json.loads(json.dumps(d))) == res.explain
+    assert d["estimated_s"] == sum(p["estimated_s"] for p in d["phases"])
