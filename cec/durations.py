@@ -41,20 +41,24 @@ def duration_us(value: object) -> int | None:
     if isinstance(value, int):
         return value
     if isinstance(value, str) and value.strip():
-        text, pos, total = value.lower(), 0, Decimal(0)
-        while pos < len(text):
-            m = _PART.match(text, pos)
-            if m is None or m.group(2) not in UNITS_US:
-                return None
-            try:
-                total += Decimal(m.group(1)) * UNITS_US[m.group(2)]
-            except InvalidOperation:
-                return None
-            pos = m.end()
-        if total != total.to_integral_value():
-            return None  # not a whole number of microseconds
-        return int(total)
+        return _text_us(value.lower())
     return None
+
+
+def _text_us(text: str) -> int | None:
+    """``"1m30s"``, ``"10 seconds"``: the sum of its parts, None unless each part is a
+    number and a unit and the sum is a whole number of microseconds."""
+    pos, total = 0, Decimal(0)
+    while pos < len(text):
+        m = _PART.match(text, pos)
+        if m is None or m.group(2) not in UNITS_US:
+            return None
+        try:
+            total += Decimal(m.group(1)) * UNITS_US[m.group(2)]
+        except InvalidOperation:
+            return None
+        pos = m.end()
+    return int(total) if total == total.to_integral_value() else None
 
 
 def parse_duration(value: int | str) -> int:

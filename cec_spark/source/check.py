@@ -195,77 +195,114 @@ class _FileState:
 
 
 def _plan_text_file(st: _FileState, path: Path, fmt: str) -> None:
+    """Plan one csv or jsonl file: chunks of ``chunk_rows`` lines, each parsed and
+    checked (the first chunk of the source fixes the column types)."""
     spec = st.spec
-    name = path.name
-    if fmt == "csv":
-        columns, header_len = _csv_header(path)
-        missing = [c for c in st.needed() if c not in columns]
-        if missing:
-            raise InputError(f"{name}: line 1: missing column {missing[0]!r} "
-                             f"({_header_text(columns)})")
-        first_line = 2
-    else:
-        columns, header_len, first_line = (), 0, 1
-    every = spec.source.chunk_rows
-    offsets, _, size = _line_starts(path, header_len, every)
+    columns, header_len, first_line = _text_header(st, path, fmt)
+    offsets, _, size = _line_starts(path, header_len, spec.source.chunk_rows)
     offsets.append(size)
     line = first_line
     for start, stop in itertools.pairwise(offsets):
         if st.full or start >= stop:
             break
         data = _read_bytes(str(path), start, stop)
-        overrides = {spec.source.time_field: pa.string()}  # its kind: decided below
-        if spec.aggregate.field is not None:
-            overrides[spec.aggregate.field] = pa.float64()
+        table, n_lines = _parse_text_chunk(st, path.name, fmt, data, line, columns)
         if st.columns is None:
-            overrides[spec.aggregate.group_by] = pa.string()
-        try:
-            table = _parse_text(fmt, data, columns, st.columns, overrides)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise _diagnose(fmt, name, data, line, columns, spec, st.columns, exc) from exc
-        n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-        if table.num_rows != n_lines or data.startswith((b"\n", b"\r\n")) \
-                or b"\n\n" in data or b"\n\r\n" in data:  # a blank line: name it
-            raise _diagnose(fmt, name, data, line, columns, spec, st.columns,
-                            ValueError(f"{n_lines} lines gave {table.num_rows} rows"))
-        if fmt == "jsonl":
-            missing = [c for c in st.needed() if c not in table.column_names]
-            if missing:
-                raise InputError(f"{name}: line {line}: missing field {missing[0]!r}")
-            tf = spec.source.time_field
-            tcol = table.column(tf)
-            if st.columns is None and (pa.types.is_timestamp(tcol.type)
-                                       or pa.types.is_date(tcol.type)):
-                # Arrow guessed a timestamp from the text: read the text, parse it ours
-                table = pajson.read_json(io.BytesIO(data), parse_options=pajson.ParseOptions(
-                    explicit_schema=pa.schema([(tf, pa.string())]),
-                    unexpected_field_behavior="infer"))
-        if fmt == "csv" and st.columns is None and table.num_rows:
-            # the first row decides: integers (epochs in time_unit), or ISO-8601 text
-            tf = spec.source.time_field
-            tcol = table.column(tf)
-            if re.match(_INTEGER, str(tcol[0].as_py())):
-                try:
-                    ints = pc.cast(pc.utf8_trim_whitespace(tcol), pa.int64())
-                except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                    types = ColumnTypes(tuple(columns), tuple(
-                        "int64" if c == tf else "string" for c in columns))
-                    raise _diagnose(fmt, name, data, line, columns, spec, types, exc) from exc
-                table = table.set_column(table.column_names.index(tf), tf, ints)
-        if st.columns is None:
-            key = table.column(spec.aggregate.group_by)
-            if pa.types.is_string(key.type):
-                with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):
-                    table = table.set_column(table.column_names.index(spec.aggregate.group_by),
-                                             spec.aggregate.group_by, pc.cast(key, pa.int64()))
-            st.fix_types(table, name)
+            table = _fix_types(st, table, path.name)
         assert st.columns is not None
-        table = st.time_us(table, name, line, "line")
+        table = st.time_us(table, path.name, line, "line")
         table = table.cast(st.columns.schema()) if fmt == "csv" else table
-        cut = st.check(table, name, line, "line")
+        cut = st.check(table, path.name, line, "line")
         st.add_chunk(Chunk(len(st.chunks), fmt, str(path), start, stop, st.next_seq,
                            cut.num_rows, line, columns), cut)
         line += n_lines
+
+
+def _text_header(st: _FileState, path: Path, fmt: str) -> tuple[tuple[str, ...], int, int]:
+    """(columns, header bytes, first data line) of a csv file (checked to hold the
+    columns the spec needs); a jsonl file has none."""
+    if fmt != "csv":
+        return (), 0, 1
+    columns, header_len = _csv_header(path)
+    missing = [c for c in st.needed() if c not in columns]
+    if missing:
+        raise InputError(f"{path.name}: line 1: missing column {missing[0]!r} "
+                         f"({_header_text(columns)})")
+    return tuple(columns), header_len, 2
+
+
+def _parse_text_chunk(st: _FileState, name: str, fmt: str, data: bytes, line: int,
+                      columns: tuple[str, ...]) -> tuple[pa.Table, int]:
+    """One chunk's table and its number of lines; a chunk the fast parser refuses, or
+    one with a blank line, is an InputError naming the first bad line."""
+    spec = st.spec
+    overrides = {spec.source.time_field: pa.string()}  # its kind: decided below
+    if spec.aggregate.field is not None:
+        overrides[spec.aggregate.field] = pa.float64()
+    if st.columns is None:
+        overrides[spec.aggregate.group_by] = pa.string()
+    try:
+        table = _parse_text(fmt, data, columns, st.columns, overrides)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise _diagnose(fmt, name, data, line, columns, spec, st.columns, exc) from exc
+    n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    if table.num_rows != n_lines or data.startswith((b"\n", b"\r\n")) \
+            or b"\n\n" in data or b"\n\r\n" in data:  # a blank line: name it
+        raise _diagnose(fmt, name, data, line, columns, spec, st.columns,
+                        ValueError(f"{n_lines} lines gave {table.num_rows} rows"))
+    if fmt == "jsonl":
+        table = _jsonl_time_as_text(st, name, data, line, table)
+    elif st.columns is None and table.num_rows:
+        table = _csv_time_kind(st, name, data, line, columns, table)
+    return table, n_lines
+
+
+def _jsonl_time_as_text(st: _FileState, name: str, data: bytes, line: int,
+                        table: pa.Table) -> pa.Table:
+    """A jsonl chunk holding every needed field, its time read as text when Arrow
+    guessed a timestamp (the time's parse is ours)."""
+    missing = [c for c in st.needed() if c not in table.column_names]
+    if missing:
+        raise InputError(f"{name}: line {line}: missing field {missing[0]!r}")
+    tf = st.spec.source.time_field
+    tcol = table.column(tf)
+    if st.columns is None and (pa.types.is_timestamp(tcol.type)
+                               or pa.types.is_date(tcol.type)):
+        table = pajson.read_json(io.BytesIO(data), parse_options=pajson.ParseOptions(
+            explicit_schema=pa.schema([(tf, pa.string())]),
+            unexpected_field_behavior="infer"))
+    return table
+
+
+def _csv_time_kind(st: _FileState, name: str, data: bytes, line: int,
+                   columns: tuple[str, ...], table: pa.Table) -> pa.Table:
+    """The first csv chunk: its first row decides the time's kind: integers (epochs in
+    time_unit), or ISO-8601 text."""
+    spec = st.spec
+    tf = spec.source.time_field
+    tcol = table.column(tf)
+    if not re.match(_INTEGER, str(tcol[0].as_py())):
+        return table
+    try:
+        ints = pc.cast(pc.utf8_trim_whitespace(tcol), pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        types = ColumnTypes(tuple(columns), tuple(
+            "int64" if c == tf else "string" for c in columns))
+        raise _diagnose("csv", name, data, line, columns, spec, types, exc) from exc
+    return table.set_column(table.column_names.index(tf), tf, ints)
+
+
+def _fix_types(st: _FileState, table: pa.Table, name: str) -> pa.Table:
+    """The source's first chunk fixes its column types (an integer key if every key
+    of it is one); the chunk with them."""
+    group_by = st.spec.aggregate.group_by
+    key = table.column(group_by)
+    if pa.types.is_string(key.type):
+        with contextlib.suppress(pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            table = table.set_column(table.column_names.index(group_by), group_by,
+                                     pc.cast(key, pa.int64()))
+    st.fix_types(table, name)
+    return table
 
 
 def _plan_parquet_file(st: _FileState, path: Path) -> None:

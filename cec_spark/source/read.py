@@ -120,6 +120,23 @@ def _parse_text(fmt: str, data: bytes, columns: tuple[str, ...],
 def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[str, ...],
               spec: PipelineSpec, types: ColumnTypes | None, cause: Exception) -> InputError:
     """Find the first bad line of a chunk the fast parser refused, slowly and exactly."""
+    checks = _value_checks(spec, types)
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    for i, line in enumerate(lines):
+        where = f"{name}: line {first_line + i}"
+        values = _line_values(fmt, line, columns, where)
+        if isinstance(values, InputError):
+            return values
+        for col, kind in checks.items():
+            problem = _check_value(values, col, kind, where, spec)
+            if problem is not None:
+                return problem
+    return InputError(f"{name}: lines {first_line}-{first_line + len(lines) - 1}: "
+                      f"cannot parse: {cause}")
+
+
+def _value_checks(spec: PipelineSpec, types: ColumnTypes | None) -> dict[str, type]:
+    """The columns a line must hold and what each must parse as (str: ISO time)."""
     agg = spec.aggregate
     tf = spec.source.time_field
     time_kind = types.kind(tf) if types is not None and tf in types.names else "int64"
@@ -129,55 +146,63 @@ def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[
     if (types is not None and agg.group_by in types.names
             and types.types[types.names.index(agg.group_by)] == "int64"):
         checks[agg.group_by] = int
-    lines = data.decode("utf-8", errors="replace").splitlines()
-    for i, line in enumerate(lines):
-        where = f"{name}: line {first_line + i}"
-        if not line.strip():
-            return InputError(f"{where}: the line is blank")
-        if fmt == "csv":
-            try:
-                row = next(csv.reader([line]))
-            except csv.Error as exc:
-                return InputError(f"{where}: not a CSV line: {exc}")
-            if len(row) != len(columns):
-                return InputError(f"{where}: expected {len(columns)} fields "
-                                  f"({','.join(columns)}), got {len(row)}")
-            values: dict[str, object] = dict(zip(columns, row, strict=True))
+    return checks
+
+
+def _line_values(fmt: str, line: str, columns: tuple[str, ...], where: str
+                 ) -> dict[str, object] | InputError:
+    """One line's fields by column name, or what is wrong with the line."""
+    if not line.strip():
+        return InputError(f"{where}: the line is blank")
+    return _csv_values(line, columns, where) if fmt == "csv" else _json_values(line, where)
+
+
+def _csv_values(line: str, columns: tuple[str, ...], where: str
+                ) -> dict[str, object] | InputError:
+    try:
+        row = next(csv.reader([line]))
+    except csv.Error as exc:
+        return InputError(f"{where}: not a CSV line: {exc}")
+    if len(row) != len(columns):
+        return InputError(f"{where}: expected {len(columns)} fields "
+                          f"({','.join(columns)}), got {len(row)}")
+    return dict(zip(columns, row, strict=True))
+
+
+def _json_values(line: str, where: str) -> dict[str, object] | InputError:
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        return InputError(f"{where}: not a JSON object: "
+                          f"{getattr(exc, 'msg', type(exc).__name__)}")
+    return obj if isinstance(obj, dict) else InputError(f"{where}: not a JSON object")
+
+
+def _check_value(values: dict[str, object], col: str, kind: type, where: str,
+                 spec: PipelineSpec) -> InputError | None:
+    """What is wrong with ``values[col]`` as a ``kind`` (None: nothing)."""
+    if col not in values or values[col] in (None, ""):
+        return InputError(f"{where}: {col}: missing value")
+    raw = values[col]
+    try:
+        if kind is str:  # an ISO time: its parse is to_us's
+            to_us(pa.array([str(raw)]), "iso", "us")
+        elif kind is int:
+            if isinstance(raw, float) or (isinstance(raw, str) and not
+                                          raw.strip().lstrip("-").isdigit()):
+                raise ValueError(raw)
+            int(raw)  # type: ignore[call-overload]
         else:
-            try:
-                obj = json.loads(line)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                return InputError(f"{where}: not a JSON object: "
-                                  f"{getattr(exc, 'msg', type(exc).__name__)}")
-            if not isinstance(obj, dict):
-                return InputError(f"{where}: not a JSON object")
-            values = obj
-        for col, kind in checks.items():
-            if col not in values or values[col] in (None, ""):
-                return InputError(f"{where}: {col}: missing value")
-            raw = values[col]
-            if kind is str:  # an ISO time: its parse is to_us's
-                try:
-                    to_us(pa.array([str(raw)]), "iso", "us")
-                except TimeValueError as exc:
-                    return InputError(f"{where}: {col}: {raw!r} {exc.why}")
-                continue
-            try:
-                if kind is int:
-                    if isinstance(raw, float) or (isinstance(raw, str) and not
-                                                  raw.strip().lstrip("-").isdigit()):
-                        raise ValueError(raw)
-                    int(raw)  # type: ignore[call-overload]
-                else:
-                    float(raw)  # type: ignore[arg-type]
-            except (TypeError, ValueError, OverflowError):
-                what = "an integer" if kind is int else "a number"
-                if col == tf:
-                    what = f"an integer (epoch {spec.source.time_unit}, [source].time_unit)"
-                shown = raw if not isinstance(raw, str) or len(raw) <= 40 else raw[:40] + "..."
-                return InputError(f"{where}: {col}: {shown!r} is not {what}")
-    return InputError(f"{name}: lines {first_line}-{first_line + len(lines) - 1}: "
-                      f"cannot parse: {cause}")
+            float(raw)  # type: ignore[arg-type]
+    except TimeValueError as exc:
+        return InputError(f"{where}: {col}: {raw!r} {exc.why}")
+    except (TypeError, ValueError, OverflowError):
+        what = "an integer" if kind is int else "a number"
+        if col == spec.source.time_field:
+            what = f"an integer (epoch {spec.source.time_unit}, [source].time_unit)"
+        shown = raw if not isinstance(raw, str) or len(raw) <= 40 else raw[:40] + "..."
+        return InputError(f"{where}: {col}: {shown!r} is not {what}")
+    return None
 
 
 def with_time_us(table: pa.Table, time: TimeSpec, kind: str, name: str, first: int,
