@@ -223,7 +223,7 @@ def _raw(v: np.ndarray) -> _Spec:
     return (RAW, 0, v.dtype.itemsize, 0, 0, np.ascontiguousarray(v), 0)
 
 
-def _integers(v: np.ndarray, flags: int, width: int) -> _Spec | None:  # noqa: PLR0911, PLR0912, RUF100 - one pass, for speed
+def _integers(v: np.ndarray, flags: int, width: int) -> _Spec | None:  # noqa: PLR0911, PLR0912 - one pass, for speed
     """The cheapest of CONST, FOR and DELTA for ``v``; None if none is smaller than RAW.
 
     Ties go to CONST, then FOR. Statistics are computed only where they can change the
@@ -298,7 +298,7 @@ def decode_packed(blob: bytes | memoryview | pa.Buffer, schema: pa.Schema
     return _decode(blob, schema, packed=True)
 
 
-def _decode(blob: bytes | memoryview | pa.Buffer, schema: pa.Schema, *, packed: bool  # noqa: PLR0912, RUF100 - each check of a blob in byte order
+def _decode(blob: bytes | memoryview | pa.Buffer, schema: pa.Schema, *, packed: bool  # noqa: PLR0912 - each check of a blob in byte order
             ) -> pa.RecordBatch:
     mv = memoryview(blob)
     if len(mv) < _HEAD.size:
@@ -390,7 +390,7 @@ def _unpack(raw: memoryview, k: int, m: int) -> np.ndarray:
     return out.reshape(-1)[:m]
 
 
-def _decode_column(tag: int, flags: int, k: int, a: int, b: int, raw: memoryview, n: int,  # noqa: PLR0912, RUF100 - a branch per tag
+def _decode_column(tag: int, flags: int, k: int, a: int, b: int, raw: memoryview, n: int,  # noqa: PLR0912 - a branch per tag
                    width: int, name: str) -> np.ndarray:
     """The bit pattern of one column, as signed integers of ``width`` bytes."""
     out_t = _SIGNED[width]
