@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -71,11 +72,20 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     exported = cec(["export", str(d / "ref"), "--out", str(d / "ref.csv"), "--json"],
                    check=True)
     assert checked(exported.stdout, ExportResult)["rows"] > 0
-    got = read_export_csv(d / "ref.csv")
-    ref = reference_count_windows(df, 10)
-    assert got[["key", "window_start", "window_end", "count"]].values.tolist() == \
-        ref[["key", "window_start", "window_end", "count"]].values.tolist()
+    # the crash tests compare their exports byte for byte with this one: key, window,
+    # count and the average all equal pandas' (issue 29: the average was not checked)
+    _same_as_pandas(read_export_csv(d / "ref.csv"), reference_count_windows(df, 10))
     return spec, d / "ref.csv"
+
+
+def _same_as_pandas(got: pd.DataFrame, ref: pd.DataFrame) -> None:
+    """Every window of the export equals the pandas reference: key, bounds, count, and
+    the average (to 1e-9 relative: pandas sums in another order)."""
+    cols = ["key", "window_start", "window_end", "count"]
+    assert got[cols].values.tolist() == ref[cols].values.tolist()
+    assert len(got) > 0 and got["value"].notna().all()
+    assert np.allclose(got["value"].to_numpy(), ref["value"].to_numpy(), rtol=1e-9,
+                       atol=0.0), (got["value"] - ref["value"]).abs().max()
 
 
 @pytest.fixture(scope="module")
@@ -331,10 +341,7 @@ def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) ->
     assert rec["resumed"]["completed"]
     print(f"upstream logs trimmed: {_trimmed(run)} of {P}")
     cec(["export", str(run), "--out", str(tmp_path / "out.csv")], check=True)
-    got = read_export_csv(tmp_path / "out.csv")
-    ref = reference_count_windows(df, 10)
-    assert got[["key", "window_start", "window_end", "count"]].values.tolist() == \
-        ref[["key", "window_start", "window_end", "count"]].values.tolist()
+    _same_as_pandas(read_export_csv(tmp_path / "out.csv"), reference_count_windows(df, 10))
 
 
 def test_a_stream_that_ends_before_its_first_file_exits_2(tmp_path: Path,
