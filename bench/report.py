@@ -39,8 +39,10 @@ under `bench/results/` (no number here is typed by hand). `python -m bench` runs
 paper's figures, the fair Spark comparison and the latency benchmark and then rewrites
 this file; `python -m bench.cluster_bench` (root, `bindfs`) measures the cluster; the
 other variants of the Spark comparison are `python bench/fair_spark.py --sliding --out
-bench/results/fair-sliding` and `--rows 30000000 ... --out bench/results/fair-30m`.
-This machine has 2 cores and is shared: every section records its load.
+bench/results/fair-sliding` and `--rows 30000000 ... --out bench/results/fair-30m`; a
+quick check in a few minutes is `--rows 300000 --file-rows 10000 --keys 10000 --repeats
+3 --no-sweep --out bench/results/fair-quick` (too small for the targets, which use
+`fair`). This machine has 2 cores and is shared: every section records its load.
 
 """
 
@@ -77,6 +79,18 @@ def stale(kind: str, data: Any) -> str | None:
                 "judged by (the last one was measured after the loaded history had been "
                 "moved aside, which lowers the floor)")
     return None
+
+
+KILL_TOLERANCE = 0.05  # bench.fair_spark: the kill points may differ by this share
+
+
+def recovery_ratio(rec: dict[str, Any]) -> tuple[float | None, float]:
+    """cec ÷ Spark restart, None when the two kills landed more than KILL_TOLERANCE of
+    the input apart (computed from the fractions both sides recorded), and the gap."""
+    gap = abs(float(rec["cec"].get("killed_at_fraction", 0))
+              - float(rec["spark"].get("killed_at_fraction", 0)))
+    ratio = rec.get("ratio")
+    return (None if ratio is None or gap > KILL_TOLERANCE else float(ratio)), gap
 
 
 def _load(path: Path) -> Any:
@@ -137,10 +151,15 @@ def targets(results: Path) -> list[tuple[str, str, str, bool | None, str]]:
                      f"{f3['speedup_median']}× (pairs {f3['speedup_pairs']['min']}–"
                      f"{f3['speedup_pairs']['max']}×){grow}",
                      f3["speedup_median"] >= 5 and growing, "python bench/fair_spark.py"))
-        if "recovery" in f3:
-            r = f3["recovery"]["ratio"]
+        if "recovery" in f3 and recovery_ratio(f3["recovery"])[0] is not None:
+            r = recovery_ratio(f3["recovery"])[0]
+            assert r is not None
             rows.append(("recovery after kill -9, cec ÷ Spark (same definition)", "≤ 0.2",
                          f"{r}", r <= 0.2, "python bench/fair_spark.py"))
+        elif "recovery" in f3:
+            rows.append(("recovery after kill -9, cec ÷ Spark (same definition)", "≤ 0.2",
+                         "not measured: the kills landed apart", None,
+                         "python bench/fair_spark.py"))
     else:
         rows.append(("output complete and usable, Spark's best ÷ cec", "≥ 5×",
                      "not measured", None, "python bench/fair_spark.py"))
@@ -213,7 +232,8 @@ def fair_md(name: str, f: dict[str, Any], png: str | None) -> str:
              f"Same query on both sides: average of `item_price` per `item_id` over event-time "
              f"windows ({f['window']}), Spark's `window()` with a watermark; {f['keys']:,} keys, "
              f"P = {f['partitions']}, {f['windows']:,} windows, every output compared equal to "
-             f"cec's. Whole processes, cold, from the command to the output complete; "
+             f"cec's. Whole processes, cold, from the command to the output complete and "
+             f"usable; "
              f"{_meta(f)}.", "",
              "| Spark setting (one run each) | rows per micro-batch | whole process s | load |",
              "|---|--:|--:|--:|"]
@@ -238,6 +258,7 @@ def fair_md(name: str, f: dict[str, Any], png: str | None) -> str:
             for k in ("elapsed_s", "steady_s") if k in phases[0]) + "."]
     if "recovery" in f:
         r = f["recovery"]
+        ratio, gap = recovery_ratio(r)
         lines += ["", "Recovery, the same definition on both sides (kill -9 of the whole "
                   "process group at the same row count, Spark's first micro-batch boundary "
                   f"at or past {r['kill_at']:.0%} of the input, then the restart timed until "
@@ -247,8 +268,11 @@ def fair_md(name: str, f: dict[str, Any], png: str | None) -> str:
                   f"{r['spark']['restart_s']} s (load {r['spark']['load']}); cec killed after "
                   f"{r['cec']['killed_at_rows']:,} rows processed "
                   f"({r['cec']['killed_at_fraction']:.1%}), `cec recover` + `cec export` "
-                  f"{r['cec']['restart_s']} s (load {r['cec']['load']}); ratio cec ÷ Spark "
-                  f"**{r['ratio']}**."]
+                  f"{r['cec']['restart_s']} s (load {r['cec']['load']}); "
+                  + (f"ratio cec ÷ Spark **{ratio}**." if ratio is not None
+                     else f"no ratio: the kills landed {gap:.0%} of the "
+                     "input apart (cec's operators report their processed rows every 0.5 s "
+                     "and take the input by chunks), more than the 5 % allowed.")]
     if png:
         lines += ["", f"![{name}](bench/results/{png})"]
     return "\n".join(lines) + "\n"

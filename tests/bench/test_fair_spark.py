@@ -90,7 +90,8 @@ def test_the_report_names_the_headline_end_point_and_both_kill_points() -> None:
            "cec": run, "cec_with_export": {**run, "median": 12.0}, "spark": run,
            "speedup_median": 0.83, "speedup_pairs": {"median": 0.8, "min": 0.7, "max": 0.9},
            "speedup_run_only_median": 1.0,
-           "recovery": {"kill_at": 0.5, "ratio": 0.5,
+           "recovery": {"kill_at": 0.5, "ratio": 0.5, "kill_gap": 0.0,
+                        "spark_rows_per_batch": 1_000_000,
                         "cec": {"restart_s": 5.0, "recover_s": 4.0, "export_s": 1.0,
                                 "killed_at_rows": 2_000_100, "killed_at_fraction": 0.667,
                                 "load": 3.0},
@@ -101,3 +102,4 @@ def test_the_report_names_the_headline_end_point_and_both_kill_points() -> None:
     assert "2,000,000 rows committed (66.7%)" in md and "2,000,100 rows processed (66.7%)" in md
     assert "`cec recover` + `cec export` 5.0 s (4.0 + 1.0" in md
     assert "1-min load average 3.0 at the end" in md
+    assert "(hdfs, 1,000,000 rows per micro-batch)" in md and "**0.5**" in md

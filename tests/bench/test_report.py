@@ -100,3 +100,16 @@ def test_results_of_the_earlier_definitions_are_to_be_re_measured(tmp_path: Path
     assert md.count("to be re-measured") == 2
     assert "6.0×" not in md and "| 2 | 2 | 10.0 |" not in md
     assert "does not record started, commit, load_start, cpus" in md
+
+
+def test_no_recovery_ratio_when_the_kills_landed_apart(tmp_path: Path) -> None:
+    """cec killed at 100 % (it had processed everything between two state reports) and
+    Spark at 66.7 %: not the same point, so no ratio and the target is not measured."""
+    f = _fair(3_000_000, 6.0, 0.7)
+    f["recovery"]["cec"]["killed_at_fraction"] = 1.0
+    _write(tmp_path / "fair" / "fair.json", f)
+    rows = {r[0].split(",")[0]: r for r in report.targets(tmp_path)}
+    rec = rows["recovery after kill -9"]
+    assert rec[3] is None and "apart" in rec[2]
+    md = report.benchmarks_md(tmp_path)
+    assert "no ratio: the kills landed 33% of the input apart" in md and "0.7**" not in md
