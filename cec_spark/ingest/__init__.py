@@ -4,7 +4,7 @@
 ``job``     the ingest job: chunks planned from the run's plan, run as Spark jobs, logs sealed
 ``query``   the Spark query: chunks read in a task, filtered, projected, key-partitioned
 ``writer``  the ``mapInArrow`` writer: appends to the upstream logs, commits with chunk tokens
-``where``   ``[filter].where`` compiled once by Spark, evaluated on Arrow batches without Spark
+``where``   ``[filter].where`` compiled once by Spark; ``where_eval`` runs it on Arrow, no Spark
 ==========  ====================================================================================
 
 First read: ``job.py``. Exactly once: each upstream log's commit token names the last
