@@ -45,7 +45,9 @@ from cec_spark.ingest.writer import token_fields
 from cec_spark.report import RescalePartition as OldPartition
 from cec_spark.report import RescaleResult
 from cec_spark.run.task import operator_for
-from cec_spark.rundir.layout import Generation, RunLayout, RunSettings
+from cec_spark.rundir.generations import Generation
+from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import RunSettings
 from recovery.partition import recover_from_logs
 from recovery.rescale import handoff
 from recovery.upstream import RecoverableOperator

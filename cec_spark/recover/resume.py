@@ -45,7 +45,8 @@ from cec_spark.run import rto
 from cec_spark.run.cluster import check_local_slots
 from cec_spark.run.plan import RunPlan
 from cec_spark.run.task import operator_for
-from cec_spark.rundir.layout import RunLayout, RunSettings, rescaled_spec
+from cec_spark.rundir.layout import RunLayout, rescaled_spec
+from cec_spark.rundir.run_file import RunSettings
 from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.planner import plan_source
 from cec_spark.watchdog import say

@@ -42,9 +42,9 @@ from cec.spec import PipelineSpec
 from cec.windows import window_spec
 from cec_spark.report import PartitionRun, now_us, recovery_of
 from cec_spark.run.rto import RtoTask
-from cec_spark.rundir.layout import RunLayout, RunSettings, value_column
+from cec_spark.rundir.layout import RunLayout, value_column
 from cec_spark.rundir.retention import Lagged, retention_before
-from cec_spark.rundir.run_file import parse_run_text
+from cec_spark.rundir.run_file import RunSettings, parse_run_text
 from recovery.errors import ReplayUnavailableError
 from recovery.partition import Recovered, recover_partition
 from storage_log.epoch import read_chain

@@ -47,28 +47,27 @@ from typing import Any
 from cec.errors import CorruptionError, RecoveryError, UsageError
 from cec.spec import PipelineSpec, default_master
 from cec_spark.errors import DriverSupersededError, RunNotVisibleError
+from cec_spark.rundir.generations import (
+    GENERATIONS_BACKUP,
+    GENERATIONS_FILE,
+    Generation,
+    read_generations,
+    write_generations,
+)
 from cec_spark.rundir.run_file import (
     BACKUP_FILE,
     CHECKSUM_PREFIX,
-    FORMAT_VERSION,
     RUN_FILE,
     RunSettings,
     check_run_text,
     parse_run_text,
     run_text,
-    settings_for,
-    sign_run_text,
 )
 from storage_log.durable import write_durable
 from storage_log.reconcile import first_damage
 
-__all__ = ["BACKUP_FILE", "CHECKSUM_PREFIX", "FORMAT_VERSION", "GENERATIONS_FILE",
-           "RUN_FILE", "Generation", "RunLayout", "RunSettings", "check_run_text",
-           "settings_for", "sign_run_text"]
-
-GENERATIONS_FILE = "generations.toml"
-GENERATIONS_BACKUP = "generations.toml.bak"
-
+__all__ = ["VALUE_FALLBACK", "RunLayout", "ack_key", "read_advisory", "rescaled_spec",
+           "value_column", "write_advisory"]
 
 VALUE_FALLBACK = "__cec_value"  # the value column of a `count` aggregate without field
 
@@ -76,26 +75,6 @@ VALUE_FALLBACK = "__cec_value"  # the value column of a `count` aggregate withou
 def value_column(spec: PipelineSpec) -> str:
     """The name of the value column in the upstream logs."""
     return spec.aggregate.field if spec.aggregate.field is not None else VALUE_FALLBACK
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One generation of a run: its partitions, from its start cut on.
-
-    Generation 0 is the run as started (``run.toml``'s partitions). A rescale adds
-    generation ``g``: its logs hold the results of the input after seq ``cut`` (every
-    input at or before it is in generation ``g - 1``'s state and results), and
-    ``previous_ends[q]`` is the last output seq of partition ``q`` of generation
-    ``g - 1`` that belongs to the run (-1: none); rows after it (output of input after
-    the cut, written before the rescale) are not results of the run.
-    """
-
-    gen: int
-    partitions: int
-    cut: int = -1
-    chunk: int = -1  # the source chunk that ends at seq ``cut`` (-1: none)
-    previous_ends: tuple[int, ...] = ()
-    cut_ts: int = 0  # the handoff's ts: no input of this generation is older
 
 
 @dataclass(frozen=True)
@@ -519,47 +498,3 @@ def ack_key(gen: int, p: int) -> str:
     """The name of a partition's output log in a consumer's acks: ``"3"`` in generation
     0 (as before rescales existed), ``"g1/3"`` in generation 1."""
     return str(p) if gen == 0 else f"g{gen}/{p}"
-
-
-def generations_text(gens: tuple[Generation, ...]) -> str:
-    """The signed text of ``generations.toml``."""
-    lines = ["# the generations of a rescaled run (cec recover --partitions); written once "
-             "per rescale", f"format_version = {FORMAT_VERSION}", ""]
-    for g in gens:
-        lines += ["[[generation]]", f"gen = {g.gen}", f"partitions = {g.partitions}",
-                  f"cut = {g.cut}", f"chunk = {g.chunk}",
-                  f"previous_ends = [{', '.join(str(e) for e in g.previous_ends)}]",
-                  f"cut_ts = {g.cut_ts}", ""]
-    return sign_run_text("\n".join(lines))
-
-
-def read_generations(path: Path) -> tuple[Generation, ...]:
-    """The generations stored in ``path`` (none if it does not exist); a damaged file
-    is CorruptionError (exit 3), naming it."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return ()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CorruptionError(f"{path}: cannot be read: {exc}") from exc
-    bad = check_run_text(text, str(path))
-    if bad is not None or CHECKSUM_PREFIX not in text:
-        raise CorruptionError(f"{bad or f'{path}: no checksum line'}: the run's "
-                              "generations (its rescales) cannot be trusted")
-    try:
-        raw = tomllib.loads(text)["generation"]
-        gens = tuple(Generation(int(g["gen"]), int(g["partitions"]), int(g["cut"]),
-                                int(g["chunk"]),
-                                tuple(int(e) for e in g["previous_ends"]),
-                                int(g.get("cut_ts", 0))) for g in raw)
-    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise CorruptionError(f"{path}: damaged: {exc}") from exc
-    for i, g in enumerate(gens):
-        if g.gen != i or g.partitions < 1 or (i and len(g.previous_ends)
-                                               != gens[i - 1].partitions):
-            raise CorruptionError(f"{path}: generation {i} is inconsistent: {g}")
-    return gens
-
-
-def write_generations(path: Path, gens: tuple[Generation, ...]) -> None:
-    write_durable(path, generations_text(gens))

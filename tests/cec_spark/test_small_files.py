@@ -21,7 +21,8 @@ from cec.errors import CorruptionError, RecoveryError, UsageError, exit_code
 from cec_spark.errors import DriverSupersededError
 from cec_spark.read.export import results_table
 from cec_spark.recover.rescale import rescale
-from cec_spark.rundir.layout import GENERATIONS_BACKUP, RunLayout
+from cec_spark.rundir.generations import GENERATIONS_BACKUP
+from cec_spark.rundir.layout import RunLayout
 from tests.cec_spark.test_rescale_offline import (
     CHUNK,
     ROWS,
