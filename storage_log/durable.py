@@ -28,11 +28,7 @@ __all__ = ["commit_file", "fsync_dir", "temp_path", "write_durable"]
 
 def fsync_dir(directory: Path) -> None:
     """Make the directory's entries (created, renamed, deleted files) durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(directory)
 
 
 def temp_path(path: Path) -> Path:
@@ -40,7 +36,8 @@ def temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
 
 
-def _fsync_file(path: Path) -> None:
+def _fsync(path: Path) -> None:
+    """fsync a file or a directory by its path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -54,7 +51,7 @@ def commit_file(tmp: Path, path: Path, *, exclusive: bool = False, sync: bool = 
     whatever happens. ``exclusive``: FileExistsError if ``path`` exists."""
     try:
         if sync:
-            _fsync_file(tmp)
+            _fsync(tmp)
         if exclusive:
             os.link(tmp, path)
         else:
