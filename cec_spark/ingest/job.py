@@ -35,11 +35,16 @@ from collections.abc import Callable, Iterator, Sequence
 
 from pyspark.sql import SparkSession
 
-from cec.spec import PipelineSpec
-from cec_spark.errors import InputError
 from cec_spark.ingest.query import (
     IngestProgress,
     IngestQuery,
+)
+from cec_spark.ingest.stream import (
+    FALLBACK,
+    StreamTask,
+    check_resume,
+    prepare,
+    run_stream_ingest,
 )
 from cec_spark.ingest.writer import (
     committed_chunk,
@@ -51,6 +56,7 @@ from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.planner import plan_source
 from cec_spark.source.types import Chunk, SourcePlan, WatchState
+from cec_spark.watchdog import say
 
 JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each)
 
@@ -93,29 +99,18 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
     resume, resume_next = committed_chunk(layout, spec.run.partitions)
     if resume >= 0:  # a resumed ingest reads the source again: it must be the same
         check_fingerprint(spec, list(settings.source_files))
-    query = IngestQuery(spark, plan, driver)
     if spec.source.kind == "stream-dir":
-        start = plan.source
-        if start is None or start.watch is None:  # nothing planned: no file seen yet
-            start = SourcePlan(settings.columns, (), False, WatchState((), 0, None, ""))
-        watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples, start=start)
-        planned: Sequence[Chunk] | None = start.chunks or None  # not ingested yet
-        while not should_stop():
-            new = planned if planned is not None else watcher.poll()
-            planned = None
-            _check_resume(spec, new, resume, resume_next)
-            _run_jobs(query, new, resume, progress, should_stop)
-            if watcher.ended:
-                break
-            if not new:
-                time.sleep(spec.source.poll_ms / 1000)
+        if not _ingest_folder(spark, plan, progress, should_stop, driver,
+                              (resume, resume_next)):
+            return  # stopped before the folder's end: nothing to seal
     else:
         source = plan.source
         if source is None:
             source = plan_source(spec, max_rows=settings.max_tuples)
         progress.chunks_total = len(source.chunks)
-        _check_resume(spec, source.chunks, resume, resume_next)
-        _run_jobs(query, source.chunks, resume, progress, should_stop)
+        check_resume(spec, source.chunks, resume, resume_next)
+        _run_jobs(IngestQuery(spark, plan, driver), source.chunks, resume, progress,
+                  should_stop)
     if should_stop():
         return
     seal_upstream(layout, spec.run.partitions, spec.run.fsync)
@@ -123,15 +118,39 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
     progress.finished = time.monotonic()
 
 
-def _check_resume(spec: PipelineSpec, chunks: Sequence[Chunk], resume: int,
-                  resume_next: int | None) -> None:
-    """A resumed ingest must find the source as it was: the same rows up to its token."""
-    for chunk in chunks:
-        if chunk.index == resume and resume_next is not None and chunk.next_seq != resume_next:
-            raise InputError(
-                f"{spec.source.path}: the source changed since the run started: chunk "
-                f"{resume} ended at row {resume_next} then and at row {chunk.next_seq} now "
-                "(a resumed run must read the same input)")
+_said: set[str] = set()  # the fallback reasons said on stderr (once each per process)
+
+
+def _ingest_folder(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
+                   should_stop: Callable[[], bool], driver: int | None,
+                   resumed: tuple[int, int | None]) -> bool:
+    """A stream folder's ingest until it ends (or a stop): the long-lived task
+    (:mod:`cec_spark.ingest.stream`) or, for what it cannot match, a Spark job per poll
+    (said once on stderr). True: the folder ended, every chunk is committed."""
+    spec, settings = plan.spec, plan.settings
+    start = plan.source
+    if start is None or start.watch is None:  # nothing planned: no file seen yet
+        start = SourcePlan(settings.columns, (), False, WatchState((), 0, None, ""))
+    task = prepare(spark, plan, driver, start)
+    if isinstance(task, StreamTask):  # one long-lived Spark task (issue 28)
+        return run_stream_ingest(spark, plan, task, progress)
+    if task not in _said:
+        _said.add(task)
+        say(FALLBACK.format(reason=task).removeprefix("cec: "))
+    resume, resume_next = resumed
+    query = IngestQuery(spark, plan, driver)
+    watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples, start=start)
+    planned: Sequence[Chunk] | None = start.chunks or None  # not ingested yet
+    while not should_stop():
+        new = planned if planned is not None else watcher.poll()
+        planned = None
+        check_resume(spec, new, resume, resume_next)
+        _run_jobs(query, new, resume, progress, should_stop)
+        if watcher.ended:
+            return True
+        if not new:
+            time.sleep(spec.source.poll_ms / 1000)
+    return False
 
 
 def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: int,

@@ -1,0 +1,375 @@
+"""The long-lived ingest of a stream folder: one Spark task that stays up (issue 28).
+
+The per-poll ingest (:mod:`cec_spark.ingest.job`) runs one Spark job for every poll that
+found files (~180 ms each, then queueing). Here the driver runs ONE Spark job of one task
+(``spark.range(1, 1 partition).mapInArrow``, like the operator job) that:
+
+1. plans the folder exactly as the per-poll ingest does (:class:`StreamDirWatcher`, from the
+   run's plan: the same chunk numbers, tokens and resume point);
+2. for each new chunk: :func:`read_chunk` → ``[filter].where`` compiled once by Spark on the
+   driver (:class:`CompiledWhere`, Spark SQL's semantics on Arrow) → the projection of
+   :func:`cec_spark.ingest.query.upstream_frame` → the key partition (Spark's
+   ``pmod(xxhash64(key), G)`` then ``kg * P div G``, :mod:`recovery.rescale`, one hash per
+   distinct key of a batch) → the writer of the per-poll path
+   (:class:`_UpstreamWriter`: append per partition, commit with the chunk's token, trim);
+3. is woken by inotify on the folder (:class:`CommitWatch`: a file renamed into place),
+   with the spec's ``poll_ms`` as the bound when nothing wakes it;
+4. ends when the folder ends (``_END``; the driver then seals the logs), at a ``STOP`` file
+   (returns, every log committed) or when a newer driver took the run
+   (:class:`DriverSupersededError`). Spark retries it; a retry resumes from the committed
+   tokens (a log only receives rows above its ``last_seq``).
+
+What it cannot match exactly falls back to the per-poll Spark jobs, said once on stderr
+(:func:`fallback_reason`): lateness settings (``allowed_lateness``/``late``), several
+ingest tasks, a key that is not int64/string, a value that is a string, a filter the
+evaluator does not reproduce. One semantics either way.
+
+The task reports where it stands in ``RUN/state/ingest.json`` (advisory, for the driver's
+progress view), never what recovery depends on: that is the upstream logs' tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import SparkSession
+
+from cec.errors import SpecError
+from cec.spec import PipelineSpec
+from cec_spark.errors import InputError
+from cec_spark.ingest.query import _SPARK_TYPES, IngestProgress
+from cec_spark.ingest.where import CompiledWhere, compile_where
+from cec_spark.ingest.writer import (
+    PART,
+    WriterConfig,
+    _JobChunks,
+    _UpstreamWriter,
+    committed_chunk,
+    open_upstream,
+)
+from cec_spark.run.plan import RunPlan
+from cec_spark.rundir.layout import RunLayout, read_advisory, value_column, write_advisory
+from cec_spark.rundir.run_file import RunSettings, parse_run_text
+from cec_spark.source.folder import StreamDirWatcher
+from cec_spark.source.read import read_chunk
+from cec_spark.source.types import SEQ, Chunk, ColumnTypes, SourcePlan, TimeSpec, WatchState
+from recovery.rescale import SPARK_SEED, spark_xxhash64
+from storage_log.log import StreamLog
+from storage_log.notify import CommitWatch
+
+FALLBACK = "cec: the stream ingest runs one Spark job per poll: {reason}"
+STATE_EVERY_S = 0.5
+_KEY_TYPES = ("int64", "string")
+_VALUE_TYPES = ("int64", "float64", "bool")
+
+
+# --------------------------------------------------------------------------- driver side
+
+
+def fallback_reason(spec: PipelineSpec, settings: RunSettings) -> str | None:
+    """Why the long-lived task cannot run this stream folder's ingest (None: it can)."""
+    if spec.source.reorders:
+        return "allowed_lateness/late reorder or drop rows (source_order), which the " \
+               "long-lived ingest does not do"
+    if spec.run.ingest_tasks > 1:
+        return f"[run].ingest_tasks = {spec.run.ingest_tasks} (the long-lived ingest is one task)"
+    schema = settings.columns.schema()
+    key = spec.aggregate.group_by
+    if key in schema.names and str(schema.field(key).type) not in _KEY_TYPES:
+        return f"the key {key!r} is a {schema.field(key).type}, not an int64 or a string"
+    field = spec.aggregate.field
+    if field is not None and field in schema.names:
+        kind = settings.columns.kind(field)
+        if kind not in _VALUE_TYPES and kind not in ("timestamp", "iso"):
+            return f"the value {field!r} is a {kind} (Spark's cast to double is not reproduced)"
+    return None
+
+
+def compile_filter(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes
+                   ) -> CompiledWhere | None:
+    """``[filter].where`` analysed by Spark over the source frame's schema (None: no
+    filter); a SpecError naming the part the long-lived task cannot evaluate."""
+    if spec.where is None:
+        return None
+    ddl = ", ".join(f"`{n}` {_SPARK_TYPES[t]}" for n, t in zip(columns.names, columns.types,
+                                                               strict=True))
+    return compile_where(spark, spec.where, ddl, origin=spec.origin)
+
+
+def plan_json(plan: SourcePlan) -> str:
+    """A stream folder's plan (no lateness state) as JSON for the task."""
+    w = plan.watch
+    assert w is not None and w.order is None
+    return json.dumps({"columns": plan.columns.to_json(),
+                       "chunks": [c.to_json() for c in plan.chunks], "ended": plan.ended,
+                       "seen": list(w.seen), "next_seq": w.next_seq, "last_ts": w.last_ts,
+                       "last_where": w.last_where})
+
+
+def plan_from_json(text: str) -> SourcePlan:
+    raw = json.loads(text)
+    return SourcePlan(ColumnTypes.from_json(raw["columns"]),
+                      tuple(Chunk.from_json(c) for c in raw["chunks"]), bool(raw["ended"]),
+                      WatchState(tuple(raw["seen"]), int(raw["next_seq"]), raw["last_ts"],
+                                 str(raw["last_where"])))
+
+
+@dataclass(frozen=True)
+class StreamTask:
+    """What the long-lived ingest task needs (JSON text only crosses to the executor)."""
+
+    run_dir: str
+    run_id: str | None
+    driver: int | None
+    run_text: str
+    start: str  # plan_json
+    where: str | None  # CompiledWhere.to_json
+
+
+def state_path(layout: RunLayout) -> Path:
+    return layout.state_file(0).parent / "ingest.json"
+
+
+def run_stream_ingest(spark: SparkSession, plan: RunPlan, task: StreamTask,
+                      progress: IngestProgress) -> bool:
+    """Run the long-lived task (one Spark job, one task) until it returns; progress is
+    read from the task's state file meanwhile. True: the folder ended (seal it)."""
+    layout = plan.layout
+    out: list[Any] = []
+    failure: list[BaseException] = []
+
+    def job() -> None:
+        try:
+            out.extend(spark.range(0, 1, 1, 1).mapInArrow(stream_entry(task), "result string")
+                       .collect())
+        except BaseException as exc:
+            failure.append(exc)
+
+    t = threading.Thread(target=job, name="cec-stream-ingest", daemon=True)
+    t.start()
+    while t.is_alive():
+        t.join(0.5)
+        _progress_from(read_advisory(state_path(layout)), progress)
+    if failure:
+        raise failure[0]
+    result = json.loads(out[0]["result"])
+    _progress_from(result, progress)
+    return bool(result.get("ended"))
+
+
+def _progress_from(state: dict[str, Any], progress: IngestProgress) -> None:
+    if not state:
+        return
+    progress.chunks_done = int(state.get("chunks_done", progress.chunks_done))
+    progress.source_rows = int(state.get("source_rows", progress.source_rows))
+    progress.tuples = int(state.get("tuples", progress.tuples))
+    progress.trimmed_segments = int(state.get("trimmed", progress.trimmed_segments))
+    clocks = state.get("writer_s")
+    if isinstance(clocks, dict):
+        progress.writer_s.update({k: float(v) for k, v in clocks.items()})
+
+
+def check_resume(spec: PipelineSpec, chunks: Sequence[Chunk], resume: int,
+                 resume_next: int | None) -> None:
+    """A resumed ingest must find the source as it was: the same rows up to its token."""
+    for chunk in chunks:
+        if chunk.index == resume and resume_next is not None and chunk.next_seq != resume_next:
+            raise InputError(
+                f"{spec.source.path}: the source changed since the run started: chunk "
+                f"{resume} ended at row {resume_next} then and at row {chunk.next_seq} now "
+                "(a resumed run must read the same input)")
+
+
+# --------------------------------------------------------------------------- executor side
+
+
+def stream_entry(task: StreamTask
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The job's function: its one task runs :func:`run_stream_task`."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                result = run_stream_task(task)
+                yield pa.RecordBatch.from_pydict({"result": pa.array([json.dumps(result)])})
+
+    return run
+
+
+class Partitioner:
+    """The key partition of Spark SQL (:func:`cec_spark.ingest.query.partition_expr`):
+    ``pmod(xxhash64(key), G)`` then ``kg * P div G`` (``pmod(xxhash64(key), P)`` without key
+    groups), one hash per distinct key (cached)."""
+
+    def __init__(self, partitions: int, key_groups: int | None) -> None:
+        self.partitions, self.groups = partitions, key_groups
+        self.cache: dict[Any, int] = {}
+
+    def of_hash(self, h: int) -> int:
+        if self.groups is None:
+            return h % self.partitions
+        return (h % self.groups) * self.partitions // self.groups
+
+    def __call__(self, keys: pa.Array) -> pa.Array:
+        enc = pc.dictionary_encode(keys)
+        values = enc.dictionary.to_pylist()
+        cache = self.cache
+        parts = np.empty(len(values) + 1, np.int32)
+        for i, v in enumerate(values):
+            p = cache.get(v)
+            if p is None:
+                p = cache[v] = self.of_hash(spark_xxhash64(v))
+                if len(cache) > 1 << 20:
+                    cache.clear()
+            parts[i] = p
+        parts[-1] = self.of_hash(SPARK_SEED)  # xxhash64(NULL) is the seed
+        idx = enc.indices.fill_null(len(values)).to_numpy(zero_copy_only=False)
+        return pa.array(parts[idx], pa.int32())
+
+
+@dataclass
+class _State:
+    chunks_done: int = 0
+    source_rows: int = 0
+    tuples: int = 0
+    trimmed: int = 0
+    polls: int = 0
+    ended: bool = False
+    stopped: bool = False
+    started_at: float = 0.0
+    updated: float = 0.0
+
+
+class _StreamIngest:
+    """The long-lived task's loop (:func:`run_stream_task`)."""
+
+    def __init__(self, task: StreamTask) -> None:
+        self.layout = RunLayout(Path(task.run_dir))
+        self.layout.check_visible(task.run_id)
+        self.layout.check_driver(task.driver)
+        self.driver = task.driver
+        self.spec, self.settings = parse_run_text(task.run_text,
+                                                  f"{self.layout.run_file} (from the driver)")
+        self.cfg = WriterConfig.for_run(self.spec, self.layout, task.run_id, task.driver)
+        self.where = None if task.where is None else CompiledWhere.from_json(task.where)
+        self.start = plan_from_json(task.start)
+        self.columns = self.settings.columns
+        self.time = TimeSpec.of(self.spec)
+        self.partition = Partitioner(self.spec.run.partitions, self.settings.key_groups)
+        self.value = value_column(self.spec)
+        self.state = _State(started_at=time.time())
+        self.clock = [0.0, 0.0, 0.0]
+        self._reported = 0.0
+
+    def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``upstream_frame``'s rows: ts, seq, key, value, PART (filtered first)."""
+        if self.where is not None:
+            batch = batch.filter(self.where.keep(batch))
+        agg = self.spec.aggregate
+        key = batch.column(agg.group_by)
+        if agg.field is not None:
+            value = batch.column(agg.field).cast(pa.float64())
+        else:
+            value = pa.array(np.ones(batch.num_rows), pa.float64())
+        return pa.RecordBatch.from_arrays(
+            [batch.column(self.spec.source.time_field).cast(pa.int64()), batch.column(SEQ),
+             key, value, self.partition(key)],
+            names=["ts", "seq", agg.group_by, self.value, PART])
+
+    def rows(self, chunks: list[Chunk]) -> Iterator[pa.RecordBatch]:
+        for chunk in chunks:
+            for batch in read_chunk(chunk, self.columns, self.time):
+                yield self.project(batch)
+
+    def write(self, logs: list[StreamLog | None], chunks: list[Chunk]) -> None:
+        """Chunks into the logs with the per-poll path's writer (one job's worth)."""
+        writer = _UpstreamWriter(self.cfg, self.layout, logs, _JobChunks.of(chunks))
+        writer.write(self.rows(chunks))
+        st = self.state
+        st.tuples += writer.written
+        st.trimmed += writer.trimmed
+        st.chunks_done, st.source_rows = chunks[-1].index + 1, chunks[-1].next_seq
+        for i, v in enumerate(writer.clock):
+            self.clock[i] += v
+
+    def report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._reported < STATE_EVERY_S:
+            return
+        self._reported = now
+        self.layout.check_driver(self.driver)
+        self.state.updated = time.time()
+        write_advisory(state_path(self.layout), self.result())
+
+    def result(self) -> dict[str, Any]:
+        return {**asdict(self.state), "writer_s": dict(zip(("wait_s", "append_s", "commit_s"),
+                                                           self.clock, strict=True))}
+
+    def stop_now(self) -> bool:
+        return self.layout.stop_file.exists()
+
+    def run(self) -> dict[str, Any]:
+        spec, layout = self.spec, self.layout
+        parts = spec.run.partitions
+        resume, resume_next = committed_chunk(layout, parts)
+        watcher = StreamDirWatcher(spec, max_rows=self.settings.max_tuples, start=self.start)
+        planned: list[Chunk] | None = list(self.start.chunks) or None
+        logs: list[StreamLog | None] = [open_upstream(self.cfg, p) for p in range(parts)]
+        assert spec.source.path is not None
+        wait_s = spec.source.poll_ms / 1000
+        try:
+            with CommitWatch([Path(spec.source.path)]) as watch:
+                while not self.stop_now():
+                    new = planned if planned is not None else watcher.poll()
+                    planned = None
+                    self.state.polls += 1
+                    check_resume(spec, new, resume, resume_next)
+                    todo = [c for c in new if c.index > resume]
+                    if todo:
+                        self.write(logs, todo)
+                    elif new:
+                        self.state.chunks_done = new[-1].index + 1
+                        self.state.source_rows = new[-1].next_seq
+                    if watcher.ended:
+                        self.state.ended = True
+                        break
+                    self.report(force=bool(todo))
+                    if not new:
+                        watch.wait(wait_s)
+        finally:
+            for log in logs:
+                if log is not None:
+                    log.close()
+        self.state.stopped = not self.state.ended
+        self.report(force=True)
+        return self.result()
+
+
+def run_stream_task(task: StreamTask) -> dict[str, Any]:
+    """On an executor: ingest the stream folder until it ends or STOP; the task's figures
+    (``ended``: the folder ended and every chunk is committed)."""
+    return _StreamIngest(task).run()
+
+
+def prepare(spark: SparkSession, plan: RunPlan, driver: int | None, start: SourcePlan
+            ) -> StreamTask | str:
+    """The long-lived task of ``plan``'s stream folder, or why it cannot run (the text of
+    the fallback: the per-poll jobs)."""
+    reason = fallback_reason(plan.spec, plan.settings)
+    if reason is not None:
+        return reason
+    try:
+        where = compile_filter(spark, plan.spec, plan.settings.columns)
+    except SpecError as exc:
+        return f"the filter does not compile for the long-lived ingest ({exc})"
+    return StreamTask(str(plan.layout.root), plan.settings.run_id, driver, plan.run_text,
+                      plan_json(start), None if where is None else where.to_json())

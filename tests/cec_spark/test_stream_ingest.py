@@ -1,0 +1,224 @@
+"""The long-lived ingest of a stream folder (issue 28 part 1): one Spark task that stays
+up, no Spark job per poll, with the per-poll path's semantics.
+
+Without Spark: the key partition equals Spark's (recovery.rescale, itself tested equal to
+Spark's), the plan crosses to the task as JSON unchanged, and what the task cannot match
+is a fallback reason. With Spark, real `cec` processes: a filtered stream-folder run uses
+the long-lived task and exports exactly the pandas reference and the per-poll path's
+export; kill -9 of the whole run mid-stream and `cec recover` give the same export.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from cec.spec import load_spec
+from cec_spark.ingest.stream import (
+    FALLBACK,
+    Partitioner,
+    fallback_reason,
+    plan_from_json,
+    plan_json,
+)
+from cec_spark.rundir.run_file import settings_for
+from cec_spark.source.types import Chunk, ColumnTypes, SourcePlan, WatchState
+from recovery.rescale import partitions_of
+from tests.cec_spark.helpers import (
+    cec,
+    read_export_csv,
+    reference_count_windows,
+    spec_text,
+    start_cec,
+    wait_for,
+    write_items_csv,
+)
+
+P = 2
+WHERE = "item_price >= 0 AND item_id % 7 <> 3"
+PER_POLL = FALLBACK.split(":")[1].strip()  # "the stream ingest runs one Spark job per poll"
+
+
+def _spec(tmp_path: Path, *, extra_run: str = "", source: str = "") -> Path:
+    (tmp_path / "in").mkdir(exist_ok=True)
+    spec = tmp_path / "s.toml"
+    spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\nformat = "csv"\n'
+                              f'time_field = "item_time"\npoll_ms = 50\n{source}',
+                              where=WHERE, partitions=P, extra_run=extra_run))
+    return spec
+
+
+def _reference(df: pd.DataFrame) -> pd.DataFrame:
+    kept = df[(df.item_price >= 0) & (df.item_id % 7 != 3)]
+    return reference_count_windows(kept, 10, where_nonneg=False)
+
+
+def _same_as_pandas(got: pd.DataFrame, ref: pd.DataFrame) -> None:
+    cols = ["key", "window_start", "window_end", "count"]
+    assert len(got) > 0 and got[cols].values.tolist() == ref[cols].values.tolist()
+    assert np.allclose(got["value"].to_numpy(), ref["value"].to_numpy(), rtol=1e-9, atol=0.0)
+
+
+def _drop(folder: Path, df: pd.DataFrame, i: int, lo: int, hi: int) -> None:
+    tmp = folder / f".f{i:04d}.tmp"
+    df.iloc[lo:hi].to_csv(tmp, index=False)
+    tmp.rename(folder / f"f{i:04d}.csv")
+
+
+def _states(run: Path) -> list[dict[str, object]]:
+    out = []
+    for p in range(P):
+        try:
+            out.append(json.loads((run / "state" / f"p{p:04d}.json").read_text()))
+        except (OSError, ValueError):
+            out.append({})
+    return out
+
+
+def _ingest_state(run: Path) -> dict[str, object]:
+    try:
+        got: dict[str, object] = json.loads((run / "state" / "ingest.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return got
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- no Spark
+
+
+@pytest.mark.parametrize("groups", [None, 128])
+def test_partitioner_equals_the_rescale_partition(groups: int | None) -> None:
+    rng = np.random.default_rng(3)
+    ints = [*rng.integers(-(1 << 62), 1 << 62, 500).tolist(), 0, -1, 7, 7, 7]
+    strs = [f"k{i}" for i in rng.integers(0, 300, 500)] + ["", "é", "k1"]
+    part = Partitioner(5, groups)
+    for keys in (ints, strs):
+        got = part(pa.array(keys)).to_numpy().tolist()
+        if groups is None:  # pmod(xxhash64(key), P): the same as G = P
+            want = partitions_of(keys, 5, 5).tolist()
+        else:
+            want = partitions_of(keys, 5, groups).tolist()
+        assert got == want
+    # Spark's xxhash64(NULL) is its seed, 42
+    nulls = part(pa.array([None, 1], pa.int64())).to_numpy().tolist()
+    g = groups or 5
+    assert nulls[0] == (42 % g) * 5 // g
+
+
+def test_plan_crosses_to_the_task_unchanged() -> None:
+    cols = ColumnTypes(("item_id", "item_price", "item_time"), ("int64", "float64", "int64"))
+    chunk = Chunk(0, "csv", "/x/f0.csv", 0, 10, 0, 10)
+    plan = SourcePlan(cols, (chunk,), False, WatchState(("f0.csv",), 10, 123, "f0.csv:11"))
+    back = plan_from_json(plan_json(plan))
+    assert back.columns == cols and back.chunks == (chunk,) and not back.ended
+    assert back.watch == plan.watch
+
+
+def test_what_the_task_cannot_match_falls_back(tmp_path: Path) -> None:
+    cols = ColumnTypes(("item_id", "item_price", "item_time"), ("int64", "float64", "int64"))
+    cases = {"": None, "ingest_tasks = 2": "ingest_tasks = 2"}
+    for extra, want in cases.items():
+        spec = load_spec(_spec(tmp_path, extra_run=extra))
+        reason = fallback_reason(spec, settings_for(spec, cols, None))
+        assert reason == want or (want is not None and reason is not None and want in reason)
+    spec = load_spec(_spec(tmp_path, source='allowed_lateness = "1s"'))
+    reason = fallback_reason(spec, settings_for(spec, cols, None))
+    assert reason is not None and "allowed_lateness" in reason
+    floats = ColumnTypes(cols.names, ("float64", "float64", "int64"))
+    spec = load_spec(_spec(tmp_path))
+    reason = fallback_reason(spec, settings_for(spec, floats, None))
+    assert reason is not None and "item_id" in reason
+
+
+# --------------------------------------------------------------------------- Spark
+
+
+@pytest.mark.spark
+def test_filtered_stream_uses_the_long_lived_ingest_and_exports_exactly(
+        tmp_path: Path) -> None:
+    df = write_items_csv(tmp_path / "all.csv", 12_000, keys=60, seed=9)
+    spec = _spec(tmp_path)
+    folder, run = tmp_path / "in", tmp_path / "run"
+    _drop(folder, df, 0, 0, 3_000)
+    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
+                     tmp_path / "run.log")
+    wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in _states(run)) > 0, 180,  # type: ignore[call-overload]
+             "the first file to be processed")
+    for i, lo in enumerate(range(3_000, 12_000, 3_000), start=1):
+        _drop(folder, df, i, lo, lo + 3_000)
+        time.sleep(0.3)
+    (folder / "_END").touch()
+    assert proc.wait(180) == 0, (tmp_path / "run.log").read_text()[-3000:]
+    log = (tmp_path / "run.log").read_text()
+    assert PER_POLL not in log, log[-3000:]
+    state = _ingest_state(run)
+    assert state.get("ended") is True and int(state["polls"]) >= 2, state  # type: ignore[call-overload]
+    assert state["source_rows"] == 12_000 and state["chunks_done"] == 4, state
+    cec(["export", str(run), "--out", str(tmp_path / "long.csv")], check=True)
+    _same_as_pandas(read_export_csv(tmp_path / "long.csv"), _reference(df))
+
+    # the per-poll path (two ingest tasks cannot be one long-lived task): the same bytes
+    other = tmp_path / "poll"
+    other.mkdir()
+    spec2 = _spec(other, extra_run="ingest_tasks = 2")
+    for i, lo in enumerate(range(0, 12_000, 3_000)):
+        _drop(other / "in", df, i, lo, lo + 3_000)
+    (other / "in" / "_END").touch()
+    done = cec(["run", "pipeline", str(spec2), "--log-dir", str(other / "run")], check=True)
+    assert PER_POLL in done.stderr and "ingest_tasks = 2" in done.stderr, done.stderr[-2000:]
+    assert done.stderr.count(PER_POLL) == 1
+    cec(["export", str(other / "run"), "--out", str(other / "poll.csv")], check=True)
+    assert (other / "poll.csv").read_bytes() == (tmp_path / "long.csv").read_bytes()
+
+
+@pytest.mark.spark
+def test_kill9_mid_stream_then_recover_is_exact(tmp_path: Path) -> None:
+    df = write_items_csv(tmp_path / "all.csv", 20_000, keys=60, seed=13)
+    spec = _spec(tmp_path, extra_run="segment_kb = 4\ntrim_lag_s = 0")
+    folder, run = tmp_path / "in", tmp_path / "run"
+    _drop(folder, df, 0, 0, 2_000)
+    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
+                     tmp_path / "run.log")
+    wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in _states(run)) > 0, 180,  # type: ignore[call-overload]
+             "the first file to be processed")
+    seed = random.randrange(1 << 30)
+    kill_after = random.Random(seed).randrange(1, 6)
+    for i in range(1, kill_after + 1):
+        _drop(folder, df, i, i * 2_000, (i + 1) * 2_000)
+        time.sleep(0.15)
+    pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    before = _ingest_state(run)
+    for i in range(kill_after + 1, 10):
+        _drop(folder, df, i, i * 2_000, (i + 1) * 2_000)
+    (folder / "_END").touch()
+    rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
+    assert json.loads(rec.stdout)["resumed"]["completed"], rec.stdout
+    assert PER_POLL not in rec.stderr, rec.stderr[-2000:]
+    assert _ingest_state(run).get("source_rows") == 20_000
+    print(f"seed={seed}: killed after file {kill_after}; ingest then: {before}")
+    cec(["export", str(run), "--out", str(tmp_path / "out.csv")], check=True)
+    _same_as_pandas(read_export_csv(tmp_path / "out.csv"), _reference(df))
