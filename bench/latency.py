@@ -1,37 +1,42 @@
-"""Latency: a row entering the source to its window's result durable in the output log.
+"""Latency through ``cec tail``: a window's closing row published to its line on stdout.
 
-``python bench/latency.py [--rate ROWS_PER_S] [--seconds S] [--window-ms W] ...``
+``python bench/latency.py [--quick] [--rates 10000,50000,200000] [--find-knee] ...``
 
-What runs: a real ``cec run pipeline`` process (local Spark) on a ``stream-dir``
-source. This program is the producer and the observer:
+What runs, for each rate: a real ``cec run pipeline`` process (local Spark) on a
+``stream-dir`` source, P = 2, 100 ms tumbling windows, and ``cec tail RUN --format csv
+--from-start`` in a process of its own, as a user runs it. This program is the producer
+and reads the tail's standard output:
 
 * **producer**: every ``--file-ms`` it writes the rows of that interval as one CSV file
-  (written under a hidden name, then renamed: the rename is the moment the rows *enter
-  the source*); ``item_time`` is the wall clock in microseconds when the row was made,
+  (written under a hidden name, then renamed: the rename is the moment the rows are
+  *published*); ``item_time`` is the wall clock in microseconds when the row was made,
   so event time and wall time agree; keys uniform over ``--keys``; after ``--seconds``
   it writes ``_END``;
-* **observer**: a reader of every partition's output log polls it every 5 ms and
-  records when each result (key, window) is first there. A reader sees only committed
-  records, and a commit is fsync'ed (``fsync = "always"``), so "seen" is "durable".
+* **observer**: the time each line reaches the tail's standard output (a pipe). The tail
+  prints a result once it is durable (committed, fsync'ed).
 
-Reported, over the rows whose window closed during the steady part (the first and
-last 2 s dropped):
+Reported per rate, over the windows that closed during the steady part (``--trim-s``
+dropped at both ends):
 
-* **row latency** = durable time of the row's window result − the time the row
-  entered the source (a row early in a W-ms tumbling window waits for the window to
-  end: at least ~W/2 on average is the window, not cec);
-* **close latency** = durable time − window end (wall clock = event time): how long
-  after a window could first close its result was durable. A window closes when a row
-  past its end arrives, so this includes up to one file interval of waiting for data.
+* **tail latency** (issue 28's measure) = the line's arrival − the publication of the
+  window's closing row (the first file holding a row at or past the window's end);
+* **row latency** = the line's arrival − the publication of each row of the window;
+* **close latency** = the line's arrival − the window's end (wall clock = event time);
+* whether, at the end, the tail's lines equal ``cec export``'s (as multisets);
+* the ingest's mode (the long-lived task, or one Spark job per poll), the load at the
+  start and the end (2 cores here: a load above 2 means cec waited for the CPU).
 
-p50/p99/max of both, the input rate, and the machine's load. The saturating rate is
-what ``cec run pipeline`` sustains on a bounded source (BENCHMARKS); run this at about
-half of it, e.g. ``--rate 50000`` here.
+Then the targets (tail p99 < 100 ms at 50 k rows/s, < 250 ms at 200 k, at load < 2) and
+the first rate at which the tail's p99 passes 1 s (``--find-knee`` doubles the last rate
+until it does). The result's top-level keys are the ``--rate`` run's (``bench/report.py``
+reads them); every run is under ``rates``.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime as dt
 import json
 import os
 import shutil
@@ -47,10 +52,6 @@ import numpy as np
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from cec.records import G_OPEN_R, R
-from storage_log.errors import StorageLogError
-from storage_log.log import StreamLog
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,39 +110,54 @@ class Producer(threading.Thread):
         (self.folder / "_END").write_text("")
 
 
-class Observer(threading.Thread):
-    """Polls the output logs; the first time each (key, window start) result is seen."""
+class TailObserver(threading.Thread):
+    """``cec tail RUN --format csv --from-start`` in a process of its own, as a user runs
+    it: the wall time each line reached its standard output (read through a pipe)."""
 
-    def __init__(self, run: Path, partitions: int) -> None:
+    def __init__(self, run: Path, log: Path) -> None:
         super().__init__(daemon=True)
-        self.run_dir, self.partitions = run, partitions
-        self.seen: dict[tuple[int, int], float] = {}
-        self.stop = threading.Event()
+        self.log = log
+        with log.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cli.app", "tail", str(run), "--format", "csv",
+                 "--from-start"], stdout=subprocess.PIPE, stderr=err, cwd=REPO,
+                start_new_session=True)
+        self.lines: list[tuple[float, str]] = []  # (arrival, line) of every result line
 
     def run(self) -> None:
-        logs: dict[int, StreamLog] = {}
-        after: dict[int, int | None] = {}
-        while not self.stop.is_set():
-            for p in range(self.partitions):
-                path = self.run_dir / "output" / f"p{p:04d}"
-                try:
-                    if p not in logs:
-                        logs[p] = StreamLog.open(path)
-                        after[p] = None
-                    for batch in logs[p].read_forward(after_seq=after[p]):
-                        now = time.time()
-                        t = batch.column("type").to_numpy()
-                        keep = (t == R) | (t == G_OPEN_R)
-                        for k, w in zip(batch.column("key").to_numpy()[keep].tolist(),
-                                        batch.column("win_start").to_numpy()[keep].tolist(),
-                                        strict=True):
-                            self.seen.setdefault((k, w), now)
-                        after[p] = int(batch.column("seq")[-1].as_py())
-                except (StorageLogError, OSError):
-                    pass  # not created yet
-            time.sleep(0.005)
-        for log in logs.values():
-            log.close()
+        assert self.proc.stdout is not None
+        header = True
+        for raw in iter(self.proc.stdout.readline, b""):
+            now = time.time()
+            line = raw.decode().rstrip("\n")
+            if header:  # the CSV header comes first
+                header = False
+                if line.replace('"', "").startswith("key,"):
+                    continue
+            self.lines.append((now, line))
+
+    def results(self) -> dict[tuple[int, int], float]:
+        """(key, window start µs) → when its line came (the first time)."""
+        out: dict[tuple[int, int], float] = {}
+        for now, line in self.lines:
+            key, start = next(csv.reader([line]))[:2]
+            out.setdefault((int(key), _iso_us(start)), now)
+        return out
+
+    def end(self, timeout: float) -> None:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.join(10)
+
+
+def _iso_us(text: str) -> int:
+    """An export's ISO-8601 time (UTC) as integer microseconds."""
+    when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    delta = when - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
 def percentiles(x: np.ndarray) -> dict[str, float]:
@@ -152,7 +168,37 @@ def percentiles(x: np.ndarray) -> dict[str, float]:
             "max_ms": round(float(x.max()) * 1e3, 1)}
 
 
+def _start_run(args: argparse.Namespace, work: Path, spec: Path, run: Path
+               ) -> subprocess.Popen[bytes]:
+    log = (work / "cec.log").open("wb")
+    out = (work / "cec.json").open("wb")
+    return subprocess.Popen([sys.executable, "-m", "cli.app", "run", "pipeline", str(spec),
+                             "--log-dir", str(run), "--json"], stdout=out, stderr=log,
+                            cwd=REPO, start_new_session=True)
+
+
+def _wait_operators(proc: subprocess.Popen[bytes], run: Path, work: Path) -> None:
+    deadline = time.time() + 300
+    state = run / "state"
+    while not (state.is_dir() and any(state.glob("p*.json"))):  # operators running
+        if proc.poll() is not None or time.time() > deadline:
+            raise RuntimeError("cec ended or did not start its operators: "
+                               + (work / "cec.log").read_text()[-2000:])
+        time.sleep(0.05)
+
+
+def _tail_equals_export(run: Path, work: Path, tail: TailObserver) -> bool:
+    """The tail's lines are the export's (as multisets: the tail prints partitions as
+    they commit, the export one partition after the other)."""
+    out = work / "export.csv"
+    subprocess.run([sys.executable, "-m", "cli.app", "export", str(run), "--out", str(out)],
+                   cwd=REPO, check=True, capture_output=True)
+    exported = out.read_text().splitlines()[1:]
+    return sorted(exported) == sorted(line for _, line in tail.lines)
+
+
 def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
+    """One run at ``args.rate``: latencies measured through ``cec tail``."""
     load_start = os.getloadavg()[0]
     folder = work / "in"
     folder.mkdir(parents=True)
@@ -162,62 +208,66 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
     prod = Producer(folder, args.rate, args.file_ms, args.seconds, args.keys)
     prod.write_file(time.time_ns() // 1000, 1)  # a stream folder starts with a file
     run = work / "run"
-    log = (work / "cec.log").open("wb")
-    out = (work / "cec.json").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "cli.app", "run", "pipeline", str(spec),
-                             "--log-dir", str(run), "--json"], stdout=out, stderr=log,
-                            cwd=REPO, start_new_session=True)
-    obs = Observer(run, args.partitions)
-    obs.start()
+    proc = _start_run(args, work, spec, run)
+    tail = TailObserver(run, work / "tail.log")
+    tail.start()
     try:
-        deadline = time.time() + 300
-        state = run / "state"
-        while not (state.is_dir() and any(state.glob("p*.json"))):  # operators running
-            if proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError("cec ended or did not start its operators: "
-                                   + (work / "cec.log").read_text()[-2000:])
-            time.sleep(0.05)
+        _wait_operators(proc, run, work)
         prod.start()
         prod.join()
         code = proc.wait(timeout=args.seconds + 300)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        time.sleep(0.1)
-        obs.stop.set()
-        obs.join(10)
+        tail.end(60)  # a tail ends after the last result of an ended run
     if code != 0:
         raise RuntimeError(f"cec exited {code}: {(work / 'cec.log').read_text()[-2000:]}")
+    if not tail.lines or tail.proc.returncode != 0:
+        raise RuntimeError(f"cec tail exited {tail.proc.returncode} after {len(tail.lines)} "
+                           f"lines: {tail.log.read_text()[-2000:]}")
+    stderr = (work / "cec.log").read_text()
     w_us = args.window_ms * 1000
-    t0, t1 = prod.files[1][0] + 2.0, prod.files[-1][0] - 2.0
+    seen = tail.results()
+    entered = np.array([f[0] for f in prod.files])
+    last_ts = np.array([int(f[2][-1]) for f in prod.files])  # each file's latest row time
+    t0, t1 = prod.files[1][0] + args.trim_s, prod.files[-1][0] - args.trim_s
     row_lat: list[float] = []
     close_lat: dict[tuple[int, int], float] = {}
+    tail_lat: dict[tuple[int, int], float] = {}
     missing = 0
-    for entered, keys, ts in prod.files[1:]:
+    for f_entered, keys, ts in prod.files[1:]:
         starts = ts - ts % w_us
         for k, s in zip(keys.tolist(), starts.tolist(), strict=True):
-            seen = obs.seen.get((k, s))
-            if seen is None:
+            got = seen.get((k, s))
+            if got is None:
                 missing += 1
                 continue
             end_wall = (s + w_us) / 1e6
             if t0 <= end_wall <= t1:
-                row_lat.append(seen - entered)
-                close_lat[(k, s)] = seen - end_wall
-    rows = np.array(row_lat)
+                row_lat.append(got - f_entered)
+                close_lat[(k, s)] = got - end_wall
+                # the window's closing row: the first row at or past its end, published
+                # with the first file whose latest row reaches the end
+                i = int(np.searchsorted(last_ts, s + w_us, "left"))
+                if i < len(entered):
+                    tail_lat[(k, s)] = got - float(entered[i])
     summary = json.loads((work / "cec.json").read_text())
     jobs = np.array(summary.get("ingest_jobs_s") or [0.0])
     return {
         "rate_rows_per_s": args.rate, "file_ms": args.file_ms, "window_ms": args.window_ms,
         "poll_ms": args.poll_ms, "partitions": args.partitions, "seconds": args.seconds,
         "rows": int(sum(len(f[1]) for f in prod.files)),
-        "results_seen": len(obs.seen), "rows_without_result": missing,
-        "row_latency": percentiles(rows),
+        "results_seen": len(seen), "rows_without_result": missing,
+        # the issue's measure: the window's closing row published → its line on the
+        # tail's standard output
+        "tail_latency": percentiles(np.array(list(tail_lat.values()))),
+        "row_latency": percentiles(np.array(row_lat)),
         "close_latency": percentiles(np.array(list(close_lat.values()))),
-        # where the time goes: the ingest runs one Spark job per poll that found files
+        "tail_equals_export": _tail_equals_export(run, work, tail),
+        "tail_lines": len(tail.lines),
+        "ingest_mode": "per-poll" if "one Spark job per poll" in stderr else "long-lived",
         "ingest_jobs": len(summary.get("ingest_jobs_s") or []),
         "ingest_job_s_p50": round(float(np.percentile(jobs, 50)), 3),
-        "ingest_job_s_p99": round(float(np.percentile(jobs, 99)), 3),
         "ingest_writer_s": summary.get("ingest_writer_s"),
         # the machine's 1-minute load average before and after (2 cores here: a load
         # above 2 means cec waited for the CPU)
@@ -226,10 +276,65 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
     }
 
 
+TARGETS_MS = {50_000: 100.0, 200_000: 250.0}  # issue 28: tail p99 at load < 2
+
+
+def sweep(args: argparse.Namespace) -> dict[str, object]:
+    """Every rate of ``--rates`` (then, with ``--find-knee``, doubling until the tail's
+    p99 passes 1 s); the headline keys are the run at ``--rate``'s."""
+    rates = [float(r) for r in args.rates.split(",")] if args.rates else [args.rate]
+    runs: list[dict[str, object]] = []
+    knee: float | None = None
+    i = 0
+    while i < len(rates):
+        one = argparse.Namespace(**{**vars(args), "rate": rates[i]})
+        work = Path(tempfile.mkdtemp(prefix="cec-latency-"))
+        try:
+            res = measure(one, work)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        runs.append(res)
+        print(json.dumps({k: res[k] for k in ("rate_rows_per_s", "tail_latency",
+                                              "tail_equals_export", "ingest_mode",
+                                              "load_avg_1m_start", "load_avg_1m")}),
+              file=sys.stderr, flush=True)
+        p99 = res["tail_latency"].get("p99_ms")  # type: ignore[attr-defined]
+        if knee is None and p99 is not None and p99 > 1000:
+            knee = rates[i]
+        if (args.find_knee and knee is None and i == len(rates) - 1
+                and rates[i] < args.max_rate):
+            rates.append(rates[i] * 2)
+        i += 1
+    head = next((r for r in runs if r["rate_rows_per_s"] == args.rate), runs[-1])
+    targets = {}
+    for rate, ms in TARGETS_MS.items():
+        r = next((x for x in runs if x["rate_rows_per_s"] == rate), None)
+        if r is not None:
+            p99 = r["tail_latency"].get("p99_ms")  # type: ignore[attr-defined]
+            targets[f"{rate}"] = {"p99_target_ms": ms, "p99_ms": p99,
+                                  "met": p99 is not None and p99 < ms,
+                                  "load_below_2": max(float(r["load_avg_1m_start"]),  # type: ignore[arg-type]
+                                                      float(r["load_avg_1m"])) < 2}  # type: ignore[arg-type]
+    return {**head, "rates": runs, "targets": targets,
+            "p99_passes_1s_at_rows_per_s": knee,
+            "p99_passes_1s_note": None if knee is not None else
+            f"not within the rates measured (up to {max(rates):,.0f} rows/s)"}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rate", type=float, default=50_000, help="input rows per second")
+    ap.add_argument("--rate", type=float, default=50_000,
+                    help="the headline rate (rows per second) of the result's top keys")
+    ap.add_argument("--rates", default="10000,50000,200000",
+                    help="comma-separated input rates, one cec run each ('' for --rate only)")
+    ap.add_argument("--find-knee", action="store_true",
+                    help="after --rates, double the rate until the tail's p99 passes 1 s")
+    ap.add_argument("--max-rate", type=float, default=1_600_000)
+    ap.add_argument("--quick", action="store_true",
+                    help="8 s per rate, the first and last 1 s dropped")
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--trim-s", type=float, default=2.0,
+                    help="seconds dropped at the start and the end of each run")
     ap.add_argument("--file-ms", type=float, default=100.0)
     ap.add_argument("--window-ms", type=int, default=100)
     ap.add_argument("--poll-ms", type=int, default=20)
@@ -237,11 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     args = ap.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="cec-latency-"))
-    try:
-        res = measure(args, work)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    if args.quick:
+        args.seconds, args.trim_s = 8.0, 1.0
+    res = sweep(args)
     print(json.dumps(res, indent=1))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
