@@ -167,12 +167,7 @@ class ReferenceOperator:
                         r = self._rows.pop()
                         self._rows[-1] = (*r[:2], G_OPEN_R, *r[3:])
         elif isinstance(spec, SessionWindow):
-            sessions = self._by_key.get(key)
-            if sessions:  # the key's one open session (win_end >= ts: not closed)
-                aggregates.add(sessions[0].agg, v, ts)
-                sessions[0].win_end = ts + spec.gap_us
-            else:
-                self._open(key, ts, ts + spec.gap_us, seq, ts, v)
+            self._apply_session(spec, key, seq, ts, v)
         else:
             assert isinstance(spec, TimeWindow)
             for start in spec.starts_containing(ts):
@@ -181,6 +176,15 @@ class ReferenceOperator:
                     self._open(key, start, start + spec.size_us, seq, ts, v)
                 else:
                     aggregates.add(tw.agg, v, ts)
+
+    def _apply_session(self, spec: SessionWindow, key: Any, seq: int, ts: int,
+                       v: float) -> None:
+        sessions = self._by_key.get(key)
+        if sessions:  # the key's one open session (win_end >= ts: not closed)
+            aggregates.add(sessions[0].agg, v, ts)
+            sessions[0].win_end = ts + spec.gap_us
+        else:
+            self._open(key, ts, ts + spec.gap_us, seq, ts, v)
 
     def _reconstruct(self, key: Any, seq: int, ts: int, v: float) -> None:
         for w in self._by_key.get(key, []):

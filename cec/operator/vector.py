@@ -36,9 +36,9 @@ from cec.operator.ec_io import load_windows, reconstruct, snapshot, windows_colu
 from cec.operator.kernel import TupleBatch, WindowKernel, WindowShape
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
+from cec.operator.sessions import SessionKernel
 from cec.operator.state import OperatorState
 from cec.operator.store import FootprintOrder, KeyRegistry, WindowSlots
-from cec.operator.sessions import SessionKernel
 from cec.operator.time_windows import TimeKernel
 from cec.policy import PolicyConfig, budget_for
 from cec.records import check_order, check_resume, decode_input, output_schema
