@@ -1,4 +1,4 @@
-"""Window specifications: count-based and time-based, tumbling and sliding.
+"""Window specifications: count-based and time-based, tumbling and sliding; sessions.
 
 Pure logic, no I/O (the bytewax way): a frozen spec, and the arithmetic that says
 which windows a tuple belongs to.
@@ -18,9 +18,21 @@ open time windows (any key) with ``win_end <= ts(p)`` close before tuple ``p`` i
 applied. Sizes are given as ints (microseconds) or strings such as ``"10s"``,
 ``"500ms"``, ``"250us"``, ``"2m"``, ``"1h"`` (:mod:`cec.durations`).
 
+**Session windows** (``SessionWindow(gap_us=G)``) are per key: a tuple of key ``k``
+opens a session when ``k`` has none open, else joins ``k``'s open session. A session
+holds ``[win_start, win_end]`` with ``win_start`` its first tuple's ``ts`` (it never
+changes: input is in ts order) and ``win_end = last_ts + G`` (its last tuple's ``ts``
+plus the gap, moved by every tuple it takes). Spark's ``session_window`` convention,
+checked against Spark 4: sessions that touch merge, so a tuple at exactly
+``last_ts + G`` *joins* the session (events at 0 s, 10 s, 20 s with a 10 s gap are one
+session ``[0 s, 30 s)``). So an open session closes before tuple ``p`` (any key) is
+applied iff ``win_end < ts(p)`` (strictly, unlike a time window's ``win_end <= ts``),
+and a key has at most one session open. Its id is ``(key, win_start)``.
+
 A window is also what a spec's ``[aggregate].window`` parses into
-(:attr:`cec.spec.AggregateSpec.window`): both kinds answer ``kind``, ``size`` and
-``slide`` (tuples for a count window, microseconds for a time window) and ``tumbling``.
+(:attr:`cec.spec.AggregateSpec.window`): every kind answers ``kind``, ``size`` and
+``slide`` (tuples for a count window, microseconds for a time window; a session's gap
+for both) and ``tumbling`` (False for sessions).
 """
 
 from __future__ import annotations
@@ -37,8 +49,9 @@ from cec.errors import InputRangeError, SpecError
 INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
 
-__all__ = ["INT64_MAX", "INT64_MIN", "CountWindow", "TimeWindow", "WindowSpec",
-           "count_window", "parse_duration", "time_window", "window_spec"]
+__all__ = ["INT64_MAX", "INT64_MIN", "CountWindow", "SessionWindow", "TimeWindow",
+           "WindowSpec", "count_window", "parse_duration", "session_window", "time_window",
+           "window_spec"]
 
 
 @dataclass(frozen=True)
@@ -141,8 +154,63 @@ class TimeWindow:
         return [m * self.slide_us for m in range(lo, hi + 1)]
 
 
+@dataclass(frozen=True)
+class SessionWindow:
+    """Session windows per key: a session closes once event time passes its last
+    tuple's ``ts`` plus ``gap_us`` (see the module docstring for ties)."""
+
+    gap_us: int
+
+    def __post_init__(self) -> None:
+        v = self.gap_us
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise SpecError(f"session window gap must be >= 1 microsecond, got {v!r}")
+
+    @property
+    def kind(self) -> Literal["session"]:
+        return "session"
+
+    @property
+    def size(self) -> int:
+        """The gap in microseconds (a session has no fixed size)."""
+        return self.gap_us
+
+    @property
+    def slide(self) -> int:
+        """The gap in microseconds (sessions do not slide)."""
+        return self.gap_us
+
+    @property
+    def tumbling(self) -> bool:
+        return False
+
+    @property
+    def max_open_per_key(self) -> int:
+        """One: a key's tuples all join its one open session."""
+        return 1
+
+    @property
+    def ts_range(self) -> tuple[int, int]:
+        """The timestamps whose session end ``ts + gap`` lies below the end-of-stream
+        watermark ``2^63 - 1`` (so ``finish`` closes every session)."""
+        return INT64_MIN, INT64_MAX - self.gap_us - 1
+
+    def check_ts(self, ts: npt.NDArray[np.int64], seq: npt.NDArray[np.int64]) -> None:
+        """InputRangeError for the first tuple outside :attr:`ts_range` (``ts`` ascends)."""
+        if not len(ts):
+            return
+        hi = self.ts_range[1]
+        if int(ts[-1]) <= hi:
+            return
+        i = int(np.flatnonzero(ts > hi)[0])
+        raise InputRangeError(
+            f"input tuple at position (ts={int(ts[i])}, seq={int(seq[i])}): a session "
+            f"window with gap {self.gap_us} us over it would end after the int64 range "
+            f"of timestamps; timestamps must be <= {hi}")
+
+
 #: a window spec: the one type of the core and of a pipeline spec
-WindowSpec = CountWindow | TimeWindow
+WindowSpec = CountWindow | TimeWindow | SessionWindow
 
 
 def count_window(size: int, slide: int | None = None) -> CountWindow:
@@ -156,12 +224,22 @@ def time_window(size: int | str, slide: int | str | None = None) -> TimeWindow:
     return TimeWindow(size_us=s, slide_us=s if slide is None else parse_duration(slide))
 
 
+def session_window(gap: int | str) -> SessionWindow:
+    """A session window spec from its gap (a duration)."""
+    return SessionWindow(gap_us=parse_duration(gap))
+
+
 def window_spec(kind: str, size: int | str, slide: int | str | None = None) -> WindowSpec:
-    """A spec from its kind ("count" or "time"), size and optional slide."""
+    """A spec from its kind ("count", "time" or "session": ``size`` is then the gap,
+    and a slide is refused), size and optional slide."""
     if kind == "count":
         if not isinstance(size, int) or not (slide is None or isinstance(slide, int)):
             raise SpecError(f"count window size/slide must be ints, got {size!r}/{slide!r}")
         return count_window(size, slide)
     if kind == "time":
         return time_window(size, slide)
-    raise SpecError(f"window kind must be 'count' or 'time', got {kind!r}")
+    if kind == "session":
+        if slide is not None:
+            raise SpecError("a session window has a gap, not a slide")
+        return session_window(size)
+    raise SpecError(f"window kind must be 'count', 'time' or 'session', got {kind!r}")

@@ -14,7 +14,12 @@ written in :mod:`cec.records`, :mod:`cec.windows`, :mod:`cec.aggregates` and
   ``R`` and incremented before a ``G_open``; rows carry ``t_now = seq(p)`` and
   ``ts = ts(p)``. After the batch's foreground output, the background step of
   :mod:`cec.policy` may append ``G_check`` rows (state now, ``t_now`` = last seq).
-* ``finish()``: end of bounded input: all open time windows close (``R``, same order,
+* Session windows (:class:`cec.windows.SessionWindow`) are time windows in (1) but
+  close iff ``win_end < ts(p)`` (a tuple at exactly ``last_ts + gap`` joins, as in
+  Spark); in (2) a key's tuple joins its one open session (``win_end`` moves to
+  ``ts + gap``) or opens one. In reconstruction mode a session's ``win_end`` follows
+  the tuples added (``last_ts + gap``).
+* ``finish()``: end of bounded input: all open time windows and sessions close (``R``, same order,
   ``t_now`` = last seq); count windows stay open.
 * ``load_ec(ec, t_c=, t_c_ts=, next_out_seq=)`` on a fresh operator: ``ec`` holds one
   output-schema row per open window (its latest footprint: state, ``t_now`` = ``tau2``,

@@ -45,8 +45,11 @@ def load_windows(ec: pa.Table, schema: pa.Schema, keys: KeyRegistry,
     return new, kidx
 
 
-def reconstruct(slots: WindowSlots, batch: TupleBatch) -> None:
-    """Add each replayed tuple to its key's open windows with an older ``tau2``."""
+def reconstruct(slots: WindowSlots, batch: TupleBatch, session_gap: int | None = None) -> None:
+    """Add each replayed tuple to its key's open windows with an older ``tau2``.
+
+    With ``session_gap`` (session windows) a window's end follows its last tuple:
+    ``win_end = last_ts + gap``."""
     live = slots.live_slots()
     o = np.argsort(slots.key_idx[live], kind="stable")
     sorted_keys, sorted_slots = slots.key_idx[live][o], live[o]
@@ -59,6 +62,8 @@ def reconstruct(slots: WindowSlots, batch: TupleBatch) -> None:
     older = slots.tau2[member_slot] < batch.seq[member_tuple]
     member_slot, member_tuple = member_slot[older], member_tuple[older]
     slots.accumulate(member_slot, batch.values[member_tuple], batch.ts[member_tuple])
+    if session_gap is not None:
+        slots.win_end[member_slot] = slots.last_ts[member_slot] + session_gap
 
 
 def snapshot(slots: WindowSlots, keys: KeyRegistry, n_open: int, t_now: int | None,

@@ -10,6 +10,7 @@ count, size 1              ``CountSizeOneKernel``  :mod:`cec.operator.count_tumb
 count, tumbling            ``CountTumblingKernel`` :mod:`cec.operator.count_tumbling`
 count, sliding             ``CountSlidingKernel``  :mod:`cec.operator.count_sliding`
 time, tumbling or sliding  ``TimeKernel``          :mod:`cec.operator.time_windows`
+session                    ``SessionKernel``       :mod:`cec.operator.sessions`
 =========================  ======================  ==================================
 
 From one input batch (:class:`TupleBatch`) a kernel computes, with a handful of numpy

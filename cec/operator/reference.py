@@ -33,7 +33,7 @@ from cec.records import (
     output_schema,
 )
 from cec.window_state import AGGREGATE, FIELDS, LOGGED, names
-from cec.windows import CountWindow, TimeWindow
+from cec.windows import CountWindow, SessionWindow, TimeWindow
 
 # a window's state (cec.window_state.FIELDS) is its _Window's own fields then its agg's
 _OWN = tuple(f for f in FIELDS if f not in AGGREGATE)
@@ -142,7 +142,11 @@ class ReferenceOperator:
         self._emit(R, w)
 
     def _close_time_windows(self, ts: int) -> None:
-        due = [w for w in self._windows.values() if w.win_end <= ts]
+        # a time window ends before its win_end; a session takes a tuple at its win_end
+        if isinstance(self.config.window, SessionWindow):
+            due = [w for w in self._windows.values() if w.win_end < ts]
+        else:
+            due = [w for w in self._windows.values() if w.win_end <= ts]
         for w in sorted(due, key=lambda w: (w.win_end, w.tau1, w.win_start)):
             self._close(w)
 
@@ -162,6 +166,8 @@ class ReferenceOperator:
                     if self._policy.emits_open:  # G_open, R of one tuple: one G_open+R row
                         r = self._rows.pop()
                         self._rows[-1] = (*r[:2], G_OPEN_R, *r[3:])
+        elif isinstance(spec, SessionWindow):
+            self._apply_session(spec, key, seq, ts, v)
         else:
             assert isinstance(spec, TimeWindow)
             for start in spec.starts_containing(ts):
@@ -171,10 +177,21 @@ class ReferenceOperator:
                 else:
                     aggregates.add(tw.agg, v, ts)
 
+    def _apply_session(self, spec: SessionWindow, key: Any, seq: int, ts: int,
+                       v: float) -> None:
+        sessions = self._by_key.get(key)
+        if sessions:  # the key's one open session (win_end >= ts: not closed)
+            aggregates.add(sessions[0].agg, v, ts)
+            sessions[0].win_end = ts + spec.gap_us
+        else:
+            self._open(key, ts, ts + spec.gap_us, seq, ts, v)
+
     def _reconstruct(self, key: Any, seq: int, ts: int, v: float) -> None:
         for w in self._by_key.get(key, []):
             if w.tau2 < seq:
                 aggregates.add(w.agg, v, ts)
+                if isinstance(self.config.window, SessionWindow):
+                    w.win_end = w.agg.last_ts + self.config.window.gap_us
 
     # -- the interface ------------------------------------------------------------
     def process(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -184,7 +201,7 @@ class ReferenceOperator:
             key_type=cfg.key_type,
         )
         check_order(cols.ts, cols.seq, self._last_ts, self._last_seq)
-        if isinstance(cfg.window, TimeWindow):
+        if isinstance(cfg.window, TimeWindow | SessionWindow):
             cfg.window.check_ts(cols.ts, cols.seq)
         check_resume(cols.ts, cols.seq, self._recon_until, self._recon_ts)
         keys = keys_to_python(cols.keys)
@@ -198,7 +215,7 @@ class ReferenceOperator:
                     continue
                 self._recon_until = None
             self._t_now, self._ts_now = seq_, ts_
-            if isinstance(cfg.window, TimeWindow):
+            if isinstance(cfg.window, TimeWindow | SessionWindow):
                 self._close_time_windows(ts_)
             self._apply(key, seq_, ts_, v)
         emitted = self._background()
@@ -233,7 +250,8 @@ class ReferenceOperator:
         return emitted
 
     def finish(self) -> pa.RecordBatch:
-        if self._t_now is not None and isinstance(self.config.window, TimeWindow):
+        if self._t_now is not None and isinstance(self.config.window,
+                                                  TimeWindow | SessionWindow):
             self._ts_now = END_OF_STREAM_TS  # flush rows: the end-of-stream watermark
             self._close_time_windows(END_OF_STREAM_TS)
         return self._flush_rows()

@@ -70,14 +70,17 @@ class RowWriter:
         }
 
     def events(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, ts: I64,
-               seq: I64, vals: F64, kidx: I64 | None = None) -> Block:
+               seq: I64, vals: F64, kidx: I64 | None = None,
+               session_gap: int | None = None) -> Block:
         """The foreground rows of a batch's window events, in output order.
 
         Events are opens (``is_close`` False) and closes of ``slots`` caused by input
         tuple ``tuples`` (indices into the batch's ``ts``, ``seq``, ``vals``); ``N``
         after each event is counted over all of them, then the opens are dropped when
         the policy emits no ``G_open``. ``kidx`` (the batch's key indices) is given for
-        count windows, whose ``G_open`` rows take their identity from the opening tuple.
+        count windows, whose ``G_open`` rows take their identity from the opening tuple;
+        ``session_gap`` for session windows, whose ``G_open`` rows end at the opening
+        tuple's ``ts`` plus the gap (the slot's ``win_end`` has moved on since).
         """
         n_after = self.n_open + np.cumsum(np.where(is_close, -1, 1))
         if len(n_after):
@@ -85,10 +88,11 @@ class RowWriter:
         if not self.emits_open:
             slots, tuples, n_after = slots[is_close], tuples[is_close], n_after[is_close]
             is_close = np.ones(len(slots), dtype=np.bool_)
-        return self._rows(slots, is_close, tuples, n_after, ts, seq, vals, kidx)
+        return self._rows(slots, is_close, tuples, n_after, ts, seq, vals, kidx, session_gap)
 
     def _rows(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, n_open: I64,
-              ts: I64, seq: I64, vals: F64, kidx: I64 | None) -> Block:
+              ts: I64, seq: I64, vals: F64, kidx: I64 | None,
+              session_gap: int | None = None) -> Block:
         """Foreground rows: R with the slot's state, G_open with the opening tuple's.
 
         Only the R rows read the (large, randomly accessed) slot arrays; a G_open row is
@@ -131,6 +135,8 @@ class RowWriter:
         else:
             for f in ("key_idx", "win_start", "win_end", "tau1"):
                 blk[f] = getattr(sl, f)[slots]
+            if session_gap is not None:  # a session's end at its opening tuple
+                blk["win_end"][oi] = ts_o + session_gap
         if self.emits_open:
             s_o, f_o = slots[oi], seqs[oi]
             sl.fp_seq[s_o] = f_o

@@ -36,12 +36,13 @@ from cec.operator.ec_io import load_windows, reconstruct, snapshot, windows_colu
 from cec.operator.kernel import TupleBatch, WindowKernel, WindowShape
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
+from cec.operator.sessions import SessionKernel
 from cec.operator.state import OperatorState
 from cec.operator.store import FootprintOrder, KeyRegistry, WindowSlots
 from cec.operator.time_windows import TimeKernel
 from cec.policy import PolicyConfig, budget_for
 from cec.records import check_order, check_resume, decode_input, output_schema
-from cec.windows import CountWindow, TimeWindow, WindowSpec
+from cec.windows import CountWindow, SessionWindow, TimeWindow, WindowSpec
 
 
 def make_kernel(spec: WindowSpec, slots: WindowSlots, by_key: KeyWindows) -> WindowKernel:
@@ -53,6 +54,8 @@ def make_kernel(spec: WindowSpec, slots: WindowSlots, by_key: KeyWindows) -> Win
         if shape.max_open == 1:
             return CountTumblingKernel(shape, slots, by_key)
         return CountSlidingKernel(shape, slots, by_key)
+    if isinstance(spec, SessionWindow):
+        return SessionKernel(spec.gap_us, slots, by_key)
     return TimeKernel(WindowShape(spec.size_us, spec.slide_us, spec.max_open_per_key),
                       slots, by_key)
 
@@ -208,7 +211,7 @@ class VectorOperator:
         ts, seq, vals = cols.ts, cols.seq, cols.values
         n = len(seq)
         check_order(ts, seq, pos.last_ts, pos.last_seq)
-        if isinstance(cfg.window, TimeWindow):
+        if isinstance(cfg.window, TimeWindow | SessionWindow):
             cfg.window.check_ts(ts, seq)
         check_resume(ts, seq, pos.recon_until, pos.recon_ts)
         blocks: list[Block] = []
@@ -220,7 +223,9 @@ class VectorOperator:
                 start = int(np.searchsorted(seq, pos.recon_until, side="right"))
                 if start:
                     reconstruct(self._slots, TupleBatch(
-                        ts[:start], seq[:start], vals[:start], kidx[:start], len(self._keys)))
+                        ts[:start], seq[:start], vals[:start], kidx[:start], len(self._keys)),
+                        session_gap=cfg.window.gap_us
+                        if isinstance(cfg.window, SessionWindow) else None)
                 if start < n:
                     pos.recon_until = None
             if start < n:

@@ -46,7 +46,8 @@ def spec_to_tables(spec: PipelineSpec) -> dict[str, dict[str, object]]:
         source.update(rows=g.rows, keys=g.keys, seed=g.seed, start_ts=g.start_ts,
                       interval_us=g.interval_us)
     w = spec.aggregate.window
-    window: dict[str, object] = {"kind": w.kind, "size": w.size, "slide": w.slide}
+    window: dict[str, object] = ({"kind": w.kind, "gap": w.size} if w.kind == "session"
+                                 else {"kind": w.kind, "size": w.size, "slide": w.slide})
     aggregate: dict[str, object] = {"group_by": spec.aggregate.group_by,
                                     "function": spec.aggregate.function, "window": window}
     if spec.aggregate.field is not None:

@@ -41,7 +41,7 @@ from cec.spec.model import (
     SourceKind,
     TimeUnit,
 )
-from cec.windows import CountWindow, TimeWindow, WindowSpec
+from cec.windows import CountWindow, SessionWindow, TimeWindow, WindowSpec
 
 _Q_FACTOR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*x\s*$")
 
@@ -217,11 +217,14 @@ class FilterTable(Table):
 
 class WindowTable(Table):
     """``[aggregate].window``: ``{ kind, size, slide }``; sizes of a time window are
-    durations (:mod:`cec.durations`), of a count window tuples."""
+    durations (:mod:`cec.durations`), of a count window tuples. A session window is
+    ``{ kind = "session", gap = "30s" }``: a duration, no size and no slide."""
 
-    kind: Annotated[Literal["count", "time"], _choice(WINDOW_KINDS, of_strings=False)]
-    size: Any
+    kind: Annotated[Literal["count", "time", "session"], _choice(WINDOW_KINDS,
+                                                                 of_strings=False)]
+    size: Any = None
     slide: Any = None
+    gap: Any = None
 
     @model_validator(mode="after")
     def _valid(self) -> WindowTable:
@@ -230,6 +233,13 @@ class WindowTable(Table):
 
     def window(self) -> WindowSpec:
         """The window (a :class:`Problem` naming ``size`` or ``slide`` if it is none)."""
+        if self.kind == "session":
+            return self._session()
+        if "gap" in self.model_fields_set:
+            raise Problem(f"only a session window has a gap; a {self.kind} window has a "
+                          "size (and a slide)", "gap")
+        if "size" not in self.model_fields_set:
+            raise Problem(f"a {self.kind} window needs a size", "size")
         slide = self.size if "slide" not in self.model_fields_set else self.slide
         if self.kind == "count":
             for key, value in (("size", self.size), ("slide", slide)):
@@ -249,6 +259,19 @@ class WindowTable(Table):
         if slide_us > size_us:
             raise Problem("must not exceed the window size", "slide")
         return TimeWindow(size_us, slide_us)
+
+    def _session(self) -> SessionWindow:
+        for key in ("size", "slide"):
+            if key in self.model_fields_set:
+                raise Problem(f"a session window has a gap, not a {key} "
+                              "(window = { kind = \"session\", gap = \"30s\" })", key)
+        if "gap" not in self.model_fields_set:
+            raise Problem("a session window needs a gap, like \"30s\"", "gap")
+        gap_us = parse_duration_us(self.gap)
+        if gap_us is None or gap_us < 1:
+            raise Problem(f"{self.gap!r} is not a positive duration like \"30s\" or an "
+                          "integer of microseconds", "gap")
+        return SessionWindow(gap_us)
 
 
 class AggregateTable(Table):

@@ -72,7 +72,7 @@ def operator_for(spec: PipelineSpec, settings: RunSettings) -> VectorOperator:
     cp = spec.checkpoint
     q: int | str = cp.q_records if cp.q_records is not None else cp.q_text
     config = OperatorConfig(
-        window=window_spec(w.kind, w.size, w.slide),
+        window=window_spec(w.kind, w.size, None if w.kind == "session" else w.slide),
         function=spec.aggregate.function,
         key_column=spec.aggregate.group_by,
         value_column=value_column(spec),

@@ -80,8 +80,8 @@ def test_durations(value: object, expected: int | None) -> None:
 @pytest.mark.parametrize(("text", "needle"), [
     (spec_text(CSV_SOURCE, function="median"),
      "[aggregate].function: 'median' is not one of count|sum|min|max|avg"),
-    (spec_text(CSV_SOURCE, window='{ kind = "session", size = 3 }'),
-     "[aggregate].window.kind"),
+    (spec_text(CSV_SOURCE, window='{ kind = "hopping", size = 3 }'),
+     "[aggregate].window.kind: 'hopping' is not one of count|time|session"),
     (spec_text(CSV_SOURCE, window='{ kind = "count", size = 0 }'),
      "[aggregate].window.size"),
     (spec_text(CSV_SOURCE, window='{ kind = "count", size = 5, slide = 6 }'),
@@ -120,7 +120,7 @@ def test_durations(value: object, expected: int | None) -> None:
                                    'mode = "x"'), "[aggregate].mode: unknown field"),
     (spec_text(CSV_SOURCE, window='{ size = 3 }'), "[aggregate].window.kind: missing field"),
     (spec_text(CSV_SOURCE, window='{ kind = "count", size = 3, step = 1 }'),
-     "[aggregate].window.step: unknown field (allowed: kind, size, slide)"),
+     "[aggregate].window.step: unknown field (allowed: kind, size, slide, gap)"),
     # a misspelt key is named, not the key it meant
     (spec_text(CSV_SOURCE).replace("window =", "windoww ="),
      "[aggregate].windoww: unknown field (allowed: group_by, field, function, window)"),
