@@ -163,16 +163,25 @@ class Stream:
 
     def window(self, *, time: str | int | dt.timedelta | None = None,
                count: int | None = None,
-               slide: str | int | dt.timedelta | None = None) -> Stream:
+               slide: str | int | dt.timedelta | None = None,
+               session: str | int | dt.timedelta | None = None) -> Stream:
         """A time window of ``time`` (a duration: ``"10 seconds"``, ``"1m30s"``,
-        ``"500ms"``, a ``timedelta`` or an integer of microseconds) or a count window of
-        ``count`` tuples; ``slide`` (same unit) makes it sliding (default: tumbling)."""
-        text = _call(".window", time=time, count=count, slide=slide)
-        if (time is None) == (count is None):
+        ``"500ms"``, a ``timedelta`` or an integer of microseconds), a count window of
+        ``count`` tuples, or a session window whose ``session`` is the gap (a duration:
+        a key's session closes when event time passes its last tuple plus the gap);
+        ``slide`` (same unit) makes a time or count window sliding (default: tumbling)."""
+        text = _call(".window", time=time, count=count, slide=slide, session=session)
+        if sum(x is not None for x in (time, count, session)) != 1:
             raise field_error(text, ("aggregate", "window", "size"), 'give one size: time='
-                              '"10 seconds" (a duration) or count=1000 (tuples)')
-        table: dict[str, object] = ({"kind": "time", "size": _duration(time)}
-                                    if time is not None else {"kind": "count", "size": count})
+                              '"10 seconds" (a duration), count=1000 (tuples) or session='
+                              '"30 seconds" (the gap)')
+        table: dict[str, object]
+        if session is not None:
+            table = {"kind": "session", "gap": _duration(session)}
+        elif time is not None:
+            table = {"kind": "time", "size": _duration(time)}
+        else:
+            table = {"kind": "count", "size": count}
         if slide is not None:
             table["slide"] = _duration(slide)
         _check(WindowTable, table, ("aggregate", "window"), text)

@@ -72,6 +72,7 @@ def test_the_builder_gives_the_spec_the_toml_gives(tmp_path: Path) -> None:
     # immutable: a call returns a new builder, the old one is unchanged
     b = _builder(csv)
     assert b.window(count=5).spec().aggregate.window.kind == "count"
+    assert b.window(session="30 seconds").spec().aggregate.window.kind == "session"
     assert b.spec().aggregate.window.kind == "time"
 
 
@@ -83,6 +84,10 @@ def test_the_builder_gives_the_spec_the_toml_gives(tmp_path: Path) -> None:
      "[aggregate].window.size"),
     (lambda s: s.window(count=5, slide=9), ".window(count=5, slide=9)",
      "[aggregate].window.slide"),
+    (lambda s: s.window(session="1s", slide="1s"), ".window(slide='1s', session='1s')",
+     "[aggregate].window.slide"),
+    (lambda s: s.window(time="1s", session="1s"), ".window(time='1s', session='1s')",
+     "[aggregate].window.size"),
     (lambda s: s.checkpoint(Q="lots"), ".checkpoint(Q='lots')", "[checkpoint].Q"),
     (lambda s: s.options(partitons=2), ".options(partitons=2)", "[run].partitons"),
     (lambda s: s.agg(avg="item_id").spec(), ".agg(avg='item_id')", "[aggregate].field"),
