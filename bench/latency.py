@@ -209,17 +209,21 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
     prod.write_file(time.time_ns() // 1000, 1)  # a stream folder starts with a file
     run = work / "run"
     proc = _start_run(args, work, spec, run)
-    tail = TailObserver(run, work / "tail.log")
-    tail.start()
+    tail: TailObserver | None = None
     try:
         _wait_operators(proc, run, work)
+        # started once the run exists: a tail that looks while the driver writes
+        # run.toml (a hidden temporary) may take the directory for a foreign one
+        tail = TailObserver(run, work / "tail.log")
+        tail.start()
         prod.start()
         prod.join()
         code = proc.wait(timeout=args.seconds + 300)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-        tail.end(60)  # a tail ends after the last result of an ended run
+        if tail is not None:
+            tail.end(60)  # a tail ends after the last result of an ended run
     if code != 0:
         raise RuntimeError(f"cec exited {code}: {(work / 'cec.log').read_text()[-2000:]}")
     if not tail.lines or tail.proc.returncode != 0:

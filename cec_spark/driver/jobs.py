@@ -4,7 +4,10 @@
   (:func:`cec_spark.run.task.run_partition`), resubmitted when it aborts, up to
   :data:`MAX_RESUBMITS` times; every task then finds its output log and recovers;
 * the **ingest** (:func:`_ingest_thread`): :func:`cec_spark.ingest.job.ingest`, retried
-  the same way (it resumes from the upstream logs' tokens).
+  the same way (it resumes from the upstream logs' tokens). A stream folder's ingest is
+  one long-lived Spark task (:mod:`cec_spark.ingest.stream`, in the slot the run keeps
+  for the ingest next to the P operator tasks), or one Spark job per poll where that
+  task cannot match the bounded path's semantics.
 
 An error a retry cannot fix (:func:`_fatal`: a user error a task raised) ends the
 retries at once. The loop is :func:`_retry`, shared by both threads (a hand-written

@@ -2,6 +2,7 @@
 
 ==========  ====================================================================================
 ``job``     the ingest job: chunks planned from the run's plan, run as Spark jobs, logs sealed
+``stream``  a stream folder's long-lived ingest: one Spark task, no job per poll (issue 28)
 ``query``   the Spark query: chunks read in a task, filtered, projected, key-partitioned
 ``writer``  the ``mapInArrow`` writer: appends to the upstream logs, commits with chunk tokens
 ``where``   ``[filter].where`` compiled once by Spark; ``where_eval`` runs it on Arrow, no Spark
