@@ -147,7 +147,9 @@ def run_stream_ingest(spark: SparkSession, plan: RunPlan, task: StreamTask,
     out: list[Any] = []
     failure: list[BaseException] = []
 
-    def job() -> None:
+    def job() -> None:  # a thread of its own: Spark's job group is per thread
+        spark.sparkContext.setJobGroup("cec-ingest", "cec stream ingest (one long-lived task)",
+                                       interruptOnCancel=True)
         try:
             out.extend(spark.range(0, 1, 1, 1).mapInArrow(stream_entry(task), "result string")
                        .collect())
