@@ -59,8 +59,11 @@ from storage_log.notify import CommitWatch
 POLL_S = 0.05  # the longest sleep between two looks at the logs (a write on this host
 # wakes the tail at once: storage_log.notify; across hosts this is the poll)
 SAY_AFTER_S = 2.0  # the first "waiting for" line, then at growing intervals
-# what a run directory holds while its driver creates it (before run.toml exists)
-_STARTING = {"state", "drivers", "output", "upstream", "metrics", "watchdog", "consumers"}
+# what a run directory holds while its driver creates it (before run.toml exists): its
+# folders, a DataFrame run's staged source, and hidden temporary files (run.toml is
+# written as .run.toml.HOST.PID.tmp, then linked)
+_STARTING = {"state", "drivers", "output", "upstream", "metrics", "watchdog", "consumers",
+             "source"}
 
 
 @dataclass
@@ -94,7 +97,7 @@ def check_run_dir(run_dir: Path) -> bool:
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a directory (cec tail follows a run directory)")
     other = [n for n in os.listdir(run_dir)
-             if n not in _STARTING and not n.startswith("run.toml")]
+             if n not in _STARTING and not n.startswith(("run.toml", "."))]
     if other:
         raise UsageError(f"{run_dir}: not a cec run directory (no run.toml; it holds "
                          f"{sorted(other)[0]!r})")

@@ -57,6 +57,10 @@ def test_not_a_run_directory_is_refused(tmp_path: Path,
     (tmp_path / "notes.txt").write_text("x")
     with pytest.raises(UsageError, match=r"not a cec run directory .*notes\.txt"):
         tail(tmp_path, out=io.StringIO())
+    starting = tmp_path / "starting"  # what a driver writes before run.toml is in place
+    (starting / "state").mkdir(parents=True)
+    (starting / ".run.toml.host.123.tmp").write_text("x")
+    assert check_run_dir(starting) is False  # a run may still start there: wait
     f = tmp_path / "file"
     f.write_text("x")
     with pytest.raises(UsageError, match="not a directory"):
