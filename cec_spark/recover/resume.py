@@ -78,7 +78,7 @@ class _Recover:
         self.spec, self.settings = self.layout.read_run_file()
 
 
-def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool = True,
+def recover_run(run_dir: Path | str, *, dry_run: bool = False, progress: bool = True,
                 master: str | None = None, conf: dict[str, str] | None = None,
                 repair: bool = False, trust: bool = False,
                 partitions: int | None = None) -> RecoverResult:
@@ -103,7 +103,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     say what the rescale would do (the cut, the windows each new partition gets). A run
     killed before its logs existed has nothing to move: it starts with ``P'``.
     """
-    run, driver = _check_and_repair(Path(os.path.abspath(from_log)), dry_run=dry_run,
+    run, driver = _check_and_repair(Path(os.path.abspath(run_dir)), dry_run=dry_run,
                                     repair=repair, trust=trust)
     rescaled = None
     if partitions is not None and partitions != run.spec.run.partitions:
@@ -123,7 +123,7 @@ def recover_run(from_log: Path | str, *, dry_run: bool = False, progress: bool =
     # the run.toml read above is the resume's plan too (no second read)
     resumed = resume_run(run.layout.root, progress=progress, driver=driver,
                          plan=RunPlan(run.spec.with_run(master=master, conf=conf),
-                                      run.settings, run.layout, run_dir=str(from_log)))
+                                      run.settings, run.layout, run_dir=str(run_dir)))
     return RecoverResult(run_dir=str(run.layout.root), dry_run=False, partitions=parts,
                          repairs=run.repairs, resumed=resumed, rescale=rescaled)
 
