@@ -133,3 +133,18 @@ def test_runtime_packages_have_front_pages() -> None:
         if name != "report":  # report re-exports its small dataclass modules
             assert not [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)
                         and not (isinstance(n, ast.ImportFrom) and n.module == "__future__")], init
+
+
+def test_the_driver_jvm_log_configuration_is_where_the_session_points() -> None:
+    """The log4j2 file the driver JVM is given sits beside run/session.py and ships in
+    the wheel (moving session.py once left it behind: the JVM then printed its own
+    start-up noise)."""
+    import configparser
+
+    from cec_spark.run.session import LOG4J
+
+    assert LOG4J.is_file(), LOG4J
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    package = ".".join(LOG4J.parent.relative_to(REPO).parts)
+    assert cfg["options.package_data"][package].strip() == LOG4J.name
