@@ -289,12 +289,14 @@ def fair_md(name: str, f: dict[str, Any], png: str | None) -> str:
 
 def latency_md(lat: dict[str, Any], png: str | None) -> str:
     rl, cl = lat["row_latency"], lat["close_latency"]
+    observer = ("a `cec tail` process prints each result once it is durable (committed, "
+                "fsync'ed)" if lat.get("rates") else
+                "an observer reads the output logs (committed = fsync'ed = durable)")
     lines = ["## Latency: a row entering the source to its window's result durable", "",
              f"`python bench/latency.py`: a `cec run pipeline` process on a `stream-dir` fed "
              f"{lat['rate_rows_per_s']:,.0f} rows/s in files of {lat['file_ms']:g} ms, "
              f"{lat['window_ms']} ms tumbling windows, poll {lat['poll_ms']} ms, P = "
-             f"{lat['partitions']}, {lat['seconds']:g} s; an observer reads the output logs "
-             f"(committed = fsync'ed = durable); {_meta(lat)}.", "",
+             f"{lat['partitions']}, {lat['seconds']:g} s; {observer}; {_meta(lat)}.", "",
              "| latency | n | p50 ms | p99 ms | max ms |", "|---|--:|--:|--:|--:|",
              f"| row (entered the source → result durable) | {rl['n']:,} | {rl['p50_ms']} | "
              f"{rl['p99_ms']} | {rl['max_ms']} |",
