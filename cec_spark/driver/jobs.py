@@ -31,8 +31,9 @@ from cec.errors import CecError, UsageError
 from cec_spark.errors import DriverSupersededError
 from cec_spark.ingest.job import ingest
 from cec_spark.ingest.query import IngestProgress
+from cec_spark.run.counters import TaskCounters
 from cec_spark.run.plan import RunPlan
-from cec_spark.run.task import TaskCounters, run_partition
+from cec_spark.run.task import run_partition
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.watchdog import say
 from storage_log.errors import LogWriteError

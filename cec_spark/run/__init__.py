@@ -8,9 +8,10 @@
 ``session``      the SparkSession, configured for long-lived tasks and Arrow; the early start
 ``jvm_archive``  class-data sharing for the driver JVM
 ``task``         the long-lived operator task: upstream log to output log, recovery on restart
+``counters``     :class:`TaskCounters`: what a task reports, declared once
 ``metrics``      the Prometheus textfile of a run
 ===============  ===============================================================================
 
-First read: ``plan.py``, then ``task.py``. ``task`` runs on executors; the rest runs in
-the driver.
+First read: ``plan.py``, then ``task.py``. ``task`` and ``counters`` run on executors;
+the rest runs in the driver.
 """

@@ -56,8 +56,8 @@ from cec_spark.rundir.layout import RunLayout, read_advisory, write_advisory
 from recovery.partition import recover_from_logs
 from storage_log.log import StreamLog
 
-if TYPE_CHECKING:  # the task module imports this one
-    from cec_spark.run.task import TaskCounters
+if TYPE_CHECKING:
+    from cec_spark.run.counters import TaskCounters
 
 RUN_FILE = "rto.json"  # in RUN/state/
 MACHINE_FILE = "startup.json"  # in the cache directory

@@ -10,7 +10,7 @@ import pytest
 
 from cec.errors import CecError
 from cec_spark.report import PartitionRun
-from cec_spark.run.task import TaskCounters
+from cec_spark.run.counters import TaskCounters
 
 
 def _ended() -> TaskCounters:
