@@ -40,7 +40,8 @@ import numpy as np
 import numpy.typing as npt
 
 from cec.operator.rows import Block, RowWriter
-from cec.operator.store import F64, I64
+from cec.operator.store import F64, I64, WindowSlots
+from cec.records import END_OF_STREAM_TS, R
 
 
 @dataclass(frozen=True)
@@ -116,3 +117,17 @@ class WindowKernel(Protocol):
         Raises :class:`~cec.errors.UsageError` if they cannot be open together.
         """
         ...
+
+
+def close_every_window(slots: WindowSlots, out: RowWriter, t_now: int) -> Block | None:
+    """At the end of the stream every open window closes: ``R`` rows ordered
+    ``(win_end, tau1, win_start)`` (the time and session kernels' ``close_all``)."""
+    live = slots.live_slots()
+    closing = live[np.lexsort((slots.win_start[live], slots.tau1[live], slots.win_end[live]))]
+    k = len(closing)
+    n_after = out.n_open - np.arange(1, k + 1, dtype=np.int64)
+    out.n_open -= k
+    eos = np.full(k, END_OF_STREAM_TS, np.int64)  # flush rows: end-of-stream watermark
+    blk = out.block(closing, np.full(k, R, np.int8), eos, np.full(k, t_now, np.int64), n_after)
+    slots.release(closing)
+    return blk

@@ -27,11 +27,10 @@ from __future__ import annotations
 import numpy as np
 
 from cec.errors import UsageError
-from cec.operator.kernel import TupleBatch, key_groups
+from cec.operator.kernel import TupleBatch, close_every_window, key_groups
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.store import I64, WindowSlots
-from cec.records import END_OF_STREAM_TS, R
 
 
 class SessionKernel:
@@ -108,17 +107,8 @@ class SessionKernel:
         return blk
 
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
-        """Every open session closes: ``R`` rows ordered ``(win_end, tau1, win_start)``."""
-        sl = self.slots
-        live = sl.live_slots()
-        slots = live[np.lexsort((sl.win_start[live], sl.tau1[live], sl.win_end[live]))]
-        k = len(slots)
-        n_after = out.n_open - np.arange(1, k + 1, dtype=np.int64)
-        out.n_open -= k
-        eos = np.full(k, END_OF_STREAM_TS, np.int64)  # flush rows: end-of-stream watermark
-        blk = out.block(slots, np.full(k, R, np.int8), eos, np.full(k, t_now, np.int64), n_after)
-        sl.release(slots)
-        return blk
+        """Every open session closes (:func:`close_every_window`)."""
+        return close_every_window(self.slots, out, t_now)
 
     def index_loaded(self, slots: I64, key_idx: I64) -> None:
         if len(np.unique(key_idx)) != len(key_idx):

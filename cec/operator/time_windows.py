@@ -19,11 +19,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cec.operator.kernel import TupleBatch, WindowShape
+from cec.operator.kernel import TupleBatch, WindowShape, close_every_window
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.store import I64, WindowSlots
-from cec.records import END_OF_STREAM_TS, R
 
 _EMPTY_I64: I64 = np.empty(0, dtype=np.int64)
 
@@ -107,18 +106,8 @@ class TimeKernel:
         return blk
 
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
-        """Every open window closes: ``R`` rows ordered ``(win_end, tau1, win_start)``."""
-        sl = self.slots
-        live = sl.live_slots()
-        order = np.lexsort((sl.win_start[live], sl.tau1[live], sl.win_end[live]))
-        slots = live[order]
-        k = len(slots)
-        n_after = out.n_open - np.arange(1, k + 1, dtype=np.int64)
-        out.n_open -= k
-        eos = np.full(k, END_OF_STREAM_TS, np.int64)  # flush rows: end-of-stream watermark
-        blk = out.block(slots, np.full(k, R, np.int8), eos, np.full(k, t_now, np.int64), n_after)
-        sl.release(slots)
-        return blk
+        """Every open window closes (:func:`close_every_window`)."""
+        return close_every_window(self.slots, out, t_now)
 
     def index_loaded(self, slots: I64, key_idx: I64) -> None:
         self.by_key.fill_ring(slots, key_idx, self.slots, self.slide)
