@@ -131,3 +131,18 @@ def close_every_window(slots: WindowSlots, out: RowWriter, t_now: int) -> Block 
     blk = out.block(closing, np.full(k, R, np.int8), eos, np.full(k, t_now, np.int64), n_after)
     slots.release(closing)
     return blk
+
+
+def ordered_events(slots: WindowSlots, closing: I64, closer: I64, opening: I64,
+                   opener: I64) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
+    """A batch's window events by causing tuple (``closer``/``opener``: the tuple of each
+    closing/opening slot); per tuple the closes, ordered by ``(win_end, tau1,
+    win_start)``, before the opens (ordered by ``win_start``). ``(slots, tuples,
+    is_close)`` in that order (the time and session kernels)."""
+    ev_slot = np.concatenate([closing, opening])
+    ev_tuple = np.concatenate([closer, opener])
+    ev_is_open = np.concatenate([np.zeros(len(closing), np.int64),
+                                 np.ones(len(opening), np.int64)])
+    order = np.lexsort((slots.win_start[ev_slot], slots.tau1[ev_slot], slots.win_end[ev_slot],
+                        ev_is_open, ev_tuple))
+    return ev_slot[order], ev_tuple[order], ev_is_open[order] == 0

@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from cec.errors import UsageError
-from cec.operator.kernel import TupleBatch, close_every_window, key_groups
+from cec.operator.kernel import TupleBatch, close_every_window, key_groups, ordered_events
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.store import I64, WindowSlots
@@ -90,14 +90,7 @@ class SessionKernel:
         live = sl.live_slots()
         closing = live[sl.win_end[live] < ts[-1]]
         closer = np.searchsorted(ts, sl.win_end[closing], side="right")
-        ev_slot = np.concatenate([closing, new_slots])
-        ev_tuple = np.concatenate([closer, opener])
-        ev_is_open = np.concatenate([np.zeros(len(closing), np.int64),
-                                     np.ones(len(new_slots), np.int64)])
-        order = np.lexsort((sl.win_start[ev_slot], sl.tau1[ev_slot], sl.win_end[ev_slot],
-                            ev_is_open, ev_tuple))
-        ev_slot, ev_tuple = ev_slot[order], ev_tuple[order]
-        is_close = ev_is_open[order] == 0
+        ev_slot, ev_tuple, is_close = ordered_events(sl, closing, closer, new_slots, opener)
         blk = out.events(ev_slot, is_close, ev_tuple, ts, seq, vals, session_gap=gap)
         sl.release(closing)
         # each key's last segment, if still open, is its open session

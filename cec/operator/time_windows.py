@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cec.operator.kernel import TupleBatch, WindowShape, close_every_window
+from cec.operator.kernel import TupleBatch, WindowShape, close_every_window, ordered_events
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.store import I64, WindowSlots
@@ -88,16 +88,8 @@ class TimeKernel:
         live = sl.live_slots()
         closing = live[sl.win_end[live] <= ts[-1]]
         closer = np.searchsorted(ts, sl.win_end[closing], side="left")
-        # events by causing tuple; per tuple the closes (ordered by (win_end, tau1,
-        # win_start)) before the opens (ordered by win_start)
-        ev_slot = np.concatenate([closing, new_slots])
-        ev_tuple = np.concatenate([closer, member_tuple[opening]])
-        ev_is_open = np.concatenate([np.zeros(len(closing), np.int64),
-                                     np.ones(len(opening), np.int64)])
-        order = np.lexsort((sl.win_start[ev_slot], sl.tau1[ev_slot], sl.win_end[ev_slot],
-                            ev_is_open, ev_tuple))
-        ev_slot, ev_tuple = ev_slot[order], ev_tuple[order]
-        is_close = ev_is_open[order] == 0
+        ev_slot, ev_tuple, is_close = ordered_events(sl, closing, closer, new_slots,
+                                                     member_tuple[opening])
         blk = out.events(ev_slot, is_close, ev_tuple, ts, seq, vals)
         sl.release(closing)
         # enter the new windows still open in the ring
