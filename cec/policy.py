@@ -207,6 +207,14 @@ DEFAULT_FIXED_S = 20.0
 #: machine, idle (Python 0.7 s, the driver JVM with its class-data archive ~4 s, the
 #: operator job and its Python workers ~1.5 s).
 DEFAULT_FLOOR_S = 6.0
+#: With a warm standby (``cec standby``) a recovery's fixed cost is its takeover, not a
+#: restart: until this machine has measured one, the detection of a death on the same
+#: host (at once), the claim and the resume on the warm session to the operator tasks
+#: beginning their recovery, rounded up from the development machine.
+DEFAULT_TAKEOVER_S = 1.0
+#: The floor with a standby until one is measured here: the quickest takeover seen on
+#: the development machine (detect, claim, tasks started).
+DEFAULT_TAKEOVER_FLOOR_S = 0.3
 #: Conservative rates until measured: a quarter of what a single recovery reached on
 #: the development machine while three others ran beside it (extent records ~0.5-0.9 M/s,
 #: replay positions ~4-7 M/s).

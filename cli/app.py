@@ -13,7 +13,9 @@ import contextlib
 import dataclasses
 import json
 import os
+import subprocess
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated
@@ -26,7 +28,7 @@ import cec_spark
 from cec.errors import CecError
 from cec.spec import PipelineSpec, parse_conf
 from cec_spark.report import ErrorReport, Result
-from cec_spark.rundir.layout import rescaled_spec
+from cec_spark.rundir.layout import RunLayout, rescaled_spec
 from cli.example_specs import copy_examples, list_examples
 from cli.render import Column, render
 
@@ -154,17 +156,72 @@ def run_pipeline(
     rto: Annotated[str | None, typer.Option(
         "--rto", help="Recovery-time objective, e.g. 30s: Q and U are set from measured "
         "recovery rates (the spec must not set Q or U).")] = None,
+    standby: Annotated[bool, typer.Option(
+        "--standby", help="Also start a warm standby on this machine ('cec standby', in "
+        "its own session; its messages in RUN/standby.log): if this process dies, it "
+        "takes the run over in about a second.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
     spec = cec_spark.api.load(spec_path, partitions=partitions, master=master,
-                              conf=parse_conf(conf or []), rto=rto)  # read once
+                              conf=parse_conf(conf or []), rto=rto,
+                              standby=standby)  # read once
     _start_spark_early(spec)
+    started = _start_standby(master, conf or []) if standby else None
     outcome = cec_spark.api.run(spec, run_dir, spec_path=spec_path, max_tuples=max_tuples,
-                                progress=not json_out, keep_session=False).outcome
+                                progress=not json_out, keep_session=False,
+                                on_started=started).outcome
     _show(outcome, json_out, "per_partition", RUN_COLUMNS)
     if outcome.interrupted:
         raise typer.Exit(130)
+
+
+def _start_standby(master: str | None, conf: list[str]) -> Callable[[RunLayout], None]:
+    """``--standby``: once the run's ``run.toml`` and driver lease exist, start ``cec
+    standby --from-log RUN`` in a session of its own (a kill of this process or of its
+    process group leaves it), stdin closed, its output appended to ``RUN/standby.log``."""
+    def start(layout: RunLayout) -> None:
+        args = [sys.executable, "-m", "cli.app", "standby", "--from-log", str(layout.root)]
+        if master is not None:
+            args += ["--master", master]
+        for item in conf:
+            args += ["--conf", item]
+        log = layout.root / "standby.log"
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        err_console.print(f"cec: standby started (pid {proc.pid}); its messages: {log}",
+                          highlight=False, soft_wrap=True)
+
+    return start
+
+
+@app.command("standby", epilog=EXIT_CODES)
+def standby(
+    run_dir: Annotated[Path, typer.Option("--from-log", help="The run's log directory "
+                                          "(it may not exist yet: the standby waits).")],
+    master: Annotated[str | None, typer.Option(
+        "--master", help="The Spark master the standby warms and takes over on "
+        "(default: the run's own).")] = None,
+    conf: ConfOpt = None,
+    lease: Annotated[float, typer.Option(
+        "--lease", min=1.0, help="Seconds a driver's lease may stand still before the "
+        "standby calls it dead or frozen (a death on this host is seen at once).")] = 2.0,
+    trust: Annotated[bool, typer.Option(
+        "--trust", help="Stand by for a run directory another user owns.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Warm up, watch the run's driver, and take the run over when it dies: recovery
+    without a restart. Ends when the run ends (exit 0), or with 'cec recover''s result and
+    exit status after a takeover."""
+    end = cec_spark.api.standby(run_dir, master=master, conf=parse_conf(conf or []),
+                                progress=not json_out, lease_s=lease, trust=trust)
+    if end.recovered is not None:
+        _show(end.recovered, json_out, "partitions", RECOVER_COLUMNS)
+        if end.recovered.resumed is not None and end.recovered.resumed.interrupted:
+            raise typer.Exit(130)
+    elif end.code:
+        raise typer.Exit(end.code)
 
 
 @app.command("recover", epilog=EXIT_CODES)

@@ -78,7 +78,8 @@ def test_the_wheel_holds_the_layers_and_nothing_else() -> None:
 # The runtime's packages, bottom to top (cec_spark/__init__ says why): a module of one
 # may import its own package, the ones before it here and the base modules, never one
 # after it. ``api`` is the package at the top.
-RUNTIME = ("report", "source", "rundir", "run", "ingest", "driver", "recover", "read", "api")
+RUNTIME = ("report", "source", "rundir", "run", "ingest", "driver", "recover", "read",
+           "standby", "api")
 RUNTIME_BASE = {"errors", "watchdog"}
 
 

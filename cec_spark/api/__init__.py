@@ -17,7 +17,7 @@ First read ``builder.py`` (:class:`Stream`: every call checked at once by the sp
 own validators, a bad one a :class:`cec.errors.SpecError` naming the call and the
 field), then ``commands.py`` (:func:`run`: the plan, then the driver, the path of
 ``cec run pipeline``; :func:`recover`, :func:`export`, :func:`inspect_extent`,
-:func:`inspect_log`, :func:`results`). ``session.py``: the SparkSession a run from
+:func:`inspect_log`, :func:`results`, :func:`standby`). ``session.py``: the SparkSession a run from
 Python uses and the settings it borrows; ``frame.py``: a DataFrame source, written
 once to ``RUN/source``.
 
@@ -41,9 +41,11 @@ from cec_spark.api.commands import (
     recover,
     results,
     run,
+    standby,
     stored_spec,
     tail,
 )
 
 __all__ = ["ORIGIN", "SOURCE_DIR", "Run", "Stream", "export", "generator", "inspect_extent",
-           "inspect_log", "load", "recover", "results", "run", "stored_spec", "stream", "tail"]
+           "inspect_log", "load", "recover", "results", "run", "standby", "stored_spec", "stream",
+           "tail"]

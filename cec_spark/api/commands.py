@@ -34,9 +34,13 @@ from cec_spark.read.export import export as _export
 from cec_spark.report import ExportResult, ExtentResult, LogReport, RecoverResult, RunResult
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyspark.sql import DataFrame, SparkSession
 
     from cec_spark.read.tail import TailState
+    from cec_spark.rundir.layout import RunLayout
+    from cec_spark.standby.standby import StandbyEnd
 
 __all__ = ["Run", "export", "inspect_extent", "inspect_log", "load", "recover", "results",
            "run", "stored_spec"]
@@ -95,7 +99,8 @@ def stored_spec(run_dir: Path | str, *, master: str | None = None,
 
 def run(what: Stream | PipelineSpec, run_dir: Path | str | None = None, *,
         spec_path: Path | str | None = None, max_tuples: int | None = None,
-        progress: bool = False, keep_session: bool = True) -> Run:
+        progress: bool = False, keep_session: bool = True,
+        on_started: Callable[[RunLayout], None] | None = None) -> Run:
     """Run a pipeline (a :class:`~cec_spark.api.builder.Stream`, or a spec from
     :func:`load`) into ``run_dir``.
 
@@ -104,11 +109,14 @@ def run(what: Stream | PipelineSpec, run_dir: Path | str | None = None, *,
     view on the terminal. ``keep_session``: use this process's SparkSession, or start
     one and leave it running (:mod:`cec_spark.api.session`); False (the command line):
     start the run's own and stop it at the end. Errors are :mod:`cec.errors`' (a bad
-    spec or input: exit status 2).
+    spec or input: exit status 2). ``on_started``: called with the run's layout once
+    its ``run.toml`` and driver lease exist (``cec run pipeline --standby`` starts a
+    standby there).
     """
     if isinstance(what, PipelineSpec):
         return _run_spec(what, spec_path or ORIGIN, run_dir, max_tuples=max_tuples,
-                         progress=progress, keep_session=keep_session)
+                         progress=progress, keep_session=keep_session,
+                         on_started=on_started)
     pipeline = what
     if run_dir is None:
         raise UsageError(f"{pipeline.call('source')}...run(): give the run directory")
@@ -141,7 +149,8 @@ def _objective(spec: PipelineSpec, pipeline: Stream) -> PipelineSpec:
 
 def _run_spec(spec: PipelineSpec, spec_path: Path | str, run_dir: Path | str | None, *,
               max_tuples: int | None, progress: bool, keep_session: bool,
-              options_call: str = ".options()") -> Run:
+              options_call: str = ".options()",
+              on_started: Callable[[RunLayout], None] | None = None) -> Run:
     """Plan the run, then hand the plan to the driver: on the run's own session
     (``keep_session`` False, the command line) or on this process's (:func:`_run_lent`)."""
     from pyspark.sql import SparkSession  # noqa: PLC0415 - lazy
@@ -151,7 +160,8 @@ def _run_spec(spec: PipelineSpec, spec_path: Path | str, run_dir: Path | str | N
 
     if not keep_session:
         plan = plan_new_run(spec, spec_path, run_dir, max_tuples=max_tuples)
-        return Run(plan.layout.root, run_plan(plan, progress=progress))
+        return Run(plan.layout.root, run_plan(plan, progress=progress,
+                                              on_started=on_started))
     from cec_spark.api.session import on_session  # noqa: PLC0415 - lazy
 
     spark = SparkSession.getActiveSession()
@@ -220,6 +230,17 @@ def recover(run_dir: Path | str, *, dry_run: bool = False, progress: bool = Fals
 
     return recover_run(run_dir, dry_run=dry_run, progress=progress, master=master, conf=conf,
                        repair=repair, trust=trust, partitions=partitions, **more)
+
+
+def standby(run_dir: Path | str, *, master: str | None = None,
+            conf: dict[str, str] | None = None, progress: bool = False,
+            **more: Any) -> StandbyEnd:
+    """``cec standby --from-log RUN``: warm up, watch the run's driver, and take the run
+    over when it dies (:func:`cec_spark.standby.standby.standby`; ``more``: its further
+    options, ``lease_s`` and ``trust``)."""
+    from cec_spark.standby.standby import standby as guard  # noqa: PLC0415 - lazy
+
+    return guard(run_dir, master=master, conf=conf, progress=progress, **more)
 
 
 def export(run_dir: Path | str, out: Path | str, fmt: str = "csv",

@@ -99,17 +99,31 @@ class ProgressView:
         self.last_metrics = 0.0
         self.startup = StartupMeter(layout, partitions)
         self.told: set[tuple[int, str]] = set()  # (partition, note) said once
+        self.standbys_ready = 0  # warm standbys ready (cec standby), at the last look
 
     def write_metrics(self) -> None:
         """``RUN/metrics/cec.prom`` (:mod:`cec_spark.run.metrics`), whatever is displayed."""
         self.last_metrics = time.monotonic()
         states = [self.layout.read_state(p) for p in range(self.partitions)]
+        self._standbys()
         self._rto_notes(states)
         upstream = [self.upstream.get(p) for p in range(self.partitions)]
         metrics.write(self.layout.root / "metrics", metrics.exposition(
             str(self.layout.root), states, upstream, source_rows=self.ingest.source_rows,
             sealed=self.ingest.sealed, up_s=self.last_metrics - self.started,
-            late=[self.upstream.late(p) for p in range(self.partitions)]))
+            late=[self.upstream.late(p) for p in range(self.partitions)],
+            standbys_ready=self.standbys_ready))
+
+    def _standbys(self) -> None:
+        """How many warm standbys are ready; the recovery-time objective's fixed cost
+        follows (a takeover's with one, a restart's without); a change is said."""
+        ready = sum(1 for s in self.layout.standbys() if s.get("state") == "ready")
+        was, self.standbys_ready = self.standbys_ready, ready
+        self.startup.standby(ready > 0)
+        if ready and not was:
+            self.note(f"standby ready ({ready}): a failure is taken over without a restart")
+        elif was and not ready:
+            self.note("no standby ready any more: a failure costs a restart")
 
     def __enter__(self) -> ProgressView:
         if self.enabled and not self.plain:
@@ -191,7 +205,8 @@ class ProgressView:
                  f"{total}, {ing.source_rows:,} source rows"
                  f"{f', {late:,} late rows dropped' if late else ''}"
                  f"{', sealed' if ing.sealed else ''}"
-                 f"{f'  rto {objective:g} s' if objective else ''}")
+                 f"{f'  rto {objective:g} s' if objective else ''}"
+                 f"{f'  standby ready ({self.standbys_ready})' if self.standbys_ready else ''}")
         table = Table(title=title, title_justify="left",
                       caption=" · ".join(self.notes) or None)
         for col in ("partition", "upstream seq", "tuples", "tuples/s", "N open", "extent q",

@@ -17,9 +17,11 @@ the next open). ``cec recover --from-log RUN`` resumes either way.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -49,7 +51,7 @@ from cec_spark.run.session import (
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
 
-__all__ = ["MAX_RESUBMITS", "STOP_GRACE_S", "default_run_dir", "execute",
+__all__ = ["MAX_RESUBMITS", "STOP_GRACE_S", "DriverTurn", "default_run_dir", "execute",
            "resume_run", "run_pipeline", "run_plan"]
 
 STOP_GRACE_S = 30.0
@@ -299,37 +301,93 @@ def run_pipeline(spec_path: Path | str, run_dir: Path | str | None = None, *,
                     progress=progress)
 
 
-def run_plan(plan: RunPlan, *, progress: bool = True) -> RunResult:
+def run_plan(plan: RunPlan, *, progress: bool = True,
+             on_started: Callable[[RunLayout], None] | None = None) -> RunResult:
     """Start the new run ``plan`` (:func:`cec_spark.run.plan.plan_new_run`): store its
-    ``run.toml``, start Spark, check the filter and the slots, run."""
+    ``run.toml``, take driver number 1, start Spark, check the filter and the slots, run.
+
+    ``on_started`` is called once ``run.toml`` and the driver's lease exist (the command
+    line starts a standby there: ``cec run pipeline --standby``)."""
     layout = plan.layout
     # run.toml before Spark starts (5-20 s): a run killed at any moment after this
-    # line is resumed by `cec recover`, not left as a directory no command accepts
+    # line is resumed by `cec recover` (or taken over by a standby), not left as a
+    # directory no command accepts; the driver's lease from the same moment
     created = not layout.root.exists()
     layout.write_run_text(plan.run_text)
+    driver = layout.take_driver()
     for text in plan.settings.warnings:  # nothing is guessed: said, and kept in run.toml
         say(f"warning: {text}")
-    try:
-        spark, owned = _session(plan, progress)
-    except UsageError:  # a setting Spark refused: the run never started
-        _unmake(layout, created)
-        raise
-    try:
+    with DriverTurn(layout, driver) as turn:
+        if on_started is not None:
+            on_started(layout)
         try:
-            check_filter(spark, plan)
-            watch = _prepare(spark, plan)
-        except UsageError:  # cec's, or the log's (_prepare may open the upstream logs)
-            _unmake(layout, created)  # nothing but run.toml was written: take it back
+            spark, owned = _session(plan, progress)
+        except UsageError:  # a setting Spark refused: the run never started
+            turn.unmake(created)
             raise
-        return execute(spark, plan, progress=progress, driver=layout.take_driver(),
-                       watch=watch)
-    finally:
-        if owned:
-            stop_session(spark)
+        try:
+            try:
+                check_filter(spark, plan)
+                watch = _prepare(spark, plan)
+            except UsageError:  # cec's, or the log's (_prepare may open the upstream logs)
+                turn.unmake(created)  # nothing but run.toml was written: take it back
+                raise
+            return turn.done(execute(spark, plan, progress=progress, driver=driver,
+                                     watch=watch))
+        finally:
+            if owned:
+                stop_session(spark)
+
+
+class DriverTurn:
+    """A driver's time on a run: its lease (taken with its number,
+    :meth:`RunLayout.take_driver`) ends with how the driver ended, so that a standby
+    watching it tells an end from a death: ``completed``, ``stopped`` (Ctrl-C, STOP),
+    ``superseded``, ``failed`` with the exit status (:meth:`RunLayout.end_driver`)."""
+
+    def __init__(self, layout: RunLayout, driver: int | None) -> None:
+        self.layout, self.driver = layout, driver
+        self.result: RunResult | None = None
+        self._unmade = False
+
+    def __enter__(self) -> DriverTurn:
+        return self
+
+    def done(self, result: RunResult) -> RunResult:
+        self.result = result
+        return result
+
+    def unmake(self, created: bool) -> None:
+        """The run never started (a bad ``[filter]``, a refused Spark setting): remove
+        its files, this driver's number and lease included."""
+        self._unmade = True
+        self.layout.end_driver(self.driver, "failed", 2, "the run never started")
+        _unmake(self.layout, created)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        if self._unmade:
+            return
+        outcome, code, reason = "failed", 1, ""
+        if exc is None:
+            done = self.result is not None and self.result.completed
+            outcome, code = ("completed", 0) if done else ("stopped", 0)
+        elif isinstance(exc, DriverSupersededError):
+            outcome, code = "superseded", exc.exit_code
+        elif isinstance(exc, KeyboardInterrupt):
+            outcome, code = "stopped", 130
+        else:
+            code = exc.exit_code if isinstance(exc, CecError) else 1
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        self.layout.end_driver(self.driver, outcome, code, reason)
 
 
 def _unmake(layout: RunLayout, created: bool) -> None:
     """Remove the run files of a run that never started (a bad ``[filter]``)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(layout.drivers_dir):
+            (layout.drivers_dir / name).unlink()
+        layout.drivers_dir.rmdir()
     with contextlib.suppress(OSError):
         layout.run_file.unlink()
         layout.backup_file.unlink(missing_ok=True)
@@ -351,8 +409,14 @@ def resume_run(run_dir: Path | str, *, master: str | None = None,
     if plan is None:
         plan = plan_resume(run_dir, master=master, conf=conf)
     check_local_slots(plan.partitions, plan.spec.run.effective_master)
-    if driver is None:
-        driver = plan.layout.take_driver()  # from here on, an older driver of this run stops
+    if driver is not None:  # the caller's turn (cec recover, a standby)
+        return _resume(plan, progress, driver)
+    driver = plan.layout.take_driver()  # from here on, an older driver of this run stops
+    with DriverTurn(plan.layout, driver) as turn:
+        return turn.done(_resume(plan, progress, driver))
+
+
+def _resume(plan: RunPlan, progress: bool, driver: int) -> RunResult:
     spark, owned = _session(plan, progress)
     try:
         watch = _prepare(spark, plan)

@@ -30,7 +30,7 @@ from typing import Any
 
 from cec.errors import CecError, RecoveryError, UsageError
 from cec.spec import PipelineSpec
-from cec_spark.driver.runner import resume_run
+from cec_spark.driver.runner import DriverTurn, resume_run
 from cec_spark.ingest.writer import upstream_sealed
 from cec_spark.recover.rescale import check_rescale, rescale
 from cec_spark.report import (
@@ -71,6 +71,10 @@ class _Recover:
     """What ``--repair`` repaired, one sentence each."""
     catch_up: dict[str, int | None] = field(default_factory=dict)
     """Each upstream log's last seq now (:mod:`cec_spark.run.rto`'s "caught up")."""
+    in_tasks: bool = False
+    """Leave the rebuild of each eventual checkpoint to the resumed operator tasks (they
+    rebuild it from the output log in any case): a standby's takeover, where the
+    driver's own rebuild would be the same work done twice before the tasks start."""
 
     def next_generation(self) -> None:
         """Read the run again after a rescale: its new generation, ``P'`` partitions."""
@@ -81,7 +85,8 @@ class _Recover:
 def recover_run(run_dir: Path | str, *, dry_run: bool = False, progress: bool = True,
                 master: str | None = None, conf: dict[str, str] | None = None,
                 repair: bool = False, trust: bool = False,
-                partitions: int | None = None) -> RecoverResult:
+                partitions: int | None = None, driver: int | None = None,
+                in_tasks: bool = False) -> RecoverResult:
     """``cec recover --from-log RUN``: reconcile, rebuild every EC, explain; then resume.
 
     Per partition the explain has ``n_c``, ``T``, ``t_c``, the extent (records
@@ -102,9 +107,30 @@ def recover_run(run_dir: Path | str, *, dry_run: bool = False, progress: bool = 
     (:mod:`cec_spark.recover.rescale`), then recover and resume those; with ``dry_run`` only
     say what the rescale would do (the cut, the windows each new partition gets). A run
     killed before its logs existed has nothing to move: it starts with ``P'``.
+
+    ``driver``: the driver number the caller took already (a standby that claimed the
+    run, :meth:`RunLayout.claim_driver`); else one is taken here. Either way its lease
+    ends with how this recovery ended (:class:`DriverTurn`). ``in_tasks``: reconcile
+    each log here but leave the rebuild to the resumed operator tasks, which do it in
+    any case (each partition's explain is then its task's, in ``resumed``); a damaged
+    output log is still cut here.
     """
     run, driver = _check_and_repair(Path(os.path.abspath(run_dir)), dry_run=dry_run,
-                                    repair=repair, trust=trust)
+                                    repair=repair, trust=trust, driver=driver)
+    run.in_tasks = in_tasks and not dry_run
+    with DriverTurn(run.layout, driver) as turn:
+        result = _recover_and_resume(run, driver, dry_run=dry_run, progress=progress,
+                                     master=master, conf=conf, partitions=partitions,
+                                     run_dir=run_dir)
+        if result.resumed is not None:
+            turn.done(result.resumed)
+        return result
+
+
+def _recover_and_resume(run: _Recover, driver: int | None, *, dry_run: bool,
+                        progress: bool, master: str | None, conf: dict[str, str] | None,
+                        partitions: int | None, run_dir: Path | str) -> RecoverResult:
+    """Steps 2 to 4 of :func:`recover_run`."""
     rescaled = None
     if partitions is not None and partitions != run.spec.run.partitions:
         rescaled = _rescale(run, partitions, master)
@@ -131,8 +157,8 @@ def recover_run(run_dir: Path | str, *, dry_run: bool = False, progress: bool = 
 # --------------------------------------------------------------------------- 1. check
 
 
-def _check_and_repair(root: Path, *, dry_run: bool, repair: bool, trust: bool
-                      ) -> tuple[_Recover, int | None]:
+def _check_and_repair(root: Path, *, dry_run: bool, repair: bool, trust: bool,
+                      driver: int | None = None) -> tuple[_Recover, int | None]:
     """The run directory checked (its owner), ``run.toml`` repaired (``repair``) and
     read, the objective said, and a driver number taken (older drivers stop); a dry
     run only reads ``run.toml``. Returns the recovery and its driver number."""
@@ -150,7 +176,7 @@ def _check_and_repair(root: Path, *, dry_run: bool, repair: bool, trust: bool
     if warning is not None:  # a recovery is never refused for its objective
         say(warning)
     # before touching a log: a driver still running this run (another host) stops
-    return run, layout.take_driver()
+    return run, layout.take_driver() if driver is None else driver
 
 
 # --------------------------------------------------------------------------- 2. rescale
@@ -189,6 +215,10 @@ def _recover_partition(run: _Recover, p: int) -> RecoverPartition:
         return RecoverPartition(  # has read the rows cut again
             partition=p, fresh_start=None, reason="", refill=True,
             upstream_repaired=upstream_repaired)
+    if run.in_tasks and first is not None:  # reconciled; not damaged
+        return RecoverPartition(partition=p, fresh_start=None,
+                                reason="rebuilt by its operator task as the run resumed",
+                                reconcile=reconcile_of(first))
     return _rebuild(run, p, first)
 
 

@@ -75,7 +75,7 @@ def _rto(state: Mapping[str, Any], key: str) -> float | None:
 
 def exposition(run: str, states: Sequence[Mapping[str, Any]],
                upstream: Sequence[int | None], *, source_rows: int, sealed: bool,
-               up_s: float, late: Sequence[int | None] = ()) -> str:
+               up_s: float, late: Sequence[int | None] = (), standbys_ready: int = 0) -> str:
     """The Prometheus text format (0.0.4) of a run's state (pure: no I/O)."""
     r = _label(run)
     lines: list[str] = []
@@ -110,6 +110,8 @@ def exposition(run: str, states: Sequence[Mapping[str, Any]],
     if objective is not None:
         family("cec_recovery_objective_seconds", "gauge", "the recovery-time objective",
                [(f'run="{r}"', objective)])
+    family("cec_standbys_ready", "gauge", "warm standbys ready to take the run over "
+           "(cec standby)", [(f'run="{r}"', standbys_ready)])
     family("cec_late_rows_total", "counter", "late rows dropped (committed with the "
            "partition's upstream log)",
            per_partition(lambda p, _st: late[p] if p < len(late) else None))

@@ -63,13 +63,14 @@ def default_run_dir(spec_path: Path) -> Path:
 
 def pipeline_spec(spec_path: Path | str, *, partitions: int | None = None,
                   master: str | None = None, conf: dict[str, str] | None = None,
-                  rto: str | None = None) -> PipelineSpec:
+                  rto: str | None = None, standby: bool = False) -> PipelineSpec:
     """The spec of ``cec run pipeline``: the file, read once, with the overrides. An
     objective (``rto``) below this machine's floor is refused here, before Spark starts
-    (:func:`cec_spark.run.rto.check_objective`)."""
+    (:func:`cec_spark.run.rto.check_objective`; ``standby``: the run will have a warm
+    standby, whose takeover is the fixed cost)."""
     spec = load_spec(Path(spec_path)).with_run(partitions=partitions, master=master,
                                                conf=conf).with_rto(rto)
-    warning = check_objective(spec)
+    warning = check_objective(spec, standby=standby)
     if warning is not None:
         say(warning)
     return spec

@@ -43,6 +43,8 @@ from cec.errors import SpecError
 from cec.policy import (
     DEFAULT_FIXED_S,
     DEFAULT_FLOOR_S,
+    DEFAULT_TAKEOVER_FLOOR_S,
+    DEFAULT_TAKEOVER_S,
     RTO_SAFETY,
     RateSample,
     RecoveryRates,
@@ -104,7 +106,8 @@ def machine_file() -> Path:
 def read_machine() -> dict[str, list[dict[str, Any]]]:
     raw = read_advisory(machine_file())
     return {k: [s for s in v if isinstance(s, dict) and isinstance(s.get("s"), int | float)]
-            for k, v in raw.items() if k in ("run", "recover") and isinstance(v, list)}
+            for k, v in raw.items() if k in ("run", "recover", "takeover")
+            and isinstance(v, list)}
 
 
 def record_startup(kind: str, seconds: float) -> None:
@@ -146,6 +149,31 @@ def fixed_cost(machine: dict[str, list[dict[str, Any]]] | None = None) -> Fixed:
                  "start-up measured on this machine yet)")
 
 
+def takeover_cost(machine: dict[str, list[dict[str, Any]]] | None = None) -> Fixed:
+    """A recovery's fixed cost with a warm standby: the slowest of the last
+    :data:`RECENT` takeovers measured on this machine (a death detected to the operator
+    tasks beginning their recovery, ``cec standby``), or the documented default."""
+    machine = read_machine() if machine is None else machine
+    took = [float(s["s"]) for s in machine.get("takeover", [])[-RECENT:]]
+    if took:
+        return Fixed(max(took), True, f"the slowest of the last {len(took)} standby "
+                     f"takeovers measured on this machine ({machine_file()})")
+    return Fixed(DEFAULT_TAKEOVER_S, False, "cec's documented takeover cost (no standby "
+                 "takeover measured on this machine yet)")
+
+
+def takeover_floor(machine: dict[str, list[dict[str, Any]]] | None = None
+                   ) -> tuple[float, str]:
+    """The objective no takeover here can meet: the quickest takeover kept, or
+    :data:`cec.policy.DEFAULT_TAKEOVER_FLOOR_S`."""
+    machine = read_machine() if machine is None else machine
+    took = [float(s["s"]) for s in machine.get("takeover", [])]
+    if took:
+        return min(took), (f"the quickest of the last {len(took)} standby takeovers "
+                           f"measured on this machine, {machine_file()}")
+    return DEFAULT_TAKEOVER_FLOOR_S, "cec's documented takeover floor"
+
+
 def floor(machine: dict[str, list[dict[str, Any]]] | None = None) -> tuple[float, str]:
     """The objective no recovery here can meet: the quickest of the start-ups kept for
     this machine (the last :data:`KEEP_SAMPLES` of ``cec recover`` and of ``cec run``: the
@@ -163,23 +191,27 @@ def floor(machine: dict[str, list[dict[str, Any]]] | None = None) -> tuple[float
                              "idle 2-core machine; none measured on this one yet")
 
 
-def check_objective(spec: PipelineSpec, *, resume: bool = False) -> str | None:
+def check_objective(spec: PipelineSpec, *, resume: bool = False,
+                    standby: bool = False) -> str | None:
     """At start: SpecError (exit 2) for an objective below the floor (a new run only: a
     recovery is never refused); a warning to print when the fixed cost alone leaves no
-    room for the objective; else None."""
+    room for the objective; else None. ``standby``: the run will have a warm standby
+    (``--standby``), so the floor and the fixed cost are a takeover's, not a restart's;
+    the progress view then says whenever no standby is ready."""
     rto = spec.checkpoint.rto_s
     if rto is None:
         return None
-    low, how = floor()
+    low, how = takeover_floor() if standby else floor()
     if rto < low:
         msg = (f"[checkpoint].rto = {rto:g} s is below the floor of {low:.1f} s, {how}: "
                f"no recovery here can be that quick; ask for at least {low * 1.5:.0f} s")
         if not resume:
             raise SpecError(f"{spec.origin}: {msg}")
         return msg
-    fx = fixed_cost()
+    fx = takeover_cost() if standby else fixed_cost()
     if rto * RTO_SAFETY <= fx.seconds:
-        return (f"[checkpoint].rto = {rto:g} s may not be met: a restart's fixed cost is "
+        return (f"[checkpoint].rto = {rto:g} s may not be met: a "
+                f"{'takeover' if standby else 'restart'}'s fixed cost is "
                 f"{fx.seconds:.1f} s ({fx.how}), and the prediction keeps "
                 f"{int(100 * (1 - RTO_SAFETY))} % of the objective as margin; the "
                 "tightest Q and U are used and the progress view shows the prediction")
@@ -205,11 +237,28 @@ class StartupMeter:
         self.partitions = partitions
         self.started = process_started_at()
         self.done = False
+        self.standby_ready = False
         fx = fixed_cost()
         self.data: dict[str, Any] = {
             **read_run(layout), "fixed_s": fx.seconds,
-            "fixed_measured": fx.measured, "fixed_how": fx.how}
+            "fixed_measured": fx.measured, "fixed_how": fx.how, "standby_ready": False}
         write_run(layout, self.data)
+
+    def _fixed(self) -> Fixed:
+        return takeover_cost() if self.standby_ready else fixed_cost()
+
+    def standby(self, ready: bool) -> bool:
+        """A warm standby is (or is no longer) ready to take the run over: the fixed
+        cost the tasks predict with is then a takeover's (else a restart's). True when
+        that changed."""
+        if ready == self.standby_ready:
+            return False
+        self.standby_ready = ready
+        fx = self._fixed()
+        self.data.update({"fixed_s": fx.seconds, "fixed_measured": fx.measured,
+                          "fixed_how": fx.how, "standby_ready": ready})
+        write_run(self.layout, self.data)
+        return True
 
     def check(self, states: list[dict[str, Any]]) -> float | None:
         """The start-up (s) once measurable (then recorded, once); else None."""
@@ -224,7 +273,7 @@ class StartupMeter:
         startup = max(float(b) for b in begun if b is not None) - self.started
         kind = "recover" if any(st.get("recovered") for st in states) else "run"
         record_startup(kind, startup)
-        fx = fixed_cost()
+        fx = self._fixed()
         self.data.update({f"startup_{kind}_s": round(startup, 3), "fixed_s": fx.seconds,
                           "fixed_measured": fx.measured, "fixed_how": fx.how})
         write_run(self.layout, self.data)

@@ -9,7 +9,9 @@
       output/p0000/      storage_log: partition 0's operator output
       state/p0000.json   the operator task's live counters (progress display only)
       STOP               present while a clean stop is requested (Ctrl-C)
-      drivers/00000001   one file per driver that ran the run (cec run, cec recover)
+      drivers/00000001   one file per driver that ran the run (cec run, cec recover,
+                         a standby taking over), and 00000001.live: its lease
+      standbys/H-PID.live  the lease of each `cec standby` watching the run
       consumers/NAME.json  what `cec export --consumer NAME` acknowledged (retention)
       generations.toml   after a rescale (cec recover --partitions P'): the run's
                          generations; generation g >= 1 keeps its logs in
@@ -54,6 +56,14 @@ from cec_spark.rundir.generations import (
     read_generations,
     write_generations,
 )
+from cec_spark.rundir.lease import (
+    DEFAULT_LEASE_S,
+    Lease,
+    lock_state,
+    pid_alive,
+    read_lease,
+    same_machine,
+)
 from cec_spark.rundir.run_file import (
     BACKUP_FILE,
     CHECKSUM_PREFIX,
@@ -68,6 +78,9 @@ from storage_log.reconcile import first_damage
 
 __all__ = ["VALUE_FALLBACK", "RunLayout", "ack_key", "read_advisory", "rescaled_spec",
            "value_column", "write_advisory"]
+
+# this process's driver of each run directory (str(root)) and its lease
+_DRIVER_LEASES: dict[str, tuple[int, Lease]] = {}
 
 VALUE_FALLBACK = "__cec_value"  # the value column of a `count` aggregate without field
 
@@ -383,16 +396,74 @@ class RunLayout:
         return self.root / "drivers"
 
     def take_driver(self) -> int:
-        """A new driver number for this run: one more than any before, never reused."""
+        """A new driver number for this run: one more than any before, never reused;
+        from the moment it is taken this process holds its lease (:meth:`driver_lease`,
+        :mod:`cec_spark.rundir.lease`) until :meth:`end_driver` or its death."""
+        while True:
+            n = self.claim_driver(self.latest_driver())
+            if n is not None:
+                return n  # else another driver took it first: take the next
+
+    def claim_driver(self, after: int) -> int | None:
+        """Driver number ``after + 1`` (and its lease), or None when another process
+        took it first: of several standbys racing to take over from a dead driver
+        ``after``, exactly one wins (an exclusive hard link, as for ``run.toml``)."""
         self.drivers_dir.mkdir(exist_ok=True)
         info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
-        while True:
-            n = self.latest_driver() + 1
-            try:
-                write_durable(self.drivers_dir / f"{n:08d}", json.dumps(info), exclusive=True)
-            except FileExistsError:
-                continue  # another driver took n first: take the next
-            return n
+        n = after + 1
+        try:
+            write_durable(self.drivers_dir / f"{n:08d}", json.dumps(info), exclusive=True)
+        except FileExistsError:
+            return None
+        self._hold_driver(n)
+        return n
+
+    def _hold_driver(self, n: int) -> None:
+        key = str(self.root)
+        old = _DRIVER_LEASES.pop(key, None)
+        if old is not None:  # this process's older driver of the run: superseded
+            old[1].end("superseded", 2)
+        _DRIVER_LEASES[key] = (n, Lease(self.driver_lease(n), {"driver": n}))
+
+    def end_driver(self, n: int | None, outcome: str, code: int = 0, reason: str = "") -> None:
+        """Driver ``n`` of this process ends by itself (``completed``, ``stopped``,
+        ``failed``, ``superseded``): say so in its lease and let go of it."""
+        held = _DRIVER_LEASES.get(str(self.root))
+        if n is not None and held is not None and held[0] == n:
+            del _DRIVER_LEASES[str(self.root)]
+            held[1].end(outcome, code, reason)
+
+    def driver_lease(self, n: int) -> Path:
+        """Driver ``n``'s lease (:mod:`cec_spark.rundir.lease`)."""
+        return self.drivers_dir / f"{n:08d}.live"
+
+    @property
+    def standbys_dir(self) -> Path:
+        """``RUN/standbys/``: one lease per ``cec standby`` watching this run."""
+        return self.root / "standbys"
+
+    def standbys(self) -> list[dict[str, Any]]:
+        """The standbys of this run that are alive now (their lease beat within
+        :data:`DEFAULT_LEASE_S` of this host's clock, or their pid lives here), with
+        their ``state`` (``warming``, ``ready``, ``taking over``)."""
+        try:
+            names = sorted(os.listdir(self.standbys_dir))
+        except OSError:
+            return []
+        found = []
+        for name in names:
+            if not name.endswith(".live"):
+                continue
+            rec = read_lease(self.standbys_dir / name)
+            if rec is None or rec.get("ended"):
+                continue
+            fresh = time.time() - float(rec.get("at", 0)) <= DEFAULT_LEASE_S
+            if same_machine(rec):
+                fresh = pid_alive(int(rec.get("pid", -1)), rec.get("start")) and (
+                    fresh or lock_state(self.standbys_dir / name) == "held")
+            if fresh:
+                found.append(rec)
+        return found
 
     def latest_driver(self) -> int:
         """The newest driver number (0: none yet, a run from before driver numbers)."""

@@ -1,0 +1,256 @@
+"""``cec standby --from-log RUN``: a warm process that takes a run over when its driver
+dies, without a restart (the library function behind the command).
+
+Its life, in the order :func:`standby` takes it:
+
+1. **the run**: wait until ``RUN/run.toml`` exists (:func:`~cec_spark.standby.watch.wait_for_run`);
+   refuse (exit 2, nothing written) a directory that is not a run, a finished run, a
+   ``run.toml`` another user owns;
+2. **warm** (:func:`_warm`): everything slow of a restart, before anything fails: the
+   Spark session and its JVM, the Python worker daemon with cec imported (a first
+   ``mapInArrow`` job on every slot: the same job shape as the operator and ingest
+   jobs, so the JVM's code for them is loaded too), the run's plan read;
+   then one line with ``ready`` on stderr, and ``state = "ready"`` in its lease
+   ``RUN/standbys/HOST-PID.live`` (the run's progress view, ``cec inspect extent``, the
+   metrics and the recovery-time objective read it);
+3. **watch** the newest driver (:class:`~cec_spark.standby.watch.DriverWatch`) until it
+   dies, or ends by itself (then the standby ends too: 0 when the run completed or
+   was stopped, else the driver's exit status);
+4. **take over** (:func:`_take_over`): claim the next driver number (of several
+   standbys exactly one wins; the others go back to 3 and watch the winner); from
+   that moment the dead or frozen driver's tasks stop at their next check and its
+   writers are fenced by the logs' epochs; then :func:`cec_spark.recover.resume.recover_run`
+   on the warm session, exactly as ``cec recover`` (same result, same exit statuses).
+
+The takeover's parts (detect, claim, recovery, resume to the first task recovered,
+the run's end) are written to ``RUN/state/takeover.json`` and said on stderr.
+
+Why a standby costs nothing while it waits: its main thread sleeps on an event woken
+every 0.25 s to read a 1 KiB lease (and at once by the lease lock's release on this
+host); its JVM is idle (no job runs). What it holds: on a local master its own driver
+JVM (``spark.driver.memory``, 2 GiB by default, mostly untouched) and one Python
+worker daemon. On a cluster it holds an application with executors for its ``P + 1``
+slots, as the run does: a warm standby that takes over without starting executors
+needs them running (see docs/STANDBY.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from cec.errors import CecError, UsageError
+from cec_spark.recover.resume import recover_run
+from cec_spark.report import RecoverResult
+from cec_spark.run import rto
+from cec_spark.run.cluster import probe
+from cec_spark.run.plan import RunPlan, plan_resume
+from cec_spark.run.session import is_local, session_for, stop_session
+from cec_spark.rundir.layout import RunLayout, write_advisory
+from cec_spark.rundir.lease import DEFAULT_LEASE_S, Lease
+from cec_spark.standby.watch import (
+    DriverWatch,
+    Verdict,
+    check_is_run,
+    newest_driver,
+    run_finished,
+    wait_for_run,
+)
+from cec_spark.watchdog import say
+
+__all__ = ["StandbyEnd", "standby"]
+
+TAKEOVER_FILE = "takeover.json"  # in RUN/state/
+
+
+@dataclass
+class StandbyEnd:
+    """How a standby ended: it took the run over (``recovered``), or the driver ended
+    by itself (``driver_ended``: how) and the standby did not."""
+
+    run_dir: str
+    recovered: RecoverResult | None = None
+    driver_ended: str = ""
+    code: int = 0
+    takeover: dict[str, Any] = field(default_factory=dict)
+
+
+def standby(run_dir: Path | str, *, master: str | None = None,
+            conf: dict[str, str] | None = None, lease_s: float = DEFAULT_LEASE_S,
+            progress: bool = True, trust: bool = False) -> StandbyEnd:
+    """``cec standby --from-log RUN`` (module docstring). ``master`` and ``conf``: the
+    Spark the standby warms and the takeover runs on (default: the run's own)."""
+    root = Path(os.path.abspath(run_dir))
+    if lease_s < 1.0:
+        raise UsageError(f"--lease {lease_s:g}: at least 1 s (a lease is renewed every "
+                         "0.25 s; shorter would fence live drivers under load)")
+    check_is_run(root)
+    wait_for_run(root)
+    plan = plan_resume(root, master=master, conf=conf, trust=trust)
+    if run_finished(plan.layout, plan.partitions):
+        raise UsageError(f"{root}: the run is finished (every partition sealed its output): "
+                         "there is nothing to stand by for")
+    lease = Lease(plan.layout.standbys_dir / f"{socket.gethostname()}-{os.getpid()}.live",
+                  {"standby": True, "state": "warming"})
+    spark: SparkSession | None = None
+    try:
+        spark, key = _warm(plan)
+        ready_at = time.time()
+        lease.update(state="ready", ready_at=ready_at)
+        end = _guard(plan, spark, key, lease, master=master, conf=conf, lease_s=lease_s,
+                     progress=progress, trust=trust)
+        lease.end("took over" if end.recovered is not None else "driver ended", end.code)
+        return end
+    except BaseException as exc:
+        lease.end("failed", exc.exit_code if isinstance(exc, CecError) else 1, str(exc))
+        raise
+    finally:
+        if spark is not None:
+            stop_session(spark)
+
+
+def _key(plan: RunPlan) -> tuple[object, ...]:
+    run = plan.spec.run
+    return (run.effective_master, run.partitions, tuple(sorted(run.spark_conf.items())))
+
+
+def _conf(plan: RunPlan) -> dict[str, str]:
+    """The run's Spark settings for the standby's session: the UI off unless the user
+    set it (a standby that waits needs none; the run's own is on)."""
+    return {"spark.ui.enabled": "false", **plan.spec.run.spark_conf}
+
+
+def _warm(plan: RunPlan) -> tuple[SparkSession, tuple[object, ...]]:
+    """The Spark session of the run's settings, its Python worker daemon started and
+    cec imported in it, by a job of one task per slot (the operator job's shape)."""
+    run = plan.spec.run
+    t0 = time.monotonic()
+    say(f"standby: warming Spark (master {run.effective_master}) for the run "
+        f"{plan.layout.root}")
+    spark = session_for(run.effective_master, run.partitions, _conf(plan))
+    probe(spark, plan.layout, plan.settings.run_id, [], run.partitions + 1)
+    spark.sparkContext.setJobGroup("cec", "cec")
+    say(f"standby: warm in {time.monotonic() - t0:.1f} s")
+    return spark, _key(plan)
+
+
+def _guard(plan: RunPlan, spark: SparkSession, key: tuple[object, ...], lease: Lease, *,
+           master: str | None, conf: dict[str, str] | None, lease_s: float,
+           progress: bool, trust: bool) -> StandbyEnd:
+    """Steps 3 and 4: watch the newest driver; take over when it dies (a lost race for
+    its successor's number: watch the winner)."""
+    layout = plan.layout
+    root = str(layout.root)
+    while True:
+        n = newest_driver(layout, lease_s)
+        say(f"standby: ready to take over the run {root} from driver {n} "
+            f"(a death on this host is seen at once, a freeze after {lease_s:g} s)")
+        verdict = DriverWatch(layout, n, lease_s).wait() if n else Verdict(
+            0, "died", "the run has no driver")
+        if verdict.kind == "newer":
+            continue
+        if verdict.kind == "ended":
+            return _driver_ended(layout, verdict)
+        detected = time.time()
+        mine = layout.claim_driver(verdict.driver)
+        if mine is None:
+            say(f"standby: driver {verdict.driver} {verdict.how}; another process took "
+                "the run over first: watching it")
+            continue
+        lease.update(state="taking over", driver=mine)
+        say(f"standby: driver {verdict.driver} {verdict.how}; taking the run over as "
+            f"driver {mine}")
+        return _take_over(layout, spark, key, mine, detected, master=master, conf=conf,
+                          progress=progress, trust=trust)
+
+
+def _driver_ended(layout: RunLayout, verdict: Verdict) -> StandbyEnd:
+    """The driver ended by itself: not a crash, so not taken over."""
+    if verdict.outcome in ("completed", "stopped"):
+        say(f"standby: driver {verdict.driver} ended ({verdict.outcome}); the standby "
+            "ends too" + ("; 'cec recover --from-log' resumes a stopped run"
+                          if verdict.outcome == "stopped" else ""))
+        return StandbyEnd(str(layout.root), driver_ended=verdict.outcome, code=0)
+    say(f"standby: driver {verdict.driver} ended by itself ({verdict.outcome}, exit status "
+        f"{verdict.code}): not a crash, so not taken over; 'cec recover --from-log "
+        f"{layout.root}' resumes the run once the cause is fixed")
+    return StandbyEnd(str(layout.root), driver_ended=verdict.outcome, code=verdict.code or 1)
+
+
+def _take_over(layout: RunLayout, spark: SparkSession, key: tuple[object, ...], driver: int,
+               detected: float, *, master: str | None, conf: dict[str, str] | None,
+               progress: bool, trust: bool) -> StandbyEnd:
+    """Step 4: ``cec recover`` on the warm session as driver ``driver``. A session of
+    other settings (the run was rescaled meanwhile) is started anew."""
+    claimed = time.time()
+    plan = plan_resume(layout.root, master=master, conf=conf)
+    if _key(plan) != key and is_local(plan.spec.run.effective_master):
+        say("standby: the run's Spark settings changed (a rescale?): starting Spark anew")
+        stop_session(spark)
+        spark = session_for(plan.spec.run.effective_master, plan.partitions, _conf(plan))
+    parts: dict[str, Any] = {"driver": driver, "detected_at": detected,
+                             "claimed_at": claimed}
+    _write_takeover(layout, parts)
+    try:
+        result = recover_run(layout.root, progress=progress, master=master, conf=conf,
+                             driver=driver, trust=trust, in_tasks=True)
+    finally:
+        parts["ended_at"] = time.time()
+        parts.update(_task_times(layout, plan.partitions))
+        _write_takeover(layout, parts)
+        _say_parts(parts)
+        began = parts.get("tasks_began_at")
+        if isinstance(began, float) and began >= detected:  # the objective's fixed cost
+            rto.record_startup("takeover", began - detected)
+    return StandbyEnd(str(layout.root), recovered=result, takeover=parts)
+
+
+def _task_times(layout: RunLayout, partitions: int) -> dict[str, Any]:
+    """When the resumed tasks began and ended their recovery (their state files)."""
+    began, done = [], []
+    for p in range(partitions):
+        st = layout.read_state(p)
+        if isinstance(st.get("recover_started_at"), int | float):
+            began.append(float(st["recover_started_at"]))
+        if isinstance(st.get("recovered_at"), int | float):
+            done.append(float(st["recovered_at"]))
+    out: dict[str, Any] = {}
+    if began:
+        out["tasks_began_at"] = max(began)
+    if done:
+        out["tasks_recovered_at"] = max(done)
+    return out
+
+
+def _say_parts(parts: dict[str, Any]) -> None:
+    d = parts.get("detected_at")
+    if not isinstance(d, float):
+        return
+    words = []
+    for key, name in (("claimed_at", "claimed"), ("tasks_began_at", "tasks started"),
+                      ("tasks_recovered_at", "tasks recovered"), ("ended_at", "run ended")):
+        if isinstance(parts.get(key), float):
+            words.append(f"{name} +{parts[key] - d:.2f} s")
+    say("standby: takeover: detected, " + ", ".join(words))
+
+
+def _write_takeover(layout: RunLayout, parts: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        write_advisory(layout.root / "state" / TAKEOVER_FILE, parts)
+
+
+def read_takeover(layout: RunLayout) -> dict[str, Any]:
+    """The last takeover's parts (``RUN/state/takeover.json``), or {}."""
+    try:
+        raw = json.loads((layout.root / "state" / TAKEOVER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
