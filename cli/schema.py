@@ -29,7 +29,7 @@ from cec_spark.report import (
 
 COMMANDS: dict[str, type] = {
     "cec run pipeline": RunResult,
-    "cec recover": RecoverResult,
+    "cec recover (and cec standby after a takeover)": RecoverResult,
     "cec inspect extent": ExtentResult,
     "cec inspect log": LogReport,
     "cec export": ExportResult,

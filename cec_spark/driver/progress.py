@@ -82,8 +82,10 @@ def _si(n: float) -> str:
 
 class ProgressView:
     def __init__(self, layout: RunLayout, partitions: int, ingest: IngestProgress, *,
-                 enabled: bool = True, objective: bool = False) -> None:
+                 enabled: bool = True, objective: bool = False,
+                 driver: int | None = None) -> None:
         self.layout = layout
+        self.driver = driver  # superseded by a newer one: this view writes nothing
         self.objective = objective  # the run has a recovery-time objective
         self.partitions = partitions
         self.ingest = ingest
@@ -102,8 +104,12 @@ class ProgressView:
         self.standbys_ready = 0  # warm standbys ready (cec standby), at the last look
 
     def write_metrics(self) -> None:
-        """``RUN/metrics/cec.prom`` (:mod:`cec_spark.run.metrics`), whatever is displayed."""
+        """``RUN/metrics/cec.prom`` (:mod:`cec_spark.run.metrics`), whatever is displayed;
+        nothing once a newer driver took the run (it writes them now: a superseded
+        driver, woken from a freeze, must not write over them)."""
         self.last_metrics = time.monotonic()
+        if self.driver is not None and self.layout.latest_driver() > self.driver:
+            return
         states = [self.layout.read_state(p) for p in range(self.partitions)]
         self._standbys()
         self._rto_notes(states)

@@ -107,7 +107,7 @@ def execute(spark: SparkSession, plan: RunPlan, *, progress: bool = True,
     started, started_at = time.monotonic(), time.time()
     _start_jobs(spark, plan, driver, shared)
     view = ProgressView(layout, plan.partitions, shared.ingest, enabled=progress,
-                        objective=plan.spec.checkpoint.rto_us is not None)
+                        objective=plan.spec.checkpoint.rto_us is not None, driver=driver)
     interrupted = _watch(spark, plan, shared, view, stall_s=stall_s, driver=driver,
                          watch=watch)
     if shared.operator_error is not None:  # the operators gave up: stop the ingest too
@@ -160,11 +160,10 @@ def _wait_for_operators(spark: SparkSession, plan: RunPlan, shared: _Shared,
     seen = _fingerprint(plan, shared.ingest)
     told = False
     while not shared.operators_done.wait(0.5):
-        view.refresh()
         if shared.ingest_done.is_set() and shared.ingest_error is not None:
             return
         try:
-            layout.check_driver(driver)
+            layout.check_driver(driver)  # first: a driver woken from a freeze writes nothing
             if watch is not None:
                 watch.check()
         except CecError as exc:  # superseded, or the slots did not come back
@@ -172,6 +171,7 @@ def _wait_for_operators(spark: SparkSession, plan: RunPlan, shared: _Shared,
             _request_stop(layout, shared, file=not isinstance(exc, DriverSupersededError))
             spark.sparkContext.cancelAllJobs()
             return
+        view.refresh()
         now = _fingerprint(plan, shared.ingest)
         if now != seen:
             seen, told = now, False

@@ -72,8 +72,10 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                          "(the older generation's logs are output/p*, output/gNNNN/p*)")
     objective = spec.checkpoint.rto_s
     run_rto = rto.read_run(layout)
-    fixed = rto.fixed_cost()
-    if isinstance(run_rto.get("fixed_s"), int | float):  # what the run's tasks predict with
+    ready = sum(1 for sb in layout.standbys() if sb.get("state") == "ready")
+    fixed = rto.takeover_cost() if ready else rto.fixed_cost()
+    if isinstance(run_rto.get("fixed_s"), int | float) and bool(
+            run_rto.get("standby_ready")) == bool(ready):  # what the run's tasks predict with
         fixed = rto.Fixed(float(run_rto["fixed_s"]), bool(run_rto.get("fixed_measured")),
                           str(run_rto.get("fixed_how", "")))
     parts: list[ExtentPartition] = []
@@ -118,7 +120,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
         parts.append(ExtentPartition(**entry))
     return ExtentResult(run_dir=str(layout.root), at_us=at, partitions=parts, rto_s=objective,
                         fixed_s=fixed.seconds, fixed_how=fixed.how,
-                        warnings=list(settings.warnings))
+                        warnings=list(settings.warnings), standbys_ready=ready)
 
 
 def _counts(out: StreamLog, at: int | None) -> TupleCounts:

@@ -93,6 +93,9 @@ class ExtentResult:
     """How the fixed cost was found (measured start-ups of this machine, or the default)."""
     warnings: list[str] = field(default_factory=list)
     """What looked wrong about the source when the run was planned (e.g. its time unit)."""
+    standbys_ready: int = 0
+    """Warm standbys (cec standby) ready to take the run over now: with one, a
+    recovery's fixed cost is a takeover's, not a restart's."""
 
 
 # --------------------------------------------------------------------------- log

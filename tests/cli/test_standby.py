@@ -1,0 +1,207 @@
+"""``cec standby`` on real Spark with real faults (issue 27): the driver killed with
+SIGKILL at a random moment, a standby killed during its takeover (the second one
+finishes), the driver frozen past its lease then woken (fenced: it writes nothing), a
+standby killed while it waits (the run does not notice), ``cec run --standby``; every
+export byte for byte the failure-free run's. Bad use: exit 2, one line, nothing written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from cec_spark.rundir.lease import read_lease
+from tests.cec_spark.helpers import cec, spec_text, start_cec, wait_for, write_items_csv
+
+pytestmark = pytest.mark.spark
+
+ROWS = 150_000
+P = 3
+SOURCE = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"\nchunk_rows = 6000'
+READY = "standby: ready to take over"
+
+
+@pytest.fixture(scope="module")
+def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(spec, the failure-free run, its export)."""
+    d = tmp_path_factory.mktemp("standby")
+    write_items_csv(d / "items.csv", ROWS, keys=3000, seed=11)
+    spec = d / "items.toml"
+    spec.write_text(spec_text(SOURCE, partitions=P))
+    cec(["run", "pipeline", str(spec), "--log-dir", str(d / "ref"), "--json"], check=True)
+    cec(["export", str(d / "ref"), "--out", str(d / "ref.csv")], check=True)
+    return spec, d / "ref", d / "ref.csv"
+
+
+def _states(run: Path) -> list[dict[str, object]]:
+    out = []
+    for p in range(P):
+        try:
+            out.append(json.loads((run / "state" / f"p{p:04d}.json").read_text()))
+        except (OSError, ValueError):
+            out.append({})
+    return out
+
+
+def _text(log: Path) -> str:
+    return log.read_text(errors="replace") if log.exists() else ""
+
+
+def _kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+def _export_equals(run: Path, tmp: Path, reference: Path) -> None:
+    out = tmp / "export.csv"
+    cec(["export", str(run), "--out", str(out)], check=True)
+    assert out.read_bytes() == reference.read_bytes()
+
+
+def _processing(run: Path) -> bool:
+    return any(int(s.get("in_tuples", 0) or 0) > 0 for s in _states(run))  # type: ignore[call-overload]
+
+
+def _claimer(run: Path, n: int) -> int:
+    """The pid of the process that took driver number ``n``."""
+    info = json.loads((run / "drivers" / f"{n:08d}").read_text())
+    return int(info["pid"])
+
+
+def test_two_standbys_a_killed_driver_and_a_standby_killed_while_taking_over(
+        workload: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    spec, _, reference = workload
+    run = tmp_path / "run"
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    # both standbys start before the run exists: they wait for it
+    standbys = [start_cec(["standby", "--from-log", str(run)], tmp_path / f"sb{i}.log")
+                for i in range(2)]
+    try:
+        wait_for(lambda: all("waiting for the run" in _text(tmp_path / f"sb{i}.log")
+                             for i in range(2)), 120, "the standbys to wait for the run")
+        driver = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run)],
+                           tmp_path / "run.log")
+        wait_for(lambda: all(READY in _text(tmp_path / f"sb{i}.log") for i in range(2)),
+                 240, "both standbys to be ready")
+        wait_for(lambda: _processing(run) or driver.poll() is not None, 240,
+                 "the first processed batch")
+        time.sleep(rng.uniform(0.0, 2.0))
+        assert driver.poll() is None, "the run ended before the kill: make it longer"
+        _kill_group(driver)  # the driver, its JVM and its Python workers
+        driver.wait(30)
+        wait_for((run / "drivers" / "00000002").exists, 60,
+                 "a standby to claim driver number 2")
+        first = _claimer(run, 2)
+        taking = next(s for s in standbys if s.pid == first)
+        other = next(s for s in standbys if s.pid != first)
+        time.sleep(rng.uniform(0.0, 1.5))  # somewhere in its takeover
+        _kill_group(taking)
+        taking.wait(30)
+        # the other one takes over from the dead standby, and runs the run to its end
+        assert other.wait(300) == 0, _text(tmp_path / f"sb{standbys.index(other)}.log")
+        said = _text(tmp_path / f"sb{standbys.index(other)}.log")
+        assert "taking the run over as driver 3" in said, said
+        assert "standby: takeover: detected" in said, said
+        assert (run / "drivers" / "00000003").exists()
+        assert not (run / "drivers" / "00000004").exists()
+        last = read_lease(run / "drivers" / "00000003.live")
+        assert last is not None and last.get("ended") == "completed", last
+        print(f"seed={seed}")
+    finally:
+        for s in standbys:
+            _kill_group(s)
+    _export_equals(run, tmp_path, reference)
+
+
+def _snapshot(run: Path, pid: int) -> dict[str, tuple[int, int]]:
+    """Every file of the run but the old driver's own (its lease, and its watchdog
+    evidence file, empty, which it removes as it ends)."""
+    out = {}
+    own = {run / "drivers" / "00000001.live"} | set((run / "watchdog").glob(f"*-{pid}.txt"))
+    for path in run.rglob("*"):
+        if path.is_file() and path not in own:
+            st = path.stat()
+            out[str(path.relative_to(run))] = (st.st_mtime_ns, st.st_size)
+    return out
+
+
+def test_a_frozen_driver_is_fenced_and_writes_nothing_when_woken(
+        workload: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    spec, _, reference = workload
+    run = tmp_path / "run"
+    # cec run --standby starts its own standby; a second one is killed while it waits
+    driver = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--standby"],
+                       tmp_path / "run.log")
+    extra = None
+    try:
+        wait_for((run / "run.toml").exists, 120, "the run to be created")
+        extra = start_cec(["standby", "--from-log", str(run)], tmp_path / "extra.log")
+        wait_for(lambda: READY in _text(run / "standby.log"), 240,
+                 "the --standby standby to be ready")
+        wait_for(lambda: READY in _text(tmp_path / "extra.log"), 240,
+                 "the second standby to be ready")
+        _kill_group(extra)  # the run does not notice
+        extra.wait(30)
+        wait_for(lambda: _processing(run), 240, "the first processed batch")
+        assert driver.poll() is None, "the run ended before the freeze: make it longer"
+        os.kill(driver.pid, signal.SIGSTOP)  # the driver only: its JVM runs on
+        frozen = time.monotonic()
+        wait_for((run / "drivers" / "00000002").exists, 60,
+                 "the standby to take over")
+        took = time.monotonic() - frozen
+        assert took >= 1.5, took  # not before its 2 s lease stood still
+        wait_for(lambda: "standby: takeover: detected" in _text(run / "standby.log"), 300,
+                 "the standby to run the run to its end")
+        own = _text(run / "standby.log")
+        assert "stood still" in own and "taking the run over as driver 2" in own, own
+        lease = read_lease(run / "drivers" / "00000002.live")
+        assert lease is not None and lease.get("ended") == "completed", lease
+        _export_equals(run, tmp_path, reference)
+        before = _snapshot(run, driver.pid)
+        os.kill(driver.pid, signal.SIGCONT)
+        code = driver.wait(120)
+        said = _text(tmp_path / "run.log")
+        assert code == 2, said[-3000:]
+        assert "another driver (number 2" in said, said[-3000:]
+        after = _snapshot(run, driver.pid)
+        assert after == before, {k: (before.get(k), after.get(k))
+                                 for k in set(before) | set(after)
+                                 if before.get(k) != after.get(k)}
+    finally:
+        _kill_group(driver, signal.SIGCONT)
+        _kill_group(driver)
+        if extra is not None:
+            _kill_group(extra)
+    assert not _text(tmp_path / "extra.log").count("taking the run over")
+    _export_equals(run, tmp_path, reference)
+
+
+def test_bad_use_exits_2_in_one_line_and_writes_nothing(
+        workload: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    _, finished, _ = workload
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "todo.txt").write_text("x")
+    foreign = tmp_path / "foreign"
+    shutil.copytree(finished, foreign)
+    for path in (foreign / "output").rglob("*.seg"):  # not finished: only the owner says no
+        path.unlink()
+    os.chown(foreign / "run.toml", 54321, 54321)
+    for d, says in ((other, "not a run directory"), (finished, "the run is finished"),
+                    (foreign, "belongs to uid 54321")):
+        before = sorted(str(p) for p in d.rglob("*"))
+        got = cec(["standby", "--from-log", str(d)], timeout=120)
+        assert got.returncode == 2, got.stderr
+        lines = [ln for ln in got.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and says in lines[0], got.stderr
+        assert sorted(str(p) for p in d.rglob("*")) == before
