@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cec.errors import RecoveryError, UsageError
 from cec.records import G_CHECK, output_schema
@@ -236,6 +237,8 @@ def rescale(layout: RunLayout, partitions: int, *, dry_run: bool = False
     stamps = [d.last_ts for d in drained if d.last_ts is not None]
     ts = min(stamps) if stamps else 0
     w = spec.aggregate.window
+    if w.kind == "session":
+        check_session_ends([d.windows for d in drained], ts)
     records = handoff([d.windows for d in drained], cut=cut, ts=ts, partitions=partitions,
                       groups=settings.key_groups, function=spec.aggregate.function,
                       key_type=settings.key_type, time_windows=w.kind == "time")
@@ -250,6 +253,22 @@ def rescale(layout: RunLayout, partitions: int, *, dry_run: bool = False
                                                 tuple(d.info.end_seq for d in drained),
                                                 ts)))
     return result
+
+
+def check_session_ends(windows: list[pa.Table], ts: int) -> None:
+    """Refuse a handoff of a session that ended before its ``ts`` (RecoveryError).
+
+    A session takes a tuple at exactly its ``win_end`` (Spark's tie rule), so one with
+    ``win_end == ts`` is still open: the check is ``win_end < ts``, where a time window
+    (closed at ``win_end <= ts``) uses ``<=`` (:func:`recovery.rescale.handoff`). Every
+    session open in old partition ``q`` at the cut has ``win_end >= `` the ts of ``q``'s
+    last input, and ``ts`` is the smallest of those, so this holds for logs that belong
+    together.
+    """
+    ends = [int(pc.min(t.column("win_end")).as_py()) for t in windows if t.num_rows]
+    if ends and min(ends) < ts:
+        raise RecoveryError(f"a session ending at {min(ends)} is still open at ts {ts}, "
+                            "past its end: the logs do not belong together")
 
 
 def _write_generation(layout: RunLayout, gen: int, records: list[pa.RecordBatch],

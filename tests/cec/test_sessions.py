@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cec.errors import InputRangeError, SpecError
+from cec.errors import InputOrderError, InputRangeError, SpecError
 from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator, ec_from_output
 from cec.policy import PolicyConfig
 from cec.records import G_OPEN, RESULT_TYPES, R
@@ -71,6 +71,39 @@ def test_ts_range(impl: Any) -> None:
     op = impl(cfg(10))
     with pytest.raises(InputRangeError, match="session window"):
         op.process(batch([((1 << 63) - 11, 0, 1, 1.0)]))
+
+
+@pytest.mark.parametrize("split_at", [None, 3])
+def test_a_late_tuple_that_would_bridge_two_sessions_is_refused_by_both(
+        split_at: int | None) -> None:
+    """The operators take input in ts order only (the pipeline's ingest sorts rows
+    within ``allowed_lateness``, docs/ARCHITECTURE.md §4): a tuple older than the one
+    before it, here one that would bridge key 1's sessions [0, 10] and [30, 40] with a
+    gap of 15, is refused by both with the same InputOrderError naming it, in one batch or
+    after a batch boundary, and before any state changes; the sorted input makes the
+    one merged session both give."""
+    tuples = [(0, 0, 1, 1.0), (10, 1, 1, 2.0), (30, 2, 1, 3.0), (40, 3, 1, 4.0),
+              (20, 4, 1, 10.0)]
+    errors, states = [], []
+    for impl in IMPLS:
+        op = impl(cfg(15, "sum"))
+        if split_at is not None:
+            op.process(batch(tuples[:split_at + 1]))
+        before = op.state_at()
+        with pytest.raises(InputOrderError) as info:
+            op.process(batch(tuples if split_at is None else tuples[split_at + 1:]))
+        assert op.state_at() == before  # nothing changed
+        errors.append(str(info.value))
+        states.append(before)
+    assert errors[0] == errors[1]
+    assert "(ts=20, seq=4)" in errors[0] and "ts must not decrease" in errors[0]
+    assert states[0] == states[1]
+    # in ts order (what the ingest hands over) the bridging tuple merges the two
+    ordered = sorted(tuples)
+    ordered = [(ts, i, k, v) for i, (ts, _, k, v) in enumerate(ordered)]
+    for impl in IMPLS:
+        _, outs = run(impl, cfg(15, "sum"), [batch(ordered)])
+        assert results(outs) == [(1, 0, 55, 5, 20.0)]
 
 
 def pandas_frame(tuples: list[tuple[int, int, Any, float]], gap: int) -> pd.DataFrame:
