@@ -121,6 +121,34 @@ def test_startup_meter_measures_once_every_task_recovered(cache: Path, tmp_path:
     assert [s["s"] for s in rto.read_machine()["recover"]] == [7.5]
 
 
+def test_with_a_standby_the_floor_and_the_fixed_cost_are_a_takeovers(
+        cache: Path, tmp_path: Path) -> None:
+    """Issue 27: ``--rto 1s --standby`` is accepted (the floor is a takeover's); a run's
+    tasks predict with the takeover's fixed cost while a standby is ready, a restart's
+    when none is; both measured on this machine once they are."""
+    spec = parse_spec(BASE, origin="x.toml").with_rto("1s")
+    with pytest.raises(SpecError, match="below the floor"):
+        rto.check_objective(spec)  # a restart cannot be that quick
+    warn = rto.check_objective(spec, standby=True)  # accepted: 0.3 s floor, 1 s cost
+    assert warn is not None and "a takeover's fixed cost is 1.0 s" in warn  # no margin
+    rto.record_startup("takeover", 0.45)
+    rto.record_startup("takeover", 0.7)
+    assert rto.check_objective(spec, standby=True) is None  # measured: room for 1 s
+    assert rto.takeover_floor()[0] == 0.45
+    assert rto.takeover_cost().seconds == 0.7 and rto.takeover_cost().measured
+    with pytest.raises(SpecError, match=r"below the floor of 0\.5 s"):
+        rto.check_objective(parse_spec(BASE, origin="x.toml").with_rto("0.4s"), standby=True)
+    layout = RunLayout(tmp_path / "run")
+    (layout.root / "state").mkdir(parents=True)
+    meter = rto.StartupMeter(layout, 1)
+    restart = rto.read_run(layout)["fixed_s"]
+    assert restart > 1.0 and rto.read_run(layout)["standby_ready"] is False
+    assert meter.standby(True) and not meter.standby(True)  # said once per change
+    assert rto.read_run(layout)["fixed_s"] == 0.7 and rto.read_run(layout)["standby_ready"]
+    assert meter.standby(False)
+    assert rto.read_run(layout)["fixed_s"] == restart
+
+
 def test_metrics_carry_the_prediction_and_the_objective() -> None:
     states = [{"in_tuples": 1, "rto": {"objective_s": 30.0, "predicted_s": 21.5}},
               {"in_tuples": 1, "rto": {"objective_s": 30.0, "predicted_s": 19.25}}]
@@ -132,6 +160,10 @@ def test_metrics_carry_the_prediction_and_the_objective() -> None:
     none = parse(metrics.exposition("r", [{"in_tuples": 1}], [1], source_rows=1, sealed=False,
                                     up_s=1.0))
     assert ("cec_recovery_objective_seconds", None) not in none
+    assert none["cec_standbys_ready", None] == 0
+    ready = parse(metrics.exposition("r", [{"in_tuples": 1}], [1], source_rows=1,
+                                     sealed=False, up_s=1.0, standbys_ready=2))
+    assert ready["cec_standbys_ready", None] == 2
 
 
 def test_cli_refuses_an_objective_below_the_floor_before_spark(tmp_path: Path) -> None:
