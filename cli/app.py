@@ -181,7 +181,8 @@ def _start_standby(master: str | None, conf: list[str]) -> Callable[[RunLayout],
     standby --from-log RUN`` in a session of its own (a kill of this process or of its
     process group leaves it), stdin closed, its output appended to ``RUN/standby.log``."""
     def start(layout: RunLayout) -> None:
-        args = [sys.executable, "-m", "cli.app", "standby", "--from-log", str(layout.root)]
+        args = [sys.executable, "-m", "cli.app", "standby", "--from-log", str(layout.root),
+                "--for-driver", str(layout.latest_driver())]
         if master is not None:
             args += ["--master", master]
         for item in conf:
@@ -209,13 +210,17 @@ def standby(
         "standby calls it dead or frozen (a death on this host is seen at once).")] = 2.0,
     trust: Annotated[bool, typer.Option(
         "--trust", help="Stand by for a run directory another user owns.")] = False,
+    for_driver: Annotated[int | None, typer.Option(
+        "--for-driver", hidden=True, help="Started by this driver (cec run --standby).")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Warm up, watch the run's driver, and take the run over when it dies: recovery
     without a restart. Ends when the run ends (exit 0), or with 'cec recover''s result and
     exit status after a takeover."""
     end = cec_spark.api.standby(run_dir, master=master, conf=parse_conf(conf or []),
-                                progress=not json_out, lease_s=lease, trust=trust)
+                                progress=not json_out, lease_s=lease, trust=trust,
+                                for_driver=for_driver)
     if end.recovered is not None:
         _show(end.recovered, json_out, "partitions", RECOVER_COLUMNS)
         if end.recovered.resumed is not None and end.recovered.resumed.interrupted:

@@ -51,9 +51,9 @@ from cec.errors import CecError, UsageError
 from cec_spark.recover.resume import recover_run
 from cec_spark.report import RecoverResult
 from cec_spark.run import rto
-from cec_spark.run.cluster import probe
+from cec_spark.run.cluster import local_slots, needed_slots, probe
 from cec_spark.run.plan import RunPlan, plan_resume
-from cec_spark.run.session import is_local, session_for, stop_session
+from cec_spark.run.session import session_for, stop_session
 from cec_spark.rundir.layout import RunLayout, write_advisory
 from cec_spark.rundir.lease import DEFAULT_LEASE_S, Lease
 from cec_spark.standby.watch import (
@@ -85,9 +85,12 @@ class StandbyEnd:
 
 def standby(run_dir: Path | str, *, master: str | None = None,
             conf: dict[str, str] | None = None, lease_s: float = DEFAULT_LEASE_S,
-            progress: bool = True, trust: bool = False) -> StandbyEnd:
+            progress: bool = True, trust: bool = False,
+            for_driver: int | None = None) -> StandbyEnd:
     """``cec standby --from-log RUN`` (module docstring). ``master`` and ``conf``: the
-    Spark the standby warms and the takeover runs on (default: the run's own)."""
+    Spark the standby warms and the takeover runs on (default: the run's own).
+    ``for_driver``: started by that driver (``cec run --standby``): a run that finished
+    before the standby was ready is its normal end, not a mistake."""
     root = Path(os.path.abspath(run_dir))
     if lease_s < 1.0:
         raise UsageError(f"--lease {lease_s:g}: at least 1 s (a lease is renewed every "
@@ -96,6 +99,10 @@ def standby(run_dir: Path | str, *, master: str | None = None,
     wait_for_run(root)
     plan = plan_resume(root, master=master, conf=conf, trust=trust)
     if run_finished(plan.layout, plan.partitions):
+        if for_driver is not None:
+            say(f"standby: driver {for_driver} ended (completed) before the standby was "
+                "ready; the standby ends too")
+            return StandbyEnd(str(root), driver_ended="completed")
         raise UsageError(f"{root}: the run is finished (every partition sealed its output): "
                          "there is nothing to stand by for")
     lease = Lease(plan.layout.standbys_dir / f"{socket.gethostname()}-{os.getpid()}.live",
@@ -120,6 +127,16 @@ def standby(run_dir: Path | str, *, master: str | None = None,
 def _key(plan: RunPlan) -> tuple[object, ...]:
     run = plan.spec.run
     return (run.effective_master, run.partitions, tuple(sorted(run.spark_conf.items())))
+
+
+def _reusable(key: tuple[object, ...], plan: RunPlan) -> bool:
+    """The warm session can run ``plan``: the same Spark settings, and a local master
+    with enough slots (a rescale changes the default ``local[P+2,3]``)."""
+    warm_master, _, warm_conf = key
+    have = local_slots(str(warm_master))
+    return (warm_conf == _key(plan)[2] and have is not None
+            and local_slots(plan.spec.run.effective_master) is not None
+            and have >= needed_slots(plan.partitions))
 
 
 def _conf(plan: RunPlan) -> dict[str, str]:
@@ -192,10 +209,14 @@ def _take_over(layout: RunLayout, spark: SparkSession, key: tuple[object, ...], 
     other settings (the run was rescaled meanwhile) is started anew."""
     claimed = time.time()
     plan = plan_resume(layout.root, master=master, conf=conf)
-    if _key(plan) != key and is_local(plan.spec.run.effective_master):
-        say("standby: the run's Spark settings changed (a rescale?): starting Spark anew")
-        stop_session(spark)
-        spark = session_for(plan.spec.run.effective_master, plan.partitions, _conf(plan))
+    fresh = None
+    if _key(plan) != key:
+        if _reusable(key, plan):  # e.g. rescaled to fewer partitions: the slots suffice
+            master = str(key[0])
+        else:
+            say("standby: the run's Spark settings changed (a rescale?): starting Spark anew")
+            stop_session(spark)
+            fresh = session_for(plan.spec.run.effective_master, plan.partitions, _conf(plan))
     parts: dict[str, Any] = {"driver": driver, "detected_at": detected,
                              "claimed_at": claimed}
     _write_takeover(layout, parts)
@@ -203,6 +224,8 @@ def _take_over(layout: RunLayout, spark: SparkSession, key: tuple[object, ...], 
         result = recover_run(layout.root, progress=progress, master=master, conf=conf,
                              driver=driver, trust=trust, in_tasks=True)
     finally:
+        if fresh is not None:
+            stop_session(fresh)
         parts["ended_at"] = time.time()
         parts.update(_task_times(layout, plan.partitions))
         _write_takeover(layout, parts)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import read_lease
 from tests.cec_spark.helpers import cec, spec_text, start_cec, wait_for, write_items_csv
 
@@ -32,14 +33,24 @@ READY = "standby: ready to take over"
 
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
-    """(spec, the failure-free run, its export)."""
+    """(spec, the failure-free run, its export). The failure-free run has a standby
+    (``--standby``) that is never needed: it ends when the run completes."""
     d = tmp_path_factory.mktemp("standby")
     write_items_csv(d / "items.csv", ROWS, keys=3000, seed=11)
     spec = d / "items.toml"
     spec.write_text(spec_text(SOURCE, partitions=P))
-    cec(["run", "pipeline", str(spec), "--log-dir", str(d / "ref"), "--json"], check=True)
-    cec(["export", str(d / "ref"), "--out", str(d / "ref.csv")], check=True)
-    return spec, d / "ref", d / "ref.csv"
+    ref = d / "ref"
+    got = cec(["run", "pipeline", str(spec), "--log-dir", str(ref), "--json", "--standby"],
+              check=True)
+    assert json.loads(got.stdout)["completed"]
+    cec(["export", str(ref), "--out", str(d / "ref.csv")], check=True)
+
+    wait_for(lambda: "the standby ends too" in _text(ref / "standby.log"), 240,
+             "the unneeded standby to end with the run")
+    said = _text(ref / "standby.log")
+    assert "driver 1 ended (completed)" in said and "the standby ends too" in said, said
+    assert "taking the run over" not in said
+    return spec, ref, d / "ref.csv"
 
 
 def _states(run: Path) -> list[dict[str, object]]:
@@ -205,3 +216,51 @@ def test_bad_use_exits_2_in_one_line_and_writes_nothing(
         lines = [ln for ln in got.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1 and says in lines[0], got.stderr
         assert sorted(str(p) for p in d.rglob("*")) == before
+
+
+def test_a_driver_killed_as_its_run_appears_and_one_killed_during_a_rescale(
+        workload: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """Two more moments: the driver killed as soon as ``run.toml`` exists (no log yet:
+    the standby starts the run itself); then, that run killed again, a ``cec recover
+    --partitions 2`` killed at a random moment of its rescale: the standby that was
+    watching it takes the run over."""
+    spec, _, reference = workload
+    run = tmp_path / "run"
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    standby = start_cec(["standby", "--from-log", str(run)], tmp_path / "sb.log")
+    procs = [standby]
+    try:
+        driver = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run)],
+                           tmp_path / "run.log")
+        procs.append(driver)
+        wait_for((run / "run.toml").exists, 120, "the run to be created", step=0.005)
+        _kill_group(driver)
+        driver.wait(30)
+        assert not (run / "output").exists() or not any((run / "output").iterdir())
+        wait_for(lambda: _processing(run) or standby.poll() is not None, 300,
+                 "the standby to start the run")
+        # driver 2, or 1 if the kill came before the run took its first number
+        assert "taking the run over as driver " in _text(tmp_path / "sb.log")
+        _kill_group(standby)  # the run killed again, mid-way
+        standby.wait(30)
+        n = RunLayout(run).latest_driver()
+        rescaling = start_cec(["recover", "--from-log", str(run), "--partitions", "2"],
+                              tmp_path / "rescale.log")
+        procs.append(rescaling)
+        wait_for((run / "drivers" / f"{n + 1:08d}").exists, 120,
+                 "the rescale's driver number")
+        second = start_cec(["standby", "--from-log", str(run)], tmp_path / "sb2.log")
+        procs.append(second)
+        time.sleep(rng.uniform(0.0, 4.0))  # somewhere in the rescale (or just after)
+        _kill_group(rescaling)
+        rescaling.wait(30)
+        code = second.wait(400)
+        said = _text(tmp_path / "sb2.log")
+        assert code == 0, said[-3000:]
+        assert f"taking the run over as driver {n + 2}" in said, said[-3000:]
+        print(f"seed={seed}")
+    finally:
+        for proc in procs:
+            _kill_group(proc)
+    _export_equals(run, tmp_path, reference)
