@@ -56,6 +56,12 @@ The same input and query as bench/fair_spark.py:
   ``numRecordsOut`` from the MiniCluster's REST API on 127.0.0.1. Timed: the restart
   process from its start to its exit (the sink's files all committed), and from the
   kill to that exit.
+
+Exit codes of the CLI: 0 every output equal (to the reference computed from the input,
+to ``--cec-export`` if given, and after a restart to the failure-free run), 1 an output
+differs (the first difference is printed), 2 bad input (no parquet in ``--data``, an
+unreadable ``--cec-export``, a parallelism below 1), 3 Flink cannot be installed or
+started here (the reason is printed).
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -470,6 +477,31 @@ def run_flink(data: Path, work: Path, parallelism: int, *,
             "phases": child.events(), "output": flink_output(out)}
 
 
+def flink_command(data: Path, work: Path, parallelism: int, *,
+                  checkpoint_interval_s: float | None = 1.0, state_backend: str = "hashmap",
+                  sliding: bool = False) -> list[str]:
+    """One failure-free run as a single command for an outside timer (farm-bench
+    ``--vs``): ``sh -c`` that empties the output and checkpoint folders and execs the
+    child, the same job :func:`run_flink` runs (input converted, job file written now)."""
+    python = flink_python()
+    csv = flink_input(data, parallelism)
+    name = f"flink-cmd-p{parallelism}"
+    work.mkdir(parents=True, exist_ok=True)
+    out, ckpt = work / f"{name}-out", work / f"{name}-ckpt"
+    interval = None if checkpoint_interval_s is None else int(checkpoint_interval_s * 1000)
+    conf = flink_conf(parallelism, rest_port=_free_port(), checkpoint_dir=ckpt.as_uri(),
+                      checkpoint_interval_ms=interval, state_backend=state_backend)
+    statements, insert = _job(csv, out, sliding)
+    job_file = work / f"{name}.job.json"
+    job_file.write_text(json.dumps({"conf": conf, "statements": statements,
+                                    "insert": insert}, indent=1))
+    script = (f"rm -rf {shlex.quote(str(out))} {shlex.quote(str(ckpt))} && "
+              f"FLINK_LOG_DIR={shlex.quote(str(work / 'flink-logs'))} exec "
+              f"{shlex.quote(str(python))} {shlex.quote(str(CHILD))} "
+              f"{shlex.quote(str(job_file))}")
+    return ["sh", "-c", script]
+
+
 def latest_checkpoint(root: Path) -> list[Path]:
     """Completed checkpoints under ``root`` (``JOB/chk-N`` with ``_metadata``), newest
     first."""
@@ -624,6 +656,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="skip the check against the answer computed from the input")
     ap.add_argument("--json", type=Path, default=None, help="write the results here too")
     ap.add_argument("--install", action="store_true", help="only make the Flink venv")
+    ap.add_argument("--command", action="store_true",
+                    help="only print one failure-free run (the first --parallelism) as a "
+                    "shell command for farm-bench --vs; its output lands in "
+                    "WORK/flink-cmd-pK-out")
     args = ap.parse_args(argv)
     try:
         flink_python()
@@ -646,12 +682,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, FileNotFoundError) as exc:
         print(f"flink_job: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.command:
+        cmd = flink_command(data, work, args.parallelism[0],
+                            checkpoint_interval_s=args.checkpoint_interval or None,
+                            state_backend=args.state_backend, sliding=args.sliding)
+        print(shlex.join(cmd))
+        return 0
     print(f"# flink {FLINK_VERSION}: {rows:,} rows, parallelism {args.parallelism}, "
           f"work dir {work}, load {_load()}", flush=True)
     interval = args.checkpoint_interval or None
     checks: list[tuple[str, pa.Table]] = []
     if args.cec_export is not None:
-        checks.append(("cec", cec_output(args.cec_export)))
+        try:
+            checks.append(("cec", cec_output(args.cec_export)))
+        except (OSError, pa.ArrowException, KeyError) as exc:
+            print(f"flink_job: --cec-export {args.cec_export}: not a cec parquet export "
+                  f"({exc})", file=sys.stderr)
+            return EXIT_BAD_INPUT
     if not args.no_reference:
         checks.append(("reference", reference_output(data, args.sliding)))
     res: dict[str, Any] = {"rows": rows, "flink": FLINK_VERSION, "runs": [],
