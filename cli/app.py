@@ -216,8 +216,8 @@ def standby(
     json_out: JsonOpt = False,
 ) -> None:
     """Warm up, watch the run's driver, and take the run over when it dies: recovery
-    without a restart. Ends when the run ends (exit 0), or with 'cec recover''s result and
-    exit status after a takeover."""
+    without a restart. Ends when the run ends (exit 0), or after a takeover with the
+    result and exit status 'cec recover' would give."""
     end = cec_spark.api.standby(run_dir, master=master, conf=parse_conf(conf or []),
                                 progress=not json_out, lease_s=lease, trust=trust,
                                 for_driver=for_driver)

@@ -48,7 +48,7 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for command in ("run", "recover", "inspect", "export", "tail"):
+    for command in ("run", "recover", "standby", "inspect", "export", "tail"):
         assert command in out
 
 
