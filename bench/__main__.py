@@ -11,7 +11,9 @@ full run then rewrites ``BENCHMARKS.md`` from every result there (:mod:`bench.re
 ``--no-summary`` to skip, ``--summary`` to force, ``--report`` to do only that).
 With ``--only``, the sections not run keep their earlier results. ``--only rto`` runs
 :mod:`bench.rto` (the recovery-time objective, kills and recoveries; not in the default
-set: ~10 min with ``--quick``, more in full).
+set: ~10 min with ``--quick``, more in full); ``--only sessions`` runs
+:mod:`bench.sessions_bench` (session windows: the operator alone, the pipeline against
+Spark's ``session_window``; not in the default set either: a few minutes).
 
 Presets: full (default, < 25 min on 2 cores), ``--quick`` (< 3 min, no Spark unless
 ``--spark``) and ``--preset tiny`` (the smoke test's sizes).
@@ -131,9 +133,10 @@ def machine() -> dict[str, Any]:
 # ------------------------------------------------------------------------------ tables
 
 
-SECTIONS = (*PAPER_SECTIONS, "fair", "latency", "rto")
+SECTIONS = (*PAPER_SECTIONS, "fair", "latency", "rto", "sessions")
 #: run unless --only names others; the recovery-time objective (bench/rto.py, ~10 min of
-#: kills and recoveries) runs only when asked for: --only rto
+#: kills and recoveries) and session windows (bench/sessions_bench.py, a few minutes)
+#: run only when asked for: --only rto, --only sessions
 DEFAULT_SECTIONS = (*PAPER_SECTIONS, "fair", "latency")
 
 
@@ -271,6 +274,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if code != 0:
             raise SystemExit(f"python -m bench: bench/rto.py exited {code}")
         res["sections_s"]["rto"] = time.perf_counter() - t0
+    if "sessions" in only:
+        from bench import sessions_bench
+
+        t0 = time.perf_counter()
+        _log("sessions: bench/sessions_bench.py")
+        small = ["--op-rows", "1000000", "--warmup", "300000", "--rows", "200000",
+                 "--repeats", "1"] if preset.name != "full" else []
+        code = sessions_bench.main([*small, *([] if spark else ["--no-pipeline"]),
+                                    "--out", str(out / "sessions")])
+        if code != 0:
+            raise SystemExit(f"python -m bench: bench/sessions_bench.py exited {code}")
+        res["sections_s"]["sessions"] = time.perf_counter() - t0
     _write(out, res, t_all)
     return res
 
