@@ -35,7 +35,13 @@ SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
 START_TIMEOUT_S = 90.0
 
+#: The Java options of the cluster's own JVMs (Master, Workers, executors): the tests'
+#: driver JVMs' (``SPARK_SUBMIT_OPTS``, the client compiler only: see tests/conftest.py),
+#: for the same reason (short-lived JVMs on 2 shared cores).
+JVM_OPTS = os.environ.get("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1").strip()
+
 SPARK_DEFAULTS = {
+    **({"spark.executor.extraJavaOptions": JVM_OPTS} if JVM_OPTS else {}),
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
     "spark.network.timeout": "20s",
@@ -129,7 +135,7 @@ class Cluster:
         home.mkdir(parents=True, exist_ok=True)
         return {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOCAL_IP": "127.0.0.1",
                 "SPARK_LOG_DIR": str(home), "SPARK_PID_DIR": str(home),
-                "PYSPARK_PYTHON": sys.executable}
+                "PYSPARK_PYTHON": sys.executable, "SPARK_DAEMON_JAVA_OPTS": JVM_OPTS}
 
     def add_worker(self, cores: int) -> Worker:
         i = len(self.workers)
