@@ -1,0 +1,891 @@
+"""A warm standby (issue 27): kill -9 of the driver, then the takeover, against `cec
+recover`, Spark's restart and Flink's; the recovery-time objective with a standby; a
+waiting standby's cost. Every output compared equal to the failure-free one.
+
+``python -m bench.standby_bench [--quick] [--rows N] [--kills K] [--reps R] [--rounds N]
+[--no-flink] [--only 1,2,3] [--out DIR]``
+
+1. **Kill -9 at half the input, output complete and exact** (the bench/fair_spark.py
+   workload: ``--rows`` rows in 30 parquet files, a 10 s tumbling ``avg(item_price)`` per
+   ``item_id``, 100 k keys, P = 4). Per round, in an order that reverses every round:
+
+   a. ``cec standby --from-log RUN`` started *before* ``cec run pipeline``; it waits for
+      the run, warms, says ``ready``; the run's process group is SIGKILLed once its
+      operators processed half the rows **and** the standby is ready (if it becomes
+      ready later, the kill is later: the fraction is recorded). Timed: from the kill
+      to the standby's exit (the run complete), plus ``cec export`` (as
+      fair_spark.recover_cec adds it); both are given. The takeover's parts come from
+      ``RUN/state/takeover.json`` and the tasks' state files;
+   b. ``cec recover --from-log`` without a standby (fair_spark.recover_cec) killed at the
+      same row count as (a): recover + export;
+   c. Spark Structured Streaming restarting from its checkpoint (fair_spark.recover_spark;
+      HDFS state store, micro-batches of :func:`spark_batch_files` files so that half the
+      input is a micro-batch boundary): the restart process, start to exit;
+   d. Flink 2.3 SQL restarting from its last completed checkpoint (bench/flink_job.py
+      ``restart_flink``, checkpoints every 1 s, killed once a checkpoint triggered after
+      half the input was read has completed: Spark's definition, the one kinder to
+      Flink): from the kill to the restart's exit. Its kill point is the rows its restored
+   checkpoint holds (a lower bound; its sources read ahead of what is processed).
+
+   Ratios (a)/(b), (a)/(c), (a)/(d) of the medians, each only when the two kills landed
+   within 5 % of the input of each other (as fair_spark).
+2. **The objective with a standby**: ``--kills`` runs of the built-in workload
+   (``cli/examples/items.toml`` without its Q/U, as bench/rto.py; ``rows`` set to
+   ``--rows``) started with ``--rto 1s --standby``, each SIGKILLed (the driver's process
+   group; the standby lives in its own session) at a seeded random 10-85 % of the input
+   (or later, once the standby is ready). Measured: from the kill to **caught up** (the
+   max over partitions of ``caught_up_at``, as bench/rto.py defines it), the share
+   within 1 s; then the standby runs the run to its end and its export is compared with
+   a failure-free run's. If ``--rto 1s`` is refused at start (the machine's measured
+   takeover floor), the refusal is the result and the kills run with the objective the
+   refusal suggests (said so in the JSON and the table).
+3. **A waiting standby's cost**: ``--reps`` failure-free ``cec run pipeline`` runs of the
+   (1) workload with ``--standby`` against without, alternated; whole-process time of
+   ``cec run``, the ratio of the medians; beside it the standby's own CPU seconds (its
+   whole session, from /proc) while it warmed and while it waited.
+
+Each number keeps the 1-minute load average (``uptime``) at its start. Writes
+``bench/results/standby/standby.json`` and ``standby.md``; BENCHMARKS.md shows it
+through bench/report.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from bench.fair_spark import (
+    CEC,
+    _kill_when,
+    _spawn,
+    _timed,
+    alternate,
+    cec_output,
+    cec_processed,
+    cec_spec,
+    compare,
+    make_data,
+    recover_cec,
+    recover_spark,
+    spark_cfg,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "bench" / "results" / "standby"
+READY = "ready to take over"
+KILL_TOLERANCE = 0.05
+FILES = 30  # input files: half the input is a file boundary, and a batch boundary
+TARGET_TAKEOVER_S = 1.5
+TARGET_VS_FLINK = 0.2
+TARGET_RTO_S = 1.0
+TARGET_WITHIN = 0.95
+TARGET_COST = 1.05
+ITEMS_TARGETS = ('Q = "2x"\n', 'U = 1000000\n')
+WAIT_S = 900.0
+QUIET_LOAD = 4.0  # the targets are judged only below this 1-min load average
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+def load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def spark_batch_files(files: int, fraction: float, most: int = 10) -> int:
+    """Files per Spark micro-batch: the largest count <= ``most`` that puts a batch
+    boundary exactly at ``fraction`` of ``files`` (1 if none does)."""
+    at = fraction * files
+    if abs(at - round(at)) > 1e-9:
+        return 1
+    return max(k for k in range(1, most + 1) if round(at) % k == 0)
+
+
+def kill_fractions(seed: int, kills: int, low: float = 0.10, high: float = 0.85
+                   ) -> list[float]:
+    """The kill points of part 2 (uniform in [low, high], seeded)."""
+    rng = random.Random(seed)
+    return [rng.uniform(low, high) for _ in range(kills)]
+
+
+def standby_pid(text: str) -> int | None:
+    """The pid ``cec run --standby`` printed for its standby (None until it has)."""
+    m = re.search(r"standby started \(pid (\d+)\)", text)
+    return int(m.group(1)) if m else None
+
+
+def suggested_rto(message: str) -> float | None:
+    """The objective a refusal suggests ('... ask for at least 5 s'), in seconds."""
+    m = re.search(r"ask for at least (\d+(?:\.\d+)?) ?s\b", message)
+    return float(m.group(1)) if m else None
+
+
+def items_spec(text: str, rows: int) -> str:
+    """cli/examples/items.toml without its Q and U (an objective sets them) and with
+    ``rows`` generated rows."""
+    for line in ITEMS_TARGETS:
+        if line not in text:
+            raise ValueError(f"items.toml no longer has the line {line.strip()!r}")
+        text = text.replace(line, "")
+    new, n = re.subn(r"(?m)^rows = \d+$", f"rows = {rows}", text)
+    if n != 1:
+        raise ValueError("items.toml: expected one 'rows = N' line in [source]")
+    return new
+
+
+def stat_session_ticks(stat: str) -> tuple[int, int]:
+    """(session id, utime + stime in clock ticks) from a ``/proc/PID/stat`` line."""
+    rest = stat[stat.rindex(")") + 2:].split()
+    # after the comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt
+    # cmajflt utime stime
+    return int(rest[3]), int(rest[11]) + int(rest[12])
+
+
+def caught_up_s(states: Sequence[dict[str, Any]], partitions: int, since: float
+                ) -> float | None:
+    """Seconds from ``since`` to every partition caught up (bench/rto.py's definition:
+    the max of the tasks' ``caught_up_at``, each at or after ``since``); None before."""
+    ats = [s.get("caught_up_at") for s in states]
+    if len(ats) < partitions or not all(isinstance(a, int | float) and a >= since
+                                        for a in ats):
+        return None
+    return max(float(a) for a in ats if isinstance(a, int | float)) - since
+
+
+def takeover_parts(tk: dict[str, Any], kill_at: float) -> dict[str, float]:
+    """The takeover's parts in seconds, each since the step before, and ``*_since_kill``
+    cumulative: detect (kill -> seen dead), claim (-> its driver number taken), start
+    (-> the last task began its recovery), recover (-> the last task recovered: EC
+    load + replay), end (-> the run's end)."""
+    steps = (("detect", "detected_at"), ("claim", "claimed_at"), ("start", "tasks_began_at"),
+             ("recover", "tasks_recovered_at"), ("end", "ended_at"))
+    out: dict[str, float] = {}
+    prev = kill_at
+    for name, key in steps:
+        at = tk.get(key)
+        if not isinstance(at, int | float):
+            continue
+        out[f"{name}_s"] = round(float(at) - prev, 3)
+        out[f"{name}_since_kill_s"] = round(float(at) - kill_at, 3)
+        prev = float(at)
+    return out
+
+
+def task_phases(states: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The slowest task's recovery phases (``recovered.phases``: EC load, replay, ...)
+    in seconds, by phase name."""
+    out: dict[str, float] = {}
+    for st in states:
+        rec = st.get("recovered")
+        if not isinstance(rec, dict):
+            continue
+        for ph in rec.get("phases") or []:
+            name, s = ph.get("name") or ph.get("phase"), ph.get("measured_s")
+            if isinstance(name, str) and isinstance(s, int | float):
+                out[name] = round(max(out.get(name, 0.0), float(s)), 3)
+    return out
+
+
+def median(xs: Sequence[float]) -> float | None:
+    return round(statistics.median(xs), 3) if xs else None
+
+
+def spread(xs: Sequence[float]) -> dict[str, Any]:
+    return ({"median": median(xs), "min": round(min(xs), 3), "max": round(max(xs), 3),
+             "n": len(xs)} if xs else {"median": None, "n": 0})
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def kill_ratio(a: dict[str, Any], b: dict[str, Any]) -> float | None:
+    """(a) ÷ (b) of the medians, None unless both measured with their kills within
+    KILL_TOLERANCE of the input of each other (median fractions)."""
+    if not a.get("n") or not b.get("n") or a.get("median") is None:
+        return None
+    if abs(float(a["frac_median"]) - float(b["frac_median"])) > KILL_TOLERANCE:
+        return None
+    return ratio(a["median"], b["median"])
+
+
+# ----------------------------------------------------------------------------- processes
+
+def _log(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line} (load {load()})", file=sys.stderr,
+          flush=True)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _states(run: Path) -> list[dict[str, Any]]:
+    out = []
+    for f in sorted((run / "state").glob("p*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            out.append(json.loads(f.read_text()))
+    return out
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}
+
+
+def _alive(pid: int) -> bool:
+    """The process exists and is not a zombie (a standby is not this process's child)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+def session_cpu_s(sid: int) -> float:
+    """CPU seconds (user + system) of the processes now in session ``sid``."""
+    ticks = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            s, t = stat_session_ticks((d / "stat").read_text())
+            if s == sid:
+                ticks += t
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _end_session(pid: int, timeout: float = 60) -> None:
+    """SIGKILL the session (process group) ``pid`` leads, which this benchmark started."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def export(run: Path, log: Path) -> tuple[float, pa.Table]:
+    out = run.with_suffix(".parquet")
+    s = _timed([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"], log)
+    return s, exact(cec_output(out))
+
+
+def exact(table: pa.Table) -> pa.Table:
+    """Sorted by every column (count windows of one key may share a start)."""
+    return table.sort_by([(c, "ascending") for c in ("key", "window_start", "window_end",
+                                                     "avg")])
+
+
+def check(ref: pa.Table, got: pa.Table, what: str) -> None:
+    diff = compare(ref, got, ("failure-free", what))
+    if diff is not None:
+        raise SystemExit(f"OUTPUTS DIFFER ({what}): {diff}")
+
+
+def reference(spec: Path, run: Path, log: Path) -> tuple[pa.Table, float]:
+    """A failure-free run and its export: the output every other is compared with."""
+    shutil.rmtree(run, ignore_errors=True)
+    wall = _timed([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run)], log)
+    return export(run, log)[1], wall
+
+
+# ------------------------------------------------------------------------ 1: the takeover
+
+def takeover(spec: Path, run: Path, kill_rows: int, rows: int, log: Path) -> dict[str, Any]:
+    """(a): a standby started before the run; kill -9 of the run once ``kill_rows`` rows
+    are processed and the standby is ready; timed to the standby's exit, then export."""
+    shutil.rmtree(run, ignore_errors=True)
+    sb_log = run.with_name(run.name + "-standby.log")
+    sb_log.unlink(missing_ok=True)
+    sb = _spawn([*CEC, "standby", "--from-log", str(run)], sb_log)
+    t_start = time.time()
+    proc = _spawn([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run)], log)
+    seen: dict[str, float] = {}
+
+    def ready() -> bool:
+        if sb.poll() is not None:
+            _end_session(proc.pid)
+            raise RuntimeError(f"the standby exited {sb.returncode} before the kill:\n"
+                               + _text(sb_log)[-2000:])
+        if "ready" not in seen and READY in _text(sb_log):
+            seen["ready"] = time.time()
+            seen["ready_rows"] = cec_processed(run)
+        if "ready" in seen and cec_processed(run) >= kill_rows:
+            seen["kill"] = time.time()
+            return True
+        return False
+
+    try:
+        _kill_when(proc, ready, f"{kill_rows:,} rows processed and the standby ready",
+                   timeout=WAIT_S)
+    except BaseException:
+        _end_session(sb.pid)
+        raise
+    killed = cec_processed(run)
+    lo = load()
+    try:
+        code = sb.wait(WAIT_S)
+    except subprocess.TimeoutExpired:
+        _end_session(sb.pid)
+        raise RuntimeError(f"the standby did not finish the run within {WAIT_S:.0f} s; "
+                           f"see {sb_log}") from None
+    t_exit = time.time()
+    if code != 0:
+        raise RuntimeError(f"the standby exited {code} after the takeover:\n"
+                           + _text(sb_log)[-3000:])
+    export_s, output = export(run, log)
+    tk = _json(run / "state" / "takeover.json")
+    states = _states(run)
+    kill_at = seen["kill"]
+    return {"takeover_s": round(t_exit - kill_at, 3), "export_s": round(export_s, 3),
+            "restart_s": round(t_exit - kill_at + export_s, 3),
+            "killed_at_rows": killed, "killed_at_fraction": round(killed / rows, 3),
+            "ready_after_start_s": round(seen["ready"] - t_start, 3),
+            "ready_at_fraction": round(seen["ready_rows"] / rows, 3),
+            "parts": takeover_parts(tk, kill_at), "task_phases": task_phases(states),
+            "takeover_json": tk, "load": lo, "output": output}
+
+
+def part1(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
+    data = work / "data"
+    file_rows = -(-args.rows // FILES)
+    if not data.exists():
+        make_data(data, args.rows, args.keys, file_rows)
+    spec = cec_spec(work, data, False, args.partitions)
+    _log(f"part 1: the failure-free reference ({args.rows:,} rows)")
+    ref, ref_wall = reference(spec, work / "ref1", log)
+    fpt = spark_batch_files(FILES, args.kill_at)
+    kill_rows = int(args.kill_at * args.rows)
+    res: dict[str, Any] = {"rows": args.rows, "keys": args.keys, "partitions": args.partitions,
+                           "file_rows": file_rows, "files": FILES, "kill_at": args.kill_at,
+                           "windows": ref.num_rows, "reference_run_s": round(ref_wall, 2),
+                           "spark_rows_per_batch": fpt * file_rows, "spark_store": "hdfs",
+                           "runs": {"a": [], "b": [], "c": [], "d": []}, "flink": None}
+    runs = res["runs"]
+    flink_ok, why = _flink_ready(args)
+    res["flink"] = "measured" if flink_ok else f"not measured: {why}"
+
+    def a(i: int) -> None:
+        _log(f"part 1 round {i}: (a) kill -9 with a ready standby")
+        r = takeover(spec, work / "cec-sb", kill_rows, args.rows, log)
+        check(ref, r.pop("output"), "(a) cec with a standby")
+        runs["a"].append(r)
+        _log(f"  (a) kill -> standby exit {r['takeover_s']} s + export {r['export_s']} s; "
+             f"killed at {r['killed_at_fraction']:.1%}; parts {r['parts']}")
+
+    def b(i: int) -> None:
+        rows_at = runs["a"][-1]["killed_at_rows"] if runs["a"] else kill_rows
+        _log(f"part 1 round {i}: (b) kill -9, cec recover")
+        r = recover_cec(spec, work / "cec-rec", rows_at, args.rows, log)
+        check(ref, exact(r.pop("output")), "(b) cec recover")
+        runs["b"].append(r)
+        _log(f"  (b) recover {r['recover_s']} s + export {r['export_s']} s; killed at "
+             f"{r['killed_at_fraction']:.1%}")
+
+    def c(i: int) -> None:
+        _log(f"part 1 round {i}: (c) kill -9, Spark restart")
+        cfg = spark_cfg(work, data, "spark-rec", "hdfs", fpt, False, args.partitions)
+        r = recover_spark(cfg, args.kill_at, args.rows, file_rows, log)
+        check(ref, exact(r.pop("output")), "(c) Spark restart")
+        runs["c"].append(r)
+        _log(f"  (c) restart {r['restart_s']} s; killed at {r['killed_at_fraction']:.1%}")
+
+    def d(i: int) -> None:
+        if not flink_ok:
+            return
+        from bench import flink_job
+
+        _log(f"part 1 round {i}: (d) kill -9, Flink restart")
+        try:
+            r = flink_job.restart_flink(data, work / "flink", args.partitions,
+                                        kill_at=args.kill_at, rows=args.rows,
+                                        log=work / "flink.log")
+        except (RuntimeError, OSError, flink_job.FlinkUnavailable) as exc:
+            res["flink"] = f"not measured: restart_flink failed: {exc}"
+            _log(f"  (d) {res['flink']}")
+            return
+        check(ref, exact(r.pop("output")), "(d) Flink restart")
+        r["restart_s"], r["process_s"] = r["kill_to_complete_s"], r["restart_s"]
+        # the restart redoes what came after the restored checkpoint: its rows are the
+        # kill point comparable with cec's rows processed (the sources read ahead)
+        r["read_at_kill_fraction"] = r["killed_at_fraction"]
+        if isinstance(r.get("checkpoint_rows"), int):
+            r["killed_at_fraction"] = round(r["checkpoint_rows"] / args.rows, 3)
+        runs["d"].append(r)
+        _log(f"  (d) kill -> output complete {r['restart_s']} s (restart process "
+             f"{r['process_s']} s); killed at {r['killed_at_fraction']:.1%}")
+
+    order: list[Callable[[int], None]] = [a, b, c, d]
+    for i in range(args.rounds):
+        for step in (order if i % 2 == 0 else order[::-1]):
+            step(i)
+    summ = {}
+    for k, rs in runs.items():
+        s = spread([r["restart_s"] for r in rs])
+        s["frac_median"] = median([r["killed_at_fraction"] for r in rs])
+        s["loads"] = [r["load"] for r in rs]
+        summ[k] = s
+    summ["a_takeover_only"] = spread([r["takeover_s"] for r in runs["a"]])
+    res["summary"] = summ
+    res["ratios"] = {"a/b": kill_ratio(summ["a"], summ["b"]),
+                     "a/c": kill_ratio(summ["a"], summ["c"]),
+                     "a/d": kill_ratio(summ["a"], summ["d"])}
+    parts = [r["parts"] for r in runs["a"]]
+    res["parts_median"] = {k: median([p[k] for p in parts if k in p])
+                           for k in sorted({k for p in parts for k in p})}
+    return res
+
+
+def _flink_ready(args: argparse.Namespace) -> tuple[bool, str]:
+    if args.no_flink:
+        return False, "--no-flink"
+    try:
+        from bench import flink_job
+    except ImportError as exc:
+        return False, f"bench/flink_job.py cannot be imported: {exc}"
+    if not hasattr(flink_job, "restart_flink"):
+        return False, "bench/flink_job.py has no restart_flink"
+    try:
+        flink_job.flink_python(install=args.install_flink)
+    except flink_job.FlinkUnavailable as exc:
+        return False, str(exc)
+    return True, ""
+
+
+# ------------------------------------------------------------------- 2: the objective
+
+def kill_with_standby(spec: Path, run: Path, objective: str, frac: float, rows: int,
+                      partitions: int, ref: pa.Table, log: Path, err: Path
+                      ) -> dict[str, Any]:
+    """One kill of a ``--rto OBJECTIVE --standby`` run: kill -> caught up, then the
+    standby runs the run to its end, the export compared."""
+    shutil.rmtree(run, ignore_errors=True)
+    err.unlink(missing_ok=True)
+    proc = subprocess.Popen([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run),
+                             "--rto", objective, "--standby"], stdout=log.open("ab"),
+                            stderr=err.open("wb"), cwd=REPO, start_new_session=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    target = int(frac * rows)
+    seen: dict[str, float] = {}
+
+    def ready() -> bool:
+        if "ready" not in seen and READY in _text(run / "standby.log"):
+            seen["ready"] = time.time()
+        if "ready" in seen and cec_processed(run) >= target:
+            seen["kill"] = time.time()
+            return True
+        return False
+
+    pid: int | None = None
+    try:
+        try:
+            _kill_when(proc, ready, f"{target:,} tuples and the standby ready",
+                       timeout=WAIT_S)
+        except RuntimeError as exc:
+            text = _text(err)
+            if proc.returncode == 2 and "below the floor" in text:
+                return {"frac": round(frac, 3), "refused": text.strip().splitlines()[-1]}
+            if "ended before" in str(exc):
+                return {"frac": round(frac, 3), "skipped": "the run ended before the "
+                        "standby was ready and the kill point reached"}
+            raise
+        kill_at = seen["kill"]
+        before = _states(run)
+        killed = sum(int(s.get("in_tuples", 0)) for s in before)
+        lo = load()
+        pid = standby_pid(_text(err))
+        if pid is None:
+            raise RuntimeError(f"cec run --standby did not say its standby's pid; see {err}")
+        deadline = time.monotonic() + WAIT_S
+        measured = None
+        while measured is None:
+            measured = caught_up_s(_states(run), partitions, kill_at)
+            if measured is None and (not _alive(pid) or time.monotonic() > deadline):
+                raise RuntimeError("the standby ended or timed out before every partition "
+                                   "caught up:\n" + _text(run / "standby.log")[-3000:])
+            time.sleep(0.05)
+        if not _wait_gone(pid, WAIT_S):
+            raise RuntimeError(f"the standby did not end the run within {WAIT_S:.0f} s")
+        tk = _json(run / "state" / "takeover.json")
+        out = _text(run / "standby.log")
+        if not tk or "Traceback" in out:
+            raise RuntimeError("the standby ended without a takeover:\n" + out[-3000:])
+        check(ref, export(run, log)[1], f"(2) kill at {frac:.0%} and takeover")
+        return {"frac": round(frac, 3), "killed_at_tuples": killed,
+                "killed_at_fraction": round(killed / rows, 3),
+                "measured_s": round(measured, 3), "within_1s": measured <= TARGET_RTO_S,
+                "parts": takeover_parts(tk, kill_at), "task_phases": task_phases(_states(run)),
+                "predicted_s": max((p for p in (s.get("rto", {}).get("predicted_s")
+                                                for s in before) if p is not None),
+                                   default=None),
+                "load": lo}
+    finally:
+        if proc.poll() is None:
+            _end_session(proc.pid)
+        if pid is not None and _alive(pid):
+            _end_session(pid)
+
+
+def part2(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
+    spec = work / "items-rto.toml"
+    spec.write_text(items_spec((REPO / "cli" / "examples" / "items.toml").read_text(),
+                               args.rows))
+    _log(f"part 2: the failure-free reference (items.toml, {args.rows:,} rows)")
+    ref, ref_wall = reference(spec, work / "ref2", log)
+    res: dict[str, Any] = {"spec": "cli/examples/items.toml without Q/U", "rows": args.rows,
+                           "partitions": 4, "objective": "1s", "refused": None,
+                           "reference_run_s": round(ref_wall, 2), "kills": []}
+    objective = "1s"
+    for i, frac in enumerate(kill_fractions(args.seed, args.kills)):
+        _log(f"part 2 kill {i + 1}/{args.kills} at {frac:.0%} (--rto {objective})")
+        k = kill_with_standby(spec, work / "kill", objective, frac, args.rows, 4, ref, log,
+                              work / "kill.err")
+        if "refused" in k:
+            res["refused"] = k["refused"]
+            sug = suggested_rto(k["refused"])
+            if sug is None or objective != "1s":
+                break
+            objective = f"{sug:g}s"
+            res["objective"] = objective
+            _log(f"  refused: {k['refused']}; the kills run with --rto {objective}")
+            k = kill_with_standby(spec, work / "kill", objective, frac, args.rows, 4, ref,
+                                  log, work / "kill.err")
+        _log(f"  {json.dumps(k)}")
+        res["kills"].append(k)
+    done = [k for k in res["kills"] if "measured_s" in k]
+    res["within_1s_share"] = (round(sum(k["within_1s"] for k in done) / len(done), 3)
+                              if done else None)
+    res["measured"] = spread([k["measured_s"] for k in done])
+    return res
+
+
+# --------------------------------------------------------------- 3: a waiting standby
+
+def free_run(spec: Path, run: Path, with_standby: bool, log: Path, err: Path
+             ) -> dict[str, Any]:
+    """One failure-free whole ``cec run`` (with ``--standby`` or not), its output."""
+    shutil.rmtree(run, ignore_errors=True)
+    err.unlink(missing_ok=True)
+    lo = load()
+    t0 = time.time()
+    proc = subprocess.Popen([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run),
+                             *(["--standby"] if with_standby else [])],
+                            stdout=log.open("ab"), stderr=err.open("wb"), cwd=REPO,
+                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    ready_at, cpu_ready, pid = None, None, None
+    while proc.poll() is None:  # the same 0.1 s look in both arms
+        text = _text(run / "standby.log")
+        if with_standby and pid is None:
+            pid = standby_pid(_text(err))
+        if ready_at is None and READY in text:
+            ready_at = time.time()
+            cpu_ready = session_cpu_s(pid) if pid else None
+        if time.time() - t0 > WAIT_S:
+            _end_session(proc.pid)
+            raise RuntimeError(f"cec run did not end within {WAIT_S:.0f} s")
+        time.sleep(0.1)
+    wall = time.time() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"cec run exited {proc.returncode}: {_text(err)[-2000:]}")
+    out: dict[str, Any] = {"wall_s": round(wall, 3), "load": lo}
+    if with_standby:
+        pid = pid or standby_pid(_text(err))
+        cpu_end = session_cpu_s(pid) if pid else None
+        out["standby_ready_after_start_s"] = (round(ready_at - t0, 3) if ready_at else None)
+        out["standby_cpu_warm_s"] = round(cpu_ready, 2) if cpu_ready is not None else None
+        out["standby_cpu_waiting_s"] = (round(cpu_end - cpu_ready, 2)
+                                        if cpu_end is not None and cpu_ready is not None
+                                        else None)
+        out["standby_waited_s"] = round(time.time() - ready_at, 3) if ready_at else None
+        if pid is not None and not _wait_gone(pid, 120):
+            _end_session(pid)
+            raise RuntimeError("the standby did not end after the run completed:\n"
+                               + _text(run / "standby.log")[-2000:])
+        out["standby_said"] = [ln for ln in _text(run / "standby.log").splitlines()
+                               if "ends too" in ln or "ended" in ln][-1:]
+    return out
+
+
+def part3(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
+    data = work / "data"
+    if not data.exists():
+        make_data(data, args.rows, args.keys, -(-args.rows // FILES))
+    spec = cec_spec(work, data, False, args.partitions)
+    ref = None
+    runs: dict[str, list[dict[str, Any]]] = {"standby": [], "none": []}
+
+    def one(with_standby: bool) -> Callable[[int], None]:
+        def go(i: int) -> None:
+            nonlocal ref
+            name = "standby" if with_standby else "none"
+            _log(f"part 3 rep {i + 1}: failure-free run, {name}")
+            r = free_run(spec, work / f"free-{name}", with_standby, log, work / "free.err")
+            output = export(work / f"free-{name}", log)[1]
+            if ref is None:
+                ref = output
+            check(ref, output, f"(3) failure-free run, {name}")
+            runs[name].append(r)
+            _log(f"  {json.dumps(r)}")
+        return go
+
+    alternate(args.reps, one(True), one(False))
+    s, n = spread([r["wall_s"] for r in runs["standby"]]), \
+        spread([r["wall_s"] for r in runs["none"]])
+    pairs = [x["wall_s"] / y["wall_s"] for x, y in zip(runs["standby"], runs["none"],
+                                                          strict=True)]
+    return {"rows": args.rows, "reps": args.reps, "runs": runs, "standby": s, "none": n,
+            "ratio": ratio(s["median"], n["median"]), "ratio_pairs": spread(pairs),
+            "standby_cpu_waiting_s": median([r["standby_cpu_waiting_s"] for r in
+                                             runs["standby"]
+                                             if r.get("standby_cpu_waiting_s") is not None]),
+            "standby_cpu_warm_s": median([r["standby_cpu_warm_s"] for r in runs["standby"]
+                                          if r.get("standby_cpu_warm_s") is not None])}
+
+
+# ----------------------------------------------------------------------------- report
+
+def judged(res: dict[str, Any]) -> str | None:
+    """Why the targets cannot be judged from ``res`` (None: they can): they are set for
+    the full sizes on a quiet machine (1-min load average below :data:`QUIET_LOAD` at
+    the start and the end)."""
+    why = []
+    if res.get("quick"):
+        why.append("--quick sizes")
+    worst = max(float(res.get("load_start") or 0), float(res.get("load_end") or 0))
+    if worst >= QUIET_LOAD:
+        why.append(f"load {worst:.1f}")
+    return ", ".join(why) or None
+
+
+def targets(res: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """(what, target, measured, met or None when not measured or not judged) for
+    BENCHMARKS.md."""
+    rows = _targets(res)
+    why = judged(res)
+    if why is None:
+        return rows
+    return [(what, goal, f"{got} ({why}: not judged)", None) for what, goal, got, _ in rows]
+
+
+def _targets(res: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    rows: list[tuple[str, str, str, bool | None]] = []
+    p1, p2, p3 = res.get("part1"), res.get("part2"), res.get("part3")
+    if p1:
+        a = p1["summary"]["a"]
+        rows.append((f"kill -9 at half the input → output complete, with a ready standby "
+                     f"({p1['rows']:,} rows; kill → standby's exit + export)",
+                     f"≤ {TARGET_TAKEOVER_S:g} s",
+                     f"{a['median']} s (takeover alone "
+                     f"{p1['summary']['a_takeover_only']['median']} s)",
+                     None if a["median"] is None else a["median"] <= TARGET_TAKEOVER_S))
+        r = p1["ratios"]["a/d"]
+        rows.append(("the same, cec with a standby ÷ Flink's restart from its checkpoint",
+                     f"≤ {TARGET_VS_FLINK:g}",
+                     str(r) if r is not None else f"not measured ({p1['flink']})"
+                     if p1["flink"] != "measured" else "not measured (kills apart)",
+                     None if r is None else r <= TARGET_VS_FLINK))
+    if p2:
+        share = p2.get("within_1s_share")
+        how = "" if p2["objective"] == "1s" else (
+            f"; `--rto 1s` refused at start, kills run with --rto {p2['objective']}")
+        rows.append((f"kill -9 → caught up within 1 s with a standby "
+                     f"({len(p2['kills'])} kills)", f"≥ {TARGET_WITHIN:.0%} of kills",
+                     (f"{share:.0%} (median {p2['measured']['median']} s, max "
+                      f"{p2['measured'].get('max')} s){how}") if share is not None
+                     else f"not measured{how}",
+                     None if share is None else share >= TARGET_WITHIN))
+    if p3:
+        rows.append(("failure-free run with a standby ÷ without (whole `cec run`)",
+                     f"≤ {TARGET_COST:g}", f"{p3['ratio']}",
+                     None if p3["ratio"] is None else p3["ratio"] <= TARGET_COST))
+    return rows
+
+
+def markdown(res: dict[str, Any]) -> str:
+    lines = ["## A warm standby: kill -9 of the driver, takeover, cost (issue 27)", "",
+             f"`python -m bench.standby_bench{' --quick' if res.get('quick') else ''}` "
+             f"(`{res.get('command', '')}`); {res['cpus']} CPUs; commit {res['commit']}; "
+             f"{res['started']}; 1-min load average {res['load_start']} at the start, "
+             f"{res.get('load_end')} at the end."
+             + (" **The machine was not quiet** (load ≥ 2): the times are load-bound."
+                if max(res["load_start"], res.get("load_end") or 0) >= 2 else ""), "",
+             "| measure | target | measured | verdict |", "|---|---|---|---|"]
+    for what, goal, got, met in targets(res):
+        flag = "not measured" if met is None else ("met" if met else "**missed**")
+        lines.append(f"| {what} | {goal} | {got} | {flag} |")
+    p1 = res.get("part1")
+    if p1:
+        names = {"a": "(a) cec, ready standby: kill → standby exit + `cec export`",
+                 "b": "(b) `cec recover` + `cec export`, no standby",
+                 "c": f"(c) Spark restart from its checkpoint ({p1['spark_store']}, "
+                      f"{p1['spark_rows_per_batch']:,} rows per micro-batch)",
+                 "d": "(d) Flink 2.3 restart from its last checkpoint: kill → exit"}
+        lines += ["", f"### 1. kill -9 at {p1['kill_at']:.0%} of {p1['rows']:,} rows "
+                  f"({p1['windows']:,} windows, every output equal to the failure-free "
+                  f"run's; failure-free run {p1['reference_run_s']} s)", "",
+                  "| system | runs | median s | min s | max s | killed at (median) | "
+                  "load |", "|---|--:|--:|--:|--:|--:|--:|"]
+        for k in "abcd":
+            s = p1["summary"][k]
+            if not s["n"]:
+                lines.append(f"| {names[k]} | 0 | - | - | - | - | "
+                             f"{p1['flink'] if k == 'd' else '-'} |")
+                continue
+            lines.append(f"| {names[k]} | {s['n']} | {s['median']} | {s['min']} | "
+                         f"{s['max']} | {s['frac_median']:.1%} | "
+                         f"{', '.join(f'{x:.1f}' for x in s['loads'])} |")
+        t = p1["summary"]["a_takeover_only"]
+        rt = p1["ratios"]
+        lines += ["", f"(a) without the export (kill → the standby's exit, the run "
+                  f"complete in its output log): median {t['median']} s. Ratios of the "
+                  f"medians: (a)/(b) **{rt['a/b']}**, (a)/(c) **{rt['a/c']}**, (a)/(d) "
+                  f"**{rt['a/d']}** (None: not measured, or kills more than 5 % of the "
+                  "input apart).", "",
+                  "The takeover's parts, median seconds (each since the step before; "
+                  "`takeover.json`): " + ", ".join(
+                      f"{k.removesuffix('_s')} {v}" for k, v in p1["parts_median"].items()
+                      if not k.endswith("_since_kill_s")) + "."]
+        for r in p1["runs"]["a"]:
+            lines.append(f"- (a) killed at {r['killed_at_fraction']:.1%} (standby ready "
+                         f"{r['ready_after_start_s']} s after the run's start, at "
+                         f"{r['ready_at_fraction']:.1%}); tasks' phases {r['task_phases']};"
+                         f" load {r['load']}")
+    p2 = res.get("part2")
+    if p2:
+        lines += ["", f"### 2. The objective with a standby: {len(p2['kills'])} kills of "
+                  f"{p2['spec']} ({p2['rows']:,} rows) with `--rto {p2['objective']} "
+                  "--standby`", ""]
+        if p2.get("refused"):
+            lines += [f"`--rto 1s` refused at start: `{p2['refused']}`", ""]
+        lines += ["| kill at | killed at | kill → caught up s | within 1 s | detect | "
+                  "claim | start | recover | load |", "|--:|--:|--:|---|--:|--:|--:|--:|--:|"]
+        for k in p2["kills"]:
+            if "measured_s" not in k:
+                lines.append(f"| {k['frac']:.0%} | - | {k.get('skipped', k.get('refused'))}"
+                             " | | | | | | |")
+                continue
+            p = k["parts"]
+            lines.append(f"| {k['frac']:.0%} | {k['killed_at_fraction']:.0%} | "
+                         f"{k['measured_s']} | {'yes' if k['within_1s'] else 'no'} | "
+                         f"{p.get('detect_s')} | {p.get('claim_s')} | {p.get('start_s')} | "
+                         f"{p.get('recover_s')} | {k['load']} |")
+    p3 = res.get("part3")
+    if p3:
+        lines += ["", f"### 3. A waiting standby's cost: {p3['reps']} failure-free runs each "
+                  f"({p3['rows']:,} rows), `cec run pipeline --standby` against without, "
+                  "alternated", "",
+                  "| | median s | min s | max s | loads |", "|---|--:|--:|--:|---|",
+                  *[f"| {name} | {p3[name]['median']} | {p3[name].get('min')} | "
+                    f"{p3[name].get('max')} | "
+                    f"{', '.join(str(r['load']) for r in p3['runs'][name])} |"
+                    for name in ("standby", "none")], "",
+                  f"Ratio of the medians **{p3['ratio']}** (pairs "
+                  f"{p3['ratio_pairs'].get('min')}–{p3['ratio_pairs'].get('max')}). The "
+                  "standby warms while the run runs (it can only read the run's plan once "
+                  "the run exists): its whole session's CPU until `ready` was "
+                  f"{p3['standby_cpu_warm_s']} s (median), and while it waited "
+                  f"{p3['standby_cpu_waiting_s']} s."]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- main
+
+def _commit() -> str:
+    with contextlib.suppress(OSError):
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                              capture_output=True, text=True, check=False).stdout.strip()
+    return "?"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python -m bench.standby_bench",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="300 k rows, 3 kills, every measure once")
+    ap.add_argument("--rows", type=int, default=None, help="3 M (quick: 300 k)")
+    ap.add_argument("--keys", type=int, default=100_000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--kills", type=int, default=None, help="part 2 kills (20; quick 3)")
+    ap.add_argument("--reps", type=int, default=None, help="part 3 pairs (5; quick 1)")
+    ap.add_argument("--rounds", type=int, default=None, help="part 1 rounds (3; quick 1)")
+    ap.add_argument("--kill-at", type=float, default=0.5)
+    ap.add_argument("--seed", type=int, default=27)
+    ap.add_argument("--only", default="1,2,3", help="comma list of the parts to run")
+    ap.add_argument("--no-flink", action="store_true")
+    ap.add_argument("--install-flink", action="store_true",
+                    help="make .venv-flink if missing (bench/flink_job.py; ~850 MB)")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--work", type=Path, default=None)
+    args = ap.parse_args(argv)
+    args.rows = args.rows or (300_000 if args.quick else 3_000_000)
+    args.kills = args.kills if args.kills is not None else (3 if args.quick else 20)
+    args.reps = args.reps if args.reps is not None else (1 if args.quick else 5)
+    args.rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
+    only = {x.strip() for x in args.only.split(",")}
+    if not only <= {"1", "2", "3"} or min(args.rows, args.kills + 1, args.reps,
+                                          args.rounds) < 1:
+        print("standby_bench: --only takes 1,2,3; --rows, --reps, --rounds >= 1",
+              file=sys.stderr)
+        return 2
+    work = args.work or Path(tempfile.mkdtemp(prefix="cec-standby-"))
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "runs.log"
+    res: dict[str, Any] = {"command": "python -m bench.standby_bench " + " ".join(argv),
+                           "quick": args.quick, "commit": _commit(), "cpus": os.cpu_count(),
+                           "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                           "load_start": load(), "work": str(work)}
+    args.out.mkdir(parents=True, exist_ok=True)
+    target = args.out / "standby.json"
+
+    def save() -> None:
+        res["load_end"] = load()
+        target.write_text(json.dumps(res, indent=1, default=str) + "\n")
+        (args.out / "standby.md").write_text(markdown(res))
+
+    _log(f"standby bench: {args.rows:,} rows, work dir {work}")
+    for part, fn in (("1", part1), ("2", part2), ("3", part3)):
+        if part in only:
+            t0 = time.perf_counter()
+            res[f"part{part}"] = fn(args, work, log)
+            res[f"part{part}"]["seconds"] = round(time.perf_counter() - t0, 1)
+            save()
+    save()
+    print(markdown(res))
+    if args.work is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""bench/standby_bench.py: its pure parts (no Spark, no process started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import standby_bench as sb
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_spark_batch_files_puts_a_boundary_at_the_kill_point() -> None:
+    assert sb.spark_batch_files(30, 0.5) == 5  # 15 files before the kill: 3 batches of 5
+    assert sb.spark_batch_files(30, 0.5, most=3) == 3
+    assert sb.spark_batch_files(30, 0.6) == 9  # 18 files: 2 batches of 9
+    assert sb.spark_batch_files(30, 0.51) == 1  # 15.3 files: no boundary but every file
+
+
+def test_kill_fractions_are_seeded_and_within_bounds() -> None:
+    a = sb.kill_fractions(27, 20)
+    assert a == sb.kill_fractions(27, 20)
+    assert a != sb.kill_fractions(28, 20)
+    assert len(a) == 20 and all(0.10 <= x <= 0.85 for x in a)
+
+
+def test_standby_pid_and_suggested_rto_parse_the_cli_lines() -> None:
+    text = "cec: something\ncec: standby started (pid 4242); its messages: /r/standby.log\n"
+    assert sb.standby_pid(text) == 4242
+    assert sb.standby_pid("cec: starting") is None
+    msg = ("items.toml: [checkpoint].rto = 1 s is below the floor of 3.6 s, the quickest "
+           "...: no recovery here can be that quick; ask for at least 5 s")
+    assert sb.suggested_rto(msg) == 5.0
+    assert sb.suggested_rto("ask for at least 2.5s") == 2.5
+    assert sb.suggested_rto("refused") is None
+
+
+def test_items_spec_drops_q_and_u_and_sets_the_rows() -> None:
+    text = (REPO / "cli" / "examples" / "items.toml").read_text()
+    out = sb.items_spec(text, 300_000)
+    assert "rows = 300000\n" in out and "rows = 3000000" not in out
+    assert 'Q = "2x"' not in out and "U = 1000000" not in out
+    assert "CI_ms = 5" in out  # the rest of [checkpoint] stays
+    with pytest.raises(ValueError, match="Q"):
+        sb.items_spec(out, 10)
+
+
+def test_stat_session_ticks_reads_past_a_comm_with_spaces_and_parens() -> None:
+    fields = ["S", "1", "100", "777", "0", "-1", "4194304", "10", "0", "0", "0", "25", "17"]
+    line = "123 (py (x) thon) " + " ".join(fields) + " 0 0 20 0 1 0 5"
+    assert sb.stat_session_ticks(line) == (777, 42)
+
+
+def test_caught_up_needs_every_partition_after_the_kill() -> None:
+    sts = [{"caught_up_at": 101.0}, {"caught_up_at": 100.4}]
+    assert sb.caught_up_s(sts, 2, 100.0) == pytest.approx(1.0)
+    assert sb.caught_up_s(sts, 3, 100.0) is None  # a partition has no state yet
+    assert sb.caught_up_s([{"caught_up_at": 99.0}, {"caught_up_at": 101.0}], 2,
+                          100.0) is None  # caught up before the kill: the old driver's
+    assert sb.caught_up_s([{}, {"caught_up_at": 101.0}], 2, 100.0) is None
+
+
+def test_takeover_parts_are_steps_and_times_since_the_kill() -> None:
+    tk = {"detected_at": 10.05, "claimed_at": 10.10, "tasks_began_at": 10.5,
+          "tasks_recovered_at": 11.0, "ended_at": 13.0, "driver": 2}
+    p = sb.takeover_parts(tk, 10.0)
+    assert p["detect_s"] == pytest.approx(0.05) and p["claim_s"] == pytest.approx(0.05)
+    assert p["start_s"] == pytest.approx(0.4) and p["recover_s"] == pytest.approx(0.5)
+    assert p["end_s"] == pytest.approx(2.0)
+    assert p["recover_since_kill_s"] == pytest.approx(1.0)
+    missing = sb.takeover_parts({"detected_at": 10.2, "tasks_began_at": 10.7}, 10.0)
+    assert missing == {"detect_s": 0.2, "detect_since_kill_s": 0.2, "start_s": 0.5,
+                       "start_since_kill_s": 0.7}
+
+
+def test_task_phases_keep_the_slowest_task_per_phase() -> None:
+    sts = [{"recovered": {"phases": [{"name": "ec", "measured_s": 0.2},
+                                     {"name": "replay", "measured_s": 0.1}]}},
+           {"recovered": {"phases": [{"name": "ec", "measured_s": 0.3}]}}, {}]
+    assert sb.task_phases(sts) == {"ec": 0.3, "replay": 0.1}
+
+
+def test_kill_ratio_only_for_kills_close_together() -> None:
+    a = {"n": 3, "median": 1.0, "frac_median": 0.50}
+    assert sb.kill_ratio(a, {"n": 3, "median": 8.0, "frac_median": 0.52}) == 0.125
+    assert sb.kill_ratio(a, {"n": 3, "median": 8.0, "frac_median": 0.60}) is None
+    assert sb.kill_ratio(a, {"n": 0, "median": None}) is None
+
+
+def _res() -> dict[str, Any]:
+    kill = {"frac": 0.3, "killed_at_fraction": 0.31, "measured_s": 0.8, "within_1s": True,
+            "parts": {"detect_s": 0.01, "claim_s": 0.02, "start_s": 0.3, "recover_s": 0.4},
+            "load": 1.0}
+    summ = {k: {"n": 1, "median": m, "min": m, "max": m, "frac_median": 0.5, "loads": [1.0]}
+            for k, m in (("a", 1.2), ("b", 9.0), ("c", 20.0), ("d", 12.0))}
+    summ["a_takeover_only"] = {"n": 1, "median": 0.9}
+    return {"quick": False, "command": "python -m bench.standby_bench", "cpus": 2,
+            "commit": "abc", "started": "now", "load_start": 0.5, "load_end": 0.7,
+            "part1": {"rows": 3_000_000, "kill_at": 0.5, "windows": 10, "reference_run_s": 9,
+                      "spark_store": "hdfs", "spark_rows_per_batch": 500_000,
+                      "flink": "measured", "summary": summ,
+                      "ratios": {"a/b": 0.133, "a/c": 0.06, "a/d": 0.1},
+                      "parts_median": {"detect_s": 0.01, "detect_since_kill_s": 0.01},
+                      "runs": {"a": [{"killed_at_fraction": 0.5, "ready_after_start_s": 4,
+                                      "ready_at_fraction": 0.1, "task_phases": {},
+                                      "load": 1.0}], "b": [], "c": [], "d": []}},
+            "part2": {"spec": "items", "rows": 3_000_000, "objective": "1s", "refused": None,
+                      "kills": [kill], "within_1s_share": 1.0,
+                      "measured": {"median": 0.8, "max": 0.8}},
+            "part3": {"rows": 3_000_000, "reps": 1, "ratio": 1.02,
+                      "ratio_pairs": {"min": 1.02, "max": 1.02},
+                      "standby": {"median": 10.2, "min": 10.2, "max": 10.2},
+                      "none": {"median": 10.0, "min": 10.0, "max": 10.0},
+                      "runs": {"standby": [{"load": 1.0}], "none": [{"load": 1.0}]},
+                      "standby_cpu_warm_s": 5.0, "standby_cpu_waiting_s": 0.1}}
+
+
+def test_targets_judge_each_measure() -> None:
+    rows = sb.targets(_res())
+    assert [met for *_, met in rows] == [True, True, True, True]
+    res = _res()
+    res["part1"]["ratios"]["a/d"] = None
+    res["part1"]["flink"] = "not measured: no java"
+    flink = sb.targets(res)[1]
+    assert flink[3] is None and "no java" in flink[2]
+
+
+def test_targets_are_not_judged_at_quick_sizes_or_under_load() -> None:
+    res = _res()
+    assert sb.judged(res) is None
+    res["load_end"] = 12.5
+    rows = sb.targets(res)
+    assert all(met is None and "load 12.5: not judged" in got for _, _, got, met in rows)
+    res = _res()
+    res["quick"] = True
+    assert sb.judged(res) == "--quick sizes"
+
+
+def test_markdown_has_every_part_and_says_a_loaded_machine() -> None:
+    md = sb.markdown(_res())
+    assert "### 1." in md and "### 2." in md and "### 3." in md
+    assert "not quiet" not in md
+    res = _res()
+    res["load_start"] = 9.0
+    assert "not quiet" in sb.markdown(res)
