@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,7 +140,7 @@ def _recover_and_resume(run: _Recover, driver: int | None, *, dry_run: bool,
                                  repairs=run.repairs, resumed=None, rescale=rescaled,
                                  would=[] if rescaled is None else rescaled.lines())
         run.next_generation()
-    parts = [_recover_partition(run, p) for p in range(run.spec.run.partitions)]
+    parts = _recover_partitions(run)
     if dry_run:
         done = _source_done(run.layout, run.spec.run.partitions)
         return RecoverResult(run_dir=str(run.layout.root), dry_run=True, partitions=parts,
@@ -200,6 +201,18 @@ def _rescale(run: _Recover, partitions: int, master: str | None) -> RescaleResul
 
 
 # --------------------------------------------------------------------------- 3. recover
+
+
+def _recover_partitions(run: _Recover) -> list[RecoverPartition]:
+    """Every partition recovered (dry run: predicted), in order. When the tasks rebuild
+    (``in_tasks``), what is left here is waiting for locks and reconciling, I/O: the
+    partitions then go in parallel."""
+    partitions = range(run.spec.run.partitions)
+    if not run.in_tasks or len(partitions) < 2:
+        return [_recover_partition(run, p) for p in partitions]
+    with ThreadPoolExecutor(max_workers=min(8, len(partitions)),
+                            thread_name_prefix="cec-reconcile") as pool:
+        return list(pool.map(lambda p: _recover_partition(run, p), partitions))
 
 
 def _recover_partition(run: _Recover, p: int) -> RecoverPartition:

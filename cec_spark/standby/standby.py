@@ -48,6 +48,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
+from cec_spark.ingest.query import check_filter
 from cec_spark.recover.resume import recover_run
 from cec_spark.report import RecoverResult
 from cec_spark.run import rto
@@ -154,6 +155,7 @@ def _warm(plan: RunPlan) -> tuple[SparkSession, tuple[object, ...]]:
         f"{plan.layout.root}")
     spark = session_for(run.effective_master, run.partitions, _conf(plan))
     probe(spark, plan.layout, plan.settings.run_id, [], run.partitions + 1)
+    check_filter(spark, plan)  # the ingest's filter analysed once, as a run's start does
     spark.sparkContext.setJobGroup("cec", "cec")
     say(f"standby: warm in {time.monotonic() - t0:.1f} s")
     return spark, _key(plan)
