@@ -7,15 +7,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cec.errors import CecError
+from cec.errors import CecError, SpecError
 from cec.spec import PipelineSpec
 from cec.spec.parse import field_error
+from cec_spark.ingest.project import Projector, direct_reason
+from cec_spark.ingest.where import CompiledWhere, compile_where
 from cec_spark.ingest.writer import (
     _CLOCKS,
     JOB_PROPERTY,
@@ -170,6 +173,17 @@ def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes
     )
 
 
+def compile_filter(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes
+                   ) -> CompiledWhere | None:
+    """``[filter].where`` analysed by Spark over the source frame's schema (None: no
+    filter); a SpecError naming the part the Python evaluator cannot evaluate."""
+    if spec.where is None:
+        return None
+    ddl = ", ".join(f"`{n}` {_SPARK_TYPES[t]}" for n, t in zip(columns.names, columns.types,
+                                                               strict=True))
+    return compile_where(spark, spec.where, ddl, origin=spec.origin)
+
+
 def check_filter(spark: SparkSession, plan: RunPlan) -> None:
     """Analyse the query of the plan's first chunk: a bad ``where`` is a SpecError, before
     any write (a plan without a planned source: nothing to analyse)."""
@@ -201,6 +215,14 @@ class IngestQuery:
     ``ingest_tasks`` > 1 a shuffle sits in the query (Spark reuses the shuffle output
     of a physical plan run again, which would hand a job the previous job's rows):
     those queries are built per job.
+
+    A file source with one ingest task whose rows Python can filter, project and
+    partition exactly as the Spark query does (:func:`cec_spark.ingest.project.
+    direct_reason`, the filter compiled by :func:`compile_filter`) runs the **direct**
+    query instead: one task that reads the job's chunks, makes the upstream rows
+    (:class:`~cec_spark.ingest.project.Projector`) and writes them; no row enters the
+    JVM (the Spark query crossed Python → JVM → Python with every batch).
+    ``direct_off`` says why a run does not (None: it does).
     """
 
     _SCHEMA = ("rows long, started_at double, trimmed long, "
@@ -212,6 +234,10 @@ class IngestQuery:
         self.tasks = plan.spec.run.ingest_tasks
         self.writers = min(self.tasks, plan.partitions)
         self._reused: DataFrame | None = None
+        self.direct: Projector | None = None
+        self.direct_off, where = _direct_off(spark, plan)
+        if self.direct_off is None:
+            self.direct = Projector(plan.spec, plan.settings.key_groups, where)
 
     def _query(self, chunks: list[Chunk] | None, readers: int) -> DataFrame:
         df = upstream_frame(self.spark, self.spec, self.settings.columns, chunks, readers,
@@ -226,7 +252,14 @@ class IngestQuery:
 
     def run(self, chunks: list[Chunk], progress: IngestProgress) -> int:
         """Ingest consecutive chunks (one Spark job); the number of tuples written."""
-        if chunks[0].fmt == "generator" or self.tasks > 1:
+        if self.direct is not None:
+            if self._reused is None:
+                self._reused = self.spark.range(0, 1, 1, 1).mapInArrow(
+                    _direct_writer(self.cfg, self.settings.columns.to_json(),
+                                   TimeSpec.of(self.spec).to_json(), self.direct),
+                    self._SCHEMA)
+            out = self._run_reused(chunks)
+        elif chunks[0].fmt == "generator" or self.tasks > 1:
             # with several tasks the rows go through a shuffle, whose output Spark
             # keeps and hands again to a query run again: built per job
             readers = min(self.tasks, len(chunks)) if chunks[0].fmt != "generator" \
@@ -235,12 +268,7 @@ class IngestQuery:
         else:
             if self._reused is None:
                 self._reused = self._query(None, self.tasks)
-            sc = self.spark.sparkContext
-            sc.setLocalProperty(JOB_PROPERTY, json.dumps([c.to_json() for c in chunks]))
-            try:
-                out = self._reused.collect()
-            finally:
-                sc.setLocalProperty(JOB_PROPERTY, None)  # type: ignore[arg-type]
+            out = self._run_reused(chunks)
         clocks = progress.writer_s
         if "first_writer_at" not in clocks:
             clocks["first_writer_at"] = min(float(r["started_at"]) for r in out)
@@ -249,6 +277,50 @@ class IngestQuery:
             for c in _CLOCKS:
                 clocks[c] = clocks.get(c, 0.0) + float(row[c])
         return int(sum(r["rows"] for r in out))
+
+
+    def _run_reused(self, chunks: list[Chunk]) -> list[Any]:
+        """The query built once, run for ``chunks`` (a Spark local property)."""
+        assert self._reused is not None
+        sc = self.spark.sparkContext
+        sc.setLocalProperty(JOB_PROPERTY, json.dumps([c.to_json() for c in chunks]))
+        try:
+            return self._reused.collect()
+        finally:
+            sc.setLocalProperty(JOB_PROPERTY, None)  # type: ignore[arg-type]
+
+
+def _direct_off(spark: SparkSession, plan: RunPlan) -> tuple[str | None, CompiledWhere | None]:
+    """Why ``plan``'s ingest runs the Spark query, not the direct one (None: direct),
+    and the compiled filter of a direct one."""
+    spec = plan.spec
+    if spec.source.kind == "generator":
+        return "the generator's rows are made by Spark", None
+    reason = direct_reason(spec, plan.settings)
+    if reason is not None:
+        return reason, None
+    try:
+        return None, compile_filter(spark, spec, plan.settings.columns)
+    except SpecError as exc:
+        return f"the filter does not compile for Python ({exc})", None
+
+
+def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projector
+                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The direct query's function: its one task reads the job's chunks
+    (:func:`_job_chunks`), makes the upstream rows and writes them
+    (:func:`_chunk_writer`); it yields the writer's one row of figures."""
+
+    def run(indices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for _ in indices:  # the one input row: nothing to read from the JVM
+            pass
+        chunks = _job_chunks()
+        cols, tspec = ColumnTypes.from_json(columns), TimeSpec.from_json(time)
+        rows = (project(batch) for chunk in chunks
+                for batch in read_chunk(chunk, cols, tspec))
+        yield from _chunk_writer(cfg, chunks)(rows)
+
+    return run
 
 
 _ROUTES: dict[int, list[int]] = {}

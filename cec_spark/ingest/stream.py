@@ -38,18 +38,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from cec.errors import SpecError
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
-from cec_spark.ingest.query import _SPARK_TYPES, IngestProgress
-from cec_spark.ingest.where import CompiledWhere, compile_where
+from cec_spark.ingest.project import Projector, direct_reason
+from cec_spark.ingest.query import IngestProgress, compile_filter
+from cec_spark.ingest.where import CompiledWhere
 from cec_spark.ingest.writer import (
-    PART,
     WriterConfig,
     _JobChunks,
     _UpstreamWriter,
@@ -57,52 +55,23 @@ from cec_spark.ingest.writer import (
     open_upstream,
 )
 from cec_spark.run.plan import RunPlan
-from cec_spark.rundir.layout import RunLayout, read_advisory, value_column, write_advisory
-from cec_spark.rundir.run_file import RunSettings, parse_run_text
+from cec_spark.rundir.layout import RunLayout, read_advisory, write_advisory
+from cec_spark.rundir.run_file import parse_run_text
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.read import read_chunk
-from cec_spark.source.types import SEQ, Chunk, ColumnTypes, SourcePlan, TimeSpec, WatchState
-from recovery.rescale import SPARK_SEED, spark_xxhash64
+from cec_spark.source.types import Chunk, ColumnTypes, SourcePlan, TimeSpec, WatchState
 from storage_log.log import StreamLog
 from storage_log.notify import CommitWatch
 
 FALLBACK = "cec: the stream ingest runs one Spark job per poll: {reason}"
 STATE_EVERY_S = 0.5
-_KEY_TYPES = ("int64", "string")
-_VALUE_TYPES = ("int64", "float64", "bool")
 
 
 # --------------------------------------------------------------------------- driver side
 
 
-def fallback_reason(spec: PipelineSpec, settings: RunSettings) -> str | None:
-    """Why the long-lived task cannot run this stream folder's ingest (None: it can)."""
-    if spec.source.reorders:
-        return "allowed_lateness/late reorder or drop rows (source_order), which the " \
-               "long-lived ingest does not do"
-    if spec.run.ingest_tasks > 1:
-        return f"[run].ingest_tasks = {spec.run.ingest_tasks} (the long-lived ingest is one task)"
-    schema = settings.columns.schema()
-    key = spec.aggregate.group_by
-    if key in schema.names and str(schema.field(key).type) not in _KEY_TYPES:
-        return f"the key {key!r} is a {schema.field(key).type}, not an int64 or a string"
-    field = spec.aggregate.field
-    if field is not None and field in schema.names:
-        kind = settings.columns.kind(field)
-        if kind not in _VALUE_TYPES and kind not in ("timestamp", "iso"):
-            return f"the value {field!r} is a {kind} (Spark's cast to double is not reproduced)"
-    return None
-
-
-def compile_filter(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes
-                   ) -> CompiledWhere | None:
-    """``[filter].where`` analysed by Spark over the source frame's schema (None: no
-    filter); a SpecError naming the part the long-lived task cannot evaluate."""
-    if spec.where is None:
-        return None
-    ddl = ", ".join(f"`{n}` {_SPARK_TYPES[t]}" for n, t in zip(columns.names, columns.types,
-                                                               strict=True))
-    return compile_where(spark, spec.where, ddl, origin=spec.origin)
+# what the long-lived task cannot match: the same as the bounded ingest's direct query
+fallback_reason = direct_reason
 
 
 def plan_json(plan: SourcePlan) -> str:
@@ -207,37 +176,6 @@ def stream_entry(task: StreamTask
     return run
 
 
-class Partitioner:
-    """The key partition of Spark SQL (:func:`cec_spark.ingest.query.partition_expr`):
-    ``pmod(xxhash64(key), G)`` then ``kg * P div G`` (``pmod(xxhash64(key), P)`` without key
-    groups), one hash per distinct key (cached)."""
-
-    def __init__(self, partitions: int, key_groups: int | None) -> None:
-        self.partitions, self.groups = partitions, key_groups
-        self.cache: dict[Any, int] = {}
-
-    def of_hash(self, h: int) -> int:
-        if self.groups is None:
-            return h % self.partitions
-        return (h % self.groups) * self.partitions // self.groups
-
-    def __call__(self, keys: pa.Array) -> pa.Array:
-        enc = pc.dictionary_encode(keys)
-        values = enc.dictionary.to_pylist()
-        cache = self.cache
-        parts = np.empty(len(values) + 1, np.int32)
-        for i, v in enumerate(values):
-            p = cache.get(v)
-            if p is None:
-                p = cache[v] = self.of_hash(spark_xxhash64(v))
-                if len(cache) > 1 << 20:
-                    cache.clear()
-            parts[i] = p
-        parts[-1] = self.of_hash(SPARK_SEED)  # xxhash64(NULL) is the seed
-        idx = enc.indices.fill_null(len(values)).to_numpy(zero_copy_only=False)
-        return pa.array(parts[idx], pa.int32())
-
-
 @dataclass
 class _State:
     chunks_done: int = 0
@@ -266,26 +204,14 @@ class _StreamIngest:
         self.start = plan_from_json(task.start)
         self.columns = self.settings.columns
         self.time = TimeSpec.of(self.spec)
-        self.partition = Partitioner(self.spec.run.partitions, self.settings.key_groups)
-        self.value = value_column(self.spec)
+        self.projector = Projector(self.spec, self.settings.key_groups, self.where)
         self.state = _State(started_at=time.time())
         self.clock = [0.0, 0.0, 0.0]
         self._reported = 0.0
 
     def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``upstream_frame``'s rows: ts, seq, key, value, PART (filtered first)."""
-        if self.where is not None:
-            batch = batch.filter(self.where.keep(batch))
-        agg = self.spec.aggregate
-        key = batch.column(agg.group_by)
-        if agg.field is not None:
-            value = batch.column(agg.field).cast(pa.float64())
-        else:
-            value = pa.array(np.ones(batch.num_rows), pa.float64())
-        return pa.RecordBatch.from_arrays(
-            [batch.column(self.spec.source.time_field).cast(pa.int64()), batch.column(SEQ),
-             key, value, self.partition(key)],
-            names=["ts", "seq", agg.group_by, self.value, PART])
+        return self.projector(batch)
 
     def rows(self, chunks: list[Chunk]) -> Iterator[pa.RecordBatch]:
         for chunk in chunks:

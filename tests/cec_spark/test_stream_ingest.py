@@ -23,9 +23,9 @@ import pyarrow as pa
 import pytest
 
 from cec.spec import load_spec
+from cec_spark.ingest.project import Partitioner
 from cec_spark.ingest.stream import (
     FALLBACK,
-    Partitioner,
     fallback_reason,
     plan_from_json,
     plan_json,

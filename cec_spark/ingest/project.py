@@ -1,0 +1,169 @@
+"""The upstream logs' rows made in Python, where the source's rows are read (no Spark).
+
+Spark's ingest query (:func:`cec_spark.ingest.query.upstream_frame`) filters, projects
+and key-partitions the rows in the JVM: each batch crosses Python (the reader) → JVM →
+Python (the writer). The same three steps on an Arrow batch, with the same semantics,
+for the tasks that read the source themselves (the long-lived stream ingest,
+:mod:`cec_spark.ingest.stream`; the bounded file ingest's direct query,
+:class:`cec_spark.ingest.query.IngestQuery`):
+
+* ``[filter].where``: :class:`~cec_spark.ingest.where.CompiledWhere` (compiled once by
+  Spark on the driver; ``where_eval`` reproduces Spark SQL's semantics on Arrow);
+* the projection: ``ts`` (int64), ``seq``, the key, the value cast to double (Spark's
+  cast: an int64 above 2^53 rounds to the nearest double, never an error), ``PART``;
+* the key partition (:class:`Partitioner`): Spark's ``pmod(xxhash64(key), G)`` then
+  ``kg * P div G`` (:func:`cec_spark.ingest.query.partition_expr`); an int64 key is
+  hashed vectorized (:func:`xxhash64_int64`, XXH64 of the 8 little-endian bytes, as
+  Spark's ``XXH64.hashLong``), a string key once per distinct key of a batch.
+
+:func:`direct_reason` says what this path cannot match (the Spark query runs then).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cec.spec import PipelineSpec
+from cec_spark.ingest.where import CompiledWhere
+from cec_spark.rundir.layout import value_column
+from cec_spark.rundir.run_file import RunSettings
+from cec_spark.source.types import SEQ
+from recovery.rescale import SPARK_SEED, spark_xxhash64
+
+PART = "__cec_part"  # the same name as cec_spark.ingest.writer.PART
+_KEY_TYPES = ("int64", "string")
+_VALUE_TYPES = ("int64", "float64", "bool")
+
+_P1 = np.uint64(0x9E3779B185EBCA87)
+_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P3 = np.uint64(0x165667B19E3779F9)
+_P4 = np.uint64(0x85EBCA77C2B2AE63)
+_P5 = np.uint64(0x27D4EB2F165667C5)
+
+
+def xxhash64_int64(keys: np.ndarray, seed: int = SPARK_SEED) -> np.ndarray:
+    """Spark SQL's ``xxhash64`` of int64 values (XXH64 of 8 bytes), signed int64 (two
+    arrays of temporaries, every step in place)."""
+    with np.errstate(over="ignore"):
+        h = keys.astype(np.int64, copy=False).view(np.uint64) * _P2
+        t = h >> np.uint64(33)  # rotl(h, 31)
+        h <<= np.uint64(31)
+        h |= t
+        h *= _P1
+        h ^= np.uint64((seed + int(_P5) + 8) & ((1 << 64) - 1))
+        np.right_shift(h, np.uint64(37), out=t)  # rotl(h, 27)
+        h <<= np.uint64(27)
+        h |= t
+        h *= _P1
+        h += _P4
+        for shift, prime in ((33, _P2), (29, _P3)):
+            np.right_shift(h, np.uint64(shift), out=t)
+            h ^= t
+            h *= prime
+        np.right_shift(h, np.uint64(32), out=t)
+        h ^= t
+    return h.view(np.int64)
+
+
+class Partitioner:
+    """The key partition of Spark SQL (:func:`cec_spark.ingest.query.partition_expr`):
+    ``pmod(xxhash64(key), G)`` then ``kg * P div G`` (``pmod(xxhash64(key), P)`` without key
+    groups). An int64 key array is hashed vectorized; other keys one hash per distinct
+    key (cached)."""
+
+    def __init__(self, partitions: int, key_groups: int | None) -> None:
+        self.partitions, self.groups = partitions, key_groups
+        self.cache: dict[Any, int] = {}
+
+    def of_hash(self, h: int) -> int:
+        if self.groups is None:
+            return h % self.partitions
+        return (h % self.groups) * self.partitions // self.groups
+
+    def of_hashes(self, h: np.ndarray) -> np.ndarray:
+        """:meth:`of_hash` of an int64 array (``np.mod`` by a positive divisor is pmod)."""
+        g = self.partitions if self.groups is None else self.groups
+        if g & (g - 1) == 0:  # a power of two: pmod is the low bits (two's complement)
+            kg = (h & np.int64(g - 1)).astype(np.int32)
+        else:
+            kg = np.mod(h, g).astype(np.int32)
+        if self.groups is None:
+            return kg
+        owner = (np.arange(self.groups, dtype=np.int64) * self.partitions
+                 // self.groups).astype(np.int32)  # key group -> partition
+        return owner[kg]
+
+    def __call__(self, keys: pa.Array) -> pa.Array:
+        if isinstance(keys, pa.ChunkedArray):
+            keys = keys.combine_chunks()
+        if pa.types.is_int64(keys.type):
+            parts = self.of_hashes(xxhash64_int64(
+                keys.fill_null(0).to_numpy(zero_copy_only=False)))
+            if keys.null_count:  # xxhash64(NULL) is the seed
+                parts[keys.is_null().to_numpy(zero_copy_only=False)] = self.of_hash(SPARK_SEED)
+            return pa.array(parts, pa.int32())
+        enc = pc.dictionary_encode(keys)
+        values = enc.dictionary.to_pylist()
+        cache = self.cache
+        out = np.empty(len(values) + 1, np.int32)
+        for i, v in enumerate(values):
+            p = cache.get(v)
+            if p is None:
+                p = cache[v] = self.of_hash(spark_xxhash64(v))
+                if len(cache) > 1 << 20:
+                    cache.clear()
+            out[i] = p
+        out[-1] = self.of_hash(SPARK_SEED)
+        idx = enc.indices.fill_null(len(values)).to_numpy(zero_copy_only=False)
+        return pa.array(out[idx], pa.int32())
+
+
+def direct_reason(spec: PipelineSpec, settings: RunSettings) -> str | None:
+    """Why the source's rows cannot be filtered, projected and partitioned in Python with
+    exactly the Spark query's result (None: they can)."""
+    if spec.source.reorders:
+        return "allowed_lateness/late reorder or drop rows (source_order), which the " \
+               "long-lived ingest does not do"
+    if spec.run.ingest_tasks > 1:
+        return f"[run].ingest_tasks = {spec.run.ingest_tasks} (the long-lived ingest is one task)"
+    schema = settings.columns.schema()
+    key = spec.aggregate.group_by
+    if key in schema.names and str(schema.field(key).type) not in _KEY_TYPES:
+        return f"the key {key!r} is a {schema.field(key).type}, not an int64 or a string"
+    field = spec.aggregate.field
+    if field is not None and field in schema.names:
+        kind = settings.columns.kind(field)
+        if kind not in _VALUE_TYPES and kind not in ("timestamp", "iso"):
+            return f"the value {field!r} is a {kind} (Spark's cast to double is not reproduced)"
+    return None
+
+
+class Projector:
+    """A source batch (typed columns plus ``SEQ``) → the upstream rows: filtered, then
+    ``ts, seq, key, value, PART`` (:func:`cec_spark.ingest.query.upstream_frame`'s)."""
+
+    def __init__(self, spec: PipelineSpec, key_groups: int | None,
+                 where: CompiledWhere | None) -> None:
+        agg = spec.aggregate
+        self.where = where
+        self.key, self.field = agg.group_by, agg.field
+        self.time_field = spec.source.time_field
+        self.value = value_column(spec)
+        self.partition = Partitioner(spec.run.partitions, key_groups)
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self.where is not None:
+            batch = batch.filter(self.where.keep(batch))
+        key = batch.column(self.key)
+        if self.field is not None:
+            value = pc.cast(batch.column(self.field), pa.float64(), safe=False)
+        else:
+            value = pa.array(np.ones(batch.num_rows), pa.float64())
+        return pa.RecordBatch.from_arrays(
+            [batch.column(self.time_field).cast(pa.int64()), batch.column(SEQ), key, value,
+             self.partition(key)],
+            names=["ts", "seq", self.key, self.value, PART])
