@@ -160,6 +160,9 @@ class RunSpec:
     # and writes all P logs, no shuffle; N > 1: N readers, a shuffle by key partition,
     # min(N, P) writers each owning its logs)
     ingest_tasks: int = 1
+    # ingest_tasks was written in the spec; else the run chooses it from the task slots
+    # (cec_spark.run.plan.choose_ingest_tasks); not part of the value, like targets_given
+    ingest_tasks_given: bool = field(default=False, compare=False)
 
     @property
     def effective_master(self) -> str:
