@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from cec.aggregates import Reducer, get_reducer
 from cec.errors import SpecError
+from cec.operator.memory import WindowMemory
 from cec.operator.state import OperatorState
 from cec.policy import Clock, PolicyConfig
 from cec.records import key_arrow_type
@@ -64,6 +65,8 @@ class OperatorConfig:
     key_type: str = "int64"
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     clock: Clock = field(default=time.monotonic, compare=False)
+    #: the open windows' memory check (None: none; cec.operator.memory)
+    memory: WindowMemory | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         key_arrow_type(self.key_type)

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cec.operator.memory import WindowMemory
 from cec.window_state import FIELDS, declares
 
 I64 = npt.NDArray[np.int64]
@@ -184,8 +185,9 @@ class WindowSlots:
     #: every array but ``live``, and its numpy type
     ARRAYS = (("key_idx", np.int64), *((f.name, f.dtype) for f in FIELDS))
 
-    def __init__(self, capacity: int = 1024) -> None:
+    def __init__(self, capacity: int = 1024, memory: WindowMemory | None = None) -> None:
         self.capacity = capacity
+        self.memory = memory  # checked before every growth (None: no limit)
         for name, dtype in self.ARRAYS:
             setattr(self, name, np.zeros(capacity, dtype=dtype))
         self.live = np.zeros(capacity, dtype=np.bool_)
@@ -193,9 +195,16 @@ class WindowSlots:
         self._n_free = capacity
         self.n_live = 0
 
+    @classmethod
+    def slot_bytes(cls) -> int:
+        """Bytes per slot: every array, ``live`` and the slot's free-list entry."""
+        return sum(np.dtype(t).itemsize for _, t in cls.ARRAYS) + 1 + 8
+
     def _grow(self, need_free: int) -> None:
         old = self.capacity
         new_cap = max(2 * old, old + need_free - self._n_free + 1024)
+        if self.memory is not None:
+            self.memory.check(self.n_live + need_free, old, new_cap, self.slot_bytes())
         for name, _ in self.ARRAYS:
             arr = getattr(self, name)
             grown = np.zeros(new_cap, dtype=arr.dtype)

@@ -92,7 +92,7 @@ class VectorOperator:
         #: the keys seen (and not forgotten by compaction) as dense key indices
         self._keys = KeyRegistry(config.key_type)
         #: the open windows: identity, footprint and partial aggregate, one slot each
-        self._slots = WindowSlots()
+        self._slots = WindowSlots(memory=config.memory)
         #: each key's open windows' slots (layout per window kind: see KeyWindows)
         self._by_key = KeyWindows(config.window.max_open_per_key)
         #: what the window kind computes from a batch

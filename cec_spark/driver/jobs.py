@@ -67,7 +67,7 @@ def _task_entry(plan: RunPlan, driver: int | None
 
 # Errors of a task that another attempt cannot fix: the job is not resubmitted.
 _FATAL = re.compile(r"\b(RunNotVisibleError|DriverSupersededError|LogNotFoundError|"
-                    r"InputRangeError|InputOrderError|LogWriteError): (.+)")
+                    r"InputRangeError|InputOrderError|LogWriteError|WindowMemoryError): (.+)")
 
 
 def _fatal(exc: BaseException) -> CecError | None:

@@ -21,6 +21,7 @@ writes its Python worker's pid there first, which is how tests find the worker t
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from pyspark import TaskContext
 
 from cec.errors import CecError
 from cec.operator import OperatorConfig, VectorOperator
+from cec.operator.memory import WindowMemory, task_limit
 from cec.policy import PolicyConfig
 from cec.spec import PipelineSpec
 from cec.windows import window_spec
@@ -62,8 +64,10 @@ REFILL_WAIT_S = 600.0
 STATE_EVERY_S = 0.5
 
 
-def operator_for(spec: PipelineSpec, settings: RunSettings) -> VectorOperator:
-    """A fresh vectorized operator for the spec."""
+def operator_for(spec: PipelineSpec, settings: RunSettings,
+                 partition: int | None = None) -> VectorOperator:
+    """A fresh vectorized operator for the spec; in partition ``partition``'s task, with
+    the check that its open windows fit this worker's memory (:func:`window_memory`)."""
     w = spec.aggregate.window
     cp = spec.checkpoint
     q: int | str = cp.q_records if cp.q_records is not None else cp.q_text
@@ -75,8 +79,29 @@ def operator_for(spec: PipelineSpec, settings: RunSettings) -> VectorOperator:
         key_type=settings.key_type,
         policy=PolicyConfig(mode=cp.mode, q=q, u=cp.u,  # type: ignore[arg-type]
                             ci_ms=cp.ci_ms, cp_ms=cp.cp_ms),
+        memory=None if partition is None else window_memory(spec, partition),
     )
     return VectorOperator(config)
+
+
+def window_memory(spec: PipelineSpec, partition: int) -> WindowMemory:
+    """The open windows' memory check of an operator task on this host: Spark's limit
+    of this Python worker (``PYSPARK_EXECUTOR_MEMORY_MB``) or a share of the host's
+    available memory (:func:`cec.operator.memory.task_limit`)."""
+    raw = os.environ.get("PYSPARK_EXECUTOR_MEMORY_MB", "")
+    available = 0
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    if not available:  # not Linux: the physical memory
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = task_limit(pyspark_memory_mb=int(raw) if raw.isdigit() else None,
+                       host_available=available, tasks_on_host=spec.run.partitions)
+    return WindowMemory(partition, limit)
 
 
 class ReplayFloor:
@@ -264,7 +289,7 @@ def _recover(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSetting
     :data:`REFILL_WAIT_S`, and recover into another fresh one."""
     deadline = time.monotonic() + REFILL_WAIT_S
     while True:
-        op = operator_for(spec, settings)
+        op = operator_for(spec, settings, partition=p)
         try:
             rec = recover_partition(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
                           create=False, segment_bytes=spec.run.segment_kb << 10,

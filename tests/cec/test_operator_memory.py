@@ -1,0 +1,88 @@
+"""The operator's memory: bytes per open window by part, the limit of a task and the
+check before the window slots grow (a clear error, never a killed worker)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from cec.errors import UsageError, exit_code
+from cec.operator.base import OperatorConfig
+from cec.operator.memory import (
+    HOST_SHARE,
+    Limit,
+    WindowMemory,
+    WindowMemoryError,
+    state_bytes,
+    task_limit,
+)
+from cec.operator.store import WindowSlots
+from cec.operator.vector import VectorOperator
+from cec.policy import PolicyConfig
+from cec.windows import window_spec
+
+
+def _batch(keys: np.ndarray, first_seq: int) -> pa.RecordBatch:
+    seq = np.arange(first_seq, first_seq + len(keys), dtype=np.int64)
+    return pa.RecordBatch.from_arrays(
+        [pa.array(seq // 1000), pa.array(seq), pa.array(keys.astype(np.int64)),
+         pa.array(np.ones(len(keys)))], names=["ts", "seq", "key", "value"])
+
+
+def _operator(memory: WindowMemory | None) -> VectorOperator:
+    return VectorOperator(OperatorConfig(window=window_spec("time", "10s"), key_type="int64",
+                                         policy=PolicyConfig(), memory=memory))
+
+
+def test_the_limit_is_sparks_python_worker_memory_else_a_share_of_the_host() -> None:
+    mine = task_limit(pyspark_memory_mb=512, host_available=64 << 30, tasks_on_host=4)
+    assert mine.bytes == 512 << 20 and "spark.executor.pyspark.memory" in mine.source
+    shared = task_limit(pyspark_memory_mb=None, host_available=8 << 30, tasks_on_host=4)
+    assert shared.bytes == int((8 << 30) * HOST_SHARE) // 4
+    assert "8,192 MiB" in shared.source and "4 operator tasks" in shared.source
+
+
+def test_a_growth_past_the_limit_names_the_partition_and_the_sizes() -> None:
+    per = WindowSlots.slot_bytes()
+    assert per == 12 * 8 + 1 + 8  # key_idx, 11 state fields, live, free-list entry
+    check = WindowMemory(3, Limit(100 << 20, "a test's limit"))
+    check.check(300_000, 300_000, 600_000, per)  # 0.9 M slots * 105 B = 90 MiB: fits
+    with pytest.raises(WindowMemoryError) as err:
+        check.check(600_000, 600_000, 1_200_000, per)
+    text = str(err.value)
+    assert text.startswith("partition 3: 600,000 open windows do not fit")
+    assert "1,200,000 windows needs 180 MiB" in text and "limit of 100 MiB" in text
+    assert "a test's limit" in text and "--partitions" in text
+    assert isinstance(err.value, UsageError) and exit_code(err.value) == 2
+
+
+def test_the_operator_stops_before_its_windows_outgrow_the_limit() -> None:
+    # every key opens a window: 8,000 keys grow the slots to 9,024, 4,000 more would
+    # double them (both sets of arrays held while copying: 27,072 slots)
+    per = WindowSlots.slot_bytes()
+    limit = Limit((9024 + 2 * 9024) * per - 1, "a test's limit")
+    op = _operator(WindowMemory(0, limit))
+    op.process(_batch(np.arange(0, 8000), 0))
+    assert op.n_open == 8000 and op._slots.capacity == 9024
+    with pytest.raises(WindowMemoryError, match=r"^partition 0: 12,000 open windows do not "
+                       r"fit in its memory: growing their state to 18,048 windows"):
+        op.process(_batch(np.arange(8000, 12_000), 8000))
+    # the same input with room for it: no error, the same windows as without a check
+    roomy, free = _operator(WindowMemory(0, Limit(1 << 30, "roomy"))), _operator(None)
+    for op in (roomy, free):
+        op.process(_batch(np.arange(0, 8000), 0))
+        op.process(_batch(np.arange(8000, 12_000), 8000))
+    assert roomy.n_open == free.n_open == 12_000
+    assert roomy.open_windows().equals(free.open_windows())
+
+
+def test_state_bytes_by_part() -> None:
+    op = _operator(None)
+    op.process(_batch(np.arange(0, 5000), 0))
+    parts = state_bytes(op)
+    cap = op._slots.capacity
+    assert parts["window slots (key_idx + state fields)"] == cap * 12 * 8
+    assert parts["window slots: live flags"] == cap
+    assert parts["per-key index (KeyWindows)"] == op._by_key.table.nbytes
+    assert all(v >= 0 for v in parts.values())
