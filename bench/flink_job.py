@@ -392,7 +392,7 @@ class _Child:
                                         "insert": insert}, indent=1))
         self.port = int(conf["rest.port"])
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env["FLINK_LOG_DIR"] = str(work / "flink-logs")
+        env["FLINK_LOG_DIR"] = str(work / "flink-logs" / name)  # Flink's own log, per job
         self._log = log.open("ab")
         self._events = self.events_file.open("wb")
         self.t0 = time.perf_counter()
@@ -496,7 +496,7 @@ def flink_command(data: Path, work: Path, parallelism: int, *,
     job_file.write_text(json.dumps({"conf": conf, "statements": statements,
                                     "insert": insert}, indent=1))
     script = (f"rm -rf {shlex.quote(str(out))} {shlex.quote(str(ckpt))} && "
-              f"FLINK_LOG_DIR={shlex.quote(str(work / 'flink-logs'))} exec "
+              f"FLINK_LOG_DIR={shlex.quote(str(work / 'flink-logs' / name))} exec "
               f"{shlex.quote(str(python))} {shlex.quote(str(CHILD))} "
               f"{shlex.quote(str(job_file))}")
     return ["sh", "-c", script]
