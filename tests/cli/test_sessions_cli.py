@@ -269,7 +269,7 @@ def test_inspect_extent_time_travel_and_rto_of_a_session_run(reference: Referenc
 def _states(run: Path) -> list[dict[str, Any]]:
     """The operator tasks' state files (those written so far)."""
     out = []
-    for f in sorted((run / "state").glob("p*.json")):
+    for f in sorted((run / "state").glob("p[0-9]*.json")):
         with contextlib.suppress(OSError, ValueError):
             out.append(json.loads(f.read_text()))
     return out
