@@ -181,11 +181,11 @@ def _guard(plan: RunPlan, spark: SparkSession, key: tuple[object, ...], lease: L
         detected = time.time()
         mine = layout.claim_driver(verdict.driver)
         if mine is None:
-            say(f"standby: driver {verdict.driver} {verdict.how}; another process took "
+            say(f"standby: driver {verdict.driver}: {verdict.how}; another process took "
                 "the run over first: watching it")
             continue
         lease.update(state="taking over", driver=mine)
-        say(f"standby: driver {verdict.driver} {verdict.how}; taking the run over as "
+        say(f"standby: driver {verdict.driver}: {verdict.how}; taking the run over as "
             f"driver {mine}")
         return _take_over(layout, spark, key, mine, detected, master=master, conf=conf,
                           progress=progress, trust=trust)
