@@ -9,7 +9,10 @@ by window kind**, and the parquet file says which in its metadata (``cec.window_
   **exclusive**, as in Spark's ``window()``;
 * a count window has no time extent of its own: its bounds are the timestamps of its
   first and last tuple, ``[window_start, window_end]``, both **inclusive** (an
-  exclusive end would be a time no tuple has).
+  exclusive end would be a time no tuple has);
+* a session window starts at its first tuple and ends at its last tuple plus the gap,
+  ``[window_start, window_end)``, **exclusive**, as Spark's ``session_window()`` has it
+  (a tuple at exactly ``window_end`` would have joined the session).
 
 Control records (``G_open``, ``G_check``) are dropped (a ``G_open+R`` row gives its
 ``R``). Rows are sorted by ``(key, window_start, window_end, tau1)`` so two exports of
