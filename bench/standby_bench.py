@@ -3,7 +3,10 @@ recover`, Spark's restart and Flink's; the recovery-time objective with a standb
 waiting standby's cost. Every output compared equal to the failure-free one.
 
 ``python -m bench.standby_bench [--quick] [--rows N] [--kills K] [--reps R] [--rounds N]
-[--no-flink] [--only 1,2,3] [--out DIR]``
+[--no-flink] [--only 1,2,3] [--out DIR] [--rewrite]``
+
+With ``--only``, the parts not run keep their results from ``OUT/standby.json`` (said in
+the report); ``--rewrite`` runs nothing and recomputes the summaries there.
 
 1. **Kill -9 at half the input, output complete and exact** (the bench/fair_spark.py
    workload: ``--rows`` rows in 30 parquet files, a 10 s tumbling ``avg(item_price)`` per
@@ -436,11 +439,6 @@ def part1(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
             return
         check(ref, exact(r.pop("output")), "(d) Flink restart")
         r["restart_s"], r["process_s"] = r["kill_to_complete_s"], r["restart_s"]
-        # the restart redoes what came after the restored checkpoint: its rows are the
-        # kill point comparable with cec's rows processed (the sources read ahead)
-        r["read_at_kill_fraction"] = r["killed_at_fraction"]
-        if isinstance(r.get("checkpoint_rows"), int):
-            r["killed_at_fraction"] = round(r["checkpoint_rows"] / args.rows, 3)
         runs["d"].append(r)
         _log(f"  (d) kill -> output complete {r['restart_s']} s (restart process "
              f"{r['process_s']} s); killed at {r['killed_at_fraction']:.1%}")
@@ -449,21 +447,37 @@ def part1(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
     for i in range(args.rounds):
         for step in (order if i % 2 == 0 else order[::-1]):
             step(i)
-    summ = {}
+    summarize1(res)
+    return res
+
+
+def kill_fraction(system: str, run: dict[str, Any], rows: int) -> float:
+    """Where a run of part 1 was killed, as a share of the input: rows processed for
+    cec, committed for Spark, and for Flink the rows its restored checkpoint holds (its
+    sources read ahead of what is processed; a restart redoes what came after the
+    checkpoint)."""
+    if system == "d" and isinstance(run.get("checkpoint_rows"), int):
+        return round(int(run["checkpoint_rows"]) / rows, 3)
+    return float(run["killed_at_fraction"])
+
+
+def summarize1(p1: dict[str, Any]) -> None:
+    """Part 1's medians, ratios and takeover parts from its runs (in place)."""
+    runs = p1["runs"]
+    summ: dict[str, Any] = {}
     for k, rs in runs.items():
         s = spread([r["restart_s"] for r in rs])
-        s["frac_median"] = median([r["killed_at_fraction"] for r in rs])
+        s["frac_median"] = median([kill_fraction(k, r, p1["rows"]) for r in rs])
         s["loads"] = [r["load"] for r in rs]
         summ[k] = s
     summ["a_takeover_only"] = spread([r["takeover_s"] for r in runs["a"]])
-    res["summary"] = summ
-    res["ratios"] = {"a/b": kill_ratio(summ["a"], summ["b"]),
-                     "a/c": kill_ratio(summ["a"], summ["c"]),
-                     "a/d": kill_ratio(summ["a"], summ["d"])}
+    p1["summary"] = summ
+    p1["ratios"] = {"a/b": kill_ratio(summ["a"], summ["b"]),
+                    "a/c": kill_ratio(summ["a"], summ["c"]),
+                    "a/d": kill_ratio(summ["a"], summ["d"])}
     parts = [r["parts"] for r in runs["a"]]
-    res["parts_median"] = {k: median([p[k] for p in parts if k in p])
-                           for k in sorted({k for p in parts for k in p})}
-    return res
+    p1["parts_median"] = {k: median([p[k] for p in parts if k in p])
+                          for k in sorted({k for p in parts for k in p})}
 
 
 def _flink_ready(args: argparse.Namespace) -> tuple[bool, str]:
@@ -603,6 +617,7 @@ def free_run(spec: Path, run: Path, with_standby: bool, log: Path, err: Path
                             stdout=log.open("ab"), stderr=err.open("wb"), cwd=REPO,
                             start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     ready_at, cpu_ready, pid = None, None, None
+    last: tuple[float, float] | None = None  # (when, the standby's CPU s), every 0.5 s
     while proc.poll() is None:  # the same 0.1 s look in both arms
         text = _text(run / "standby.log")
         if with_standby and pid is None:
@@ -610,6 +625,8 @@ def free_run(spec: Path, run: Path, with_standby: bool, log: Path, err: Path
         if ready_at is None and READY in text:
             ready_at = time.time()
             cpu_ready = session_cpu_s(pid) if pid else None
+        elif pid and ready_at is not None and (last is None or time.time() - last[0] >= 0.5):
+            last = (time.time(), session_cpu_s(pid))
         if time.time() - t0 > WAIT_S:
             _end_session(proc.pid)
             raise RuntimeError(f"cec run did not end within {WAIT_S:.0f} s")
@@ -620,13 +637,13 @@ def free_run(spec: Path, run: Path, with_standby: bool, log: Path, err: Path
     out: dict[str, Any] = {"wall_s": round(wall, 3), "load": lo}
     if with_standby:
         pid = pid or standby_pid(_text(err))
-        cpu_end = session_cpu_s(pid) if pid else None
+        # while it waited: from `ready` to the last look before the run's end (a
+        # process that ends takes its CPU time out of /proc, so none is taken after)
         out["standby_ready_after_start_s"] = (round(ready_at - t0, 3) if ready_at else None)
         out["standby_cpu_warm_s"] = round(cpu_ready, 2) if cpu_ready is not None else None
-        out["standby_cpu_waiting_s"] = (round(cpu_end - cpu_ready, 2)
-                                        if cpu_end is not None and cpu_ready is not None
-                                        else None)
-        out["standby_waited_s"] = round(time.time() - ready_at, 3) if ready_at else None
+        if last is not None and cpu_ready is not None and ready_at is not None:
+            out["standby_cpu_waiting_s"] = round(last[1] - cpu_ready, 2)
+            out["standby_waited_s"] = round(last[0] - ready_at, 3)
         if pid is not None and not _wait_gone(pid, 120):
             _end_session(pid)
             raise RuntimeError("the standby did not end after the run completed:\n"
@@ -663,11 +680,16 @@ def part3(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
         spread([r["wall_s"] for r in runs["none"]])
     pairs = [x["wall_s"] / y["wall_s"] for x, y in zip(runs["standby"], runs["none"],
                                                           strict=True)]
+    waits = [r for r in runs["standby"] if r.get("standby_waited_s")]
     return {"rows": args.rows, "reps": args.reps, "runs": runs, "standby": s, "none": n,
             "ratio": ratio(s["median"], n["median"]), "ratio_pairs": spread(pairs),
-            "standby_cpu_waiting_s": median([r["standby_cpu_waiting_s"] for r in
-                                             runs["standby"]
-                                             if r.get("standby_cpu_waiting_s") is not None]),
+            "standby_cpu_waiting_s": median([r["standby_cpu_waiting_s"] for r in waits]),
+            "standby_waited_s": median([r["standby_waited_s"] for r in waits]),
+            "standby_waiting_core_share": median([r["standby_cpu_waiting_s"]
+                                                  / r["standby_waited_s"] for r in waits]),
+            "standby_ready_after_start_s": median([r["standby_ready_after_start_s"]
+                                                   for r in runs["standby"]
+                                                   if r.get("standby_ready_after_start_s")]),
             "standby_cpu_warm_s": median([r["standby_cpu_warm_s"] for r in runs["standby"]
                                           if r.get("standby_cpu_warm_s") is not None])}
 
@@ -681,7 +703,8 @@ def judged(res: dict[str, Any]) -> str | None:
     why = []
     if res.get("quick"):
         why.append("--quick sizes")
-    worst = max(float(res.get("load_start") or 0), float(res.get("load_end") or 0))
+    runs = [res, *(res.get("earlier") or {}).values()]  # parts kept from earlier runs
+    worst = max(float(r.get(k) or 0) for r in runs for k in ("load_start", "load_end"))
     if worst >= QUIET_LOAD:
         why.append(f"load {worst:.1f}")
     return ", ".join(why) or None
@@ -738,7 +761,11 @@ def markdown(res: dict[str, Any]) -> str:
              f"{res['started']}; 1-min load average {res['load_start']} at the start, "
              f"{res.get('load_end')} at the end."
              + (" **The machine was not quiet** (load ≥ 2): the times are load-bound."
-                if max(res["load_start"], res.get("load_end") or 0) >= 2 else ""), "",
+                if max(res["load_start"], res.get("load_end") or 0) >= 2 else "")
+             + "".join(f" Part {k.removeprefix('part')} is kept from an earlier run "
+                       f"(`{e.get('command')}`, {e.get('started')}, commit "
+                       f"{e.get('commit')}, load {e.get('load_start')} → {e.get('load_end')})."
+                       for k, e in sorted((res.get("earlier") or {}).items())), "",
              "| measure | target | measured | verdict |", "|---|---|---|---|"]
     for what, goal, got, met in targets(res):
         flag = "not measured" if met is None else ("met" if met else "**missed**")
@@ -775,6 +802,11 @@ def markdown(res: dict[str, Any]) -> str:
                   "`takeover.json`): " + ", ".join(
                       f"{k.removesuffix('_s')} {v}" for k, v in p1["parts_median"].items()
                       if not k.endswith("_since_kill_s")) + "."]
+        for r in p1["runs"]["d"]:
+            lines.append(f"- (d) killed when its sources had read "
+                         f"{r['killed_at_fraction']:.1%} of the input; restored "
+                         f"{r.get('checkpoint')} (≥ {r.get('checkpoint_rows') or 0:,} rows);"
+                         f" the restart process {r.get('process_s')} s; load {r['load']}")
         for r in p1["runs"]["a"]:
             lines.append(f"- (a) killed at {r['killed_at_fraction']:.1%} (standby ready "
                          f"{r['ready_after_start_s']} s after the run's start, at "
@@ -812,9 +844,12 @@ def markdown(res: dict[str, Any]) -> str:
                   f"Ratio of the medians **{p3['ratio']}** (pairs "
                   f"{p3['ratio_pairs'].get('min')}–{p3['ratio_pairs'].get('max')}). The "
                   "standby warms while the run runs (it can only read the run's plan once "
-                  "the run exists): its whole session's CPU until `ready` was "
-                  f"{p3['standby_cpu_warm_s']} s (median), and while it waited "
-                  f"{p3['standby_cpu_waiting_s']} s."]
+                  "the run exists): it said `ready` "
+                  f"{p3.get('standby_ready_after_start_s')} s after the run's start "
+                  "(median); its whole session's CPU until then was "
+                  f"{p3['standby_cpu_warm_s']} s, and while it waited "
+                  f"{p3['standby_cpu_waiting_s']} s over {p3.get('standby_waited_s')} s "
+                  f"({p3.get('standby_waiting_core_share')} of a core)."]
     return "\n".join(lines) + "\n"
 
 
@@ -845,6 +880,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-flink", action="store_true")
     ap.add_argument("--install-flink", action="store_true",
                     help="make .venv-flink if missing (bench/flink_job.py; ~850 MB)")
+    ap.add_argument("--rewrite", action="store_true",
+                    help="run nothing: recompute the summaries of OUT/standby.json by the "
+                    "current definitions and rewrite it and standby.md")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--work", type=Path, default=None)
     args = ap.parse_args(argv)
@@ -858,6 +896,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("standby_bench: --only takes 1,2,3; --rows, --reps, --rounds >= 1",
               file=sys.stderr)
         return 2
+    if args.rewrite:
+        data = _json(args.out / "standby.json")
+        if not data.get("started"):
+            print(f"standby_bench: {args.out / 'standby.json'}: no result to rewrite",
+                  file=sys.stderr)
+            return 2
+        if "part1" in data:
+            summarize1(data["part1"])
+        (args.out / "standby.json").write_text(json.dumps(data, indent=1, default=str) + "\n")
+        (args.out / "standby.md").write_text(markdown(data))
+        return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="cec-standby-"))
     work.mkdir(parents=True, exist_ok=True)
     log = work / "runs.log"
@@ -867,6 +916,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "load_start": load(), "work": str(work)}
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "standby.json"
+    earlier = _json(target)
+    for part in ("1", "2", "3"):  # the parts not run now keep their earlier results
+        if part not in only and f"part{part}" in earlier:
+            res[f"part{part}"] = earlier[f"part{part}"]
+            res.setdefault("earlier", {})[f"part{part}"] = {
+                k: earlier.get(k) for k in ("started", "commit", "load_start", "load_end",
+                                            "command")}
+    if "part1" in res:  # its summary by the current definition (kill_fraction)
+        summarize1(res["part1"])
 
     def save() -> None:
         res["load_end"] = load()

@@ -89,6 +89,23 @@ def test_kill_ratio_only_for_kills_close_together() -> None:
     assert sb.kill_ratio(a, {"n": 0, "median": None}) is None
 
 
+def test_part1_summary_takes_flinks_kill_point_from_its_checkpoint() -> None:
+    def run(t: float, frac: float, **more: Any) -> dict[str, Any]:
+        return {"restart_s": t, "killed_at_fraction": frac, "load": 1.0, **more}
+
+    p1: dict[str, Any] = {"rows": 1000, "runs": {
+        "a": [run(2.0, 0.5, takeover_s=1.5, parts={"detect_s": 0.1}),
+              run(4.0, 0.52, takeover_s=3.0, parts={"detect_s": 0.3})],
+        "b": [run(10.0, 0.5), run(12.0, 0.5)], "c": [run(30.0, 0.6)],
+        "d": [run(20.0, 1.0, checkpoint_rows=510)]}}
+    sb.summarize1(p1)
+    assert p1["summary"]["a"]["median"] == 3.0
+    assert p1["summary"]["d"]["frac_median"] == 0.51  # not the 100 % its sources read
+    assert p1["ratios"] == {"a/b": 0.273, "a/c": None, "a/d": 0.15}
+    assert p1["summary"]["a_takeover_only"]["median"] == 2.25
+    assert p1["parts_median"] == {"detect_s": 0.2}
+
+
 def _res() -> dict[str, Any]:
     kill = {"frac": 0.3, "killed_at_fraction": 0.31, "measured_s": 0.8, "within_1s": True,
             "parts": {"detect_s": 0.01, "claim_s": 0.02, "start_s": 0.3, "recover_s": 0.4},
@@ -136,6 +153,10 @@ def test_targets_are_not_judged_at_quick_sizes_or_under_load() -> None:
     res = _res()
     res["quick"] = True
     assert sb.judged(res) == "--quick sizes"
+    res = _res()
+    res["earlier"] = {"part3": {"load_start": 7.0, "load_end": 3.0, "command": "x"}}
+    assert sb.judged(res) == "load 7.0"
+    assert "Part 3 is kept from an earlier run (`x`" in sb.markdown(res)
 
 
 def test_markdown_has_every_part_and_says_a_loaded_machine() -> None:
