@@ -3,7 +3,9 @@
 ==========  ====================================================================================
 ``job``     the ingest job: chunks planned from the run's plan, run as Spark jobs, logs sealed
 ``stream``  a stream folder's long-lived ingest: one Spark task, no job per poll (issue 28)
-``query``   the Spark query: chunks read in a task, filtered, projected, key-partitioned
+``query``   the query of a job: the direct one (a task reads, filters, partitions, writes)
+            or Spark's (chunks read in a task, filtered, projected, key-partitioned in SQL)
+``project`` the rows filtered, projected and key-partitioned in Python (Spark's semantics)
 ``writer``  the ``mapInArrow`` writer: appends to the upstream logs, commits with chunk tokens
 ``where``   ``[filter].where`` compiled once by Spark; ``where_eval`` runs it on Arrow, no Spark
 ==========  ====================================================================================

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -258,7 +259,14 @@ class IngestQuery:
                     _direct_writer(self.cfg, self.settings.columns.to_json(),
                                    TimeSpec.of(self.spec).to_json(), self.direct),
                     self._SCHEMA)
-            out = self._run_reused(chunks)
+            # the batches the reader makes: Spark's Arrow batch size, as the Spark query's
+            key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+            sc = self.spark.sparkContext
+            sc.setLocalProperty(BATCH_PROPERTY, str(self.spark.conf.get(key) or 1 << 18))
+            try:
+                out = self._run_reused(chunks)
+            finally:
+                sc.setLocalProperty(BATCH_PROPERTY, None)  # type: ignore[arg-type]
         elif chunks[0].fmt == "generator" or self.tasks > 1:
             # with several tasks the rows go through a shuffle, whose output Spark
             # keeps and hands again to a query run again: built per job
@@ -316,12 +324,17 @@ def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projecto
             pass
         chunks = _job_chunks()
         cols, tspec = ColumnTypes.from_json(columns), TimeSpec.from_json(time)
+        ctx = TaskContext.get()
+        raw = ctx.getLocalProperty(BATCH_PROPERTY) if ctx is not None else None
+        size = int(raw) if raw and raw.isdigit() and int(raw) > 0 else 1 << 18
         rows = (project(batch) for chunk in chunks
-                for batch in read_chunk(chunk, cols, tspec))
+                for batch in read_chunk(chunk, cols, tspec, batch_rows=size))
         yield from _chunk_writer(cfg, chunks)(rows)
 
     return run
 
+
+BATCH_PROPERTY = "cec.ingest.batch_rows"  # the direct query's batch size (rows)
 
 _ROUTES: dict[int, list[int]] = {}
 
