@@ -23,7 +23,8 @@ The tree (each package declares its errors in its own ``errors`` module)::
 
     CecError                                   storage_log.errors (re-exported here)
     ├── UsageError                       2     storage_log.errors (re-exported here)
-    │   ├── SpecError, InputOrderError, InputRangeError            cec.errors
+    │   ├── SpecError, InputOrderError, InputRangeError,           cec.errors
+    │   │   WindowMemoryError
     │   ├── LogUsageError (also a StorageLogError)                 storage_log.errors
     │   │   └── LogOrderError, LogSchemaError, LogSealedError,
     │   │       LogNotFoundError, LogClosedError
@@ -58,7 +59,8 @@ from __future__ import annotations
 from storage_log.errors import CecError, CorruptionError, UsageError
 
 __all__ = ["EXIT_STATUSES", "CecError", "ClusterError", "CorruptionError", "InputOrderError",
-           "InputRangeError", "RecoveryError", "SpecError", "UsageError", "exit_code"]
+           "InputRangeError", "RecoveryError", "SpecError", "UsageError", "WindowMemoryError",
+           "exit_code"]
 
 #: Every exit status of the ``cec`` command, and what it means (the table above).
 EXIT_STATUSES = {
@@ -95,6 +97,11 @@ class InputOrderError(UsageError):
 
 class InputRangeError(UsageError):
     """An input tuple whose timestamp puts one of its time windows outside int64."""
+
+
+class WindowMemoryError(UsageError):
+    """A partition's open windows do not fit the memory its task has
+    (:mod:`cec.operator.memory`); a failed task carrying it is not retried."""
 
 
 class RecoveryError(CecError):

@@ -10,8 +10,9 @@ killed by the kernel (or Spark's ``spark.executor.pyspark.memory`` limit) with n
 about why. :class:`WindowMemory` checks every growth first: the bytes the slots need
 after it (the new arrays and the old ones while they are copied) against the task's
 limit (:func:`task_limit`: ``spark.executor.pyspark.memory`` per task if set, else a
-share of the host's available memory), and raises a :class:`WindowMemoryError` (a
-:class:`~cec.errors.UsageError`, exit 2) naming the partition, the open windows, the
+share of the host's available memory), and raises a :class:`~cec.errors.WindowMemoryError` (a
+:class:`~cec.errors.UsageError`, exit 2; a failed task carrying it is not retried,
+:data:`cec_spark.driver.jobs._FATAL`) naming the partition, the open windows, the
 bytes needed and the limit, and what to change. Pure logic: the limit's inputs are
 handed in, nothing is read here.
 """
@@ -21,18 +22,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from cec.errors import UsageError
+from cec.errors import WindowMemoryError
 
 #: share of the host's available memory an operator task may hold in open windows when
 #: no explicit limit is set (the rest: the other tasks' Python workers, the JVM, Arrow
 #: buffers of the batches in flight)
 HOST_SHARE = 0.5
-
-
-class WindowMemoryError(UsageError):
-    """The open windows of a partition do not fit the memory its task has (exit 2).
-    Its name is one the driver recognises in a failed task (not retried:
-    :data:`cec_spark.driver.jobs._FATAL`)."""
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cec.errors import UsageError, exit_code
+from cec.errors import UsageError, WindowMemoryError, exit_code
 from cec.operator.base import OperatorConfig
 from cec.operator.memory import (
     HOST_SHARE,
     Limit,
     WindowMemory,
-    WindowMemoryError,
     state_bytes,
     task_limit,
 )
