@@ -13,7 +13,9 @@ With ``--only``, the sections not run keep their earlier results. ``--only rto``
 :mod:`bench.rto` (the recovery-time objective, kills and recoveries; not in the default
 set: ~10 min with ``--quick``, more in full); ``--only sessions`` runs
 :mod:`bench.sessions_bench` (session windows: the operator alone, the pipeline against
-Spark's ``session_window``; not in the default set either: a few minutes).
+Spark's ``session_window``; not in the default set either: a few minutes);
+``--only standby`` runs :mod:`bench.standby_bench` (a warm standby's takeover against
+``cec recover``, Spark's and Flink's restarts; not in the default set: ~30 min in full).
 
 Presets: full (default, < 25 min on 2 cores), ``--quick`` (< 3 min, no Spark unless
 ``--spark``) and ``--preset tiny`` (the smoke test's sizes).
@@ -133,7 +135,7 @@ def machine() -> dict[str, Any]:
 # ------------------------------------------------------------------------------ tables
 
 
-SECTIONS = (*PAPER_SECTIONS, "fair", "latency", "rto", "sessions")
+SECTIONS = (*PAPER_SECTIONS, "fair", "latency", "rto", "sessions", "standby")
 #: run unless --only names others; the recovery-time objective (bench/rto.py, ~10 min of
 #: kills and recoveries) and session windows (bench/sessions_bench.py, a few minutes)
 #: run only when asked for: --only rto, --only sessions
@@ -286,6 +288,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if code != 0:
             raise SystemExit(f"python -m bench: bench/sessions_bench.py exited {code}")
         res["sections_s"]["sessions"] = time.perf_counter() - t0
+    if "standby" in only and spark:
+        from bench import standby_bench
+
+        t0 = time.perf_counter()
+        _log("standby: bench/standby_bench.py")
+        code = standby_bench.main([*(["--quick"] if preset.name != "full" else []),
+                                   "--out", str(out / "standby")])
+        if code != 0:
+            raise SystemExit(f"python -m bench: bench/standby_bench.py exited {code}")
+        res["sections_s"]["standby"] = time.perf_counter() - t0
     _write(out, res, t_all)
     return res
 

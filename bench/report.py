@@ -13,6 +13,9 @@ draws one PNG per comparison and composes the file:
   recover`` to caught up, against the objective; failure-free cost);
 * ``sessions/sessions.json``: :mod:`bench.sessions_bench` (session windows: the operator
   alone, the pipeline against Spark's ``session_window``);
+* ``standby/standby.json``: :mod:`bench.standby_bench` (a warm standby: kill -9 of the
+  driver against ``cec recover``, Spark's and Flink's restarts; the objective with a
+  standby; a waiting standby's cost);
 * ``results.json`` and ``results.md``: ``python -m bench`` (the paper's Figs. 5–9).
 
 ``python -m bench --report`` rewrites BENCHMARKS.md from what is there; a missing file
@@ -230,6 +233,11 @@ def targets(results: Path) -> list[tuple[str, str, str, bool | None, str]]:
                      f"{op['session']['cpu_rate_median'] / 1e6:.2f} M (median; load "
                      f"{ses.get('load_start')} at the start)", bool(op["met"]),
                      "python -m bench --only sessions"))
+    sb = _load(results / "standby" / "standby.json")
+    if isinstance(sb, dict) and sb.get("started"):
+        from bench.standby_bench import targets as standby_targets
+
+        rows += [(*t, "python -m bench.standby_bench") for t in standby_targets(sb)]
     return rows
 
 
@@ -534,6 +542,11 @@ def benchmarks_md(results: Path = RESULTS) -> str:
         from bench.sessions_bench import report as sessions_md
 
         parts.append(sessions_md(ses))
+    sb = _load(results / "standby" / "standby.json")
+    if isinstance(sb, dict) and sb.get("started"):
+        from bench.standby_bench import markdown as standby_md
+
+        parts.append(standby_md(sb))
     parts.append(paper_md(results))
     return "\n".join(p for p in parts if p)
 

@@ -152,11 +152,13 @@ def items_spec(text: str, rows: int) -> str:
 
 
 def stat_session_ticks(stat: str) -> tuple[int, int]:
-    """(session id, utime + stime in clock ticks) from a ``/proc/PID/stat`` line."""
+    """(session id, CPU clock ticks) from a ``/proc/PID/stat`` line: its own user and
+    system time and its reaped children's (a Python worker that ended is in its
+    daemon's ``cutime``; summed over a session's live processes each tick counts once)."""
     rest = stat[stat.rindex(")") + 2:].split()
     # after the comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt
-    # cmajflt utime stime
-    return int(rest[3]), int(rest[11]) + int(rest[12])
+    # cmajflt utime stime cutime cstime
+    return int(rest[3]), sum(int(x) for x in rest[11:15])
 
 
 def caught_up_s(states: Sequence[dict[str, Any]], partitions: int, since: float

@@ -48,9 +48,10 @@ def test_items_spec_drops_q_and_u_and_sets_the_rows() -> None:
 
 
 def test_stat_session_ticks_reads_past_a_comm_with_spaces_and_parens() -> None:
-    fields = ["S", "1", "100", "777", "0", "-1", "4194304", "10", "0", "0", "0", "25", "17"]
-    line = "123 (py (x) thon) " + " ".join(fields) + " 0 0 20 0 1 0 5"
-    assert sb.stat_session_ticks(line) == (777, 42)
+    fields = ["S", "1", "100", "777", "0", "-1", "4194304", "10", "0", "0", "0", "25", "17",
+              "8", "2"]  # ... utime stime cutime cstime
+    line = "123 (py (x) thon) " + " ".join(fields) + " 20 0 1 0 5"
+    assert sb.stat_session_ticks(line) == (777, 52)
 
 
 def test_caught_up_needs_every_partition_after_the_kill() -> None:
