@@ -151,14 +151,32 @@ def items_spec(text: str, rows: int) -> str:
     return new
 
 
-def stat_session_ticks(stat: str) -> tuple[int, int]:
-    """(session id, CPU clock ticks) from a ``/proc/PID/stat`` line: its own user and
-    system time and its reaped children's (a Python worker that ended is in its
-    daemon's ``cutime``; summed over a session's live processes each tick counts once)."""
+def stat_session_ticks(stat: str) -> tuple[int, int, int]:
+    """(session id, start time, CPU clock ticks: user + system) from a
+    ``/proc/PID/stat`` line."""
     rest = stat[stat.rindex(")") + 2:].split()
     # after the comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt
-    # cmajflt utime stime cutime cstime
-    return int(rest[3]), sum(int(x) for x in rest[11:15])
+    # cmajflt utime stime cutime cstime priority nice threads itrealvalue starttime
+    return int(rest[3]), int(rest[19]), int(rest[11]) + int(rest[12])
+
+
+class SessionCpu:
+    """A session's CPU time that only grows: each process's ticks as last seen, kept
+    after it ends (a process that ends takes its ticks out of /proc, and its parent's
+    ``cutime`` gets them only if it waits for it)."""
+
+    def __init__(self, sid: int) -> None:
+        self.sid = sid
+        self.seen: dict[tuple[int, int], int] = {}  # (pid, start time) -> ticks
+
+    def add(self, pid: int, stat: str) -> None:
+        sid, start, ticks = stat_session_ticks(stat)
+        if sid == self.sid:
+            key = (pid, start)
+            self.seen[key] = max(ticks, self.seen.get(key, 0))
+
+    def seconds(self, hz: float) -> float:
+        return sum(self.seen.values()) / hz
 
 
 def caught_up_s(states: Sequence[dict[str, Any]], partitions: int, since: float
@@ -268,17 +286,13 @@ def _alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
-def session_cpu_s(sid: int) -> float:
-    """CPU seconds (user + system) of the processes now in session ``sid``."""
-    ticks = 0
+def session_cpu_s(cpu: SessionCpu) -> float:
+    """Look at every process in /proc; the session's CPU seconds so far."""
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            s, t = stat_session_ticks((d / "stat").read_text())
-            if s == sid:
-                ticks += t
-    return ticks / os.sysconf("SC_CLK_TCK")
+        if d.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                cpu.add(int(d.name), (d / "stat").read_text())
+    return cpu.seconds(os.sysconf("SC_CLK_TCK"))
 
 
 def _end_session(pid: int, timeout: float = 60) -> None:
@@ -619,16 +633,19 @@ def free_run(spec: Path, run: Path, with_standby: bool, log: Path, err: Path
                             stdout=log.open("ab"), stderr=err.open("wb"), cwd=REPO,
                             start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     ready_at, cpu_ready, pid = None, None, None
+    cpu: SessionCpu | None = None
     last: tuple[float, float] | None = None  # (when, the standby's CPU s), every 0.5 s
     while proc.poll() is None:  # the same 0.1 s look in both arms
         text = _text(run / "standby.log")
         if with_standby and pid is None:
             pid = standby_pid(_text(err))
+            cpu = SessionCpu(pid) if pid else None
+        if cpu is not None and (last is None or time.time() - last[0] >= 0.5):
+            last = (time.time(), session_cpu_s(cpu))
         if ready_at is None and READY in text:
             ready_at = time.time()
-            cpu_ready = session_cpu_s(pid) if pid else None
-        elif pid and ready_at is not None and (last is None or time.time() - last[0] >= 0.5):
-            last = (time.time(), session_cpu_s(pid))
+            cpu_ready = session_cpu_s(cpu) if cpu else None
+            last = (ready_at, cpu_ready) if cpu_ready is not None else last
         if time.time() - t0 > WAIT_S:
             _end_session(proc.pid)
             raise RuntimeError(f"cec run did not end within {WAIT_S:.0f} s")
@@ -639,8 +656,8 @@ def free_run(spec: Path, run: Path, with_standby: bool, log: Path, err: Path
     out: dict[str, Any] = {"wall_s": round(wall, 3), "load": lo}
     if with_standby:
         pid = pid or standby_pid(_text(err))
-        # while it waited: from `ready` to the last look before the run's end (a
-        # process that ends takes its CPU time out of /proc, so none is taken after)
+        # while it waited: from `ready` to the last look before the run's end (the
+        # standby's own end, after the driver's, is not waiting)
         out["standby_ready_after_start_s"] = (round(ready_at - t0, 3) if ready_at else None)
         out["standby_cpu_warm_s"] = round(cpu_ready, 2) if cpu_ready is not None else None
         if last is not None and cpu_ready is not None and ready_at is not None:

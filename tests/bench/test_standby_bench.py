@@ -47,11 +47,26 @@ def test_items_spec_drops_q_and_u_and_sets_the_rows() -> None:
         sb.items_spec(out, 10)
 
 
+def _stat(sid: int, utime: int, start: int = 5) -> str:
+    fields = ["S", "1", "100", str(sid), "0", "-1", "4194304", "10", "0", "0", "0",
+              str(utime), "17", "8", "2", "20", "0", "1", "0", str(start)]
+    return "123 (py (x) thon) " + " ".join(fields) + " 2998272 363"
+
+
 def test_stat_session_ticks_reads_past_a_comm_with_spaces_and_parens() -> None:
-    fields = ["S", "1", "100", "777", "0", "-1", "4194304", "10", "0", "0", "0", "25", "17",
-              "8", "2"]  # ... utime stime cutime cstime
-    line = "123 (py (x) thon) " + " ".join(fields) + " 20 0 1 0 5"
-    assert sb.stat_session_ticks(line) == (777, 52)
+    assert sb.stat_session_ticks(_stat(777, 25)) == (777, 5, 42)  # utime + stime
+
+
+def test_session_cpu_keeps_the_ticks_of_processes_that_ended() -> None:
+    cpu = sb.SessionCpu(777)
+    cpu.add(10, _stat(777, 83))  # 100 ticks
+    cpu.add(11, _stat(777, 183))  # 200
+    cpu.add(12, _stat(999, 983))  # another session: not counted
+    assert cpu.seconds(100) == 3.0
+    cpu.add(10, _stat(777, 183))  # pid 10 went on to 200 ticks; pid 11 ended (not seen)
+    assert cpu.seconds(100) == 4.0
+    cpu.add(11, _stat(777, 0, start=9))  # pid 11 reused by a new process
+    assert cpu.seconds(100) == 4.17
 
 
 def test_caught_up_needs_every_partition_after_the_kill() -> None:
