@@ -14,8 +14,7 @@ runs the *direct* query instead: the one task reads the chunks and writes the lo
 row enters the JVM (:class:`IngestQuery`). The
 writer splits each batch by partition (a stable argsort, so each partition's rows
 stay in ``seq`` order), appends one record per partition per batch and, as soon as it
-has passed the end of a chunk (and at least ``GROUP_COMMIT_ROWS`` rows since the last
-commit: group commit), commits every one of the P logs with the token
+has passed the end of a chunk, commits every one of the P logs with the token
 ``{"chunk": c, "next_seq": ...}`` of the last chunk it completed; then it trims the
 upstream logs (:func:`trim_upstream`). With one ingest task a file source's query is
 built once and run for every job (:class:`IngestQuery`): the job's chunks travel as a

@@ -197,11 +197,9 @@ class _UpstreamWriter:
     committed together, once, with the token of the last of them (:meth:`commit_through`):
     the logs then hold every row of those chunks, exactly as a commit per chunk would
     have left them. When the job has at most :data:`COMMIT_AT_END_ROWS` source rows
-    left, that commit is the job's last one; and a commit waits until the chunks since
-    the last one hold :data:`GROUP_COMMIT_ROWS` source rows (group commit: one fsync
-    per log for many chunks; the token still names the last chunk committed). A log
-    only receives rows above its ``last_seq`` (a resumed ingest); late rows are counted
-    per partition and dropped (:meth:`append`). The work is per batch, never per row.
+    left, that commit is the job's last one. A log only receives rows above its
+    ``last_seq`` (a resumed ingest); late rows are counted per partition and dropped
+    (:meth:`append`). The work is per batch, never per row.
     """
 
     def __init__(self, cfg: WriterConfig, layout: RunLayout, logs: list[StreamLog | None],
@@ -212,7 +210,6 @@ class _UpstreamWriter:
         self.nxt = 0  # the next chunk to commit
         self.clock = [0.0, 0.0, 0.0]  # seconds waiting for Spark, appending, committing
         self.trimmed = 0  # upstream segments dropped (trim_upstream)
-        self.committed_at = job.first  # the seq the last commit went through
         self.above = [-1 if log is None or log.last_seq is None else log.last_seq
                       for log in logs]
         held = [token_fields(None if log is None else log.last_token()) for log in logs]
@@ -242,12 +239,10 @@ class _UpstreamWriter:
                 cut = int(np.searchsorted(seqs, ends[last - 1], "left"))
                 if cut:
                     self.append(batch.slice(0, cut))
-                if int(ends[-1]) - int(seqs[-1]) > COMMIT_AT_END_ROWS and \
-                        int(seqs[cut]) - self.committed_at >= GROUP_COMMIT_ROWS:
+                if int(ends[-1]) - int(seqs[-1]) > COMMIT_AT_END_ROWS:
                     self.commit_through(int(seqs[cut]))
-                # else the job ends within a few rows (its last commit covers these
-                # chunks too: one fsync per log for a stream-dir poll's job), or the
-                # last commit is less than GROUP_COMMIT_ROWS rows back (group commit)
+                # else the job ends within a few rows: its last commit covers
+                # these chunks too (one fsync per log for a stream-dir poll's job)
             if cut < batch.num_rows:  # rows of the chunk after: committed later
                 self.append(batch.slice(cut))
         self.commit_through(int(ends[-1]))
@@ -265,7 +260,6 @@ class _UpstreamWriter:
         done = int(np.searchsorted(self.job.ends, upto, "right"))
         if done > self.nxt:
             self.nxt = done
-            self.committed_at = upto
             token = self.job.chunks[done - 1]
             for p, log in enumerate(self.logs):
                 # a sealed log holds its whole stream already (a refill after
@@ -379,6 +373,3 @@ _CLOCKS = ("wait_s", "append_s", "commit_s")
 # A batch that completes chunks when fewer source rows than this remain in the job
 # leaves their commit to the job's last one.
 COMMIT_AT_END_ROWS = 1 << 16
-# A commit (one fsync per log) covers at least this many source rows but at a job's end:
-# 30 commits of 4 logs per 3 M rows with 100 k-row files before (docs/PROFILE.md).
-GROUP_COMMIT_ROWS = 1 << 20
