@@ -939,9 +939,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for part in ("1", "2", "3"):  # the parts not run now keep their earlier results
         if part not in only and f"part{part}" in earlier:
             res[f"part{part}"] = earlier[f"part{part}"]
-            res.setdefault("earlier", {})[f"part{part}"] = {
-                k: earlier.get(k) for k in ("started", "commit", "load_start", "load_end",
-                                            "command")}
+            res.setdefault("earlier", {})[f"part{part}"] = (  # the run that measured it
+                (earlier.get("earlier") or {}).get(f"part{part}")
+                or {k: earlier.get(k) for k in ("started", "commit", "load_start",
+                                                "load_end", "command")})
     if "part1" in res:  # its summary by the current definition (kill_fraction)
         summarize1(res["part1"])
 
