@@ -6,7 +6,9 @@ wall and CPU seconds of the whole process tree, every output compared equal.
 
 A side is a source tree of cec (``--a /tmp/wt-new``; the interpreter is this one, the
 tree goes first on ``PYTHONPATH``, so a git worktree of another commit is a side) and
-optionally ``[run]`` settings written into its spec (``ingest_tasks=2``). The workload is
+optionally ``[run]`` settings written into its spec (``ingest_tasks=2``; a ``spark.*`` one
+goes to ``[run.spark]``, ``env:NAME=value`` to the run's environment, e.g.
+``env:JAVA_TOOL_OPTIONS=-XX:TieredStopAtLevel=1``). The workload is
 ``bench/fair_spark.py``'s (parquet, 10 s tumbling ``avg(item_price)`` per ``item_id``,
 ``--keys`` keys). Runs alternate A B B A A B ... (``--pairs`` of each); each is timed from
 outside (wall) and its process tree (driver, JVM, Python workers) is read from ``/proc``
@@ -15,6 +17,13 @@ which a busy machine disturbs far less than the wall time. After each run its ou
 is exported (``cec export --format parquet``, not timed) and compared with A's first
 output, every row (:func:`bench.fair_spark.compare`): a difference is exit 1. The
 1-minute load average is printed with each run.
+
+``python bench/datapath.py window-bytes [--keys 1000000,10000000] [--batch 1000000]``:
+the operator's memory per open time window (10 s tumbling, int64 keys, the spec's
+default checkpoint policy): every key opens one window (all in the same window), fed
+in batches as the upstream log holds them; the bytes held by the operator's arrays
+(:func:`cec.operator.memory.state_bytes`, by part) and tracemalloc's traced delta
+(numpy reports its buffers to it), each over the open windows.
 """
 
 from __future__ import annotations
@@ -48,15 +57,20 @@ def side(text: str) -> tuple[Path, dict[str, str]]:
 def spec_for(work: Path, name: str, data: Path, partitions: int, run: dict[str, str]) -> Path:
     window = '{ kind = "time", size = "10s" }'
     text = CEC_SPEC.format(data=data, window=window, partitions=partitions)
-    text += "".join(f"{k} = {v}\n" for k, v in run.items())
+    text += "".join(f"{k} = {v}\n" for k, v in run.items()
+                    if not k.startswith(("spark.", "env:")))
+    spark = {k: v for k, v in run.items() if k.startswith("spark.")}
+    if spark:  # Spark settings: [run.spark]
+        text += "[run.spark]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in spark.items())
     path = work / f"{name}.toml"
     path.write_text(text)
     return path
 
 
-def one_run(tree: Path, spec: Path, run_dir: Path, timeout: float) -> dict[str, Any]:
+def one_run(tree: Path, spec: Path, run_dir: Path, timeout: float,
+            extra_env: dict[str, str] | None = None) -> dict[str, Any]:
     shutil.rmtree(run_dir, ignore_errors=True)
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": str(tree), **(extra_env or {})}
     cmd = [sys.executable, "-m", "cli.app", "run", "pipeline", str(spec), "--log-dir",
            str(run_dir), "--json"]
     load = os.getloadavg()[0]
@@ -91,7 +105,58 @@ def one_run(tree: Path, spec: Path, run_dir: Path, timeout: float) -> dict[str, 
             "ingest_s": summary.get("ingest_s")}
 
 
+def window_bytes(keys: int, batch: int) -> dict[str, Any]:
+    """Open ``keys`` time windows (one per key) and measure the operator's memory."""
+    import gc
+    import tracemalloc
+
+    import numpy as np
+    import pyarrow as pa
+
+    from cec.operator.base import OperatorConfig
+    from cec.operator.memory import state_bytes
+    from cec.operator.vector import VectorOperator
+    from cec.policy import PolicyConfig
+    from cec.windows import window_spec
+
+    op = VectorOperator(OperatorConfig(window=window_spec("time", "10s"), key_type="int64",
+                                       policy=PolicyConfig()))
+    rng = np.random.default_rng(1)
+    order = rng.permutation(keys).astype(np.int64)  # every key once, in random order
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    t0 = time.perf_counter()
+    for lo in range(0, keys, batch):
+        k = order[lo:lo + batch]
+        seq = np.arange(lo, lo + len(k), dtype=np.int64)
+        op.process(pa.RecordBatch.from_arrays(
+            [pa.array(seq // 1000), pa.array(seq), pa.array(k), pa.array(np.ones(len(k)))],
+            names=["ts", "seq", "key", "value"]))
+    took = time.perf_counter() - t0
+    gc.collect()
+    held, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    parts = state_bytes(op)
+    n = op.n_open
+    return {"keys": keys, "open_windows": n, "process_s": round(took, 2),
+            "traced_bytes_per_window": round((held - base) / n, 1),
+            "traced_peak_bytes_per_window": round((peak - base) / n, 1),
+            "arrays_bytes_per_window": round(sum(parts.values()) / n, 1),
+            "parts_bytes_per_window": {k: round(v / n, 1) for k, v in parts.items()}}
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["window-bytes"]:
+        wp = argparse.ArgumentParser(description="bytes per open time window")
+        wp.add_argument("--keys", default="1000000,10000000")
+        wp.add_argument("--batch", type=int, default=1_000_000)
+        wargs = wp.parse_args(argv[1:])
+        print(f"load {os.getloadavg()[0]:.2f}")
+        for keys in (int(k) for k in wargs.keys.split(",")):
+            print(json.dumps(window_bytes(keys, wargs.batch)), flush=True)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--a", required=True)
     ap.add_argument("--b", required=True)
@@ -114,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(args.pairs):
         for name in ("AB" if i % 2 == 0 else "BA"):
             tree = sides[name][0]
-            r = one_run(tree, specs[name], args.work / f"run-{name}", args.timeout)
+            env = {k[4:]: v for k, v in sides[name][1].items() if k.startswith("env:")}
+            r = one_run(tree, specs[name], args.work / f"run-{name}", args.timeout, env)
             if ref is None:
                 ref = r["output"]
             diff = compare(ref, r["output"], ("A's first", f"{name} {i}"))
