@@ -14,6 +14,39 @@ pools start lazily. The daemon process has exactly one thread when it forks.
 from __future__ import annotations
 
 import os
+import sys
+
+# Spark puts its own pyspark.zip and py4j zip first on the workers' PYTHONPATH. Python
+# cannot cache bytecode for a zip: every forked worker compiled pyspark again, and
+# re-read the 4 MB zip's directory (importlib.invalidate_caches), 2.7 CPU s per run of
+# 3 M rows measured (docs/PROFILE.md). When this interpreter has the same pyspark
+# installed (cec depends on it; spark.pyspark.python is the driver's interpreter),
+# with its compiled bytecode, the daemon imports that one instead. A different version
+# (a cluster's own Spark) keeps the zips.
+
+
+def _installed_same_pyspark() -> bool:
+    import importlib.metadata  # noqa: PLC0415 - only here
+    import re  # noqa: PLC0415
+    import zipfile  # noqa: PLC0415
+
+    zips = [p for p in sys.path if os.path.basename(p).startswith("pyspark")
+            and p.endswith(".zip")]
+    if not zips:
+        return False
+    try:
+        installed = importlib.metadata.version("pyspark")
+        with zipfile.ZipFile(zips[0]) as z:
+            text = z.read("pyspark/version.py").decode()
+    except (OSError, KeyError, ValueError, importlib.metadata.PackageNotFoundError):
+        return False
+    m = re.search(r"""__version__[^=]*=\s*["']([^"']+)["']""", text)
+    return m is not None and m.group(1) == installed
+
+
+if _installed_same_pyspark():
+    sys.path[:] = [p for p in sys.path if not (
+        p.endswith(".zip") and os.path.basename(p).startswith(("pyspark", "py4j")))]
 
 # Normally inherited from the driver (cec_spark.run.session sets them before the JVM
 # starts); pyarrow's jemalloc would otherwise start a background thread as it loads.
