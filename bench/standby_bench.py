@@ -720,9 +720,9 @@ def judged(res: dict[str, Any]) -> str | None:
     the full sizes on a quiet machine (1-min load average below :data:`QUIET_LOAD` at
     the start and the end)."""
     why = []
-    if res.get("quick"):
-        why.append("--quick sizes")
     runs = [res, *(res.get("earlier") or {}).values()]  # parts kept from earlier runs
+    if any(r.get("quick") or "--quick" in str(r.get("command", "")) for r in runs):
+        why.append("--quick sizes")
     worst = max(float(r.get(k) or 0) for r in runs for k in ("load_start", "load_end"))
     if worst >= QUIET_LOAD:
         why.append(f"load {worst:.1f}")
@@ -942,7 +942,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             res.setdefault("earlier", {})[f"part{part}"] = (  # the run that measured it
                 (earlier.get("earlier") or {}).get(f"part{part}")
                 or {k: earlier.get(k) for k in ("started", "commit", "load_start",
-                                                "load_end", "command")})
+                                                "load_end", "command", "quick")})
     if "part1" in res:  # its summary by the current definition (kill_fraction)
         summarize1(res["part1"])
 

@@ -173,6 +173,9 @@ def test_targets_are_not_judged_at_quick_sizes_or_under_load() -> None:
     res["earlier"] = {"part3": {"load_start": 7.0, "load_end": 3.0, "command": "x"}}
     assert sb.judged(res) == "load 7.0"
     assert "Part 3 is kept from an earlier run (`x`" in sb.markdown(res)
+    res["earlier"] = {"part3": {"load_start": 1.0, "load_end": 1.0,
+                                "command": "python -m bench.standby_bench --quick"}}
+    assert sb.judged(res) == "--quick sizes"
 
 
 def test_markdown_has_every_part_and_says_a_loaded_machine() -> None:
