@@ -118,6 +118,8 @@ def test_part1_summary_takes_flinks_kill_point_from_its_checkpoint() -> None:
     assert p1["summary"]["a"]["median"] == 3.0
     assert p1["summary"]["d"]["frac_median"] == 0.51  # not the 100 % its sources read
     assert p1["ratios"] == {"a/b": 0.273, "a/c": None, "a/d": 0.15}
+    # Spark was killed later (0.6 > 0.51): (a)/(c) is at most 3/30
+    assert p1["ratio_bounds"] == {"a/b": None, "a/c": 0.1, "a/d": 0.15}
     assert p1["summary"]["a_takeover_only"]["median"] == 2.25
     assert p1["parts_median"] == {"detect_s": 0.2}
 
