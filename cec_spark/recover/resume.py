@@ -256,8 +256,8 @@ def _reconcile_upstream(run: _Recover, p: int) -> UpstreamRepair | None:
     up_path = run.layout.upstream(p)
     first = _wait_for_lock(up_path)
     try:
-        if not run.repair:
-            with StreamLog.open(up_path, writable=True, fsync=run.spec.run.fsync) as log:
+        if not run.repair:  # reconciled by the open above: a reader sees its end
+            with StreamLog.open(up_path) as log:
                 run.catch_up[str(p)] = log.last_seq
             note = run.layout.unneeded_damage(p, first)  # issue 29 item 4
             if note is not None:
