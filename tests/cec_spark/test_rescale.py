@@ -80,18 +80,50 @@ def _states(run: Path) -> list[dict[str, object]]:
     return out
 
 
-def _kill_run(spec: Path, run: Path, tmp: Path, share: float) -> None:
+FILES = 10  # a killed run reads its rows from a stream folder, in this many files
+
+
+def _kill_run(data: Path, case: str, partitions: int, run: Path, tmp: Path,
+              share: float) -> None:
+    """Run the case on a stream folder holding the first ``share`` of the rows (the
+    same rows as ``items.csv``, in FILES files: the same export); kill -9 its process
+    group once its operators have processed them (at least one batch), wait for its
+    Python workers to go, then add the rest of the files and ``_END``. The run cannot
+    end before the kill, however fast the ingest and the operators are (with the
+    bounded CSV, 20,000 rows could be processed between two of the tasks' state
+    reports: the kill then came after the end)."""
+    window, function = CASES[case]
+    live = tmp / "live"
+    live.mkdir()
+    rows = pd.read_csv(data / "items.csv")
+    parts = [rows.iloc[i * len(rows) // FILES:(i + 1) * len(rows) // FILES]
+             for i in range(FILES)]
+    first = max(1, round(share * FILES))
+    for i in range(first):
+        parts[i].to_csv(live / f"f-{i:03d}.csv", index=False)
+    spec = tmp / f"{case}-{partitions}-live.toml"
+    spec.write_text(spec_text(f'kind = "stream-dir"\npath = "{live}"\n'
+                              'time_field = "item_time"\npoll_ms = 50', window=window,
+                              function=function, partitions=partitions))
+    _kill_when_processed(spec, run, tmp, sum(len(parts[i]) for i in range(first)))
+    for i in range(first, FILES):
+        tmp_file = live / f".f-{i:03d}.tmp"
+        parts[i].to_csv(tmp_file, index=False)
+        tmp_file.rename(live / f"f-{i:03d}.csv")
+    (live / "_END").touch()
+
+
+def _kill_when_processed(spec: Path, run: Path, tmp: Path, rows: int) -> None:
     """Start ``cec run pipeline``; kill -9 its process group once its operators have
-    processed ``share`` of the input (at least one batch); wait for its Python
-    workers to go."""
+    processed 90 % of ``rows``; wait for its Python workers to go."""
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                      tmp / "run.log")
 
     def processed() -> int:
         return sum(int(s.get("in_tuples", 0)) for s in _states(run))  # type: ignore[call-overload]
 
-    wait_for(lambda: processed() > max(0, int(share * ROWS * 0.9)), 180,
-             f"{share:.0%} of the input processed", step=0.01)
+    wait_for(lambda: processed() > int(rows * 0.9), 180, f"{rows} rows processed",
+             step=0.01)
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
@@ -146,7 +178,7 @@ def test_kill9_then_recover_with_other_partitions(data: Path, tmp_path: Path, ca
                                                   old: int, new: int, share: float) -> None:
     reference = _reference(data, case)
     run = tmp_path / "run"
-    _kill_run(_spec(data, case, old), run, tmp_path, share)
+    _kill_run(data, case, old, run, tmp_path, share)
     result = _recover(run, new)
     rescale = result["rescale"]
     assert isinstance(rescale, dict)
@@ -214,7 +246,7 @@ def test_a_stream_continues_after_the_cut(data: Path, tmp_path: Path) -> None:
     live.mkdir()
     thirds[0].to_csv(live / "f-000.csv", index=False)
     run = tmp_path / "run"
-    _kill_run(spec(live, 3), run, tmp_path, 0.3)
+    _kill_when_processed(spec(live, 3), run, tmp_path, int(0.3 * ROWS))
     for i in (1, 2):
         thirds[i].to_csv(live / f"f-{i:03d}.csv", index=False)
     (live / "_END").touch()
@@ -250,7 +282,7 @@ def test_a_killed_rescale_runs_again_and_rescales_twice(data: Path, tmp_path: Pa
     case = "count_tumbling"
     reference = _reference(data, case)
     run = tmp_path / "run"
-    _kill_run(_spec(data, case, 3), run, tmp_path, 0.1)
+    _kill_run(data, case, 3, run, tmp_path, 0.1)
     proc = start_cec(["recover", "--from-log", str(run), "--partitions", "8"],
                      tmp_path / "recover.log")
     wait_for((run / "output" / "g0001").exists, 120, "the rescale's new logs")
