@@ -174,17 +174,18 @@ def wait_for_run(root: Path) -> None:
 
 def check_is_run(root: Path) -> None:
     """UsageError unless ``root`` is a run directory, or does not exist yet, or is empty
-    (a run about to be created). A ``cec run`` writes ``run.toml`` first, through a
-    hidden temporary file (which this accepts too)."""
+    or holds only what a run being created holds before its ``run.toml``."""
     if root.exists() and not root.is_dir():
         raise UsageError(f"{root}: not a directory, so not a run directory")
     try:
         names = os.listdir(root)
     except FileNotFoundError:
         return
-    if RUN_FILE in names or not names:
+    if RUN_FILE in names:
         return
-    if all(n.startswith(f".{RUN_FILE}.") for n in names):
+    # a run being created holds these for a moment before its run.toml: the state
+    # folder, the Python API's staged DataFrame, run.toml's own temporary file
+    if all(n in ("state", "source") or n.startswith(f".{RUN_FILE}.") for n in names):
         return
     raise UsageError(f"{root}: not a run directory (it has no {RUN_FILE}; it holds "
                      f"{', '.join(sorted(names)[:3])}{', ...' if len(names) > 3 else ''})")

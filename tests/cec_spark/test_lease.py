@@ -205,6 +205,10 @@ def test_what_a_standby_accepts_as_a_run(tmp_path: Path) -> None:
     check_is_run(tmp_path / "not-yet")  # a run about to be created: wait for it
     (tmp_path / "empty").mkdir()
     check_is_run(tmp_path / "empty")
+    creating = tmp_path / "creating"  # what cec run writes a moment before run.toml
+    (creating / "state").mkdir(parents=True)
+    (creating / ".run.toml.host.123.tmp").write_text("x")
+    check_is_run(creating)
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("x")
