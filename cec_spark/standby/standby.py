@@ -36,8 +36,6 @@ needs them running (see docs/STANDBY.md).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import socket
 import time
@@ -221,7 +219,7 @@ def _take_over(layout: RunLayout, spark: SparkSession, key: tuple[object, ...], 
             fresh = session_for(plan.spec.run.effective_master, plan.partitions, _conf(plan))
     parts: dict[str, Any] = {"driver": driver, "detected_at": detected,
                              "claimed_at": claimed}
-    _write_takeover(layout, parts)
+    write_advisory(layout.root / "state" / TAKEOVER_FILE, parts)
     try:
         result = recover_run(layout.root, progress=progress, master=master, conf=conf,
                              driver=driver, trust=trust, in_tasks=True)
@@ -230,7 +228,7 @@ def _take_over(layout: RunLayout, spark: SparkSession, key: tuple[object, ...], 
             stop_session(fresh)
         parts["ended_at"] = time.time()
         parts.update(_task_times(layout, plan.partitions))
-        _write_takeover(layout, parts)
+        write_advisory(layout.root / "state" / TAKEOVER_FILE, parts)
         _say_parts(parts)
         began = parts.get("tasks_began_at")
         if isinstance(began, float) and began >= detected:  # the objective's fixed cost
@@ -265,17 +263,3 @@ def _say_parts(parts: dict[str, Any]) -> None:
         if isinstance(parts.get(key), float):
             words.append(f"{name} +{parts[key] - d:.2f} s")
     say("standby: takeover: detected, " + ", ".join(words))
-
-
-def _write_takeover(layout: RunLayout, parts: dict[str, Any]) -> None:
-    with contextlib.suppress(OSError):
-        write_advisory(layout.root / "state" / TAKEOVER_FILE, parts)
-
-
-def read_takeover(layout: RunLayout) -> dict[str, Any]:
-    """The last takeover's parts (``RUN/state/takeover.json``), or {}."""
-    try:
-        raw = json.loads((layout.root / "state" / TAKEOVER_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return raw if isinstance(raw, dict) else {}

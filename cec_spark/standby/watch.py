@@ -21,7 +21,6 @@ and a 1 KiB read): no busy polling, and the lock's release wakes it at once.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
@@ -214,5 +213,4 @@ def newest_driver(layout: RunLayout, lease_s: float) -> int:
         n = layout.latest_driver()
         if n or time.monotonic() >= deadline:
             return n
-        with contextlib.suppress(Exception):
-            time.sleep(0.05)
+        time.sleep(0.05)

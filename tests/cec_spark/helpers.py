@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -116,6 +117,18 @@ def wait_for(cond: object, timeout: float, what: str, step: float = 0.05) -> Non
             return
         time.sleep(step)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def task_states(run: Path, partitions: int) -> list[dict[str, object]]:
+    """Each operator task's state file (``RUN/state/pNNNN.json``), {} where it is
+    missing or being replaced."""
+    out: list[dict[str, object]] = []
+    for p in range(partitions):
+        try:
+            out.append(json.loads((run / "state" / f"p{p:04d}.json").read_text()))
+        except (OSError, ValueError):
+            out.append({})
+    return out
 
 
 def read_export_csv(path: Path) -> pd.DataFrame:

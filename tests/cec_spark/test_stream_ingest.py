@@ -39,6 +39,7 @@ from tests.cec_spark.helpers import (
     reference_count_windows,
     spec_text,
     start_cec,
+    task_states,
     wait_for,
     write_items_csv,
 )
@@ -75,13 +76,7 @@ def _drop(folder: Path, df: pd.DataFrame, i: int, lo: int, hi: int) -> None:
 
 
 def _states(run: Path) -> list[dict[str, object]]:
-    out = []
-    for p in range(P):
-        try:
-            out.append(json.loads((run / "state" / f"p{p:04d}.json").read_text()))
-        except (OSError, ValueError):
-            out.append({})
-    return out
+    return task_states(run, P)
 
 
 def _ingest_state(run: Path) -> dict[str, object]:

@@ -33,6 +33,7 @@ from tests.cec_spark.helpers import (
     reference_count_windows,
     spec_text,
     start_cec,
+    task_states,
     wait_for,
     write_items_csv,
 )
@@ -111,13 +112,7 @@ def _trimmed(run: Path) -> int:
 
 
 def _states(run: Path) -> list[dict[str, object]]:
-    out = []
-    for p in range(P):
-        try:
-            out.append(json.loads((run / "state" / f"p{p:04d}.json").read_text()))
-        except (OSError, ValueError):
-            out.append({})
-    return out
+    return task_states(run, P)
 
 
 def _alive(pid: int) -> bool:

@@ -24,7 +24,14 @@ import pytest
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import read_lease
 from cec_spark.source.types import END_MARKER
-from tests.cec_spark.helpers import cec, spec_text, start_cec, wait_for, write_items_csv
+from tests.cec_spark.helpers import (
+    cec,
+    spec_text,
+    start_cec,
+    task_states,
+    wait_for,
+    write_items_csv,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -85,13 +92,7 @@ def _drop(folder: Path, df: pd.DataFrame, files: range, end: bool = False) -> No
 
 
 def _states(run: Path) -> list[dict[str, object]]:
-    out = []
-    for p in range(P):
-        try:
-            out.append(json.loads((run / "state" / f"p{p:04d}.json").read_text()))
-        except (OSError, ValueError):
-            out.append({})
-    return out
+    return task_states(run, P)
 
 
 def _text(log: Path) -> str:
