@@ -11,7 +11,12 @@ Settings and why (DESIGN §7):
 * the Spark UI on, as Spark has it (its URL is printed at start; on a local master
   it listens on 127.0.0.1 only, as the driver does), without its kill buttons;
 * quiet logs from the JVM's first line (``log4j2.properties`` given to the driver JVM
-  on its command line, then ``setLogLevel("ERROR")``).
+  on its command line, then ``setLogLevel("ERROR")``);
+* the JVMs' just-in-time compiler limited to its first tier (``-XX:TieredStopAtLevel=1``,
+  :data:`JIT_OPTS`): a run's JVM mostly moves Arrow bytes to and from Python, and the
+  optimizing compiler spent ~10 of its ~20 CPU seconds compiling code that runs a few
+  seconds (issue 30; 3 M rows on a quiet 2-core machine: wall 0.80x, CPU 0.73x, measured
+  side by side with ``bench/datapath.py``, outputs equal).
 
 Each of these (but speculation and the daemon module) can be overridden by the spec's
 ``[run.spark]`` table or ``--conf key=value``.
@@ -38,6 +43,8 @@ from cec.errors import CecError, UsageError
 from cec_spark.run import jvm_archive
 
 ARROW_BATCH_ROWS = 1 << 19
+#: the driver's (and a cluster's executors') JIT: the client compiler only (see above)
+JIT_OPTS = "-XX:TieredStopAtLevel=1"
 
 
 LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -53,10 +60,10 @@ def default_conf(master: str, partitions: int) -> dict[str, str]:
         # a local run talks to itself only: never bind the driver to a public interface
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
-    } if is_local(master) else {}
+    } if is_local(master) else {"spark.executor.extraJavaOptions": JIT_OPTS}
     return {
         **local,
-        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J}",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J} {JIT_OPTS}",
         # the UI is on, as Spark has it, but cannot kill a stage: a killed stage
         # would fail a long-lived operator task (a resubmit, not a loss, but a stall)
         "spark.ui.enabled": "true",
