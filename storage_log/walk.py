@@ -303,8 +303,8 @@ def segment_has_schema(path: Path, end: int) -> bool:
     if end <= 0:
         return False
     try:
-        with SegmentReader(path) as reader:
-            for _, _, info in reader.forward(0, end):
+        with SegmentReader(path) as reader:  # the first frame only: 4 KiB, not 4 MiB
+            for _, _, info in reader.forward(0, end, chunk=4096):
                 if info.kind in (Kind.SCHEMA, Kind.DATA):
                     return info.kind == Kind.SCHEMA
     except (FrameError, OSError):
