@@ -75,6 +75,8 @@ class TaskCounters:
     """Seconds inside ``operator.process``/``finish``."""
     write_s: float = 0.0
     """Seconds appending and committing output records."""
+    output_commits: int = 0
+    """Output commits (one per upstream record, or fewer while a backlog is worked off)."""
     done: bool = False
     """The input ended and every result was written (the output log is sealed)."""
     stopped: bool = False

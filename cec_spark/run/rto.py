@@ -362,14 +362,18 @@ class RtoTask:
         ``finished``: its input has ended (a sealed output, or the sealed upstream read
         to its end; the last input positions may have written no output row, so ``t_c``
         can stay below the log's end)."""
-        if self.caught_up_at is not None:
-            return False
-        seen = counters.in_last_seq if counters.in_last_seq is not None else self._resumed_at
-        if finished or self.catch_up_to is None or (
-                seen is not None and seen >= self.catch_up_to):
+        if finished or self.reached(counters):
             self.caught_up_at = counters.caught_up_at = time.time()
             return True
         return False
+
+    def reached(self, counters: TaskCounters) -> bool:
+        """Whether the task has now processed what :meth:`note_caught_up` waits for
+        (and has not noted it yet); notes nothing."""
+        if self.caught_up_at is not None:
+            return False
+        seen = counters.in_last_seq if counters.in_last_seq is not None else self._resumed_at
+        return self.catch_up_to is None or (seen is not None and seen >= self.catch_up_to)
 
     def probe(self) -> None:
         """Recover a fresh operator from this task's committed logs, read-only, and keep

@@ -62,6 +62,13 @@ TAIL_SLOW_S = 0.05
 TAIL_SLOW_AFTER_S = 2.0
 REFILL_WAIT_S = 600.0
 STATE_EVERY_S = 0.5
+# An output commit covers at most this many upstream records, output rows or seconds
+# since its first record was processed (while a backlog is worked off; a record that
+# comes alone is committed at once): the output a crash may make the task redo, and how
+# long a result may wait for its commit.
+GROUP_RECORDS = 16
+GROUP_ROWS = 1 << 20
+GROUP_S = 0.05
 
 
 def operator_for(spec: PipelineSpec, settings: RunSettings,
@@ -125,10 +132,22 @@ class ReplayFloor:
         self._floor = start  # the recovered T (not t_c: recovery replays (T, t_c])
 
     def note(self, op: VectorOperator, out: pa.RecordBatch) -> None:
+        """Note the state after ``out`` was committed (:meth:`of` then :meth:`add`)."""
+        self.add(self.of(op, out))
+
+    @staticmethod
+    def of(op: VectorOperator, out: pa.RecordBatch) -> int | None:
+        """What to note for output ``out`` of the operator's last ``process``, once it
+        is committed (None: nothing)."""
         if op.t_now is None or not out.num_rows:
-            return
+            return None
         t_c = int(pc.max(out.column("t_now")).as_py())
-        self._notes.append((self.clock(), min(op.t_now - op.u, t_c)))
+        return min(op.t_now - op.u, t_c)
+
+    def add(self, value: int | None) -> None:
+        """Note ``value`` (from :meth:`of`) now: its output has been committed."""
+        if value is not None:
+            self._notes.append((self.clock(), value))
 
     def value(self) -> int | None:
         horizon = self.clock() - self.lag_s
@@ -208,6 +227,10 @@ class _PartitionLoop:
         self.floor = ReplayFloor(spec.run.trim_lag_s, rec.explain.T)
         self.keeper = OutputKeeper(layout, p, spec)
         self.reported = counters.in_batches  # in_batches at the last state report
+        # output appended, not committed yet: each with its replay floor and extent note
+        self.pending: list[tuple[pa.RecordBatch, int | None, int | None]] = []
+        self.pending_rows = 0
+        self.pending_since = 0.0  # perf_counter of the first of them
 
     def run(self) -> None:
         with StreamLog.open(self.layout.upstream(self.p)) as up:
@@ -220,12 +243,23 @@ class _PartitionLoop:
         self.layout.write_state(self.p, self.counters.to_dict())
 
     def consume(self, up: StreamLog) -> None:
-        """The hot loop: per upstream record (never per row) one ``process``, one append
-        and commit, and a report every :data:`STATE_EVERY_S`."""
-        counters, op, out, floor, keeper = (self.counters, self.op, self.out, self.floor,
-                                            self.keeper)
+        """The hot loop: per upstream record (never per row) one ``process`` and one
+        append; a commit of the output when the tail has nothing more at once (or after
+        :data:`GROUP_RECORDS` records, :data:`GROUP_ROWS` rows or :data:`GROUP_S`
+        seconds), and a report every :data:`STATE_EVERY_S`.
+
+        Records that are already committed upstream when the task looks (a backlog: the
+        operator is behind the ingest, or catching up after a recovery) share one
+        output commit, one ``fdatasync`` instead of one each; a record that comes alone
+        is committed before the task waits for the next, as before. Nothing is noted
+        as output (the replay floor, the retention extent, the counters) before it is
+        committed."""
+        counters, op, out = self.counters, self.op, self.out
         last_state = 0.0
         for batch in _tail(up, self.resume_after_seq, self.layout, self.report_idle):
+            if batch is None:  # the tail has nothing more at once: commit
+                self.commit()
+                continue
             if counters.first_input_at is None:
                 counters.first_input_at = time.time()
             t0 = time.perf_counter()
@@ -237,16 +271,36 @@ class _PartitionLoop:
             counters.in_last_seq = int(batch.column("seq")[batch.num_rows - 1].as_py())
             if result.num_rows:
                 out.append(result)
-                out.commit()
-                counters.count(result)
-                floor.note(op, result)
-                keeper.note(op)
+                self.pending.append((result, ReplayFloor.of(op, result), self.keeper.of(op)))
+                self.pending_rows += result.num_rows
+                if len(self.pending) == 1:
+                    self.pending_since = t1
             counters.write_s += time.perf_counter() - t1
             now = time.time()
-            caught_up = self.rto.note_caught_up(counters)
-            if now - last_state >= STATE_EVERY_S or caught_up:
+            report = now - last_state >= STATE_EVERY_S or self.rto.reached(counters)
+            if self.pending and (report or len(self.pending) >= GROUP_RECORDS or
+                                 self.pending_rows >= GROUP_ROWS or
+                                 t1 - self.pending_since >= GROUP_S):
+                self.commit()  # (a report says only what is committed)
+            if report:
+                self.rto.note_caught_up(counters)
                 self.report()
                 last_state = now
+        self.commit()
+
+    def commit(self) -> None:
+        """Commit the output appended since the last commit and note it."""
+        if not self.pending:
+            return
+        t0 = time.perf_counter()
+        self.out.commit()
+        for result, floor_value, extent in self.pending:
+            self.counters.count(result)
+            self.floor.add(floor_value)
+            self.keeper.add(extent)
+        self.pending, self.pending_rows = [], 0
+        self.counters.write_s += time.perf_counter() - t0
+        self.counters.output_commits += 1
 
     def report(self) -> None:
         """Check the run is still this driver's, trim the output, write the state."""
@@ -327,8 +381,18 @@ class OutputKeeper:
         self._next = 0.0
 
     def note(self, op: VectorOperator) -> None:
-        if self.on:
-            start = op.next_out_seq - op.q if op.n_open else op.next_out_seq
+        """Note where the extent starts after the operator's committed output."""
+        self.add(self.of(op))
+
+    def of(self, op: VectorOperator) -> int | None:
+        """Where the extent starts after the operator's last output (None: not kept)."""
+        if not self.on:
+            return None
+        return op.next_out_seq - op.q if op.n_open else op.next_out_seq
+
+    def add(self, start: int | None) -> None:
+        """Note ``start`` (from :meth:`of`) now: its output has been committed."""
+        if start is not None:
             self.extent.note(self.clock(), start)
 
     def trim(self, out: StreamLog) -> int:
@@ -356,8 +420,9 @@ def _sealed(log: Any) -> bool:
 
 
 def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], None]
-          ) -> Iterator[pa.RecordBatch]:
-    """Upstream records after ``after`` until the log is sealed and read, or STOP.
+          ) -> Iterator[pa.RecordBatch | None]:
+    """Upstream records after ``after`` until the log is sealed and read, or STOP;
+    None after the records one look found (nothing more is there at once).
 
     Looks when a write in the log's directory wakes it (the ingest's commit, on this
     host), else every :data:`TAIL_POLL_S` (:data:`TAIL_SLOW_S` once idle for a while);
@@ -369,7 +434,7 @@ def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], N
 
 def _tail_watched(up: Any, after: int | None, layout: RunLayout,
                   on_idle: Callable[[], None], watch: CommitWatch
-                  ) -> Iterator[pa.RecordBatch]:
+                  ) -> Iterator[pa.RecordBatch | None]:
     last = after
     got_at = reported_at = time.monotonic()
     while True:
@@ -382,6 +447,8 @@ def _tail_watched(up: Any, after: int | None, layout: RunLayout,
             last = int(batch.column("seq")[batch.num_rows - 1].as_py())
             if layout.stop_file.exists():
                 return
+        if got:
+            yield None  # the look found no more: what was processed is committed now
         if layout.stop_file.exists():
             return
         if not got and _sealed(up) and (up.last_seq is None or
