@@ -48,7 +48,8 @@ class CountSlidingKernel:
         rank[g.order] = g.idx - g.group_start
         group_start = np.empty(n, dtype=np.int64)
         group_start[g.order] = g.group_start
-        open_before = self.by_key.table[kidx]  # (n, max_open): the key's windows, newest first
+        # (n, max_open): the key's windows, newest first
+        open_before = self.by_key.table[kidx].astype(np.int64)
         newest = open_before[:, 0]
         phase = np.where(newest >= 0, sl.cnt[newest], slide)
         ordinal = phase + rank

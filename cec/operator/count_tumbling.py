@@ -75,7 +75,8 @@ class CountTumblingKernel:
         self.by_key.ensure(batch.n_keys)
         open_of_key = self.by_key.table[:, 0]  # a view: writes go to the index
         g = key_groups(kidx)
-        open_slot = open_of_key[g.keys]  # the key's window open before the batch, or -1
+        # the key's window open before the batch, or -1
+        open_slot = open_of_key[g.keys].astype(np.int64)
         # ordinal: the tuple's place in its key's runs, counted from the open window's
         # opener (phase + rank in the batch; a key without one starts a run: phase = size)
         ordinal = np.where(open_slot >= 0, sl.cnt[open_slot], size) + (g.idx - g.group_start)

@@ -40,8 +40,8 @@ def load_windows(ec: pa.Table, schema: pa.Schema, keys: KeyRegistry,
     kidx = keys.lookup(ec.column("key").combine_chunks())
     new = slots.alloc(ec.num_rows)
     slots.key_idx[new] = kidx
-    for f in FIELDS:  # tau2 is the row's t_now, fp_seq its seq
-        getattr(slots, f.name)[new] = col[f.column]
+    for f in FIELDS:  # tau2 is the row's t_now, fp_seq its seq; win_start before win_end
+        slots.put(f.name, new, col[f.column])
     return new, kidx
 
 
@@ -51,8 +51,9 @@ def reconstruct(slots: WindowSlots, batch: TupleBatch, session_gap: int | None =
     With ``session_gap`` (session windows) a window's end follows its last tuple:
     ``win_end = last_ts + gap``."""
     live = slots.live_slots()
-    o = np.argsort(slots.key_idx[live], kind="stable")
-    sorted_keys, sorted_slots = slots.key_idx[live][o], live[o]
+    live_keys = slots.keys_of(live)
+    o = np.argsort(live_keys, kind="stable")
+    sorted_keys, sorted_slots = live_keys[o], live[o]
     lo = np.searchsorted(sorted_keys, batch.key_idx, side="left")
     n_windows = np.searchsorted(sorted_keys, batch.key_idx, side="right") - lo
     member_tuple = np.repeat(np.arange(len(batch.seq), dtype=np.int64), n_windows)
@@ -70,8 +71,8 @@ def snapshot(slots: WindowSlots, keys: KeyRegistry, n_open: int, t_now: int | No
              next_out: int) -> OperatorState:
     """The open windows and counters as a value-comparable :class:`OperatorState`."""
     live = slots.live_slots()
-    key_values = keys.values(slots.key_idx[live]).to_pylist()
-    cols = [getattr(slots, f.name)[live].tolist() for f in FIELDS]
+    key_values = keys.values(slots.keys_of(live)).to_pylist()
+    cols = [slots.column(f.name, live).tolist() for f in FIELDS]
     wins = {(w.key, w.win_start): w for w in map(WindowSnapshot, key_values, *cols)}
     return OperatorState(n_open, t_now, next_out, dict(sorted(wins.items())))
 
@@ -80,7 +81,7 @@ def windows_columns(slots: WindowSlots, keys: KeyRegistry) -> dict[str, pa.Array
     """The open windows' identity and partial aggregates as Arrow columns (named as in
     the output schema), in slot order: what a rescale hands to the new partitions."""
     live = slots.live_slots()
-    cols: dict[str, pa.Array] = {"key": keys.values(slots.key_idx[live])}
+    cols: dict[str, pa.Array] = {"key": keys.values(slots.keys_of(live))}
     for f in LOGGED:
-        cols[f.name] = pa.array(getattr(slots, f.name)[live])
+        cols[f.name] = pa.array(slots.column(f.name, live))
     return cols

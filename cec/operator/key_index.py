@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cec.errors import UsageError
-from cec.operator.store import I64, WindowSlots
+from cec.operator.store import I32, I64, WindowSlots, grown
 
 
 class KeyWindows:
@@ -35,16 +35,17 @@ class KeyWindows:
     def __init__(self, max_open: int) -> None:
         #: ceil(size / slide): the columns of :attr:`table`
         self.max_open = max_open
-        #: ``table[key_idx, j]``: slot of an open window of the key, or -1 (module doc)
-        self.table: I64 = np.full((self.MIN_ROWS, max_open), -1, dtype=np.int64)
+        #: ``table[key_idx, j]``: slot of an open window of the key, or -1 (module doc);
+        #: int32 (slot numbers are 32-bit, :data:`~cec.operator.store.MAX_INDEX`)
+        self.table: I32 = np.full((self.MIN_ROWS, max_open), -1, dtype=np.int32)
 
     def ensure(self, n_keys: int) -> None:
-        """Rows for key indices ``0 .. n_keys - 1`` (grows the table, doubling)."""
+        """Rows for key indices ``0 .. n_keys - 1`` (grows the table by 1.25x)."""
         cap = self.table.shape[0]
         if n_keys > cap:
-            grown = np.full((max(n_keys, 2 * cap), self.max_open), -1, dtype=np.int64)
-            grown[:cap] = self.table
-            self.table = grown
+            bigger = np.full((grown(cap, n_keys), self.max_open), -1, dtype=np.int32)
+            bigger[:cap] = self.table
+            self.table = bigger
 
     def current_rows(self, n_keys: int, slots: WindowSlots) -> tuple[npt.NDArray[np.bool_], I64]:
         """Which keys have an open window, and their rows with only current entries.
@@ -75,7 +76,8 @@ class KeyWindows:
         kept = len(rows)
         wins = rows >= 0
         slots.key_idx[rows[wins]] = np.nonzero(wins)[0]
-        table = np.full((max(self.MIN_ROWS, 2 * kept), self.max_open), -1, dtype=np.int64)
+        table = np.full((max(self.MIN_ROWS, grown(kept, kept)), self.max_open), -1,
+                        dtype=np.int32)
         table[:kept] = rows
         self.table = table
 

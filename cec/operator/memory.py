@@ -89,7 +89,7 @@ class WindowMemory:
 def state_bytes(op: Any) -> dict[str, int]:
     """The bytes held by a :class:`~cec.operator.vector.VectorOperator`'s arrays, by part."""
     sl = op._slots
-    arrays = sum(getattr(sl, name).nbytes for name, _ in type(sl).ARRAYS)
+    arrays = sum(getattr(sl, name).nbytes for name, _ in sl.arrays)
     keys = op._keys
     registry = keys._ints.nbytes + (keys._direct.nbytes if keys._direct is not None else 0)
     registry += keys._arrow.nbytes if keys.key_type != "int64" else 0

@@ -65,8 +65,8 @@ class RowWriter:
         sl = self.slots
         return {
             "ts": ts, "seq": self.new_seqs(len(slots)), "type": typ, "t_now": t_now,
-            "n_open": n_open, "key_idx": sl.key_idx[slots],
-            **{f: getattr(sl, f)[slots] for f in _LOGGED},
+            "n_open": n_open, "key_idx": sl.column("key_idx", slots),
+            **{f: sl.column(f, slots) for f in _LOGGED},
         }
 
     def events(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, ts: I64,
@@ -123,18 +123,18 @@ class RowWriter:
             "sum": merge(sl.sum[cs], v_o, np.float64),
             "min": merge(sl.min[cs], v_o, np.float64),
             "max": merge(sl.max[cs], v_o, np.float64),
-            "first_ts": merge(sl.first_ts[cs], ts_o, np.int64),
-            "last_ts": merge(sl.last_ts[cs], ts_o, np.int64),
+            "first_ts": merge(sl.column("first_ts", cs), ts_o, np.int64),
+            "last_ts": merge(sl.column("last_ts", cs), ts_o, np.int64),
         }
         if kidx is not None:  # count windows: id (key, seq of the opening tuple), end -1
             seq_o = seq[to]
             blk["key_idx"] = merge(sl.key_idx[cs], kidx[to], np.int64)
             blk["win_start"] = merge(sl.win_start[cs], seq_o, np.int64)
-            blk["win_end"] = merge(sl.win_end[cs], -1, np.int64)
+            blk["win_end"] = merge(sl.ends(cs), -1, np.int64)
             blk["tau1"] = merge(sl.tau1[cs], seq_o, np.int64)
         else:
             for f in ("key_idx", "win_start", "win_end", "tau1"):
-                blk[f] = getattr(sl, f)[slots]
+                blk[f] = sl.column(f, slots)
             if session_gap is not None:  # a session's end at its opening tuple
                 blk["win_end"][oi] = ts_o + session_gap
         if self.emits_open:

@@ -45,7 +45,7 @@ class SessionKernel:
     def _open_session(self, key_idx: I64) -> I64:
         """The slot of each key's open session, -1 for none."""
         sl = self.slots
-        cand = self.by_key.table[key_idx, 0]
+        cand = self.by_key.table[key_idx, 0].astype(np.int64)
         s = np.maximum(cand, 0)
         ok = (cand >= 0) & sl.live[s] & (sl.key_idx[s] == key_idx)
         return np.where(ok, cand, -1)

@@ -6,11 +6,18 @@ appearance. :class:`WindowSlots` holds every open window as one slot of parallel
 arrays (structure of arrays) with a free list, so a batch updates thousands of windows
 with a handful of numpy calls. :class:`FootprintOrder` keeps the open windows ordered by
 footprint for the background step. Pure in-memory data, no I/O.
+
+Memory (docs/PROFILE.md, "Bytes per open window"): slot numbers and key indices are
+32-bit wherever they are stored (a partition holds fewer than 2^31 open windows and
+keys; past that a clear :class:`~cec.errors.UsageError`), arrays grow by
+:data:`GROWTH` (1.25x) rather than doubling, and a window's ``win_end`` is stored only
+where it is not a function of ``win_start`` (session windows; see :class:`WindowEnd`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -18,11 +25,29 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cec.errors import UsageError
 from cec.operator.memory import WindowMemory
 from cec.window_state import FIELDS, declares
 
 I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
 F64 = npt.NDArray[np.float64]
+
+#: the most key indices / slots one operator holds (they are stored as int32)
+MAX_INDEX = (1 << 31) - 1
+
+
+#: arrays grow by 1 + 1 / GROWTH_DIV (1.25x): memory over the live entries is at most
+#: 25 % (the doubling it replaces: up to 100 %); copies per entry, amortized, at most 5
+GROWTH_DIV = 4
+GROWTH = 1 + 1 / GROWTH_DIV
+
+
+def grown(capacity: int, need: int) -> int:
+    """The capacity after a growth of an array of ``capacity`` that must hold ``need``:
+    1.25x (:data:`GROWTH`), or ``need`` if that is more."""
+    return max(capacity + capacity // GROWTH_DIV, need)
+
 
 
 class KeyRegistry:
@@ -44,20 +69,29 @@ class KeyRegistry:
         self._n = 0
         self._ints: I64 = np.empty(1024, dtype=np.int64)
         self._index: pd.Index | None = None
-        self._direct: I64 | None = (
-            np.full(1024, -1, dtype=np.int64) if key_type == "int64" else None
+        #: key value -> key index (int32: key indices stay below MAX_INDEX)
+        self._direct: I32 | None = (
+            np.full(1024, -1, dtype=np.int32) if key_type == "int64" else None
         )
         self._arrow: pa.Array = pa.array([], type=pa.string())
 
     def __len__(self) -> int:
         return self._n
 
+    @staticmethod
+    def _check_count(n: int) -> None:
+        if n > MAX_INDEX:
+            raise UsageError(f"{n:,} distinct keys held by one operator task, over its "
+                             f"limit of {MAX_INDEX:,} (key indices are 32-bit): give the "
+                             "run more partitions (--partitions)")
+
     def _register(self, new: I64) -> None:
         """Append new int keys (indices ``n, n+1, ...`` in the given order)."""
         start = self._n
         need = start + len(new)
+        self._check_count(need)
         if need > len(self._ints):
-            ints = np.empty(max(need, 2 * len(self._ints)), dtype=np.int64)
+            ints = np.empty(grown(len(self._ints), need), dtype=np.int64)
             ints[:start] = self._ints[:start]
             self._ints = ints
         self._ints[start:need] = new
@@ -85,18 +119,18 @@ class KeyRegistry:
             self._direct = None  # keys outside the table's range: hash from now on
             return None
         if hi >= len(table):
-            grown = np.full(min(self.DIRECT_LIMIT, max(hi + 1, 2 * len(table))), -1, np.int64)
-            grown[: len(table)] = table
-            self._direct = table = grown
-        idx: I64 = table[values]
+            bigger = np.full(min(self.DIRECT_LIMIT, max(hi + 1, 2 * len(table))), -1, np.int32)
+            bigger[: len(table)] = table
+            self._direct = table = bigger
+        idx = table[values]
         missing = idx < 0
         if missing.any():
             new = np.asarray(pd.unique(values[missing]), dtype=np.int64)
             start = self._n
             self._register(new)
-            table[new] = np.arange(start, start + len(new), dtype=np.int64)
+            table[new] = np.arange(start, start + len(new), dtype=np.int32)
             idx = table[values]
-        return idx
+        return idx.astype(np.int64)
 
     def lookup(self, keys: pa.Array) -> I64:
         """Key indices of an Arrow key column (registers new keys)."""
@@ -116,6 +150,7 @@ class KeyRegistry:
         if missing.any():
             new = distinct.filter(pa.array(missing))  # distinct, in order of appearance
             start = self._n
+            self._check_count(start + len(new))
             self._arrow = pa.concat_arrays([self._arrow, new])
             self._n = start + len(new)
             dict_idx[missing] = np.arange(start, self._n, dtype=np.int64)
@@ -139,8 +174,8 @@ class KeyRegistry:
             ints = self._ints[:n]
             if self._direct is not None:
                 self._direct[ints] = -1  # every registered key is in the table's range
-                self._direct[ints[keep]] = np.arange(kept, dtype=np.int64)
-            fresh = np.empty(max(1024, 2 * kept), dtype=np.int64)
+                self._direct[ints[keep]] = np.arange(kept, dtype=np.int32)
+            fresh = np.empty(max(1024, grown(kept, kept)), dtype=np.int64)
             fresh[:kept] = ints[keep]
             self._ints = fresh
             self._index = None  # rebuilt on the next hashed lookup
@@ -160,16 +195,55 @@ class KeyRegistry:
         return str(self._arrow[i].as_py())
 
 
+@dataclass(frozen=True)
+class SlotLayout:
+    """What the slots store of fields that follow from others, per window kind.
+
+    * ``win_end``: time windows end ``size`` after they start (``win_end = win_start +
+      size``, :attr:`end_offset`), count windows have ``win_end = -1``
+      (:attr:`end_constant`): neither stores it (8 bytes per window less); session
+      windows' ends move with their last tuple and are stored;
+    * ``first_ts``, ``last_ts`` (:attr:`ts_from_start`): a time window's tuples have
+      ``win_start <= ts < win_end``, so with ``size < 2^31`` microseconds (35 minutes)
+      both are int32 offsets from ``win_start`` (8 bytes per window less).
+    """
+
+    #: ``win_end = win_start + end_offset`` (time windows: the size)
+    end_offset: int | None = None
+    #: ``win_end = end_constant`` (count windows: -1)
+    end_constant: int | None = None
+    #: ``first_ts``/``last_ts`` are held as int32 ``ts - win_start``
+    ts_from_start: bool = False
+
+    @property
+    def end_stored(self) -> bool:
+        return self.end_offset is None and self.end_constant is None
+
+
+#: every field stored as itself (sessions; slots made without a window kind)
+STORED = SlotLayout()
+
+_TS_FIELDS = ("first_ts", "last_ts")
+
+
 @declares(FIELDS, first=("key_idx",), form="array")
 class WindowSlots:
     """Open windows as slots of parallel arrays, with a free list.
 
     One array per field of a window's state (:data:`cec.window_state.FIELDS`, of its
     numpy type; checked when the class is made), plus ``key_idx``, the window's key
-    index in the :class:`KeyRegistry`, and ``live``.
+    index in the :class:`KeyRegistry` (int32), and ``live``. What follows from other
+    fields is stored by ``layout`` (:class:`SlotLayout`): ``win_end`` is an array only
+    if it is stored (else not an attribute at all: read it with :meth:`ends`), and
+    ``first_ts``/``last_ts`` may be int32 offsets from ``win_start`` (read them with
+    :meth:`column`). :meth:`column` and :meth:`put` read and write any field whatever
+    the layout; the kernels use the arrays directly where they know the layout.
+
+    Free slots: the ones never used are ``[_fresh, capacity)``; released ones are a
+    stack (int32) popped before them, so slots are reused newest-released first.
     """
 
-    key_idx: I64
+    key_idx: I32
     win_start: I64
     win_end: I64
     tau1: I64
@@ -182,49 +256,60 @@ class WindowSlots:
     first_ts: I64
     last_ts: I64
 
-    #: every array but ``live``, and its numpy type
-    ARRAYS = (("key_idx", np.int64), *((f.name, f.dtype) for f in FIELDS))
-
-    def __init__(self, capacity: int = 1024, memory: WindowMemory | None = None) -> None:
+    def __init__(self, capacity: int = 1024, memory: WindowMemory | None = None,
+                 layout: SlotLayout = STORED) -> None:
         self.capacity = capacity
         self.memory = memory  # checked before every growth (None: no limit)
-        for name, dtype in self.ARRAYS:
+        self.layout = layout
+        narrow_ts = layout.ts_from_start
+        #: every array but ``live``, and its numpy type
+        self.arrays: tuple[tuple[str, type[np.generic]], ...] = (
+            ("key_idx", np.int32),
+            *((f.name, np.int32 if narrow_ts and f.name in _TS_FIELDS else f.dtype)
+              for f in FIELDS if f.name != "win_end" or layout.end_stored))
+        for name, dtype in self.arrays:
             setattr(self, name, np.zeros(capacity, dtype=dtype))
         self.live = np.zeros(capacity, dtype=np.bool_)
-        self._free: I64 = np.arange(capacity - 1, -1, -1, dtype=np.int64)
-        self._n_free = capacity
+        self._free: I32 = np.empty(0, dtype=np.int32)  # released slots, a stack
+        self._n_free = 0  # entries of _free in use
+        self._fresh = 0  # slots >= _fresh were never used
         self.n_live = 0
 
-    @classmethod
-    def slot_bytes(cls) -> int:
+    def slot_bytes(self) -> int:
         """Bytes per slot: every array, ``live`` and the slot's free-list entry."""
-        return sum(np.dtype(t).itemsize for _, t in cls.ARRAYS) + 1 + 8
+        return sum(np.dtype(t).itemsize for _, t in self.arrays) + 1 + 4
 
-    def _grow(self, need_free: int) -> None:
+    def _grow(self, n: int) -> None:
+        """Room for ``n`` more windows (``n`` > the free slots): 1.25x, or as needed."""
         old = self.capacity
-        new_cap = max(2 * old, old + need_free - self._n_free + 1024)
+        new_cap = grown(old, old + n - self._n_free - (old - self._fresh) + 1024)
+        if new_cap > MAX_INDEX + 1:
+            raise UsageError(f"{self.n_live + n:,} open windows in one operator task, over "
+                             f"its limit of {MAX_INDEX + 1:,} (slot numbers are 32-bit): "
+                             "give the run more partitions (--partitions)")
         if self.memory is not None:
-            self.memory.check(self.n_live + need_free, old, new_cap, self.slot_bytes())
-        for name, _ in self.ARRAYS:
+            self.memory.check(self.n_live + n, old, new_cap, self.slot_bytes())
+        for name, _ in self.arrays:
             arr = getattr(self, name)
-            grown = np.zeros(new_cap, dtype=arr.dtype)
-            grown[:old] = arr
-            setattr(self, name, grown)
+            bigger = np.zeros(new_cap, dtype=arr.dtype)
+            bigger[:old] = arr
+            setattr(self, name, bigger)
         live = np.zeros(new_cap, dtype=np.bool_)
         live[:old] = self.live
         self.live = live
-        added = np.arange(new_cap - 1, old - 1, -1, dtype=np.int64)
-        # keep the stack order: pop from the end, so old free slots are reused first
-        self._free = np.concatenate([added, self._free[: self._n_free]])
-        self._n_free = len(self._free)
         self.capacity = new_cap
 
     def alloc(self, n: int) -> I64:
-        """``n`` fresh slots (marked live; fields to be initialised by the caller)."""
-        if n > self._n_free:
+        """``n`` fresh slots (marked live; fields to be initialised by the caller):
+        released slots first (the latest released first), then never used ones."""
+        reuse = min(n, self._n_free)
+        if n - reuse > self.capacity - self._fresh:
             self._grow(n)
-        slots = self._free[self._n_free - n : self._n_free][::-1].copy()
-        self._n_free -= n
+        slots = np.empty(n, dtype=np.int64)
+        slots[:reuse] = self._free[self._n_free - reuse: self._n_free][::-1]
+        self._n_free -= reuse
+        slots[reuse:] = np.arange(self._fresh, self._fresh + n - reuse, dtype=np.int64)
+        self._fresh += n - reuse
         self.live[slots] = True
         self.n_live += n
         return slots
@@ -237,12 +322,69 @@ class WindowSlots:
         self.live[slots] = False
         self.n_live -= n
         if self._n_free + n > len(self._free):
-            self._free = np.concatenate([self._free[: self._n_free], np.empty(n, np.int64)])
+            bigger = np.empty(grown(len(self._free), self._n_free + n), np.int32)
+            bigger[: self._n_free] = self._free[: self._n_free]
+            self._free = bigger
         self._free[self._n_free : self._n_free + n] = slots[::-1]
         self._n_free += n
 
     def live_slots(self) -> I64:
-        return np.flatnonzero(self.live).astype(np.int64, copy=False)
+        return np.flatnonzero(self.live[: self._fresh]).astype(np.int64, copy=False)
+
+    def ends(self, slots: I64) -> I64:
+        """The ``win_end`` of the windows in ``slots`` (stored or derived)."""
+        lay = self.layout
+        if lay.end_offset is not None:
+            out: I64 = self.win_start[slots] + lay.end_offset
+            return out
+        if lay.end_constant is not None:
+            return np.full(len(slots), lay.end_constant, dtype=np.int64)
+        return self.win_end[slots]
+
+    def keys_of(self, slots: I64) -> I64:
+        """The key indices of the windows in ``slots``, as int64."""
+        return self.key_idx[slots].astype(np.int64)
+
+    def column(self, name: str, slots: I64) -> npt.NDArray[np.generic]:
+        """Field ``name`` (``key_idx`` or one of :data:`~cec.window_state.FIELDS`) of
+        the windows in ``slots``, as int64/float64."""
+        if name == "win_end":
+            return self.ends(slots)
+        if name == "key_idx":
+            return self.keys_of(slots)
+        if name in _TS_FIELDS and self.layout.ts_from_start:
+            ts: I64 = self.win_start[slots] + getattr(self, name)[slots]
+            return ts
+        out: npt.NDArray[np.generic] = getattr(self, name)[slots]
+        return out
+
+    def _ts_offsets(self, slots: I64, ts: I64) -> I32:
+        """``ts - win_start`` of the windows in ``slots``, checked to fit int32."""
+        off = ts - self.win_start[slots]
+        if len(off) and (int(off.min()) < 0 or int(off.max()) > MAX_INDEX):
+            i = int(np.flatnonzero((off < 0) | (off > MAX_INDEX))[0])
+            raise UsageError(f"a tuple at ts {int(ts[i])} added to the time window starting "
+                             f"at {int(self.win_start[slots[i]])}: outside it (an EC or "
+                             "replay that does not belong to this window spec?)")
+        return off.astype(np.int32)
+
+    def put(self, name: str, slots: I64, values: npt.NDArray[np.generic]) -> None:
+        """Set field ``name`` of the windows in ``slots`` (loading an EC): a derived
+        ``win_end`` must be what it derives to (after ``win_start`` is set), else a
+        :class:`~cec.errors.UsageError`."""
+        if name in _TS_FIELDS and self.layout.ts_from_start:
+            getattr(self, name)[slots] = self._ts_offsets(slots, np.asarray(values, np.int64))
+            return
+        if name == "win_end" and not self.layout.end_stored:
+            want = self.ends(slots)
+            bad = np.flatnonzero(want != values)
+            if len(bad):
+                i = int(bad[0])
+                raise UsageError(f"EC window starting at {int(self.win_start[slots[i]])} "
+                                 f"has win_end {int(values[i])}, not {int(want[i])} (the "
+                                 "window spec's): an EC of another window spec?")
+            return
+        getattr(self, name)[slots] = values
 
     def open(self, slots: I64, key_idx: I64, win_start: I64, win_end: I64 | int,
              seq: I64, ts: I64) -> None:
@@ -250,10 +392,12 @@ class WindowSlots:
 
         ``tau1 = tau2 = seq``, no footprint yet (``fp_seq = -1``), an empty aggregate;
         the opening tuple itself is added by :meth:`accumulate` like every other one.
+        ``win_end`` is written only where it is stored (it is the derived one else).
         """
         self.key_idx[slots] = key_idx
         self.win_start[slots] = win_start
-        self.win_end[slots] = win_end
+        if self.layout.end_stored:
+            self.win_end[slots] = win_end
         self.tau1[slots] = seq
         self.tau2[slots] = seq
         self.fp_seq[slots] = -1
@@ -261,20 +405,33 @@ class WindowSlots:
         self.sum[slots] = 0.0
         self.min[slots] = np.inf
         self.max[slots] = -np.inf
-        self.first_ts[slots] = ts
-        self.last_ts[slots] = ts
+        if self.layout.ts_from_start:
+            first = np.asarray(ts - win_start, dtype=np.int32)  # in the window: fits
+            self.first_ts[slots] = first
+            self.last_ts[slots] = first
+        else:
+            self.first_ts[slots] = ts
+            self.last_ts[slots] = ts
 
-    def accumulate(self, slots: I64, values: F64, ts: I64) -> None:
+    def accumulate(self, slots: I64, values: F64, ts: I64,
+                   ts_offset: I64 | None = None) -> None:
         """Add tuple ``i`` (``values[i]``, ``ts[i]``) to window ``slots[i]``, for every ``i``.
 
         Unbuffered ``ufunc.at`` in the given (input) order, so float sums are
-        bit-identical to the reference's sequential additions.
+        bit-identical to the reference's sequential additions. ``ts_offset``: the
+        tuples' ``ts - win_start`` if the caller knows them (the time kernel), used when
+        ``last_ts`` is held as offsets (else computed, and checked to be in range).
         """
         np.add.at(self.cnt, slots, 1)
         np.add.at(self.sum, slots, values)
         np.minimum.at(self.min, slots, values)
         np.maximum.at(self.max, slots, values)
-        np.maximum.at(self.last_ts, slots, ts)
+        if self.layout.ts_from_start:
+            off = (self._ts_offsets(slots, ts) if ts_offset is None
+                   else ts_offset.astype(np.int32))
+            np.maximum.at(self.last_ts, slots, off)
+        else:
+            np.maximum.at(self.last_ts, slots, ts)
 
 
 class FootprintOrder:
@@ -302,7 +459,7 @@ class FootprintOrder:
     def __init__(self, capacity: int = 1024, slack: int = 1024) -> None:
         self._slack = slack  # stale entries tolerated beyond 2x the open windows
         self._fp: I64 = np.empty(capacity, dtype=np.int64)
-        self._slot: I64 = np.empty(capacity, dtype=np.int64)
+        self._slot: I32 = np.empty(capacity, dtype=np.int32)
         self._head = 0
         self._tail = 0
         self._last: int | None = None
@@ -328,9 +485,9 @@ class FootprintOrder:
         n = len(fp)
         cap = len(self._fp)
         if n + k > cap:
-            cap = max(2 * cap, n + k)
+            cap = grown(cap, n + k)
             self._fp = np.empty(cap, dtype=np.int64)
-            self._slot = np.empty(cap, dtype=np.int64)
+            self._slot = np.empty(cap, dtype=np.int32)
         self._fp[:n] = fp  # a move down within the buffer: numpy copies overlaps safely
         self._slot[:n] = slot
         self._head, self._tail = 0, n
@@ -355,9 +512,9 @@ class FootprintOrder:
         order = np.lexsort((sl.win_start[live], sl.tau2[live], sl.fp_seq[live]))
         slot = live[order]
         n = len(slot)
-        cap = max(16, 2 * n)
+        cap = max(16, grown(n, n))
         self._fp = np.empty(cap, dtype=np.int64)
-        self._slot = np.empty(cap, dtype=np.int64)
+        self._slot = np.empty(cap, dtype=np.int32)
         self._fp[:n] = sl.fp_seq[slot]
         self._slot[:n] = slot
         self._head, self._tail = 0, n
@@ -394,7 +551,7 @@ class FootprintOrder:
             pos = lo + np.flatnonzero(self._current(sl, lo, hi))[:left]
             if len(pos):
                 left -= len(pos)
-                yield self._slot[pos], pos
+                yield self._slot[pos].astype(np.int64), pos
             lo = hi
             step *= 4
 

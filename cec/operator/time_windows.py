@@ -63,7 +63,7 @@ class TimeKernel:
         # existing windows through the ring: stale entries fail the check
         self.by_key.ensure(batch.n_keys)
         member_key = kidx[member_tuple]
-        member_slot = self.by_key.table[member_key, member_m % max_open]
+        member_slot = self.by_key.table[member_key, member_m % max_open].astype(np.int64)
         hit = np.flatnonzero(member_slot >= 0)
         s_hit = member_slot[hit]
         current = (sl.live[s_hit] & (sl.key_idx[s_hit] == member_key[hit])
@@ -82,12 +82,14 @@ class TimeKernel:
         else:
             opening = _EMPTY_I64
             new_slots = _EMPTY_I64
-        sl.accumulate(member_slot, vals[member_tuple], ts[member_tuple])
+        member_ts = ts[member_tuple]
+        sl.accumulate(member_slot, vals[member_tuple], member_ts,
+                      ts_offset=member_ts - member_m * slide)  # in [0, size)
         # closes: every open window (any key, new ones included) that ends by the last ts,
         # caused by the first tuple at or after its end
         live = sl.live_slots()
-        closing = live[sl.win_end[live] <= ts[-1]]
-        closer = np.searchsorted(ts, sl.win_end[closing], side="left")
+        closing = live[sl.ends(live) <= ts[-1]]
+        closer = np.searchsorted(ts, sl.ends(closing), side="left")
         ev_slot, ev_tuple, is_close = ordered_events(sl, closing, closer, new_slots,
                                                      member_tuple[opening])
         blk = out.events(ev_slot, is_close, ev_tuple, ts, seq, vals)

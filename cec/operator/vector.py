@@ -38,11 +38,30 @@ from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.sessions import SessionKernel
 from cec.operator.state import OperatorState
-from cec.operator.store import FootprintOrder, KeyRegistry, WindowSlots
+from cec.operator.store import (
+    MAX_INDEX,
+    STORED,
+    FootprintOrder,
+    KeyRegistry,
+    SlotLayout,
+    WindowSlots,
+)
 from cec.operator.time_windows import TimeKernel
 from cec.policy import PolicyConfig, budget_for
 from cec.records import check_order, check_resume, decode_input, output_schema
 from cec.windows import CountWindow, SessionWindow, TimeWindow, WindowSpec
+
+
+def slot_layout(spec: WindowSpec) -> SlotLayout:
+    """What the slots store of a window kind (:class:`~.store.SlotLayout`): time
+    windows derive ``win_end`` (``win_start + size``) and hold ``first_ts``/``last_ts``
+    as int32 offsets from ``win_start`` (if ``size`` fits), count windows derive
+    ``win_end`` (-1), sessions store every field."""
+    if isinstance(spec, CountWindow):
+        return SlotLayout(end_constant=-1)
+    if isinstance(spec, SessionWindow):
+        return STORED
+    return SlotLayout(end_offset=spec.size_us, ts_from_start=spec.size_us <= MAX_INDEX)
 
 
 def make_kernel(spec: WindowSpec, slots: WindowSlots, by_key: KeyWindows) -> WindowKernel:
@@ -92,7 +111,7 @@ class VectorOperator:
         #: the keys seen (and not forgotten by compaction) as dense key indices
         self._keys = KeyRegistry(config.key_type)
         #: the open windows: identity, footprint and partial aggregate, one slot each
-        self._slots = WindowSlots(memory=config.memory)
+        self._slots = WindowSlots(memory=config.memory, layout=slot_layout(config.window))
         #: each key's open windows' slots (layout per window kind: see KeyWindows)
         self._by_key = KeyWindows(config.window.max_open_per_key)
         #: what the window kind computes from a batch

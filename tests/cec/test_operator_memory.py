@@ -43,29 +43,35 @@ def test_the_limit_is_sparks_python_worker_memory_else_a_share_of_the_host() -> 
 
 
 def test_a_growth_past_the_limit_names_the_partition_and_the_sizes() -> None:
-    per = WindowSlots.slot_bytes()
-    assert per == 12 * 8 + 1 + 8  # key_idx, 11 state fields, live, free-list entry
+    # int32 key_idx, 11 state fields, live, int32 free-list entry (sessions: every
+    # field stored); time windows derive win_end from win_start and hold first_ts and
+    # last_ts as int32 offsets from it: 8 fields of 8 bytes, 2 of 4
+    assert WindowSlots().slot_bytes() == 4 + 11 * 8 + 1 + 4
+    per = _operator(None)._slots.slot_bytes()
+    assert per == 4 + 8 * 8 + 2 * 4 + 1 + 4
     check = WindowMemory(3, Limit(100 << 20, "a test's limit"))
-    check.check(300_000, 300_000, 600_000, per)  # 0.9 M slots * 105 B = 90 MiB: fits
+    check.check(300_000, 300_000, 600_000, per)  # 0.9 M slots * 81 B = 70 MiB: fits
     with pytest.raises(WindowMemoryError) as err:
         check.check(600_000, 600_000, 1_200_000, per)
     text = str(err.value)
     assert text.startswith("partition 3: 600,000 open windows do not fit")
-    assert "1,200,000 windows needs 180 MiB" in text and "limit of 100 MiB" in text
+    assert "1,200,000 windows needs 139 MiB" in text and "limit of 100 MiB" in text
     assert "a test's limit" in text and "--partitions" in text
     assert isinstance(err.value, UsageError) and exit_code(err.value) == 2
 
 
 def test_the_operator_stops_before_its_windows_outgrow_the_limit() -> None:
-    # every key opens a window: 8,000 keys grow the slots to 9,024, 4,000 more would
-    # double them (both sets of arrays held while copying: 27,072 slots)
-    per = WindowSlots.slot_bytes()
-    limit = Limit((9024 + 2 * 9024) * per - 1, "a test's limit")
+    # every key opens a window: 8,000 keys grow the slots to 9,024, 4,000 more to
+    # 13,024 (12,000 + 1,024 spare, over 1.25x; both sets of arrays held while copying:
+    # 22,048 slots)
+    op = _operator(WindowMemory(0, Limit(1 << 40, "unused")))
+    per = op._slots.slot_bytes()
+    limit = Limit((9024 + 13_024) * per - 1, "a test's limit")
     op = _operator(WindowMemory(0, limit))
     op.process(_batch(np.arange(0, 8000), 0))
     assert op.n_open == 8000 and op._slots.capacity == 9024
     with pytest.raises(WindowMemoryError, match=r"^partition 0: 12,000 open windows do not "
-                       r"fit in its memory: growing their state to 18,048 windows"):
+                       r"fit in its memory: growing their state to 13,024 windows"):
         op.process(_batch(np.arange(8000, 12_000), 8000))
     # the same input with room for it: no error, the same windows as without a check
     roomy, free = _operator(WindowMemory(0, Limit(1 << 30, "roomy"))), _operator(None)
@@ -81,7 +87,9 @@ def test_state_bytes_by_part() -> None:
     op.process(_batch(np.arange(0, 5000), 0))
     parts = state_bytes(op)
     cap = op._slots.capacity
-    assert parts["window slots (key_idx + state fields)"] == cap * 12 * 8
+    # int32 key_idx, 8 int64/float64 state fields and first_ts/last_ts as int32 (a
+    # time window's win_end is win_start + size)
+    assert parts["window slots (key_idx + state fields)"] == cap * (4 + 8 * 8 + 2 * 4)
     assert parts["window slots: live flags"] == cap
     assert parts["per-key index (KeyWindows)"] == op._by_key.table.nbytes
     assert all(v >= 0 for v in parts.values())
