@@ -15,7 +15,10 @@ set: ~10 min with ``--quick``, more in full); ``--only sessions`` runs
 :mod:`bench.sessions_bench` (session windows: the operator alone, the pipeline against
 Spark's ``session_window``; not in the default set either: a few minutes);
 ``--only standby`` runs :mod:`bench.standby_bench` (a warm standby's takeover against
-``cec recover``, Spark's and Flink's restarts; not in the default set: ~30 min in full).
+``cec recover``, Spark's and Flink's restarts; not in the default set: ~30 min in full);
+``--only growth`` runs :mod:`bench.growth_bench` (cost growth at 0.3 to 100 M rows, cec
+against Spark and Flink, peak memory; not in the default set: hours in full, 0.3 M rows
+in one round with ``--quick``).
 
 Presets: full (default, < 25 min on 2 cores), ``--quick`` (< 3 min, no Spark unless
 ``--spark``) and ``--preset tiny`` (the smoke test's sizes).
@@ -135,7 +138,7 @@ def machine() -> dict[str, Any]:
 # ------------------------------------------------------------------------------ tables
 
 
-SECTIONS = (*PAPER_SECTIONS, "fair", "latency", "rto", "sessions", "standby")
+SECTIONS = (*PAPER_SECTIONS, "fair", "latency", "rto", "sessions", "standby", "growth")
 #: run unless --only names others; the recovery-time objective (bench/rto.py, ~10 min of
 #: kills and recoveries) and session windows (bench/sessions_bench.py, a few minutes)
 #: run only when asked for: --only rto, --only sessions
@@ -298,6 +301,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if code != 0:
             raise SystemExit(f"python -m bench: bench/standby_bench.py exited {code}")
         res["sections_s"]["standby"] = time.perf_counter() - t0
+    if "growth" in only and spark:
+        from bench import growth_bench
+
+        t0 = time.perf_counter()
+        _log("growth: bench/growth_bench.py")
+        small = ["--sizes", "0.3", "--pairs", "1"] if preset.name != "full" else []
+        code = growth_bench.main([*small, "--out", str(out / "growth")])
+        if code != 0:
+            raise SystemExit(f"python -m bench: bench/growth_bench.py exited {code}")
+        res["sections_s"]["growth"] = time.perf_counter() - t0
     _write(out, res, t_all)
     return res
 

@@ -162,3 +162,27 @@ def bars(left: Sequence[tuple[str, float]], right: Sequence[tuple[str, float]], 
     fig.suptitle(title, fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)
     return _save(fig, path)
+
+
+def growth(series: dict[str, list[tuple[int, float]]], path: Path, title: str) -> Path:
+    """Wall seconds against input rows, log-log, one line per system (cec blue)."""
+    fig, ax = plt.subplots(figsize=(7, 4.6))
+    colors = {"cec": "#4c72b0", "Spark": "#dd8452"}
+    for name, points in series.items():
+        if not points:
+            continue
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        ax.plot(xs, ys, marker="o", label=name,
+                color=colors.get(name.split(" ")[0], "#55a868"))
+        for x, y in points:
+            ax.annotate(f"{y:.1f} s", (x, y), textcoords="offset points", xytext=(4, -10),
+                        fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("input rows")
+    ax.set_ylabel("wall seconds, whole processes (median)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=8, wrap=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _save(fig, path)

@@ -9,8 +9,9 @@ rows (``item_id`` uniform over ``--keys``), 10 s tumbling ``avg(item_price)`` pe
 ``--conf spark.eventLog.enabled=true``, uncompressed), watched three ways at once:
 
 * ``/proc``, every 0.2 s: every process of the run's tree (the cec driver, the JVM, the
-  PySpark daemon and its workers) with its CPU seconds (user + system), and every JVM
-  thread's (by its name: task threads, GC, JIT compilers, the rest);
+  PySpark daemon and its workers) with its CPU seconds (user + system) and resident
+  memory (``VmRSS``), and every JVM thread's CPU (by its name: task threads, GC, JIT
+  compilers, the rest);
 * py-spy (``--py-spy``; its own venv, e.g. ``/work/pyspy-venv/bin/py-spy``), one
   ``record --pid --nonblocking --format raw`` per Python worker as it appears, and one
   on the driver: each sample (on-CPU only) is put in a stage of the data path by the
@@ -153,6 +154,20 @@ def _stat(pid: int | str, tid: int | str | None = None) -> tuple[str, int, float
     return comm, int(rest[1]), (int(rest[11]) + int(rest[12])) / CLK
 
 
+def _rss(pid: int | str) -> int:
+    """Resident memory of a process in bytes (``VmRSS`` of /proc/PID/status); 0 if it is
+    gone or a zombie (no ``VmRSS`` line)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            parts = line.split()
+            return int(parts[1]) * 1024 if len(parts) > 1 and parts[1].isdigit() else 0
+    return 0
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
@@ -193,11 +208,21 @@ class Proc:
     first_seen: float
     last_seen: float
     cpu: float = 0.0
+    rss: int = 0  # bytes resident at the last look
+    peak_rss: int = 0  # the most bytes resident at any look
 
 
 @dataclass
 class Watch:
-    """The run's process tree as seen every ``every`` seconds (CPU kept at its last value)."""
+    """The run's process tree as seen every ``every`` seconds (CPU kept at its last value).
+
+    Memory: at each look, every live process's ``VmRSS``; kept are, per kind (driver,
+    jvm, py-daemon, py-worker, other), the peak over the looks of the sum over that
+    kind's processes (:attr:`peak_rss_kind`) and the peak of the whole tree's sum
+    (:attr:`peak_rss_total`), in bytes. RSS counts pages shared between processes (a
+    forked worker's pages shared with its daemon, mapped libraries) in each of them, so
+    a sum over processes can exceed the memory really used; a peak shorter than
+    ``every`` can be missed."""
 
     root: int
     every: float = 0.2
@@ -205,6 +230,27 @@ class Watch:
     jvm_threads: dict[int, tuple[str, float]] = field(default_factory=dict)
     on_new: Any = None  # called with each new Proc
     stop: threading.Event = field(default_factory=threading.Event)
+    peak_rss_kind: dict[str, int] = field(default_factory=dict)
+    peak_rss_total: int = 0
+    looks: int = 0
+
+    def record_rss(self, sample: list[tuple[str, int]]) -> None:
+        """One look's (kind, bytes) per live process into the peaks (no I/O)."""
+        by_kind: dict[str, int] = collections.defaultdict(int)
+        for kind, rss in sample:
+            by_kind[kind] += rss
+        for kind, total in by_kind.items():
+            if total > self.peak_rss_kind.get(kind, -1):
+                self.peak_rss_kind[kind] = total
+        self.peak_rss_total = max(self.peak_rss_total, sum(by_kind.values()))
+        self.looks += 1
+
+    def cpu_by_kind(self) -> dict[str, float]:
+        """CPU seconds per process kind (each process at its last looked-at value)."""
+        out: dict[str, float] = collections.defaultdict(float)
+        for p in self.procs.values():
+            out[p.kind] += p.cpu
+        return dict(out)
 
     def _children(self) -> dict[int, list[int]]:
         kids: dict[int, list[int]] = collections.defaultdict(list)
@@ -218,7 +264,8 @@ class Watch:
     def look(self) -> None:
         now = time.time()
         kids = self._children()
-        todo = [(self.root, None)]
+        todo: list[tuple[int, str | None]] = [(self.root, None)]
+        sample: list[tuple[str, int]] = []
         while todo:
             pid, parent_kind = todo.pop()
             st = _stat(pid)
@@ -235,7 +282,15 @@ class Watch:
                     self.procs[pid] = proc
                     if self.on_new is not None:
                         self.on_new(proc)
+            elif proc.kind == "jvm" and "java" not in proc.cmd.split(" ", maxsplit=1)[0]:
+                # named jvm by its arguments while still a launcher script (spark-submit
+                # runs spark-class, which execs java): its command read again until java
+                proc.cmd = _cmdline(pid) or proc.cmd
             proc.cpu, proc.last_seen = st[2], now
+            if proc.kind != "py-spy":
+                proc.rss = _rss(pid)
+                proc.peak_rss = max(proc.peak_rss, proc.rss)
+                sample.append((proc.kind, proc.rss))
             if proc.kind == "jvm":
                 try:
                     tids = os.listdir(f"/proc/{pid}/task")
@@ -247,6 +302,8 @@ class Watch:
                         self.jvm_threads[int(tid)] = (ts[0], ts[2])
             if proc.kind != "py-spy":
                 todo.extend((k, proc.kind) for k in kids.get(pid, []))
+        if sample:
+            self.record_rss(sample)
 
     def loop(self) -> None:
         while not self.stop.is_set():

@@ -1,0 +1,889 @@
+"""Cost growth of one query with its input: cec, Spark and Flink at 0.3 to 100 M rows.
+
+``python bench/growth_bench.py [--sizes 0.3,3,30,100] [--pairs K] [--sides cec,spark,flink]
+[--work DIR] [--out DIR] [--timeout S] [--spark-memory 3:2g,30:14g,100:20g]
+[--spark-setting STORE:ROWS] [--flink-parallelism K] [--sweep-size M]``
+(also ``python -m bench --only growth``). Issue 30's benchmark.
+
+The workload is bench/fair_spark.py's: ``--sizes`` million rows in parquet files of
+100 k rows (:func:`bench.fair_spark.make_data`, made once per size under ``--work`` as
+``data-ROWS`` and reused while it holds the right rows), ``item_id`` uniform over 100 k
+keys, 10 s tumbling ``avg(item_price)`` per ``item_id``, P = 4. Three systems, each a
+whole process (or two) started cold and timed from outside:
+
+* **cec**: ``cec run pipeline SPEC`` (:func:`bench.fair_spark.cec_spec`) then
+  ``cec export --format parquet``: the output complete and usable, as fair_spark's
+  headline; wall, CPU and memory are the two processes' (summed, summed, the larger).
+* **Spark** Structured Streaming: fair_spark's child (:data:`bench.fair_spark.SPARK_CHILD`,
+  :func:`bench.fair_spark.spark_cfg`) at its best setting: fair_spark's sweep (rows per
+  micro-batch 100 k, 1 M, all; HDFS and RocksDB state store) at the sweep size (the
+  smallest size of at least 3 M rows, else the largest), its fastest setting kept at
+  every size (``--spark-setting`` skips the sweep). Driver memory per size
+  (``--spark-memory``: up to 3 M rows 2g, up to 30 M 14g, beyond 20g), given to the child
+  through ``PYSPARK_SUBMIT_ARGS=--driver-memory ...`` (the child's own builder says 2g;
+  the later option wins; the JVM's ``-Xmx`` is read back from its command line and
+  reported).
+* **Flink** 2.3 SQL in a PyFlink MiniCluster (bench/flink_job.py's job, started as
+  :func:`bench.flink_job.flink_command` gives it), at its best parallelism: 1 and 2 swept
+  at the sweep size (``--flink-parallelism`` skips it), the fastest kept. **Handicap:**
+  Flink's PyPI wheel has no parquet format, so it reads the same rows as CSV (converted
+  once, untimed, as the data making); every Flink ratio says so.
+
+Every run: wall seconds (the root process from its start to its exit), CPU seconds of
+the process tree and peak resident memory, both from ``/proc`` every 0.2 s
+(:class:`bench.profile_run.Watch`: per kind — driver, jvm, py-daemon, py-worker, other —
+the peak of the sum of ``VmRSS`` over that kind's processes, and the peak of the whole
+tree's sum), the 1-minute load at its start and end (printed), and its status: ok,
+``timeout`` (over ``--timeout`` seconds, the process group killed), ``out of memory``
+(Java's OutOfMemoryError or Python's MemoryError in its log, or SIGKILLed not by us, as
+the kernel's OOM killer does) or ``failed (exit N)``; a failed run is reported, not
+raised. A system whose every run at a size failed is skipped at the larger sizes. Every
+output is compared with the size's reference (the first output of the size, cec's when
+it finished) by :func:`bench.fair_spark.compare`, every window, avg to 1e-9 relative; a
+difference is reported with the run and makes the exit code 1.
+
+Runs alternate: ``--pairs`` rounds at each size, round i runs the sides in the order
+rotated by i (cec, spark, flink; spark, flink, cec; flink, cec, spark; ...); the ratios
+Spark ÷ cec and Flink ÷ cec are taken round by round. Writes under ``--out`` (default
+bench/results/growth): ``growth.json`` (every run), ``growth.md`` (a table per size,
+the marginal rate (rows_b − rows_a) / (wall_b − wall_a) between consecutive sizes from
+the median walls, the targets) and ``growth.png`` (wall against rows, log-log).
+
+Targets (issue 30, this 2-core machine): 30 M rows ≥ 5× Spark and ≥ 3× Flink, cec's
+marginal rate ≥ 4 M rows/s (between the two largest sizes), 100 M rows completing with
+the peak memory reported; each is printed as met or missed with its numbers, or
+``not judged`` when the 1-minute load went above 4 during the runs it rests on.
+
+Exit codes: 0 every output equal, 1 an output differed, 2 bad arguments or not enough
+disk, 3 Flink asked for but not available.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from bench.fair_spark import (  # noqa: E402
+    CEC,
+    SPARK_CHILD,
+    cec_output,
+    cec_spec,
+    compare,
+    make_data,
+    spark_cfg,
+    spark_output,
+)
+from bench.profile_run import Watch  # noqa: E402
+
+OUT = REPO / "bench" / "results" / "growth"
+WORK = Path("/tmp/cec-growth")
+SIDES = ("cec", "spark", "flink")
+FILE_ROWS = 100_000
+KEYS = 100_000
+PARTITIONS = 4
+TIMEOUT_S = 1800.0
+LOAD_LIMIT = 4.0
+SPARK_MEMORY = "3:2g,30:14g,100:20g"
+SWEEP_AT_LEAST = 3_000_000
+FLINK_PARALLELISMS = (1, 2)
+# rows per micro-batch swept (fair_spark's 1, 10 and all files per trigger); None = all
+SPARK_BATCHES: tuple[int | None, ...] = (FILE_ROWS, 10 * FILE_ROWS, None)
+SPARK_STORES = ("hdfs", "rocksdb")
+FLINK_NOTE = ("Flink reads the same rows as CSV: its PyPI wheel has no parquet format "
+              "(a handicap to Flink; the conversion is not timed)")
+OOM = re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit exceeded|"
+                 r"MemoryError|Cannot allocate memory|insufficient memory for the Java")
+# bytes on disk per input row, measured at 0.3 M rows (with room): the parquet input,
+# one CSV copy for Flink, cec's run directory, Spark's sink and checkpoint, Flink's out
+DISK_PER_ROW = {"parquet": 14, "csv": 34, "cec": 60, "spark": 40, "flink": 12}
+
+TARGET_SPARK = 5.0
+TARGET_FLINK = 3.0
+TARGET_MARGINAL = 4_000_000
+TARGET_ROWS = 30_000_000
+BIG_ROWS = 100_000_000
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+def parse_sizes(text: str) -> list[int]:
+    """``0.3,3,30`` (million rows) as row counts, ascending, without repeats."""
+    try:
+        sizes = sorted({round(float(x) * 1_000_000) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise ValueError(f"--sizes {text!r}: expected million rows, e.g. 0.3,3,30") from None
+    if not sizes or sizes[0] < 1:
+        raise ValueError(f"--sizes {text!r}: every size must be at least 1 row")
+    return sizes
+
+
+def parse_memory(text: str) -> list[tuple[int, str]]:
+    """``3:2g,30:14g,100:20g`` as (up to this many rows, driver memory), ascending; a
+    bare ``4g`` is that memory at every size."""
+    out: list[tuple[int, str]] = []
+    for part in text.split(","):
+        rows_m, sep, mem = part.strip().rpartition(":")
+        if not re.fullmatch(r"\d+[kmgt]", mem.lower()):
+            raise ValueError(f"--spark-memory {text!r}: {mem!r} is not a JVM size like 2g")
+        try:
+            rows = round(float(rows_m) * 1_000_000) if sep else 2**62
+        except ValueError:
+            raise ValueError(f"--spark-memory {text!r}: {rows_m!r} is not a number of "
+                             "million rows") from None
+        out.append((rows, mem.lower()))
+    return sorted(out)
+
+
+def memory_for(rows: int, table: Sequence[tuple[int, str]]) -> str:
+    """The driver memory of the first entry covering ``rows`` (the last one beyond)."""
+    for upto, mem in table:
+        if rows <= upto:
+            return mem
+    return table[-1][1]
+
+
+@dataclass(frozen=True)
+class SparkSetting:
+    store: str
+    rows_per_batch: int | None  # None: the whole input in one micro-batch
+
+    def files_per_trigger(self, rows: int, file_rows: int = FILE_ROWS) -> int:
+        files = -(-rows // file_rows)
+        if self.rows_per_batch is None:
+            return files + 1  # and the sentinel file
+        return max(1, self.rows_per_batch // file_rows)
+
+    @property
+    def label(self) -> str:
+        batch = "all" if self.rows_per_batch is None else f"{self.rows_per_batch:,}"
+        return f"{self.store}, {batch} rows/batch"
+
+
+def parse_spark_setting(text: str) -> SparkSetting:
+    store, _, rows = text.partition(":")
+    if store not in SPARK_STORES or not (rows == "all" or rows.isdigit()):
+        raise ValueError(f"--spark-setting {text!r}: expected hdfs|rocksdb:ROWS|all, "
+                         "e.g. hdfs:1000000")
+    return SparkSetting(store, None if rows == "all" else int(rows))
+
+
+def sweep_size(sizes: Sequence[int], at_least: int = SWEEP_AT_LEAST) -> int:
+    """The smallest size of at least ``at_least`` rows, else the largest."""
+    big = [s for s in sizes if s >= at_least]
+    return min(big) if big else max(sizes)
+
+
+def rotation(sides: Sequence[str], round_i: int) -> list[str]:
+    """Round i's order: ``sides`` rotated left by i."""
+    k = round_i % len(sides)
+    return [*sides[k:], *sides[:k]]
+
+
+def status_of(code: int | None, timed_out: bool, log_text: str) -> str:
+    """ok, timeout, out of memory or failed (exit N), from how the process ended."""
+    if timed_out:
+        return "timeout"
+    if code == 0:
+        return "ok"
+    if OOM.search(log_text) or code == -signal.SIGKILL:
+        return "out of memory"
+    return f"failed (exit {code})"
+
+
+def disk_needed(sizes: Sequence[int], sweep_rows: int, sides: Sequence[str],
+                have_parquet: set[int], have_csv: set[tuple[int, int]]) -> int:
+    """Bytes to find free: the inputs not made yet (kept: parquet, and Flink's CSV copies,
+    both parallelisms at the sweep size) and the largest size's runs (one at a time)."""
+    need = 0
+    for rows in {*sizes, sweep_rows}:
+        if rows not in have_parquet:
+            need += DISK_PER_ROW["parquet"] * rows
+        if "flink" in sides:
+            for p in (FLINK_PARALLELISMS if rows == sweep_rows else FLINK_PARALLELISMS[-1:]):
+                if (rows, p) not in have_csv:
+                    need += DISK_PER_ROW["csv"] * rows
+    per_row = sum(DISK_PER_ROW[x] for x in sides)
+    runs = max(rows * per_row for rows in {*sizes, sweep_rows})
+    return need + runs
+
+
+def gib(n: float | None) -> str:
+    return "–" if n is None else f"{n / 2**30:.2f}"
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def ok_runs(runs: Sequence[dict[str, Any]], rows: int, system: str,
+            measured_only: bool = True) -> list[dict[str, Any]]:
+    """The finished runs of ``system`` at ``rows`` whose output was equal (the pairs'
+    runs only unless ``measured_only`` is False)."""
+    return [r for r in runs if r["rows"] == rows and r["system"] == system
+            and r["status"] == "ok" and r.get("equal") is not False
+            and (not measured_only or isinstance(r["round"], int))]
+
+
+def median_wall(runs: Sequence[dict[str, Any]], rows: int, system: str) -> float | None:
+    return _median([r["wall_s"] for r in ok_runs(runs, rows, system)])
+
+
+def pair_ratios(runs: Sequence[dict[str, Any]], rows: int, num: str,
+                den: str = "cec") -> list[float]:
+    """``num``'s wall ÷ ``den``'s wall, round by round (rounds where both finished)."""
+    a = {r["round"]: r["wall_s"] for r in ok_runs(runs, rows, num)}
+    b = {r["round"]: r["wall_s"] for r in ok_runs(runs, rows, den)}
+    return [a[i] / b[i] for i in sorted(set(a) & set(b)) if b[i] > 0]
+
+
+def marginal(rows_a: int, wall_a: float, rows_b: int, wall_b: float) -> float | None:
+    """(rows_b − rows_a) / (wall_b − wall_a); None when the wall did not grow."""
+    if wall_b <= wall_a or rows_b <= rows_a:
+        return None
+    return (rows_b - rows_a) / (wall_b - wall_a)
+
+
+def marginals(runs: Sequence[dict[str, Any]], sizes: Sequence[int], system: str
+              ) -> list[tuple[int, int, float | None]]:
+    """The marginal rate between consecutive sizes with finished runs (median walls)."""
+    have = [(s, w) for s in sizes if (w := median_wall(runs, s, system)) is not None]
+    return [(a, b, marginal(a, wa, b, wb)) for (a, wa), (b, wb) in itertools.pairwise(have)]
+
+
+def max_load(runs: Sequence[dict[str, Any]], sizes: Sequence[int]) -> float | None:
+    loads = [x for r in runs if r["rows"] in sizes and isinstance(r["round"], int)
+             for x in (r.get("load_start"), r.get("load_end")) if x is not None]
+    return max(loads) if loads else None
+
+
+def _rate(x: float | None) -> str:
+    return "n/a (the wall did not grow)" if x is None else f"{x / 1e6:.2f} M rows/s"
+
+
+def _rows_m(rows: int) -> str:
+    return f"{rows / 1e6:g} M"
+
+
+def judge(runs: Sequence[dict[str, Any]], sizes: Sequence[int],
+          load_limit: float = LOAD_LIMIT) -> list[dict[str, Any]]:
+    """Where each target of issue 30 stands: ``state`` is met, missed, not judged (the
+    load went above ``load_limit``) or not measured; ``text`` gives the numbers."""
+    out: list[dict[str, Any]] = []
+
+    def verdict(target: str, ok: bool, text: str, on: Sequence[int]) -> None:
+        load = max_load(runs, on)
+        state = "met" if ok else "missed"
+        if load is not None and load > load_limit:
+            state = "not judged"
+            text += f"; the 1-min load reached {load:.2f} (> {load_limit:g})"
+        elif load is not None:
+            text += f"; 1-min load at most {load:.2f}"
+        out.append({"target": target, "state": state, "text": text})
+
+    def missing(target: str, why: str) -> None:
+        out.append({"target": target, "state": "not measured", "text": why})
+
+    for system, goal, name in (("spark", TARGET_SPARK, "Spark"),
+                               ("flink", TARGET_FLINK, "Flink")):
+        target = f"30 M rows ≥ {goal:g}× {name}"
+        note = f" ({FLINK_NOTE})" if system == "flink" else ""
+        if TARGET_ROWS not in sizes:
+            missing(target, "30 M rows not run")
+            continue
+        ratios = pair_ratios(runs, TARGET_ROWS, system)
+        if not ratios:
+            why = _why_none(runs, TARGET_ROWS, system) or _why_none(runs, TARGET_ROWS, "cec")
+            missing(target, f"no round with both finished and equal: {why}{note}")
+            continue
+        med = statistics.median(ratios)
+        c, o = median_wall(runs, TARGET_ROWS, "cec"), median_wall(runs, TARGET_ROWS, system)
+        verdict(target, med >= goal,
+                f"{med:.2f}× round by round (min {min(ratios):.2f}×, max {max(ratios):.2f}×; "
+                f"medians {o:.1f} s ÷ {c:.1f} s){note}", [TARGET_ROWS])
+
+    target = f"cec's marginal rate ≥ {TARGET_MARGINAL / 1e6:g} M rows/s"
+    rates = marginals(runs, sizes, "cec")
+    if not rates:
+        missing(target, "fewer than two sizes with finished cec runs")
+    else:
+        a, b, rate = rates[-1]
+        verdict(target, rate is not None and rate >= TARGET_MARGINAL,
+                f"{_rate(rate)} from {_rows_m(a)} to {_rows_m(b)} rows", [a, b])
+
+    target = "100 M rows complete, peak memory reported"
+    if BIG_ROWS not in sizes:
+        missing(target, "100 M rows not run")
+    else:
+        mine = [r for r in runs if r["rows"] == BIG_ROWS and r["system"] == "cec"
+                and isinstance(r["round"], int)]
+        good = ok_runs(runs, BIG_ROWS, "cec")
+        if not mine:
+            missing(target, "no cec run at 100 M rows")
+        else:
+            peak = max((r["peak_rss_total"] for r in mine), default=0)
+            kinds = _kinds_max(mine)
+            verdict(target, len(good) == len(mine),
+                    f"{len(good)}/{len(mine)} cec runs finished with equal outputs "
+                    f"({', '.join(sorted({r['status'] for r in mine}))}); peak memory "
+                    f"{gib(peak)} GiB for the process tree ({_kinds_text(kinds)})",
+                    [BIG_ROWS])
+    return out
+
+
+def _why_none(runs: Sequence[dict[str, Any]], rows: int, system: str) -> str:
+    mine = [r for r in runs if r["rows"] == rows and r["system"] == system
+            and isinstance(r["round"], int)]
+    skipped = [r["status"] for r in runs if r["rows"] == rows and r["system"] == system
+               and r["round"] == "skipped"]
+    if not mine:
+        return f"{system} {skipped[0]}" if skipped else f"{system} not run"
+    bad = [r for r in mine if r["status"] != "ok" or r.get("equal") is False]
+    if not bad:
+        return ""
+    states = sorted({r["status"] if r["status"] != "ok" else "output differs" for r in bad})
+    return f"{system}: {', '.join(states)}"
+
+
+def _kinds_max(runs: Sequence[dict[str, Any]]) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+    for r in runs:
+        for k, v in (r.get("peak_rss_kind") or {}).items():
+            kinds[k] = max(kinds.get(k, 0), int(v))
+    return kinds
+
+
+def _kinds_text(kinds: dict[str, int]) -> str:
+    order = ["driver", "jvm", "py-daemon", "py-worker", "other"]
+    names = sorted(kinds, key=lambda k: (order.index(k) if k in order else 99, k))
+    return ", ".join(f"{k} {gib(kinds[k])}" for k in names) + " GiB" if names else "–"
+
+
+def _range(xs: Sequence[float], fmt: str = "{:.2f}") -> str:
+    if not xs:
+        return "–"
+    med = fmt.format(statistics.median(xs))
+    return med if len(xs) == 1 else f"{med} ({fmt.format(min(xs))}–{fmt.format(max(xs))})"
+
+
+SYSTEM_NAMES = {"cec": "cec", "spark": "Spark", "flink": "Flink (CSV input)"}
+
+
+def size_table(runs: Sequence[dict[str, Any]], rows: int, sides: Sequence[str]) -> str:
+    """The markdown of one size: a row per system, then the ratios round by round."""
+    lines = ["| system | setting | runs ok | wall s, median (min–max) | CPU s, median | "
+             "peak memory, tree, GiB | peak memory per kind (max over runs) | "
+             "1-min load |", "|---|---|--:|--:|--:|--:|---|---|"]
+    for system in sides:
+        mine = [r for r in runs if r["rows"] == rows and r["system"] == system
+                and isinstance(r["round"], int)]
+        if not mine:
+            continue
+        good = ok_runs(runs, rows, system)
+        settings = sorted({r["setting"] for r in mine})
+        states = sorted({r["status"] for r in mine if r["status"] != "ok"}
+                        | ({"output differs"} if any(r.get("equal") is False for r in mine)
+                           else set()))
+        loads = [x for r in mine for x in (r.get("load_start"), r.get("load_end"))
+                 if x is not None]
+        peak = max((r["peak_rss_total"] for r in mine), default=None)
+        lines.append(
+            f"| {SYSTEM_NAMES.get(system, system)} | {'; '.join(settings)} | "
+            f"{len(good)}/{len(mine)}{' (' + ', '.join(states) + ')' if states else ''} | "
+            f"{_range([r['wall_s'] for r in good])} | "
+            f"{_range([r['cpu_s'] for r in good], '{:.1f}')} | {gib(peak)} | "
+            f"{_kinds_text(_kinds_max(mine))} | "
+            f"{f'{min(loads):.2f}–{max(loads):.2f}' if loads else '–'} |")
+    notes = [f"- {SYSTEM_NAMES[r['system']]}: {r['status']}" for r in runs
+             if r["rows"] == rows and r["round"] == "skipped"]
+    for system in sides:
+        if system == "cec":
+            continue
+        ratios = pair_ratios(runs, rows, system)
+        if ratios:
+            each = ", ".join(f"{x:.2f}" for x in ratios)
+            note = f" — {FLINK_NOTE}" if system == "flink" else ""
+            notes.append(f"- {SYSTEM_NAMES[system].split(' ')[0]} ÷ cec, round by round: "
+                         f"**{statistics.median(ratios):.2f}×** (rounds: {each}){note}")
+        elif "cec" in sides:
+            notes.append(f"- {SYSTEM_NAMES[system].split(' ')[0]} ÷ cec: no round with "
+                         "both finished")
+    return "\n".join(lines + (["", *notes] if notes else [])) + "\n"
+
+
+def report(res: dict[str, Any]) -> str:
+    runs, sizes, sides = res["runs"], res["sizes"], res["sides"]
+    lines = [
+        "# Cost growth: cec, Spark Structured Streaming and Flink SQL, the same query",
+        "",
+        f"{KEYS:,} keys, 10 s tumbling avg(item_price) per item_id, parquet files of "
+        f"{FILE_ROWS:,} rows, P = {PARTITIONS}; whole processes started cold, timed from "
+        "outside (cec: `run pipeline` + `export`, the output complete and usable); CPU and "
+        "peak resident memory (VmRSS) of the process tree from /proc every 0.2 s; every "
+        "output compared equal with the size's reference. "
+        f"{res['cpus']} CPUs, {res['memory_gib']} GiB; commit {res['commit']}; "
+        f"{res['started']}; {res['pairs']} round(s) per size, the sides' order rotated "
+        "each round. Peak memory: per kind, the peak of the sum of VmRSS over that "
+        "kind's processes (pages shared between processes count in each); Spark's driver "
+        "memory as set per size; Flink's JVM at its default heap (no -Xmx: a quarter of "
+        "the RAM).",
+        "",
+        f"Command: `{res['command']}`",
+        ""]
+    if res.get("sweep"):
+        lines += [f"## The sweep at {res['sweep_rows']:,} rows (one run each)", "",
+                  "| system | setting | status | wall s | load |", "|---|---|---|--:|--:|"]
+        for r in res["sweep"]:
+            lines.append(f"| {SYSTEM_NAMES.get(r['system'], r['system'])} | {r['setting']} | "
+                         f"{r['status']}{'' if r.get('equal') is not False else ', DIFFERS'} | "
+                         f"{r['wall_s']:.2f} | {r['load_start']} |")
+        lines.append("")
+    lines += [f"Kept: Spark {res.get('spark_setting') or '–'}; Flink parallelism "
+              f"{res.get('flink_parallelism') or '–'}. {FLINK_NOTE}.", ""]
+    for rows in sizes:
+        lines += [f"## {rows:,} rows", "", size_table(runs, rows, sides)]
+    lines += ["## Marginal rate between consecutive sizes", "",
+              "(rows_b − rows_a) / (wall_b − wall_a), median walls of the finished runs.", "",
+              "| from → to | " + " | ".join(SYSTEM_NAMES[s] for s in sides) + " |",
+              "|---|" + "--:|" * len(sides)]
+    table: dict[tuple[int, int], dict[str, float | None]] = {}
+    for system in sides:
+        for a, b, rate in marginals(runs, sizes, system):
+            table.setdefault((a, b), {})[system] = rate
+    for (a, b), by in sorted(table.items()):
+        cells = [(_rate(by[s]) if s in by else "–") for s in sides]
+        lines.append(f"| {_rows_m(a)} → {_rows_m(b)} | " + " | ".join(cells) + " |")
+    if not table:
+        lines.append("| (fewer than two sizes finished) |" + " – |" * len(sides))
+    lines += ["", "## Targets (issue 30, this machine)", ""]
+    lines += [f"- {j['target']}: **{j['state']}** — {j['text']}" for j in res["judgement"]]
+    if res.get("differences"):
+        lines += ["", "## OUTPUTS DIFFER", "", *[f"- {d}" for d in res["differences"]]]
+    if res.get("png"):
+        lines += ["", f"![wall against rows]({res['png']})"]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- measuring
+
+@dataclass
+class Measured:
+    """One process tree's run, as :func:`measure` saw it."""
+
+    wall_s: float
+    cpu_s: float
+    status: str
+    code: int | None
+    load_start: float
+    load_end: float
+    cpu_kind: dict[str, float] = field(default_factory=dict)
+    peak_rss_total: int = 0
+    peak_rss_kind: dict[str, int] = field(default_factory=dict)
+    jvm_xmx: list[str] = field(default_factory=list)
+
+    def then(self, other: Measured) -> Measured:
+        """This process followed by ``other`` (cec's run then its export)."""
+        kinds = dict(self.peak_rss_kind)
+        for k, v in other.peak_rss_kind.items():
+            kinds[k] = max(kinds.get(k, 0), v)
+        cpu = dict(self.cpu_kind)
+        for k, c in other.cpu_kind.items():
+            cpu[k] = cpu.get(k, 0.0) + c
+        return Measured(self.wall_s + other.wall_s, self.cpu_s + other.cpu_s,
+                        self.status if self.status != "ok" else other.status,
+                        self.code if self.status != "ok" else other.code,
+                        self.load_start, other.load_end, cpu,
+                        max(self.peak_rss_total, other.peak_rss_total), kinds,
+                        self.jvm_xmx + other.jvm_xmx)
+
+
+def _load() -> float:
+    return round(os.getloadavg()[0], 2)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def measure(cmd: list[str], log: Path, *, timeout: float, stdout: Path | None = None,
+            env: dict[str, str] | None = None, cwd: Path = REPO) -> Measured:
+    """Run ``cmd`` in its own session, watched; never raises for how it ended."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    load0 = _load()
+    with log.open("ab") as err, (stdout.open("wb") if stdout else log.open("ab")) as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, start_new_session=True,
+                                env=env if env is not None else
+                                {**os.environ, "PYTHONPATH": str(REPO)})
+        watch = Watch(proc.pid)
+        thread = threading.Thread(target=watch.loop, daemon=True)
+        thread.start()
+        timed_out = False
+        try:
+            code: int | None = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out, code = True, None
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(60)
+        finally:
+            wall = time.perf_counter() - t0
+            watch.stop.set()
+            thread.join()
+            # whatever the root left running (a JVM exiting) may not run into the next run
+            deadline = time.monotonic() + 15
+            while _group_alive(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _group_alive(proc.pid):
+                os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        with log.open("rb") as fh:
+            fh.seek(max(0, log.stat().st_size - 4_000_000))
+            tail = fh.read().decode(errors="replace")
+    except OSError:
+        tail = ""
+    xmx = sorted({m for p in watch.procs.values()  # not spark-class's launcher (128m)
+                  if p.kind == "jvm" and "org.apache.spark.launcher.Main" not in p.cmd
+                  for m in re.findall(r"-Xmx(\S+)", p.cmd)})
+    cpu = watch.cpu_by_kind()
+    return Measured(round(wall, 2), round(sum(cpu.values()), 2),
+                    status_of(code, timed_out, tail), code, load0, _load(),
+                    {k: round(v, 2) for k, v in cpu.items()}, watch.peak_rss_total,
+                    dict(watch.peak_rss_kind), xmx)
+
+
+# ----------------------------------------------------------------------------- the sides
+
+@dataclass
+class Sized:
+    """One size's input and folders."""
+
+    rows: int
+    data: Path
+    work: Path
+    spec: Path
+
+
+def prepare(work: Path, rows: int) -> Sized:
+    from bench.flink_job import input_rows
+
+    data = work / f"data-{rows}"
+    try:
+        have = input_rows(data) if (data / "part-99999-sentinel.parquet").exists() else -1
+    except (OSError, FileNotFoundError):
+        have = -1
+    if have != rows:
+        shutil.rmtree(data, ignore_errors=True)
+        t0 = time.perf_counter()
+        print(f"# making {rows:,} rows in {data} ...", flush=True)
+        make_data(data, rows, KEYS, FILE_ROWS)
+        print(f"#   made in {time.perf_counter() - t0:.0f} s", flush=True)
+    size_work = work / f"runs-{rows}"
+    size_work.mkdir(parents=True, exist_ok=True)
+    return Sized(rows, data, size_work, cec_spec(size_work, data, False, PARTITIONS))
+
+
+def run_cec(s: Sized, timeout: float) -> tuple[Measured, Any, dict[str, Any]]:
+    run = s.work / "cec-run"
+    shutil.rmtree(run, ignore_errors=True)
+    log = s.work / "logs" / "cec.log"
+    summary = run.with_suffix(".json")
+    m = measure([*CEC, "run", "pipeline", str(s.spec), "--log-dir", str(run), "--json"],
+                log, timeout=timeout, stdout=summary)
+    extra: dict[str, Any] = {"run_s": m.wall_s}
+    if m.status != "ok":
+        return m, None, extra
+    out = run.with_suffix(".parquet")
+    out.unlink(missing_ok=True)
+    e = measure([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"], log,
+                timeout=timeout)
+    extra["export_s"] = e.wall_s
+    try:
+        own = json.loads(summary.read_text())
+        extra |= {k: round(float(own[k]), 2) for k in ("elapsed_s", "steady_s", "ingest_s")
+                  if isinstance(own.get(k), int | float)}
+    except (OSError, ValueError):
+        pass
+    both = m.then(e)
+    return both, (cec_output(out) if both.status == "ok" else None), extra
+
+
+def run_spark(s: Sized, setting: SparkSetting, memory: str, timeout: float, name: str
+              ) -> tuple[Measured, Any, dict[str, Any]]:
+    cfg = spark_cfg(s.work, s.data, name, setting.store, setting.files_per_trigger(s.rows),
+                    False, PARTITIONS)
+    for key in ("out", "ckpt"):
+        shutil.rmtree(cfg[key], ignore_errors=True)
+    env = {**os.environ, "PYTHONPATH": str(REPO),
+           "PYSPARK_SUBMIT_ARGS": f"--driver-memory {memory} pyspark-shell"}
+    m = measure([sys.executable, "-c", SPARK_CHILD, json.dumps(cfg)],
+                s.work / "logs" / f"{name}.log", timeout=timeout, env=env)
+    out = spark_output(Path(cfg["out"])) if m.status == "ok" else None
+    for key in ("out", "ckpt"):
+        shutil.rmtree(cfg[key], ignore_errors=True)
+    return m, out, {"driver_memory": memory}
+
+
+def run_flink(s: Sized, parallelism: int, timeout: float
+              ) -> tuple[Measured, Any, dict[str, Any]]:
+    from bench.flink_job import flink_command, flink_output
+
+    cmd = flink_command(s.data, s.work, parallelism)  # converts to CSV first: untimed
+    name = f"flink-cmd-p{parallelism}"  # flink_command's folders: WORK/NAME-out, -ckpt
+    out, ckpt = s.work / f"{name}-out", s.work / f"{name}-ckpt"
+    for d in (out, ckpt):
+        shutil.rmtree(d, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    m = measure(cmd, s.work / "logs" / f"{name}.log", timeout=timeout,
+                stdout=s.work / f"{name}.events", env=env, cwd=s.work)
+    table = flink_output(out) if m.status == "ok" else None
+    for d in (out, ckpt):
+        shutil.rmtree(d, ignore_errors=True)
+    return m, table, {}
+
+
+# ----------------------------------------------------------------------------- main
+
+@dataclass
+class Bench:
+    args: argparse.Namespace
+    memory: list[tuple[int, str]]
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    sweep: list[dict[str, Any]] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+    refs: dict[int, Any] = field(default_factory=dict)
+    spark_setting: SparkSetting | None = None
+    flink_parallelism: int | None = None
+
+    def one(self, s: Sized, system: str, round_i: int | str, setting: str,
+            go: Any) -> dict[str, Any]:
+        m, table, extra = go()
+        rec: dict[str, Any] = {"rows": s.rows, "system": system, "round": round_i,
+                               "setting": setting, **asdict(m), **extra, "equal": None}
+        if table is not None:
+            ref = self.refs.get(s.rows)
+            if ref is None:
+                self.refs[s.rows] = table
+                rec["equal"], rec["reference"] = True, True
+                rec["windows"] = table.num_rows
+            else:
+                diff = compare(ref, table, ("reference", system))
+                rec["equal"] = diff is None
+                if diff is not None:
+                    rec["difference"] = diff
+                    self.differences.append(f"{s.rows:,} rows, {system} ({setting}, round "
+                                            f"{round_i}): {diff}")
+        mem = ", ".join(f"{k} {gib(v)}" for k, v in sorted(m.peak_rss_kind.items()))
+        eq = {True: "equal", False: "OUTPUT DIFFERS", None: "no output"}[rec["equal"]]
+        xmx = f", -Xmx {'/'.join(m.jvm_xmx)}" if m.jvm_xmx else ""
+        print(f"{s.rows:>12,} {system:<6} {round_i!s:<6} {m.status:<14} wall "
+              f"{m.wall_s:8.2f} s  CPU {m.cpu_s:8.1f} s  peak {gib(m.peak_rss_total)} GiB "
+              f"({mem}{xmx})  {eq}  load {m.load_start}→{m.load_end}  [{setting}]",
+              flush=True)
+        return rec
+
+    def side(self, s: Sized, system: str, round_i: int | str) -> dict[str, Any]:
+        t = self.args.timeout
+        if system == "cec":
+            return self.one(s, system, round_i, f"P = {PARTITIONS}, run pipeline + export",
+                            lambda: run_cec(s, t))
+        if system == "spark":
+            assert self.spark_setting is not None
+            st, mem = self.spark_setting, memory_for(s.rows, self.memory)
+            return self.one(s, system, round_i, f"{st.label}, driver {mem}",
+                            lambda: run_spark(s, st, mem, t, "spark"))
+        assert self.flink_parallelism is not None
+        p = self.flink_parallelism
+        return self.one(s, system, round_i, f"parallelism {p}", lambda: run_flink(s, p, t))
+
+    def do_sweep(self, s: Sized, sides: Sequence[str]) -> None:
+        t = self.args.timeout
+        if "cec" in sides:  # the size's reference output, before Spark and Flink
+            self.sweep.append(self.one(s, "cec", "sweep", "reference run",
+                                       lambda: run_cec(s, t)))
+        if "spark" in sides and self.spark_setting is None:
+            mem = memory_for(s.rows, self.memory)
+            tried = []
+            for store in SPARK_STORES:
+                for batch in SPARK_BATCHES:
+                    st = SparkSetting(store, batch)
+                    rec = self.one(s, "spark", "sweep", f"{st.label}, driver {mem}",
+                                   lambda st=st: run_spark(s, st, mem, t, "spark-sweep"))
+                    self.sweep.append(rec)
+                    if rec["status"] == "ok" and rec["equal"] is not False:
+                        tried.append((rec["wall_s"], st))
+            if tried:
+                self.spark_setting = min(tried, key=lambda x: x[0])[1]
+        if "flink" in sides and self.flink_parallelism is None:
+            tried_p = []
+            for p in FLINK_PARALLELISMS:
+                rec = self.one(s, "flink", "sweep", f"parallelism {p}",
+                               lambda p=p: run_flink(s, p, t))
+                self.sweep.append(rec)
+                if rec["status"] == "ok" and rec["equal"] is not False:
+                    tried_p.append((rec["wall_s"], p))
+            if tried_p:
+                self.flink_parallelism = min(tried_p)[1]
+        print(f"# kept: Spark {self.spark_setting.label if self.spark_setting else '–'}, "
+              f"Flink parallelism {self.flink_parallelism or '–'}", flush=True)
+
+
+def _machine() -> dict[str, Any]:
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        kb = 0
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
+                            capture_output=True, text=True, check=False).stdout.strip()
+    return {"cpus": os.cpu_count(), "memory_gib": round(kb / 2**20, 1), "commit": commit,
+            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python bench/growth_bench.py",
+                                 description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--sizes", default="0.3,3,30,100", help="million rows, comma-separated")
+    ap.add_argument("--pairs", type=int, default=3,
+                    help="rounds per size, each running every side once")
+    ap.add_argument("--sides", default=",".join(SIDES))
+    ap.add_argument("--work", type=Path, default=WORK,
+                    help="the inputs (data-ROWS, reused) and the runs' folders")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per process")
+    ap.add_argument("--spark-memory", default=SPARK_MEMORY,
+                    help="driver memory by size: UPTO_M:MEM,... (the last beyond)")
+    ap.add_argument("--spark-setting", default=None, metavar="STORE:ROWS",
+                    help="skip Spark's sweep: hdfs|rocksdb:ROWS_PER_BATCH|all")
+    ap.add_argument("--flink-parallelism", type=int, default=None,
+                    help="skip Flink's sweep")
+    ap.add_argument("--sweep-size", type=float, default=None, metavar="M",
+                    help="million rows of the sweep (default: the smallest size >= 3, "
+                    "else the largest)")
+    args = ap.parse_args(argv)
+    try:
+        sizes = parse_sizes(args.sizes)
+        memory = parse_memory(args.spark_memory)
+        sides = [x.strip() for x in args.sides.split(",") if x.strip()]
+        if not sides or set(sides) - set(SIDES) or len(set(sides)) != len(sides):
+            raise ValueError(f"--sides {args.sides!r}: a list of {', '.join(SIDES)}")
+        sides = [x for x in SIDES if x in sides]
+        fixed = parse_spark_setting(args.spark_setting) if args.spark_setting else None
+        if args.pairs < 1 or args.timeout <= 0 or (args.flink_parallelism or 1) < 1:
+            raise ValueError("--pairs, --timeout and --flink-parallelism must be positive")
+    except ValueError as exc:
+        print(f"growth_bench: {exc}", file=sys.stderr)
+        return 2
+    at = round(args.sweep_size * 1_000_000) if args.sweep_size else sweep_size(sizes)
+    if "flink" in sides:
+        from bench.flink_job import FlinkUnavailable, flink_python
+        try:
+            flink_python()
+        except FlinkUnavailable as exc:
+            print(f"growth_bench: {exc}", file=sys.stderr)
+            return 3
+    args.work.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(args.work).free
+    have_parquet = {r for r in [*sizes, at] if (args.work / f"data-{r}").exists()}
+    have_csv = {(r, p) for r in [*sizes, at] for p in FLINK_PARALLELISMS
+                if (args.work / f"data-{r}-flink-p{p}").exists()}
+    need = disk_needed(sizes, at, sides, have_parquet, have_csv)
+    print(f"# disk: {free / 2**30:.0f} GiB free under {args.work}, about "
+          f"{need / 2**30:.1f} GiB needed (inputs kept, one size's runs at a time)",
+          flush=True)
+    if need > free:
+        print(f"growth_bench: not enough disk under {args.work}: about {need / 2**30:.1f} "
+              f"GiB needed, {free / 2**30:.1f} GiB free", file=sys.stderr)
+        return 2
+
+    b = Bench(args, memory, spark_setting=fixed, flink_parallelism=args.flink_parallelism)
+    res: dict[str, Any] = {**_machine(), "sizes": sizes, "sides": sides, "pairs": args.pairs,
+                           "command": "python bench/growth_bench.py " + " ".join(argv),
+                           "timeout_s": args.timeout, "spark_memory": args.spark_memory,
+                           "sweep_rows": at, "load_start": _load()}
+    print(f"# growth: sizes {', '.join(f'{r:,}' for r in sizes)} rows, {args.pairs} "
+          f"round(s), sides {', '.join(sides)}, sweep at {at:,} rows, work {args.work}, "
+          f"load {_load()}", flush=True)
+    needs_sweep = (("spark" in sides and fixed is None)
+                   or ("flink" in sides and args.flink_parallelism is None))
+    if needs_sweep:
+        b.do_sweep(prepare(args.work, at), sides)
+    failed_at: dict[str, int] = {}
+    for rows in sizes:
+        s = prepare(args.work, rows)
+        here = [x for x in sides if x not in failed_at
+                and not (x == "spark" and b.spark_setting is None)
+                and not (x == "flink" and b.flink_parallelism is None)]
+        for x in sides:
+            if x not in here:
+                why = (f"every run failed at {failed_at[x]:,} rows" if x in failed_at
+                       else "no setting finished in the sweep")
+                print(f"# {x} skipped at {rows:,} rows: {why}", flush=True)
+                b.runs.append({"rows": rows, "system": x, "round": "skipped",
+                               "status": f"skipped ({why})"})
+        for i in range(args.pairs):
+            for system in rotation(here, i):
+                b.runs.append(b.side(s, system, i))
+        for x in here:
+            if not ok_runs(b.runs, rows, x) and any(
+                    r["status"] in ("timeout", "out of memory")
+                    for r in b.runs if r["rows"] == rows and r["system"] == x):
+                failed_at[x] = rows
+        b.refs.pop(rows, None)
+        shutil.rmtree(s.work / "cec-run", ignore_errors=True)
+        print(size_table(b.runs, rows, sides), flush=True)
+
+    res |= {"runs": b.runs, "sweep": b.sweep, "differences": b.differences,
+            "spark_setting": b.spark_setting.label if b.spark_setting else None,
+            "spark_setting_arg": (f"{b.spark_setting.store}:"
+                                  f"{b.spark_setting.rows_per_batch or 'all'}"
+                                  if b.spark_setting else None),
+            "flink_parallelism": b.flink_parallelism, "flink_note": FLINK_NOTE,
+            "load_end": _load()}
+    res["judgement"] = judge(b.runs, sizes)
+    args.out.mkdir(parents=True, exist_ok=True)
+    try:
+        from bench import plots
+
+        series = {SYSTEM_NAMES[x]: [(r, w) for r in sizes
+                                    if (w := median_wall(b.runs, r, x)) is not None]
+                  for x in sides}
+        png = plots.growth(series, args.out / "growth.png",
+                           f"Wall against rows (whole processes, medians); {FLINK_NOTE}")
+        res["png"] = png.name
+    except (ImportError, OSError, ValueError) as exc:
+        print(f"# no plot: {exc}", flush=True)
+    (args.out / "growth.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
+    md = report(res)
+    (args.out / "growth.md").write_text(md)
+    print(md)
+    print(f"# wrote {args.out / 'growth.md'}, growth.json"
+          f"{', growth.png' if res.get('png') else ''}", flush=True)
+    return 1 if b.differences else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
