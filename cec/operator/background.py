@@ -38,7 +38,7 @@ def checkpoint_step(policy: PolicyConfig, budget: CheckpointBudget, out: RowWrit
     oldest = fpo.front(sl)
     if oldest < 0:
         return None
-    fp_min, tau2_oldest = int(sl.fp_seq[oldest]), int(sl.tau2[oldest])
+    fp_min, tau2_oldest = sl.seq_at("fp_seq", oldest), sl.seq_at("tau2", oldest)
     q = out.next_out - fp_min if fp_min >= 0 else 0
     if tau2_oldest >= t_now:
         return None
@@ -54,9 +54,9 @@ def checkpoint_step(policy: PolicyConfig, budget: CheckpointBudget, out: RowWrit
     picked: list[I64] = []
     got, end = 0, -1
     for cand, pos in fpo.walk(sl, min(allowed, sl.n_live)):
-        fpj = sl.fp_seq[cand]
+        fpj = sl.seqs("fp_seq", cand)
         qj = np.where(fpj >= 0, out.next_out + got + np.arange(len(cand)) - fpj, 0)
-        uj = t_now - sl.tau2[cand]
+        uj = t_now - sl.seqs("tau2", cand)
         ok = (fpj < out.next_out) & (uj > 0) & ((qj > q_target) | (uj > policy.u))
         n_ok = len(cand) if ok.all() else int(np.argmin(ok))
         if n_ok:
@@ -70,8 +70,8 @@ def checkpoint_step(policy: PolicyConfig, budget: CheckpointBudget, out: RowWrit
     blk = out.block(slots, np.full(emitted, G_CHECK, np.int8),
                     np.full(emitted, ts_now, np.int64), np.full(emitted, t_now, np.int64),
                     np.full(emitted, out.n_open, np.int64))
-    sl.fp_seq[slots] = blk["seq"]
-    sl.tau2[slots] = t_now
+    sl.set_seqs("fp_seq", slots, np.asarray(blk["seq"], dtype=np.int64))
+    sl.set_seqs("tau2", slots, t_now)
     if emitted:
         fpo.drop_through(end)  # every entry up to the last candidate is stale now
         fpo.push(sl, np.asarray(blk["seq"], dtype=np.int64), slots)

@@ -60,7 +60,7 @@ def reconstruct(slots: WindowSlots, batch: TupleBatch, session_gap: int | None =
     offset = (np.arange(len(member_tuple), dtype=np.int64)
               - np.repeat(np.cumsum(n_windows) - n_windows, n_windows))
     member_slot = sorted_slots[lo[member_tuple] + offset]
-    older = slots.tau2[member_slot] < batch.seq[member_tuple]
+    older = slots.seqs("tau2", member_slot) < batch.seq[member_tuple]
     member_slot, member_tuple = member_slot[older], member_tuple[older]
     slots.accumulate(member_slot, batch.values[member_tuple], batch.ts[member_tuple])
     if session_gap is not None:

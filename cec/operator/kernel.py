@@ -123,7 +123,8 @@ def close_every_window(slots: WindowSlots, out: RowWriter, t_now: int) -> Block 
     """At the end of the stream every open window closes: ``R`` rows ordered
     ``(win_end, tau1, win_start)`` (the time and session kernels' ``close_all``)."""
     live = slots.live_slots()
-    closing = live[np.lexsort((slots.win_start[live], slots.tau1[live], slots.ends(live)))]
+    closing = live[np.lexsort((slots.win_start[live], slots.seqs("tau1", live),
+                               slots.ends(live)))]
     k = len(closing)
     n_after = out.n_open - np.arange(1, k + 1, dtype=np.int64)
     out.n_open -= k
@@ -143,6 +144,6 @@ def ordered_events(slots: WindowSlots, closing: I64, closer: I64, opening: I64,
     ev_tuple = np.concatenate([closer, opener])
     ev_is_open = np.concatenate([np.zeros(len(closing), np.int64),
                                  np.ones(len(opening), np.int64)])
-    order = np.lexsort((slots.win_start[ev_slot], slots.tau1[ev_slot], slots.ends(ev_slot),
+    order = np.lexsort((slots.win_start[ev_slot], slots.seqs("tau1", ev_slot), slots.ends(ev_slot),
                         ev_is_open, ev_tuple))
     return ev_slot[order], ev_tuple[order], ev_is_open[order] == 0

@@ -131,7 +131,7 @@ class RowWriter:
             blk["key_idx"] = merge(sl.key_idx[cs], kidx[to], np.int64)
             blk["win_start"] = merge(sl.win_start[cs], seq_o, np.int64)
             blk["win_end"] = merge(sl.ends(cs), -1, np.int64)
-            blk["tau1"] = merge(sl.tau1[cs], seq_o, np.int64)
+            blk["tau1"] = merge(sl.seqs("tau1", cs), seq_o, np.int64)
         else:
             for f in ("key_idx", "win_start", "win_end", "tau1"):
                 blk[f] = sl.column(f, slots)
@@ -139,7 +139,7 @@ class RowWriter:
                 blk["win_end"][oi] = ts_o + session_gap
         if self.emits_open:
             s_o, f_o = slots[oi], seqs[oi]
-            sl.fp_seq[s_o] = f_o
+            sl.set_seqs("fp_seq", s_o, f_o)
             if self.fp_order is not None:
                 self.fp_order.push(sl, f_o, s_o)
         return blk

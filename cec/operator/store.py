@@ -224,6 +224,19 @@ class SlotLayout:
 STORED = SlotLayout()
 
 _TS_FIELDS = ("first_ts", "last_ts")
+#: input and output positions: held as ``value + 1`` in uint32 (so ``fp_seq = -1``,
+#: no footprint, is 0) while every value written is in ``[-1, 2^32 - 2]``; the first
+#: value outside widens the array to int64 for good (:meth:`WindowSlots.set_seqs`)
+SEQ_FIELDS = ("tau1", "tau2", "fp_seq")
+_U32_MAX = (1 << 32) - 1
+
+
+def seq_fits(values: I64 | int, dtype: np.dtype[np.generic]) -> bool:
+    """Whether ``values + 1`` fit an array of ``dtype`` (uint32 or int64)."""
+    if dtype != np.uint32:
+        return True
+    v = np.asarray(values)
+    return v.size == 0 or (int(v.min()) >= -1 and int(v.max()) <= _U32_MAX - 1)
 
 
 @declares(FIELDS, first=("key_idx",), form="array")
@@ -265,7 +278,8 @@ class WindowSlots:
         #: every array but ``live``, and its numpy type
         self.arrays: tuple[tuple[str, type[np.generic]], ...] = (
             ("key_idx", np.int32),
-            *((f.name, np.int32 if narrow_ts and f.name in _TS_FIELDS else f.dtype)
+            *((f.name, np.int32 if narrow_ts and f.name in _TS_FIELDS
+               else np.uint32 if f.name in SEQ_FIELDS else f.dtype)
               for f in FIELDS if f.name != "win_end" or layout.end_stored))
         for name, dtype in self.arrays:
             setattr(self, name, np.zeros(capacity, dtype=dtype))
@@ -276,7 +290,8 @@ class WindowSlots:
         self.n_live = 0
 
     def slot_bytes(self) -> int:
-        """Bytes per slot: every array, ``live`` and the slot's free-list entry."""
+        """Bytes per slot: every array (as it is now: a widened one counts 8), ``live``
+        and the slot's free-list entry."""
         return sum(np.dtype(t).itemsize for _, t in self.arrays) + 1 + 4
 
     def _grow(self, n: int) -> None:
@@ -355,6 +370,8 @@ class WindowSlots:
         if name in _TS_FIELDS and self.layout.ts_from_start:
             ts: I64 = self.win_start[slots] + getattr(self, name)[slots]
             return ts
+        if name in SEQ_FIELDS:
+            return self.seqs(name, slots)
         out: npt.NDArray[np.generic] = getattr(self, name)[slots]
         return out
 
@@ -368,12 +385,42 @@ class WindowSlots:
                              "replay that does not belong to this window spec?)")
         return off.astype(np.int32)
 
+    def seqs(self, name: str, slots: I64) -> I64:
+        """``tau1``, ``tau2`` or ``fp_seq`` (:data:`SEQ_FIELDS`) of the windows in
+        ``slots``, as int64 (the arrays hold ``value + 1``)."""
+        out: I64 = getattr(self, name)[slots].astype(np.int64)
+        out -= 1
+        return out
+
+    def seq_at(self, name: str, slot: int) -> int:
+        """One window's ``tau1``, ``tau2`` or ``fp_seq``."""
+        return int(getattr(self, name)[slot]) - 1
+
+    def set_seqs(self, name: str, slots: I64, values: I64 | int) -> None:
+        """Set ``tau1``, ``tau2`` or ``fp_seq`` of the windows in ``slots`` (widens the
+        array to int64 first if a value does not fit its uint32)."""
+        arr = getattr(self, name)
+        if not seq_fits(values, arr.dtype):
+            arr = self._widen(name)
+        arr[slots] = np.asarray(values, dtype=np.int64) + 1
+
+    def _widen(self, name: str) -> I64:
+        """Field ``name``'s array as int64 from now on (4 more bytes per slot; not
+        checked against the memory limit: a one-time 4 bytes per slot)."""
+        wide: I64 = getattr(self, name).astype(np.int64)
+        setattr(self, name, wide)
+        self.arrays = tuple((n, np.int64 if n == name else t) for n, t in self.arrays)
+        return wide
+
     def put(self, name: str, slots: I64, values: npt.NDArray[np.generic]) -> None:
         """Set field ``name`` of the windows in ``slots`` (loading an EC): a derived
         ``win_end`` must be what it derives to (after ``win_start`` is set), else a
         :class:`~cec.errors.UsageError`."""
         if name in _TS_FIELDS and self.layout.ts_from_start:
             getattr(self, name)[slots] = self._ts_offsets(slots, np.asarray(values, np.int64))
+            return
+        if name in SEQ_FIELDS:
+            self.set_seqs(name, slots, np.asarray(values, np.int64))
             return
         if name == "win_end" and not self.layout.end_stored:
             want = self.ends(slots)
@@ -398,9 +445,14 @@ class WindowSlots:
         self.win_start[slots] = win_start
         if self.layout.end_stored:
             self.win_end[slots] = win_end
-        self.tau1[slots] = seq
-        self.tau2[slots] = seq
-        self.fp_seq[slots] = -1
+        if not seq_fits(seq, self.tau1.dtype):
+            self._widen("tau1")
+        if not seq_fits(seq, self.tau2.dtype):
+            self._widen("tau2")
+        raw = seq + 1  # the arrays hold value + 1 (SEQ_FIELDS)
+        self.tau1[slots] = raw
+        self.tau2[slots] = raw
+        self.fp_seq[slots] = 0  # -1: no footprint yet
         self.cnt[slots] = 0
         self.sum[slots] = 0.0
         self.min[slots] = np.inf
@@ -458,7 +510,9 @@ class FootprintOrder:
 
     def __init__(self, capacity: int = 1024, slack: int = 1024) -> None:
         self._slack = slack  # stale entries tolerated beyond 2x the open windows
-        self._fp: I64 = np.empty(capacity, dtype=np.int64)
+        #: footprint seqs as the slots hold them (``fp_seq + 1``, uint32 until a value
+        #: does not fit, then int64), so entries compare with ``slots.fp_seq`` as they are
+        self._fp: npt.NDArray[np.uint32] | I64 = np.empty(capacity, dtype=np.uint32)
         self._slot: I32 = np.empty(capacity, dtype=np.int32)
         self._head = 0
         self._tail = 0
@@ -486,7 +540,7 @@ class FootprintOrder:
         cap = len(self._fp)
         if n + k > cap:
             cap = grown(cap, n + k)
-            self._fp = np.empty(cap, dtype=np.int64)
+            self._fp = np.empty(cap, dtype=self._fp.dtype)
             self._slot = np.empty(cap, dtype=np.int32)
         self._fp[:n] = fp  # a move down within the buffer: numpy copies overlaps safely
         self._slot[:n] = slot
@@ -500,8 +554,10 @@ class FootprintOrder:
         if self._last is not None and int(fps[0]) <= self._last:
             self.rebuild(sl)
             return
+        if not seq_fits(fps, self._fp.dtype):
+            self._fp = self._fp.astype(np.int64)
         self._reserve(sl, k)
-        self._fp[self._tail : self._tail + k] = fps
+        self._fp[self._tail : self._tail + k] = fps + 1
         self._slot[self._tail : self._tail + k] = slots
         self._tail += k
         self._last = int(fps[-1])
@@ -509,16 +565,16 @@ class FootprintOrder:
     def rebuild(self, sl: WindowSlots) -> None:
         """Reorder from scratch: every open window by ``(fp_seq, tau2, win_start)``."""
         live = sl.live_slots()
-        order = np.lexsort((sl.win_start[live], sl.tau2[live], sl.fp_seq[live]))
+        order = np.lexsort((sl.win_start[live], sl.seqs("tau2", live), sl.seqs("fp_seq", live)))
         slot = live[order]
         n = len(slot)
         cap = max(16, grown(n, n))
-        self._fp = np.empty(cap, dtype=np.int64)
+        self._fp = np.empty(cap, dtype=sl.fp_seq.dtype)
         self._slot = np.empty(cap, dtype=np.int32)
-        self._fp[:n] = sl.fp_seq[slot]
+        self._fp[:n] = sl.fp_seq[slot]  # both hold fp_seq + 1
         self._slot[:n] = slot
         self._head, self._tail = 0, n
-        self._last = int(self._fp[n - 1]) if n else None
+        self._last = int(self._fp[n - 1]) - 1 if n else None
 
     def front(self, sl: WindowSlots) -> int:
         """The slot of the window with the oldest footprint, or -1 if none is open."""

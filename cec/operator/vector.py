@@ -150,11 +150,11 @@ class VectorOperator:
             out.fp_order.rebuild(sl)
         if out.fp_order is not None:
             w = out.fp_order.front(sl)
-            return int(sl.fp_seq[w]), int(sl.tau2[w])
+            return sl.seq_at("fp_seq", w), sl.seq_at("tau2", w)
         live = sl.live_slots()
-        fp = sl.fp_seq[live]
+        fp = sl.seqs("fp_seq", live)
         fpmin = int(fp.min())
-        return fpmin, int(sl.tau2[live][fp == fpmin].min())
+        return fpmin, int(sl.seqs("tau2", live)[fp == fpmin].min())
 
     @property
     def q(self) -> int:
@@ -282,7 +282,7 @@ class VectorOperator:
             self._kernel.index_loaded(slots, kidx)
         self._out.n_open = k
         self._out.next_out = next_out_seq
-        last_seq = int(self._slots.tau2[self._slots.live_slots()].min()) if k else t_c
+        last_seq = int(self._slots.seqs("tau2", self._slots.live_slots()).min()) if k else t_c
         self._pos = StreamPosition(t_now=t_c, ts_now=t_c_ts, last_ts=None, last_seq=last_seq,
                                    recon_until=t_c, recon_ts=t_c_ts)
 

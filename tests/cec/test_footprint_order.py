@@ -41,14 +41,15 @@ class Model:
     def expected(self) -> list[int]:
         sl = self.sl
         live = sl.live_slots().tolist()
-        return sorted(live, key=lambda s: (sl.fp_seq[s], sl.tau2[s], sl.win_start[s]))
+        return sorted(live, key=lambda s: (sl.seq_at("fp_seq", s), sl.seq_at("tau2", s),
+                                           sl.win_start[s]))
 
     def write(self, slots: Any) -> None:
         sl = self.sl
         slots = np.asarray(slots, dtype=np.int64)
         fps = np.array([next(self.seq) for _ in slots], dtype=np.int64)
-        sl.fp_seq[slots] = fps
-        sl.tau2[slots] = fps // 3
+        sl.set_seqs("fp_seq", slots, fps)
+        sl.set_seqs("tau2", slots, fps // 3)
         self.fo.push(sl, fps, slots)
 
     def apply(self, op: str, arg: int) -> None:
@@ -69,8 +70,8 @@ class Model:
                 self.write(got)
         elif op == "old" and live:  # an inconsistent EC: a footprint seq seen before
             s = live[arg % len(live)]
-            fp = int(sl.fp_seq[live[0]]) - 1 - arg % 3
-            sl.fp_seq[s] = fp
+            fp = sl.seq_at("fp_seq", live[0]) - 1 - arg % 3
+            sl.set_seqs("fp_seq", np.array([s], np.int64), fp)
             self.fo.push(sl, np.array([fp], np.int64), np.array([s], np.int64))
         elif op == "rebuild":
             self.fo.rebuild(sl)
