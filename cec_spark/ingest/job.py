@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -55,6 +56,7 @@ from cec_spark.ingest.writer import (
     upstream_sealed,
 )
 from cec_spark.run.plan import RunPlan
+from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.planner import plan_source
@@ -62,18 +64,24 @@ from cec_spark.source.types import Chunk, SourcePlan, WatchState
 from cec_spark.watchdog import say
 
 JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each)
+# ... of the direct query (cec_spark.ingest.query.IngestQuery.direct), whose writer ends
+# its job at the next chunk on a stop or a newer driver: a job boundary costs ~0.4 s
+# (the task, the logs opened again, a new segment each); 30 M rows in jobs of 16 M
+# instead of 4 M took 0.92x the wall (2 pairs, load 2-5, bench/datapath.py)
+DIRECT_JOB_ROWS = 16_000_000
 
 
 
 
-def _jobs(chunks: Sequence[Chunk], resume: int) -> Iterator[list[Chunk]]:
-    """Runs of consecutive chunks after ``resume`` of at most JOB_ROWS rows each."""
+def _jobs(chunks: Sequence[Chunk], resume: int, job_rows: int = JOB_ROWS
+          ) -> Iterator[list[Chunk]]:
+    """Runs of consecutive chunks after ``resume`` of at most ``job_rows`` rows each."""
     job: list[Chunk] = []
     rows = 0
     for chunk in chunks:
         if chunk.index <= resume:
             continue
-        if job and rows + chunk.rows > JOB_ROWS:
+        if job and rows + chunk.rows > job_rows:
             yield job
             job, rows = [], 0
         job.append(chunk)
@@ -158,12 +166,19 @@ def _ingest_folder(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
 
 def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: int,
               progress: IngestProgress, should_stop: Callable[[], bool]) -> None:
-    for job in _jobs(chunks, resume):
+    job_rows = DIRECT_JOB_ROWS if query.direct is not None else JOB_ROWS
+    for job in _jobs(chunks, resume, job_rows):
         if should_stop():
             return
         t0 = time.monotonic()
         progress.tuples += query.run(job, progress)
         progress.job_seconds.append(time.monotonic() - t0)
+        if should_stop():  # the job may have ended at a chunk before its last
+            chunk, nxt = committed_chunk(RunLayout(Path(query.cfg.run_dir)),
+                                         query.cfg.partitions)
+            if chunk >= 0 and nxt is not None:
+                progress.chunks_done, progress.source_rows = chunk + 1, nxt
+            return
         progress.chunks_done = job[-1].index + 1
         progress.source_rows = job[-1].next_seq
     if chunks and chunks[-1].index <= resume:

@@ -229,6 +229,8 @@ class _UpstreamWriter:
                                   np.int64)
         self._pool: ThreadPoolExecutor | None = None
         self._commits: list[Future[None]] = []  # the logs' commits in flight
+        self.stopped = False  # the job ended early: a STOP file (a stop of the run)
+        self._looked = time.monotonic()  # the last look for a stop or a newer driver
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> None:
         """Every batch of the job, then the commit of its last chunks (done when this
@@ -238,6 +240,18 @@ class _UpstreamWriter:
             self._settle()
         finally:
             self._close_pool()
+
+    def _stop_here(self) -> bool:
+        """After a chunk's commit began (every :data:`LOOK_EVERY_S` at most): True when
+        the run is to stop (its STOP file); DriverSupersededError when a newer driver took
+        the run. A job may run for many seconds (:data:`cec_spark.ingest.job.
+        DIRECT_JOB_ROWS`): it ends at the next chunk, not at its end."""
+        now = time.monotonic()
+        if now - self._looked < LOOK_EVERY_S:
+            return False
+        self._looked = now
+        self.layout.check_driver(self.cfg.driver)
+        return self.layout.stop_file.exists()
 
     def _close_pool(self) -> None:
         """Wait for the commits in flight (a failure is raised by :meth:`_settle`, or
@@ -287,6 +301,9 @@ class _UpstreamWriter:
                     self.append(batch.slice(0, cut))
                 if int(ends[-1]) - int(seqs[-1]) > COMMIT_AT_END_ROWS:
                     self.commit_through(end)
+                    if self._stop_here():  # the rows after ``cut`` are not committed
+                        self.stopped = True
+                        return
                 # else the job ends within a few rows: its last commit covers
                 # these chunks too (one fsync per log for a stream-dir poll's job)
             if cut < batch.num_rows:  # rows of the chunk after: committed later
@@ -425,6 +442,7 @@ def seal_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
 
 
 _CLOCKS = ("wait_s", "append_s", "commit_s")
+LOOK_EVERY_S = 0.25  # a writer looks for a stop or a newer driver this often (at most)
 # A batch that completes chunks when fewer source rows than this remain in the job
 # leaves their commit to the job's last one.
 COMMIT_AT_END_ROWS = 1 << 16

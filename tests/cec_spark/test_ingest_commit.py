@@ -8,6 +8,7 @@ fail the write (never be lost on a thread). Real logs on disk.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from cec_spark.errors import DriverSupersededError
 from cec_spark.ingest import writer as writer_module
 from cec_spark.ingest.writer import (
     PART,
@@ -163,3 +165,49 @@ def test_a_failed_commit_fails_the_write_and_nothing_after_it_is_committed(
             assert read_token(log.last_token()) <= 1
             seqs = [s for b in log.read_forward() for s in b.column("seq").to_pylist()]
             assert seqs == [s for s in range(2 * ROWS) if s % partitions == p]
+
+
+def _stopping(n: int, partitions: int, at: int, act: Any) -> Iterator[pa.RecordBatch]:
+    """The batches of :func:`_batches`; ``act()`` runs as batch ``at`` is read."""
+    for i, batch in enumerate(_batches(n, [], partitions)):
+        if i == at:
+            act()
+        yield batch
+
+
+def test_a_stop_ends_the_job_at_the_next_chunk_with_whole_chunks_committed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(writer_module, "LOOK_EVERY_S", 0.0)
+    partitions, n = 2, 6
+    writer, logs, layout = _writer(tmp_path, partitions, [], _chunks(n))
+    writer.write(_stopping(n, partitions, 2, lambda: layout.stop_file.write_text("")))
+    for log in logs:
+        log.close()
+    # batch 2 was read (and appended) when the STOP file appeared: its chunk is the
+    # last committed, nothing of the chunks after it was read or written
+    assert writer.stopped
+    for p in range(partitions):
+        with StreamLog.open(layout.upstream(p)) as log:
+            assert read_token(log.last_token()) == 2
+            seqs = [s for b in log.read_forward() for s in b.column("seq").to_pylist()]
+            assert seqs == [s for s in range(3 * ROWS) if s % partitions == p]
+
+
+def test_a_newer_driver_ends_the_job_at_the_next_chunk(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(writer_module, "LOOK_EVERY_S", 0.0)
+    partitions, n = 2, 5
+    writer, logs, layout = _writer(tmp_path, partitions, [], _chunks(n))
+    writer.cfg = dataclasses.replace(writer.cfg, driver=1)
+
+    def newer() -> None:
+        layout.drivers_dir.mkdir(exist_ok=True)
+        (layout.drivers_dir / "00000002").write_text('{"host": "h", "pid": 1}')
+
+    with pytest.raises(DriverSupersededError, match="number 2"):
+        writer.write(_stopping(n, partitions, 1, newer))
+    for log in logs:
+        log.close()
+    for p in range(partitions):
+        with StreamLog.open(layout.upstream(p)) as log:
+            assert read_token(log.last_token()) == 1
