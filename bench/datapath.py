@@ -139,11 +139,15 @@ def window_bytes(keys: int, batch: int) -> dict[str, Any]:
     tracemalloc.stop()
     parts = state_bytes(op)
     n = op.n_open
+    sl = op._slots
     return {"keys": keys, "open_windows": n, "process_s": round(took, 2),
             "traced_bytes_per_window": round((held - base) / n, 1),
             "traced_peak_bytes_per_window": round((peak - base) / n, 1),
             "arrays_bytes_per_window": round(sum(parts.values()) / n, 1),
-            "parts_bytes_per_window": {k: round(v / n, 1) for k, v in parts.items()}}
+            "parts_bytes_per_window": {k: round(v / n, 1) for k, v in parts.items()},
+            # the slot layout: bytes per slot by array, and slots held per open window
+            "slot_layout": {name: getattr(sl, name).itemsize for name, _ in sl.arrays},
+            "slots_per_window": round(sl.capacity / n, 3)}
 
 
 def main(argv: list[str] | None = None) -> int:
