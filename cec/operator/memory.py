@@ -4,8 +4,10 @@
 windows' slots, their free list, the per-key index, the key registry, the footprint
 order): measured by ``python bench/datapath.py window-bytes`` (docs/PROFILE.md).
 
-The open windows live in :class:`~cec.operator.store.WindowSlots`, whose arrays double
-when they are full. A task whose open windows outgrow its memory would otherwise be
+The open windows live in :class:`~cec.operator.store.WindowSlots`, whose arrays grow
+by 1.25x when they are full (the bytes of a slot: ``WindowSlots.slot_bytes()``, which
+depends on the window kind's layout, :class:`~cec.operator.store.SlotLayout`).
+A task whose open windows outgrow its memory would otherwise be
 killed by the kernel (or Spark's ``spark.executor.pyspark.memory`` limit) with no word
 about why. :class:`WindowMemory` checks every growth first: the bytes the slots need
 after it (the new arrays and the old ones while they are copied) against the task's

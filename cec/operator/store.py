@@ -249,8 +249,12 @@ class WindowSlots:
     fields is stored by ``layout`` (:class:`SlotLayout`): ``win_end`` is an array only
     if it is stored (else not an attribute at all: read it with :meth:`ends`), and
     ``first_ts``/``last_ts`` may be int32 offsets from ``win_start`` (read them with
-    :meth:`column`). :meth:`column` and :meth:`put` read and write any field whatever
-    the layout; the kernels use the arrays directly where they know the layout.
+    :meth:`column`); ``tau1``, ``tau2`` and ``fp_seq`` hold ``value + 1``, uint32 until
+    a value does not fit (:data:`SEQ_FIELDS`; read and write them with :meth:`seqs`,
+    :meth:`seq_at`, :meth:`set_seqs`). :meth:`column` and :meth:`put` read and write
+    any field whatever the layout; the kernels use the other arrays directly. (The
+    annotations below name the fields, checked by :func:`~cec.window_state.declares`;
+    the arrays' numpy types are :attr:`arrays`'.)
 
     Free slots: the ones never used are ``[_fresh, capacity)``; released ones are a
     stack (int32) popped before them, so slots are reused newest-released first.
