@@ -233,7 +233,10 @@ class _PartitionLoop:
         self.pending_since = 0.0  # perf_counter of the first of them
 
     def run(self) -> None:
-        with StreamLog.open(self.layout.upstream(self.p)) as up:
+        # records decoded on this thread (threads=0): P operator tasks share a few cores,
+        # and a decode thread per task only added a hand-off per record (30 M rows,
+        # 2 pairs alternated, load 2-6: wall 0.79x, CPU 0.98x)
+        with StreamLog.open(self.layout.upstream(self.p), threads=0) as up:
             self.consume(up)
             if self.layout.stop_file.exists():
                 self.counters.stopped = True
