@@ -51,7 +51,7 @@ class CountSlidingKernel:
         # (n, max_open): the key's windows, newest first
         open_before = self.by_key.table[kidx].astype(np.int64)
         newest = open_before[:, 0]
-        phase = np.where(newest >= 0, sl.cnt[newest], slide)
+        phase = np.where(newest >= 0, sl.counts(newest), slide)
         ordinal = phase + rank
         newest_opener = (ordinal // slide) * slide  # ordinal of the newest window's opener
         # open one window per tuple whose key ordinal is a multiple of the slide

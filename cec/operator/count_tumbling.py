@@ -79,7 +79,7 @@ class CountTumblingKernel:
         open_slot = open_of_key[g.keys].astype(np.int64)
         # ordinal: the tuple's place in its key's runs, counted from the open window's
         # opener (phase + rank in the batch; a key without one starts a run: phase = size)
-        ordinal = np.where(open_slot >= 0, sl.cnt[open_slot], size) + (g.idx - g.group_start)
+        ordinal = np.where(open_slot >= 0, sl.counts(open_slot), size) + (g.idx - g.group_start)
         pos = ordinal % size  # its position in its window: 0 opens, size - 1 closes
         opens = np.flatnonzero(pos == 0)
         new_slots = sl.alloc(len(opens))

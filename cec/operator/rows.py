@@ -119,7 +119,7 @@ class RowWriter:
         typ[ci] = R
         blk: Block = {
             "ts": ts[tuples], "seq": seqs, "type": typ, "t_now": seq[tuples], "n_open": n_open,
-            "cnt": merge(sl.cnt[cs], 1, np.int64),
+            "cnt": merge(sl.counts(cs), 1, np.int64),
             "sum": merge(sl.sum[cs], v_o, np.float64),
             "min": merge(sl.min[cs], v_o, np.float64),
             "max": merge(sl.max[cs], v_o, np.float64),

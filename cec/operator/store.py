@@ -249,7 +249,8 @@ class WindowSlots:
     fields is stored by ``layout`` (:class:`SlotLayout`): ``win_end`` is an array only
     if it is stored (else not an attribute at all: read it with :meth:`ends`), and
     ``first_ts``/``last_ts`` may be int32 offsets from ``win_start`` (read them with
-    :meth:`column`); ``tau1``, ``tau2`` and ``fp_seq`` hold ``value + 1``, uint32 until
+    :meth:`column`); ``cnt`` is uint32 until a window could pass 2^32 - 1 tuples (then
+    int64, :meth:`_cnt_room`); ``tau1``, ``tau2`` and ``fp_seq`` hold ``value + 1``, uint32 until
     a value does not fit (:data:`SEQ_FIELDS`; read and write them with :meth:`seqs`,
     :meth:`seq_at`, :meth:`set_seqs`). :meth:`column` and :meth:`put` read and write
     any field whatever the layout; the kernels use the other arrays directly. (The
@@ -283,7 +284,7 @@ class WindowSlots:
         self.arrays: tuple[tuple[str, type[np.generic]], ...] = (
             ("key_idx", np.int32),
             *((f.name, np.int32 if narrow_ts and f.name in _TS_FIELDS
-               else np.uint32 if f.name in SEQ_FIELDS else f.dtype)
+               else np.uint32 if f.name in (*SEQ_FIELDS, "cnt") else f.dtype)
               for f in FIELDS if f.name != "win_end" or layout.end_stored))
         for name, dtype in self.arrays:
             setattr(self, name, np.zeros(capacity, dtype=dtype))
@@ -292,6 +293,8 @@ class WindowSlots:
         self._n_free = 0  # entries of _free in use
         self._fresh = 0  # slots >= _fresh were never used
         self.n_live = 0
+        #: no open window's ``cnt`` is above this (``cnt`` is uint32 while it fits)
+        self._cnt_bound = 0
 
     def slot_bytes(self) -> int:
         """Bytes per slot: every array (as it is now: a widened one counts 8), ``live``
@@ -376,6 +379,8 @@ class WindowSlots:
             return ts
         if name in SEQ_FIELDS:
             return self.seqs(name, slots)
+        if name == "cnt":
+            return self.counts(slots)
         out: npt.NDArray[np.generic] = getattr(self, name)[slots]
         return out
 
@@ -395,6 +400,18 @@ class WindowSlots:
         out: I64 = getattr(self, name)[slots].astype(np.int64)
         out -= 1
         return out
+
+    def counts(self, slots: I64) -> I64:
+        """The ``cnt`` of the windows in ``slots``, as int64."""
+        return self.cnt[slots].astype(np.int64)
+
+    def _cnt_room(self, k: int) -> None:
+        """Make room for ``k`` more tuples in any window's uint32 ``cnt``: the bound is
+        recomputed from the open windows, and the array widened if that is not enough."""
+        live = self.live_slots()
+        self._cnt_bound = int(self.cnt[live].max()) if len(live) else 0
+        if self._cnt_bound + k > _U32_MAX:
+            self._widen("cnt")
 
     def seq_at(self, name: str, slot: int) -> int:
         """One window's ``tau1``, ``tau2`` or ``fp_seq``."""
@@ -426,6 +443,11 @@ class WindowSlots:
         if name in SEQ_FIELDS:
             self.set_seqs(name, slots, np.asarray(values, np.int64))
             return
+        if name == "cnt" and len(values):
+            v = np.asarray(values, np.int64)
+            if self.cnt.dtype == np.uint32 and not 0 <= int(v.min()) <= int(v.max()) <= _U32_MAX:
+                self._widen("cnt")
+            self._cnt_bound = max(self._cnt_bound, int(v.max()))
         if name == "win_end" and not self.layout.end_stored:
             want = self.ends(slots)
             bad = np.flatnonzero(want != values)
@@ -478,7 +500,13 @@ class WindowSlots:
         tuples' ``ts - win_start`` if the caller knows them (the time kernel), used when
         ``last_ts`` is held as offsets (else computed, and checked to be in range).
         """
-        np.add.at(self.cnt, slots, 1)
+        k = len(slots)
+        if self._cnt_bound + k > _U32_MAX and self.cnt.dtype == np.uint32:
+            self._cnt_room(k)
+        self._cnt_bound += k
+        # a 1 of the array's own type: ufunc.at's fast path (a Python 1 takes numpy's
+        # generic loop: 50x slower on uint32)
+        np.add.at(self.cnt, slots, self.cnt.dtype.type(1))
         np.add.at(self.sum, slots, values)
         np.minimum.at(self.min, slots, values)
         np.maximum.at(self.max, slots, values)
