@@ -10,8 +10,9 @@ footprint for the background step. Pure in-memory data, no I/O.
 Memory (docs/PROFILE.md, "Bytes per open window"): slot numbers and key indices are
 32-bit wherever they are stored (a partition holds fewer than 2^31 open windows and
 keys; past that a clear :class:`~cec.errors.UsageError`), arrays grow by
-:data:`GROWTH` (1.25x) rather than doubling, and a window's ``win_end`` is stored only
-where it is not a function of ``win_start`` (session windows; see :class:`WindowEnd`).
+:data:`GROWTH` (1.25x) rather than doubling, positions and counts are uint32 until a
+value does not fit, and what follows from other fields is not stored
+(:class:`SlotLayout`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ F64 = npt.NDArray[np.float64]
 #: the most key indices / slots one operator holds (they are stored as int32)
 MAX_INDEX = (1 << 31) - 1
 
-
 #: arrays grow by 1 + 1 / GROWTH_DIV (1.25x): memory over the live entries is at most
 #: 25 % (the doubling it replaces: up to 100 %); copies per entry, amortized, at most 5
 GROWTH_DIV = 4
@@ -47,7 +47,6 @@ def grown(capacity: int, need: int) -> int:
     """The capacity after a growth of an array of ``capacity`` that must hold ``need``:
     1.25x (:data:`GROWTH`), or ``need`` if that is more."""
     return max(capacity + capacity // GROWTH_DIV, need)
-
 
 
 class KeyRegistry:
@@ -250,9 +249,10 @@ class WindowSlots:
     if it is stored (else not an attribute at all: read it with :meth:`ends`), and
     ``first_ts``/``last_ts`` may be int32 offsets from ``win_start`` (read them with
     :meth:`column`); ``cnt`` is uint32 until a window could pass 2^32 - 1 tuples (then
-    int64, :meth:`_cnt_room`); ``tau1``, ``tau2`` and ``fp_seq`` hold ``value + 1``, uint32 until
-    a value does not fit (:data:`SEQ_FIELDS`; read and write them with :meth:`seqs`,
-    :meth:`seq_at`, :meth:`set_seqs`). :meth:`column` and :meth:`put` read and write
+    int64, :meth:`_cnt_room`; read it with :meth:`counts`); ``tau1``, ``tau2`` and
+    ``fp_seq`` hold ``value + 1``, uint32 until a value does not fit
+    (:data:`SEQ_FIELDS`; read and write them with :meth:`seqs`, :meth:`seq_at`,
+    :meth:`set_seqs`). :meth:`column` and :meth:`put` read and write
     any field whatever the layout; the kernels use the other arrays directly. (The
     annotations below name the fields, checked by :func:`~cec.window_state.declares`;
     the arrays' numpy types are :attr:`arrays`'.)
