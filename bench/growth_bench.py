@@ -52,7 +52,13 @@ the median walls, the targets) and ``growth.png`` (wall against rows, log-log).
 Targets (issue 30, this 2-core machine): 30 M rows ≥ 5× Spark and ≥ 3× Flink, cec's
 marginal rate ≥ 4 M rows/s (between the two largest sizes), 100 M rows completing with
 the peak memory reported; each is printed as met or missed with its numbers, or
-``not judged`` when the 1-minute load went above 4 during the runs it rests on.
+``not judged`` when other processes were busy during the runs it rests on: each run
+measures the CPU the whole machine spent (``/proc/stat``) less its own process tree's,
+over its wall time (``others_cores``); more than :data:`OTHERS_LIMIT` cores on average
+in any of those runs is not a quiet machine. (The 1-minute load is printed too, but a
+Spark run alone lifts it to 3-4.5 on 2 cores, and the next run starts with it: it says
+nothing of other processes. Runs recorded without ``others_cores`` are judged by the
+load, above 4 not judged.)
 
 Exit codes: 0 every output equal, 1 an output differed, 2 bad arguments or not enough
 disk, 3 Flink asked for but not available.
@@ -101,6 +107,7 @@ KEYS = 100_000
 PARTITIONS = 4
 TIMEOUT_S = 1800.0
 LOAD_LIMIT = 4.0
+OTHERS_LIMIT = 0.25  # cores other processes may use on average during a judged run
 SPARK_MEMORY = "3:2g,30:14g,100:20g"
 SWEEP_AT_LEAST = 3_000_000
 FLINK_PARALLELISMS = (1, 2)
@@ -274,6 +281,15 @@ def max_load(runs: Sequence[dict[str, Any]], sizes: Sequence[int]) -> float | No
     return max(loads) if loads else None
 
 
+def max_others(runs: Sequence[dict[str, Any]], sizes: Sequence[int]) -> float | None:
+    """The most cores other processes used on average during one of the runs (None: a
+    run recorded none)."""
+    xs = [r.get("others_cores") for r in runs if r["rows"] in sizes
+          and isinstance(r["round"], int)]
+    return None if not xs or any(x is None for x in xs) else max(
+        x for x in xs if x is not None)
+
+
 def _rate(x: float | None) -> str:
     return "n/a (the wall did not grow)" if x is None else f"{x / 1e6:.2f} M rows/s"
 
@@ -290,8 +306,16 @@ def judge(runs: Sequence[dict[str, Any]], sizes: Sequence[int],
 
     def verdict(target: str, ok: bool, text: str, on: Sequence[int]) -> None:
         load = max_load(runs, on)
+        others = max_others(runs, on)
         state = "met" if ok else "missed"
-        if load is not None and load > load_limit:
+        if others is not None:
+            if others > OTHERS_LIMIT:
+                state = "not judged"
+                text += (f"; other processes used up to {others:.2f} cores during a run "
+                         f"(> {OTHERS_LIMIT:g})")
+            else:
+                text += f"; other processes used at most {others:.2f} cores during a run"
+        elif load is not None and load > load_limit:
             state = "not judged"
             text += f"; the 1-min load reached {load:.2f} (> {load_limit:g})"
         elif load is not None:
@@ -497,6 +521,7 @@ class Measured:
     peak_rss_total: int = 0
     peak_rss_kind: dict[str, int] = field(default_factory=dict)
     jvm_xmx: list[str] = field(default_factory=list)
+    others_cpu_s: float | None = None  # the machine's CPU seconds less the tree's
 
     def then(self, other: Measured) -> Measured:
         """This process followed by ``other`` (cec's run then its export)."""
@@ -511,11 +536,28 @@ class Measured:
                         self.code if self.status != "ok" else other.code,
                         self.load_start, other.load_end, cpu,
                         max(self.peak_rss_total, other.peak_rss_total), kinds,
-                        self.jvm_xmx + other.jvm_xmx)
+                        self.jvm_xmx + other.jvm_xmx,
+                        None if self.others_cpu_s is None or other.others_cpu_s is None
+                        else self.others_cpu_s + other.others_cpu_s)
 
 
 def _load() -> float:
     return round(os.getloadavg()[0], 2)
+
+
+def busy_cpu_s() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``; all but
+    idle and iowait), None where it cannot be read."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    ticks = [int(x) for x in fields[1:]]
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def _group_alive(pgid: int) -> bool:
@@ -533,6 +575,7 @@ def measure(cmd: list[str], log: Path, *, timeout: float, stdout: Path | None = 
     """Run ``cmd`` in its own session, watched; never raises for how it ended."""
     log.parent.mkdir(parents=True, exist_ok=True)
     load0 = _load()
+    busy0 = busy_cpu_s()
     with log.open("ab") as err, (stdout.open("wb") if stdout else log.open("ab")) as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, start_new_session=True,
@@ -568,10 +611,13 @@ def measure(cmd: list[str], log: Path, *, timeout: float, stdout: Path | None = 
                   if p.kind == "jvm" and "org.apache.spark.launcher.Main" not in p.cmd
                   for m in re.findall(r"-Xmx(\S+)", p.cmd)})
     cpu = watch.cpu_by_kind()
+    busy1 = busy_cpu_s()
+    others = None if busy0 is None or busy1 is None else round(
+        max(0.0, busy1 - busy0 - sum(cpu.values())), 2)
     return Measured(round(wall, 2), round(sum(cpu.values()), 2),
                     status_of(code, timed_out, tail), code, load0, _load(),
                     {k: round(v, 2) for k, v in cpu.items()}, watch.peak_rss_total,
-                    dict(watch.peak_rss_kind), xmx)
+                    dict(watch.peak_rss_kind), xmx, others)
 
 
 # ----------------------------------------------------------------------------- the sides
@@ -681,7 +727,9 @@ class Bench:
             go: Any) -> dict[str, Any]:
         m, table, extra = go()
         rec: dict[str, Any] = {"rows": s.rows, "system": system, "round": round_i,
-                               "setting": setting, **asdict(m), **extra, "equal": None}
+                               "setting": setting, **asdict(m), **extra, "equal": None,
+                               "others_cores": None if m.others_cpu_s is None or not m.wall_s
+                               else round(m.others_cpu_s / m.wall_s, 3)}
         if table is not None:
             ref = self.refs.get(s.rows)
             if ref is None:
@@ -700,7 +748,8 @@ class Bench:
         xmx = f", -Xmx {'/'.join(m.jvm_xmx)}" if m.jvm_xmx else ""
         print(f"{s.rows:>12,} {system:<6} {round_i!s:<6} {m.status:<14} wall "
               f"{m.wall_s:8.2f} s  CPU {m.cpu_s:8.1f} s  peak {gib(m.peak_rss_total)} GiB "
-              f"({mem}{xmx})  {eq}  load {m.load_start}→{m.load_end}  [{setting}]",
+              f"({mem}{xmx})  {eq}  load {m.load_start}→{m.load_end}, others "
+              f"{rec['others_cores']} cores  [{setting}]",
               flush=True)
         return rec
 

@@ -5,6 +5,7 @@ memory (bench.profile_run.Watch); no Spark, no Flink."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -230,3 +231,31 @@ def test_a_system_skipped_after_failing_says_why() -> None:
     assert why["state"] == "not measured" and "spark: timeout" in why["text"]
     assert g._why_none(runs, 100 * M, "spark") == \
         "spark skipped (every run failed at 30,000,000 rows)"
+
+
+def test_judged_by_the_cpu_of_other_processes_when_runs_recorded_it() -> None:
+    sizes = [3 * M, 30 * M, 100 * M]
+    quiet = _big(spark=60.0, flink=40.0, load=4.5)  # the runs' own load: judged anyway
+    for r in quiet:
+        r["others_cores"] = 0.1
+    states = [j["state"] for j in g.judge(quiet, sizes)]
+    assert states == ["met"] * 4
+    assert "other processes used at most 0.10 cores" in g.judge(quiet, sizes)[0]["text"]
+    quiet[1]["others_cores"] = 0.6  # another process took 0.6 of a core in one run
+    judged = g.judge(quiet, sizes)
+    assert judged[0]["state"] == "not judged" and "0.60 cores" in judged[0]["text"]
+    # a run without the measure: judged by the load, as before
+    del quiet[1]["others_cores"]
+    assert g.judge(quiet, sizes)[0]["state"] == "not judged"
+
+
+def test_measure_counts_the_cpu_of_other_processes(tmp_path: Path) -> None:
+    busy = [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"]
+    other = subprocess.Popen(busy)  # another process, busy for 3 s on a core of its own
+    try:
+        m = g.measure([sys.executable, "-c", "import time; time.sleep(1.5)"],
+                      tmp_path / "a.log", timeout=60)
+    finally:
+        other.wait(10)
+    assert m.others_cpu_s is not None and m.cpu_s < 0.5
+    assert m.others_cpu_s >= 0.5 * m.wall_s  # the spinning process, not the sleeper
