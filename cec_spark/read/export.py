@@ -158,10 +158,14 @@ def result_rows(raw: pa.RecordBatch, count_window: bool, key_type: pa.DataType,
     (bounds int64 microseconds); None when there is none."""
     if raw.num_rows == 0:
         return None
-    batch = raw
+    keep = pc.is_in(raw.column("type"), pa.array(RESULT_TYPES, pa.int8()))
     if upto is not None and pc.max(raw.column("seq")).as_py() > upto:  # committed since
-        batch = raw.filter(pc.less_equal(raw.column("seq"), upto))
-    r = batch.filter(pc.is_in(batch.column("type"), pa.array(RESULT_TYPES, pa.int8())))
+        keep = pc.and_(keep, pc.less_equal(raw.column("seq"), upto))
+    # the six columns taken before the rows are filtered: the record's other ten are
+    # not copied (10 M results: 3.3 s of an export's 12 s went to filtering them)
+    r = raw.select(["key", "first_ts" if count_window else "win_start",
+                    "last_ts" if count_window else "win_end", "cnt", "value", "tau1"]
+                   ).filter(keep)
     if r.num_rows == 0:
         return None
     return pa.table({
