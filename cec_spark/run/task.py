@@ -131,10 +131,6 @@ class ReplayFloor:
         self._notes: deque[tuple[float, int]] = deque()
         self._floor = start  # the recovered T (not t_c: recovery replays (T, t_c])
 
-    def note(self, op: VectorOperator, out: pa.RecordBatch) -> None:
-        """Note the state after ``out`` was committed (:meth:`of` then :meth:`add`)."""
-        self.add(self.of(op, out))
-
     @staticmethod
     def of(op: VectorOperator, out: pa.RecordBatch) -> int | None:
         """What to note for output ``out`` of the operator's last ``process``, once it
@@ -382,10 +378,6 @@ class OutputKeeper:
         self.on = self.keep_bytes is not None or self.keep_s is not None
         self.extent = Lagged(run.trim_lag_s)
         self._next = 0.0
-
-    def note(self, op: VectorOperator) -> None:
-        """Note where the extent starts after the operator's committed output."""
-        self.add(self.of(op))
 
     def of(self, op: VectorOperator) -> int | None:
         """Where the extent starts after the operator's last output (None: not kept)."""
