@@ -5,7 +5,8 @@ Two tools, used by the driver (``cec run pipeline``, ``cec recover``):
 * :class:`Watchdog` arms :func:`faulthandler.dump_traceback_later` while the run makes
   no progress. ``faulthandler`` writes from a C thread of its own, so even a process
   whose threads are deadlocked with the GIL held (issue 14) leaves every thread's
-  stack in ``RUN/watchdog/<host>-<pid>.txt``. :meth:`Watchdog.progress` re-arms it;
+  stack in a file the caller names (the driver's: ``RUN/watchdog/<host>-<pid>.txt``,
+  :meth:`cec_spark.rundir.layout.RunLayout.watchdog_file`). :meth:`Watchdog.progress` re-arms it;
   :meth:`Watchdog.stalled` tells the caller how long nothing moved, so that it can
   print what it is waiting on and name the file.
 * :func:`announce_wait` runs a blocking call (starting the JVM, a Spark job) and, if it
@@ -16,8 +17,6 @@ Two tools, used by the driver (``cec run pipeline``, ``cec recover``):
 from __future__ import annotations
 
 import faulthandler
-import os
-import socket
 import sys
 import threading
 import time
@@ -28,7 +27,6 @@ from typing import IO, TypeVar
 
 T = TypeVar("T")
 
-WATCHDOG_DIR = "watchdog"
 DEFAULT_STALL_S = 120.0
 
 
@@ -39,10 +37,11 @@ def say(text: str) -> None:
 
 
 class Watchdog:
-    """Dumps every thread's stack to a file when nothing moved for ``stall_s`` seconds."""
+    """Dumps every thread's stack to ``path`` when nothing moved for ``stall_s`` seconds
+    (its folder is made on entry, and removed on exit when nothing was dumped)."""
 
-    def __init__(self, root: Path, stall_s: float = DEFAULT_STALL_S) -> None:
-        self.path = root / WATCHDOG_DIR / f"{socket.gethostname()}-{os.getpid()}.txt"
+    def __init__(self, path: Path, stall_s: float = DEFAULT_STALL_S) -> None:
+        self.path = path
         self.stall_s = stall_s
         self._fh: IO[str] | None = None
         self._last = time.monotonic()

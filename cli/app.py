@@ -187,7 +187,7 @@ def _start_standby(master: str | None, conf: list[str]) -> Callable[[RunLayout],
             args += ["--master", master]
         for item in conf:
             args += ["--conf", item]
-        log = layout.root / "standby.log"
+        log = layout.standby_log
         with open(log, "ab") as out:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)

@@ -36,6 +36,7 @@ from cec.spec.tables import (
     SpecDocument,
     WindowTable,
 )
+from cec_spark.rundir.layout import SOURCE_DIR, RunLayout
 from cec_spark.source.types import EXTENSIONS
 
 if TYPE_CHECKING:
@@ -47,8 +48,6 @@ __all__ = ["ORIGIN", "SOURCE_DIR", "Stream", "generator", "slot_of", "stream"]
 
 #: how a spec built in Python names itself (``run.toml``'s first line, messages)
 ORIGIN = "cec_spark.api"
-#: the folder of a run directory that holds a DataFrame source (cec_spark.api.frame)
-SOURCE_DIR = "source"
 
 Items = tuple[tuple[str, Any], ...]
 
@@ -236,7 +235,7 @@ class Stream:
         source = dict(self.source)
         if self.frame is not None:
             base = Path(os.path.abspath(run_dir)) if run_dir is not None else Path(".")
-            source["path"] = str(base / SOURCE_DIR)
+            source["path"] = str(RunLayout(base).source_dir)
         doc: dict[str, object] = {"source": source}
         if self.conditions:
             doc["filter"] = {"where": " AND ".join(f"({c})" for c in self.conditions)

@@ -202,14 +202,14 @@ def _run_frame(pipeline: Stream, frame: DataFrame, run_dir: Path | str, *,
     created = not layout.root.exists()
     layout.root.mkdir(parents=True, exist_ok=True)
     try:
-        if stage(staged, layout.root / SOURCE_DIR, spec.source.time_field,
+        if stage(staged, layout.source_dir, spec.source.time_field,
                  spec.source.chunk_rows) == 0:
             raise UsageError(f"{pipeline.call('source')}: the DataFrame has no rows")
         return _run_lent(spec, ORIGIN, layout.root, spark, max_tuples=max_tuples,
                          progress=progress, staged=SOURCE_DIR, workers_checked=True)
     except BaseException:
         if not layout.exists():  # the run never started: take back what we wrote
-            shutil.rmtree(layout.root / SOURCE_DIR, ignore_errors=True)
+            shutil.rmtree(layout.source_dir, ignore_errors=True)
             if created:
                 with contextlib.suppress(OSError):
                     layout.root.rmdir()

@@ -114,7 +114,7 @@ class ProgressView:
         self._standbys()
         self._rto_notes(states)
         upstream = [self.upstream.get(p) for p in range(self.partitions)]
-        metrics.write(self.layout.root / "metrics", metrics.exposition(
+        metrics.write(self.layout.metrics_dir, metrics.exposition(
             str(self.layout.root), states, upstream, source_rows=self.ingest.source_rows,
             sealed=self.ingest.sealed, up_s=self.last_metrics - self.started,
             late=[self.upstream.late(p) for p in range(self.partitions)],

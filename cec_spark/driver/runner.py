@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -138,7 +139,8 @@ def _watch(spark: SparkSession, plan: RunPlan, shared: _Shared, view: ProgressVi
     if in_main:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with view, Watchdog(plan.layout.root, stall_s) as dog:
+        with view, Watchdog(plan.layout.watchdog_file(socket.gethostname(), os.getpid()),
+                            stall_s) as dog:
             _wait_for_operators(spark, plan, shared, view, dog, driver=driver, watch=watch)
             view.refresh()
     except KeyboardInterrupt:
@@ -391,7 +393,7 @@ def _unmake(layout: RunLayout, created: bool) -> None:
     with contextlib.suppress(OSError):
         layout.run_file.unlink()
         layout.backup_file.unlink(missing_ok=True)
-        (layout.root / "state").rmdir()
+        layout.state_dir(0).rmdir()
         if created:
             layout.root.rmdir()
 

@@ -105,7 +105,7 @@ class StreamTask:
 
 
 def state_path(layout: RunLayout) -> Path:
-    return layout.state_file(0).parent / "ingest.json"
+    return layout.ingest_state_file
 
 
 def run_stream_ingest(spark: SparkSession, plan: RunPlan, task: StreamTask,

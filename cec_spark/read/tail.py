@@ -49,7 +49,8 @@ import pyarrow.csv as pacsv
 
 from cec.errors import UsageError
 from cec_spark.read.export import COLUMNS, check_consumer, result_rows, with_timestamps
-from cec_spark.rundir.layout import RunLayout, ack_key
+from cec_spark.rundir.layout import FOLDERS, RunLayout, ack_key
+from cec_spark.rundir.run_file import RUN_FILE
 from cec_spark.watchdog import say
 from storage_log.durable import write_durable
 from storage_log.errors import StorageLogError
@@ -59,11 +60,6 @@ from storage_log.notify import CommitWatch
 POLL_S = 0.05  # the longest sleep between two looks at the logs (a write on this host
 # wakes the tail at once: storage_log.notify; across hosts this is the poll)
 SAY_AFTER_S = 2.0  # the first "waiting for" line, then at growing intervals
-# what a run directory holds while its driver creates it (before run.toml exists): its
-# folders, a DataFrame run's staged source, and hidden temporary files (run.toml is
-# written as .run.toml.HOST.PID.tmp, then linked)
-_STARTING = {"state", "drivers", "output", "upstream", "metrics", "watchdog", "consumers",
-             "source"}
 
 
 @dataclass
@@ -96,8 +92,10 @@ def check_run_dir(run_dir: Path) -> bool:
         return False
     if not run_dir.is_dir():
         raise UsageError(f"{run_dir}: not a directory (cec tail follows a run directory)")
+    # while its driver creates it (before run.toml exists) a run directory holds its
+    # folders and hidden temporary files (run.toml is written as .run.toml.HOST.PID.tmp)
     other = [n for n in os.listdir(run_dir)
-             if n not in _STARTING and not n.startswith(("run.toml", "."))]
+             if n not in FOLDERS and not n.startswith((RUN_FILE, "."))]
     if other:
         raise UsageError(f"{run_dir}: not a cec run directory (no run.toml; it holds "
                          f"{sorted(other)[0]!r})")
@@ -306,7 +304,8 @@ class Tail:
             self.state.lines += lines.count("\n")
 
     def _intent_path(self, layout: RunLayout) -> Path:
-        return layout.consumers_dir / f"{self.consumer}.pending.json"
+        assert self.consumer is not None
+        return layout.consumer_intent(self.consumer)
 
     def _settle_intent(self, layout: RunLayout) -> None:
         """A previous tail of this consumer died between its intent and its ack: was

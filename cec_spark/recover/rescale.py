@@ -278,9 +278,9 @@ def _write_generation(layout: RunLayout, gen: int, records: list[pa.RecordBatch]
     log starts with a commit of the cut's token (the ingest resumes after its chunk);
     the late rows the old logs counted go to partition 0's, so the run's total
     stays."""
-    for kind in ("upstream", "output", "state"):
-        shutil.rmtree(layout.gen_dir(kind, gen), ignore_errors=True)
-    layout.gen_dir("state", gen).mkdir(parents=True)
+    for folder in (layout.upstream_dir(gen), layout.output_dir(gen), layout.state_dir(gen)):
+        shutil.rmtree(folder, ignore_errors=True)
+    layout.state_dir(gen).mkdir(parents=True)
     run = spec.run
     fields = {k: v for k, v in token.items() if k != "end"}
     for p, record in enumerate(records):

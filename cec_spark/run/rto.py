@@ -61,7 +61,6 @@ from storage_log.log import StreamLog
 if TYPE_CHECKING:
     from cec_spark.run.counters import TaskCounters
 
-RUN_FILE = "rto.json"  # in RUN/state/
 MACHINE_FILE = "startup.json"  # in the cache directory
 KEEP_SAMPLES = 10
 RECENT = 5  # samples the fixed cost and the floor are taken from
@@ -221,11 +220,11 @@ def check_objective(spec: PipelineSpec, *, resume: bool = False,
 # ------------------------------------------------------------------------- run file
 
 def read_run(layout: RunLayout) -> dict[str, Any]:
-    return read_advisory(layout.root / "state" / RUN_FILE)
+    return read_advisory(layout.rto_file)
 
 
 def write_run(layout: RunLayout, data: dict[str, Any]) -> None:
-    write_advisory(layout.root / "state" / RUN_FILE, data)
+    write_advisory(layout.rto_file, data)
 
 
 class StartupMeter:

@@ -1,22 +1,35 @@
-"""The run directory (ARCHITECTURE §6) and the settings stored in ``RUN/run.toml``.
+"""The run directory (ARCHITECTURE §6): the one map of every path under it.
+
+Every path under a run directory is built here (``tests/test_layers.py`` checks that no
+other library module joins a run directory's entry name onto a path):
 
 ::
 
     RUN/
-      run.toml           the resolved spec + a [cec] table of run settings + checksum
-      run.toml.bak       its copy (cec recover --repair restores run.toml from it)
-      upstream/p0000/    storage_log: partition 0's input stream (the ingest writes it)
-      output/p0000/      storage_log: partition 0's operator output
-      state/p0000.json   the operator task's live counters (progress display only)
-      STOP               present while a clean stop is requested (Ctrl-C)
-      drivers/00000001   one file per driver that ran the run (cec run, cec recover,
-                         a standby taking over), and 00000001.live: its lease
+      run.toml             the resolved spec + a [cec] table of run settings + checksum
+      run.toml.bak         its copy (cec recover --repair restores run.toml from it)
+      generations.toml     after a rescale (cec recover --partitions P'): the run's
+                           generations; generation g >= 1 keeps its logs in
+                           upstream/gNNNN/pNNNN, output/gNNNN/pNNNN, state/gNNNN/
+      generations.toml.bak its copy (cec recover --repair restores it from it)
+      upstream/p0000/      storage_log: partition 0's input stream (the ingest writes it)
+      output/p0000/        storage_log: partition 0's operator output
+      state/p0000.json     the operator task's live counters (progress display only)
+      state/ingest.json    the stream-dir ingest task's figures (progress display only)
+      state/rto.json       the recovery-time objective's fixed cost and catch-up target
+                           (the driver writes it, the tasks read it: cec_spark.run.rto)
+      state/takeover.json  a standby's takeover timings (cec_spark.standby.standby)
+      STOP                 present while a clean stop is requested (Ctrl-C)
+      drivers/00000001     one file per driver that ran the run (cec run, cec recover,
+                           a standby taking over), and 00000001.live: its lease
       standbys/H-PID.live  the lease of each `cec standby` watching the run
-      consumers/NAME.json  what `cec export --consumer NAME` acknowledged (retention)
-      generations.toml   after a rescale (cec recover --partitions P'): the run's
-                         generations; generation g >= 1 keeps its logs in
-                         upstream/gNNNN/pNNNN, output/gNNNN/pNNNN, state/gNNNN/
-      generations.toml.bak  its copy (cec recover --repair restores it from it)
+      consumers/NAME.json  what `cec export --consumer NAME` acknowledged (retention),
+                           and NAME.pending.json: a `cec tail`'s batch in flight
+      source/              a DataFrame run's staged input (the Python API)
+      watchdog/H-PID.txt   a driver's thread stacks when it made no progress
+                           (cec_spark.watchdog)
+      metrics/cec.prom     the Prometheus textfile of the run (cec_spark.run.metrics)
+      standby.log          the messages of the standby `cec run --standby` started
 
 ``run.toml`` (its text: :mod:`cec_spark.rundir.run_file`) is written once, atomically and
 exclusively (a hard link: of two drivers racing for one directory exactly one wins),
@@ -79,6 +92,28 @@ from storage_log.reconcile import first_damage
 __all__ = ["VALUE_FALLBACK", "RunLayout", "ack_key", "read_advisory", "rescaled_spec",
            "value_column", "write_advisory"]
 
+STOP_FILE = "STOP"
+UPSTREAM_DIR = "upstream"
+OUTPUT_DIR = "output"
+STATE_DIR = "state"
+DRIVERS_DIR = "drivers"
+STANDBYS_DIR = "standbys"
+CONSUMERS_DIR = "consumers"
+SOURCE_DIR = "source"
+WATCHDOG_DIR = "watchdog"
+METRICS_DIR = "metrics"
+STANDBY_LOG = "standby.log"
+INGEST_STATE_FILE = "ingest.json"  # in the current generation's state/
+RTO_FILE = "rto.json"  # in state/
+TAKEOVER_FILE = "takeover.json"  # in state/
+FOLDERS = frozenset({UPSTREAM_DIR, OUTPUT_DIR, STATE_DIR, DRIVERS_DIR, STANDBYS_DIR,
+                     CONSUMERS_DIR, SOURCE_DIR, WATCHDOG_DIR, METRICS_DIR})
+"""Every folder a run directory may hold."""
+BEFORE_RUN_FILE = frozenset({STATE_DIR, SOURCE_DIR})
+"""What a driver creates in a new run directory before its run.toml (the state folder,
+the Python API's staged DataFrame); run.toml's own temporary file is hidden
+(``.run.toml.HOST.PID.tmp``)."""
+
 # this process's driver of each run directory (str(root)) and its lease
 _DRIVER_LEASES: dict[str, tuple[int, Lease]] = {}
 
@@ -104,7 +139,7 @@ class RunLayout:
 
     @property
     def stop_file(self) -> Path:
-        return self.root / "STOP"
+        return self.root / STOP_FILE
 
     def upstream(self, p: int) -> Path:
         """Partition ``p``'s upstream log in the current generation."""
@@ -115,16 +150,64 @@ class RunLayout:
         return self.output_of(self.generation, p)
 
     def state_file(self, p: int) -> Path:
-        return self.gen_dir("state", self.generation) / f"p{p:04d}.json"
+        """Partition ``p``'s operator task's state file in the current generation."""
+        return self.state_dir(self.generation) / f"p{p:04d}.json"
+
+    @property
+    def ingest_state_file(self) -> Path:
+        """The stream-dir ingest task's state file in the current generation."""
+        return self.state_dir(self.generation) / INGEST_STATE_FILE
+
+    @property
+    def rto_file(self) -> Path:
+        """``state/rto.json``: the objective's fixed cost and catch-up target."""
+        return self.root / STATE_DIR / RTO_FILE
+
+    @property
+    def takeover_file(self) -> Path:
+        """``state/takeover.json``: the last standby takeover's timings."""
+        return self.root / STATE_DIR / TAKEOVER_FILE
 
     def upstream_of(self, gen: int, p: int) -> Path:
-        return self.gen_dir("upstream", gen) / f"p{p:04d}"
+        return self.upstream_dir(gen) / f"p{p:04d}"
 
     def output_of(self, gen: int, p: int) -> Path:
-        return self.gen_dir("output", gen) / f"p{p:04d}"
+        return self.output_dir(gen) / f"p{p:04d}"
 
-    def gen_dir(self, kind: str, gen: int) -> Path:
+    def upstream_dir(self, gen: int) -> Path:
+        """Generation ``gen``'s upstream logs."""
+        return self._gen_dir(UPSTREAM_DIR, gen)
+
+    def output_dir(self, gen: int) -> Path:
+        """Generation ``gen``'s output logs."""
+        return self._gen_dir(OUTPUT_DIR, gen)
+
+    def state_dir(self, gen: int) -> Path:
+        """Generation ``gen``'s state files."""
+        return self._gen_dir(STATE_DIR, gen)
+
+    def _gen_dir(self, kind: str, gen: int) -> Path:
         return self.root / kind if gen == 0 else self.root / kind / f"g{gen:04d}"
+
+    @property
+    def source_dir(self) -> Path:
+        """A DataFrame run's staged input (the Python API stages it before the run)."""
+        return self.root / SOURCE_DIR
+
+    def watchdog_file(self, host: str, pid: int) -> Path:
+        """Where driver ``host``/``pid`` leaves its thread stacks (cec_spark.watchdog)."""
+        return self.root / WATCHDOG_DIR / f"{host}-{pid}.txt"
+
+    @property
+    def metrics_dir(self) -> Path:
+        """The folder of the run's Prometheus textfile (``cec.prom``, written by
+        :func:`cec_spark.run.metrics.write`)."""
+        return self.root / METRICS_DIR
+
+    @property
+    def standby_log(self) -> Path:
+        """The messages of the standby ``cec run --standby`` started."""
+        return self.root / STANDBY_LOG
 
     # ------------------------------------------------------------------ generations
 
@@ -210,7 +293,7 @@ class RunLayout:
         """Store a new run's run.toml (:func:`cec_spark.rundir.run_file.run_text`) and its
         backup."""
         self.root.mkdir(parents=True, exist_ok=True)
-        (self.root / "state").mkdir(exist_ok=True)
+        self.state_dir(0).mkdir(exist_ok=True)
         try:  # link, not rename: of two drivers racing for one directory, one wins
             write_durable(self.run_file, text, exclusive=True)
         except FileExistsError:
@@ -393,7 +476,11 @@ class RunLayout:
 
     @property
     def drivers_dir(self) -> Path:
-        return self.root / "drivers"
+        return self.root / DRIVERS_DIR
+
+    def driver_file(self, n: int) -> Path:
+        """Driver ``n``'s record: its host, pid and start time."""
+        return self.drivers_dir / f"{n:08d}"
 
     def take_driver(self) -> int:
         """A new driver number for this run: one more than any before, never reused;
@@ -412,7 +499,7 @@ class RunLayout:
         info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
         n = after + 1
         try:
-            write_durable(self.drivers_dir / f"{n:08d}", json.dumps(info), exclusive=True)
+            write_durable(self.driver_file(n), json.dumps(info), exclusive=True)
         except FileExistsError:
             return None
         self._hold_driver(n)
@@ -440,7 +527,11 @@ class RunLayout:
     @property
     def standbys_dir(self) -> Path:
         """``RUN/standbys/``: one lease per ``cec standby`` watching this run."""
-        return self.root / "standbys"
+        return self.root / STANDBYS_DIR
+
+    def standby_lease(self, host: str, pid: int) -> Path:
+        """The lease of standby ``host``/``pid``."""
+        return self.standbys_dir / f"{host}-{pid}.live"
 
     def standbys(self) -> list[dict[str, Any]]:
         """The standbys of this run that are alive now (their lease beat within
@@ -475,7 +566,7 @@ class RunLayout:
 
     def driver_info(self, n: int) -> dict[str, Any]:
         try:
-            raw = json.loads((self.drivers_dir / f"{n:08d}").read_text(encoding="utf-8"))
+            raw = json.loads(self.driver_file(n).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
         return raw if isinstance(raw, dict) else {}
@@ -496,7 +587,15 @@ class RunLayout:
 
     @property
     def consumers_dir(self) -> Path:
-        return self.root / "consumers"
+        return self.root / CONSUMERS_DIR
+
+    def consumer_file(self, consumer: str) -> Path:
+        """What ``consumer`` acknowledged."""
+        return self.consumers_dir / f"{consumer}.json"
+
+    def consumer_intent(self, consumer: str) -> Path:
+        """A ``cec tail --consumer`` batch in flight (cec_spark.read.tail)."""
+        return self.consumers_dir / f"{consumer}.pending.json"
 
     def consumer_acks(self, p: int) -> list[int]:
         """Per registered consumer, the output seq of partition ``p`` (of the current
@@ -512,14 +611,14 @@ class RunLayout:
     def read_ack(self, consumer: str) -> dict[str, int]:
         """What ``consumer`` acknowledged: the last output seq per :func:`ack_key`."""
         try:
-            raw = json.loads((self.consumers_dir / f"{consumer}.json").read_text("utf-8"))
+            raw = json.loads(self.consumer_file(consumer).read_text("utf-8"))
             return {str(k): int(v) for k, v in raw["partitions"].items()}
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return {}
 
     def write_ack(self, consumer: str, acks: dict[str, int]) -> None:
         self.consumers_dir.mkdir(exist_ok=True)
-        write_durable(self.consumers_dir / f"{consumer}.json",
+        write_durable(self.consumer_file(consumer),
                       json.dumps({"consumer": consumer, "acked_at": time.time(),
                                   "partitions": dict(acks)}))
 

@@ -67,8 +67,6 @@ from cec_spark.watchdog import say
 
 __all__ = ["StandbyEnd", "standby"]
 
-TAKEOVER_FILE = "takeover.json"  # in RUN/state/
-
 
 @dataclass
 class StandbyEnd:
@@ -104,7 +102,7 @@ def standby(run_dir: Path | str, *, master: str | None = None,
             return StandbyEnd(str(root), driver_ended="completed")
         raise UsageError(f"{root}: the run is finished (every partition sealed its output): "
                          "there is nothing to stand by for")
-    lease = Lease(plan.layout.standbys_dir / f"{socket.gethostname()}-{os.getpid()}.live",
+    lease = Lease(plan.layout.standby_lease(socket.gethostname(), os.getpid()),
                   {"standby": True, "state": "warming"})
     spark: SparkSession | None = None
     try:
@@ -219,7 +217,7 @@ def _take_over(layout: RunLayout, spark: SparkSession, key: tuple[object, ...], 
             fresh = session_for(plan.spec.run.effective_master, plan.partitions, _conf(plan))
     parts: dict[str, Any] = {"driver": driver, "detected_at": detected,
                              "claimed_at": claimed}
-    write_advisory(layout.root / "state" / TAKEOVER_FILE, parts)
+    write_advisory(layout.takeover_file, parts)
     try:
         result = recover_run(layout.root, progress=progress, master=master, conf=conf,
                              driver=driver, trust=trust, in_tasks=True)
@@ -228,7 +226,7 @@ def _take_over(layout: RunLayout, spark: SparkSession, key: tuple[object, ...], 
             stop_session(fresh)
         parts["ended_at"] = time.time()
         parts.update(_task_times(layout, plan.partitions))
-        write_advisory(layout.root / "state" / TAKEOVER_FILE, parts)
+        write_advisory(layout.takeover_file, parts)
         _say_parts(parts)
         began = parts.get("tasks_began_at")
         if isinstance(began, float) and began >= detected:  # the objective's fixed cost

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cec.errors import UsageError
-from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.layout import BEFORE_RUN_FILE, RunLayout
 from cec_spark.rundir.lease import (
     BeatJudge,
     lock_state,
@@ -162,11 +162,12 @@ def wait_for_run(root: Path) -> None:
     told = False
     while True:
         check_is_run(root)
-        if (root / RUN_FILE).exists():
+        run_file = RunLayout(root).run_file
+        if run_file.exists():
             return
         if not told:
             say(f"standby: waiting for the run {root} to be created "
-                f"({root / RUN_FILE} does not exist yet)")
+                f"({run_file} does not exist yet)")
             told = True
         time.sleep(RUN_LOOK_S)
 
@@ -184,7 +185,7 @@ def check_is_run(root: Path) -> None:
         return
     # a run being created holds these for a moment before its run.toml: the state
     # folder, the Python API's staged DataFrame, run.toml's own temporary file
-    if all(n in ("state", "source") or n.startswith(f".{RUN_FILE}.") for n in names):
+    if all(n in BEFORE_RUN_FILE or n.startswith(f".{RUN_FILE}.") for n in names):
         return
     raise UsageError(f"{root}: not a run directory (it has no {RUN_FILE}; it holds "
                      f"{', '.join(sorted(names)[:3])}{', ...' if len(names) > 3 else ''})")
