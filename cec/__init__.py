@@ -22,6 +22,8 @@ semantics) and ``operator/vector.py`` (the hot path).
 ``policy``        when to emit ``G_check`` footprints and how much time they may take
                   (modes ``none``, ``open-only``, ``targets``)
 ``durations``     the one parser of durations (``"10s"``, ``"1 minute"``), in µs
+``ingest_token``  the ingest's commit token on every upstream log (chunk, seq end,
+                  late rows, watermark): one paired ``encode_token``/``decode_token``
 ``errors``        the one error tree: :class:`CecError` at the root (declared in
                   ``storage_log.errors``), every class with its exit status
 ``operator/``     the CEC aggregate operator: ``base`` (interface, semantics),

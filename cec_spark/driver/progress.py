@@ -24,8 +24,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from cec.ingest_token import decode_token
 from cec_spark.ingest.query import IngestProgress
-from cec_spark.ingest.writer import token_fields
 from cec_spark.run import metrics
 from cec_spark.run.rto import StartupMeter
 from cec_spark.rundir.layout import RunLayout
@@ -60,7 +60,8 @@ class UpstreamPositions:
         """Late rows dropped in partition ``p`` (its upstream log's last token)."""
         log = self._logs.get(p)
         try:
-            return 0 if log is None else token_fields(log.last_token()).get("late", 0)
+            tok = None if log is None else decode_token(log.last_token())
+            return 0 if tok is None else tok.late
         except Exception:  # as in get: a log being created or trimmed
             return 0
 

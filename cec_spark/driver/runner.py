@@ -38,8 +38,8 @@ from cec_spark.driver.jobs import (
 )
 from cec_spark.driver.progress import ProgressView
 from cec_spark.errors import DriverSupersededError, PipelineError
+from cec_spark.ingest.logs import create_logs, late_rows, upstream_sealed
 from cec_spark.ingest.query import IngestProgress, check_filter
-from cec_spark.ingest.writer import create_logs, late_rows, upstream_sealed
 from cec_spark.report import RunResult
 from cec_spark.run.cluster import SlotWatch, check_local_slots, probe, wait_for_slots
 from cec_spark.run.plan import RunPlan, default_run_dir, pipeline_spec, plan_new_run, plan_resume

@@ -7,6 +7,8 @@
             or Spark's (chunks read in a task, filtered, projected, key-partitioned in SQL)
 ``project`` the rows filtered, projected and key-partitioned in Python (Spark's semantics)
 ``writer``  the ``mapInArrow`` writer: appends to the upstream logs, commits with chunk tokens
+``logs``    the upstream logs' lifecycle: created, trimmed, sealed; the resume point and late
+            rows their last tokens (:mod:`cec.ingest_token`) give
 ``where``   ``[filter].where`` compiled once by Spark; ``where_eval`` runs it on Arrow, no Spark
 ==========  ====================================================================================
 

@@ -15,13 +15,14 @@ row enters the JVM (:class:`IngestQuery`). The
 writer splits each batch by partition (a stable argsort, so each partition's rows
 stay in ``seq`` order), appends one record per partition per batch and, as soon as it
 has passed the end of a chunk, commits every one of the P logs with the token
-``{"chunk": c, "next_seq": ...}`` of the last chunk it completed; then it trims the
+of the last chunk it completed (:mod:`cec.ingest_token`); then it trims the
 upstream logs (:func:`trim_upstream`). With one ingest task a file source's query is
 built once and run for every job (:class:`IngestQuery`): the job's chunks travel as a
 Spark local property (a ``stream-dir`` source runs a job per poll that found files).
 
 The parts: :mod:`cec_spark.ingest.query` (the Spark query, :class:`IngestQuery`),
-:mod:`cec_spark.ingest.writer` (the writer, the upstream logs' tokens, seal, trim);
+:mod:`cec_spark.ingest.writer` (the writer, the upstream logs' tokens),
+:mod:`cec_spark.ingest.logs` (their creation, trim, seal, resume point);
 this module runs the loop over a run's chunks and re-exports their public names.
 
 Idempotence and resumption: a restarted ingest starts at the chunk after the oldest
@@ -39,6 +40,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from cec_spark.ingest.logs import (
+    committed_chunk,
+    seal_upstream,
+    upstream_sealed,
+)
 from cec_spark.ingest.query import (
     IngestProgress,
     IngestQuery,
@@ -49,11 +55,6 @@ from cec_spark.ingest.stream import (
     check_resume,
     prepare,
     run_stream_ingest,
-)
-from cec_spark.ingest.writer import (
-    committed_chunk,
-    seal_upstream,
-    upstream_sealed,
 )
 from cec_spark.run.plan import RunPlan
 from cec_spark.rundir.layout import RunLayout

@@ -44,6 +44,7 @@ from pyspark.sql import SparkSession
 from cec.errors import SpecError
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
+from cec_spark.ingest.logs import committed_chunk
 from cec_spark.ingest.project import Projector, direct_reason
 from cec_spark.ingest.query import IngestProgress, compile_filter
 from cec_spark.ingest.where import CompiledWhere
@@ -51,7 +52,6 @@ from cec_spark.ingest.writer import (
     WriterConfig,
     _JobChunks,
     _UpstreamWriter,
-    committed_chunk,
     open_upstream,
 )
 from cec_spark.run.plan import RunPlan

@@ -1,6 +1,6 @@
 """The ingest's writer: the ``mapInArrow`` function that appends a job's rows to the
-upstream logs and commits them with chunk tokens; the upstream logs' creation, seal,
-trim and the resume point their tokens give (:mod:`cec_spark.ingest.job`)."""
+upstream logs and commits them with chunk tokens (:class:`~cec.ingest_token.IngestToken`);
+the logs' creation, seal, trim and resume point are in :mod:`cec_spark.ingest.logs`."""
 
 from __future__ import annotations
 
@@ -16,11 +16,12 @@ import pyarrow as pa
 from pyspark import TaskContext
 
 from cec.errors import CecError
+from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.spec import PipelineSpec
+from cec_spark.ingest.logs import trim_upstream
 from cec_spark.rundir.layout import RunLayout, value_column
 from cec_spark.source.order import LATE
 from cec_spark.source.types import Chunk
-from storage_log.cache import ID_FILE
 from storage_log.log import StreamLog
 
 PART = "__cec_part"
@@ -42,48 +43,6 @@ def _job_chunks() -> list[Chunk]:
                        f"{JOB_PROPERTY} unset): a query of this ingest was run outside "
                        "IngestQuery.run")
     return [Chunk.from_json(text) for text in json.loads(raw)]
-
-
-def _token(chunk: Chunk, late: int = 0) -> bytes:
-    """A log's commit token after ``chunk``: the chunk, the source rows through it, the
-    seq its emitted rows end at, and the late rows of this log's partition so far
-    (committed with the rows, so the count is exact after a crash)."""
-    return json.dumps({"chunk": chunk.index, "next_seq": chunk.next_seq,
-                       "seq_end": chunk.emit_end, "late": late}).encode()
-
-
-def token_fields(raw: bytes | None) -> dict[str, int]:
-    """A token's fields (empty for none or an unreadable one)."""
-    if not raw:
-        return {}
-    try:
-        got = json.loads(raw.decode())
-        return {k: int(v) for k, v in got.items() if isinstance(v, int)}
-    except (ValueError, AttributeError, UnicodeDecodeError):
-        return {}
-
-
-def late_rows(layout: RunLayout, partitions: int) -> list[int]:
-    """The late rows dropped in each partition so far (committed; 0 before any commit)."""
-    out = []
-    for p in range(partitions):
-        path = layout.upstream(p)
-        if not path.exists():
-            out.append(0)
-            continue
-        with StreamLog.open(path) as log:
-            out.append(token_fields(log.last_token()).get("late", 0))
-    return out
-
-
-def read_token(raw: bytes | None) -> int:
-    """The last chunk a token says was committed, -1 for none."""
-    if not raw:
-        return -1
-    try:
-        return int(json.loads(raw.decode())["chunk"])
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-        return -1
 
 
 @dataclass(frozen=True)
@@ -115,24 +74,6 @@ def open_upstream(cfg: WriterConfig, p: int) -> StreamLog:
     """Partition ``p``'s upstream log for writing; only the driver creates logs."""
     return StreamLog.open(RunLayout(Path(cfg.run_dir)).upstream(p), writable=True,
                           create=False, fsync=cfg.fsync, segment_bytes=cfg.segment_bytes)
-
-
-def trim_upstream(layout: RunLayout, logs: list[StreamLog | None]) -> int:
-    """Drop upstream segments below what every recovery of their partition replays.
-
-    Each operator task reports ``replay_after_seq`` in its state file
-    (:class:`cec_spark.run.task.ReplayFloor`); a segment whose records all lie at or
-    before it is never read again. A missing or unreadable report trims nothing.
-    Returns the number of segments deleted.
-    """
-    dropped = 0
-    for p, log in enumerate(logs):
-        if log is None:  # another writer's log
-            continue
-        floor = layout.read_state(p).get("replay_after_seq")
-        if isinstance(floor, int) and not isinstance(floor, bool) and floor >= 0:
-            dropped += log.trim(before_seq=floor + 1)
-    return dropped
 
 
 @dataclass(frozen=True)
@@ -222,11 +163,10 @@ class _UpstreamWriter:
         self.trimmed = 0  # upstream segments dropped (trim_upstream)
         self.above = [-1 if log is None or log.last_seq is None else log.last_seq
                       for log in logs]
-        held = [token_fields(None if log is None else log.last_token()) for log in logs]
-        self.late = [t.get("late", 0) for t in held]  # late rows so far, per partition
+        held = [None if log is None else decode_token(log.last_token()) for log in logs]
+        self.late = [0 if t is None else t.late for t in held]  # late rows so far
         # late rows at or above this seq are not counted in the log's last token yet
-        self.late_from = np.array([t.get("seq_end", t.get("next_seq", 0)) for t in held],
-                                  np.int64)
+        self.late_from = np.array([0 if t is None else t.seq_end for t in held], np.int64)
         self._pool: ThreadPoolExecutor | None = None
         self._commits: list[Future[None]] = []  # the logs' commits in flight
         self.stopped = False  # the job ended early: a STOP file (a stop of the run)
@@ -328,7 +268,9 @@ class _UpstreamWriter:
         self.nxt = done
         chunk = self.job.chunks[done - 1]
         # a sealed log holds its whole stream already (a refill after --repair cut another)
-        todo = [(log, _token(chunk, self.late[p])) for p, log in enumerate(self.logs)
+        todo = [(log, encode_token(IngestToken(chunk.index, chunk.next_seq, chunk.emit_end,
+                                               self.late[p])))
+                for p, log in enumerate(self.logs)
                 if log is not None and not log.sealed]
         if todo:
             if self._pool is None:
@@ -392,53 +334,6 @@ def _append_split(logs: list[StreamLog | None], batch: pa.RecordBatch, above: li
                 written += sub.num_rows
         offset += n
     return written
-
-
-def committed_chunk(layout: RunLayout, partitions: int) -> tuple[int, int | None]:
-    """The last chunk every upstream log has committed (-1 for none) and its ``next_seq``."""
-    done: list[tuple[int, int | None]] = []
-    for p in range(partitions):
-        path = layout.upstream(p)
-        if not path.exists():
-            return -1, None
-        with StreamLog.open(path) as log:
-            raw = log.last_token()
-        chunk = read_token(raw)
-        nxt = int(json.loads(raw.decode())["next_seq"]) if chunk >= 0 and raw else None
-        done.append((chunk, nxt))
-    return min(done, key=lambda d: d[0]) if done else (-1, None)
-
-
-def upstream_sealed(layout: RunLayout, partitions: int) -> bool:
-    """Every upstream log is sealed: the ingest of the run is complete."""
-    for p in range(partitions):
-        path = layout.upstream(p)
-        if not path.exists():
-            return False
-        with StreamLog.open(path) as log:
-            if not log.sealed:
-                return False
-    return True
-
-
-def create_logs(layout: RunLayout, partitions: int, fsync: str) -> None:
-    """On the driver: every upstream and output log of the run that does not exist yet
-    (executors only open). A log with its id file exists: a writable open here would
-    only start a new writer epoch (two fsyncs) that its task's open starts again (a
-    resume or a takeover paid 0.4 s for 2P such opens); a log without one (a crash
-    while it was created, a damaged id file) is opened, as before."""
-    for p in range(partitions):
-        for path in (layout.upstream(p), layout.output(p)):
-            if not (path / ID_FILE).exists():
-                StreamLog.open(path, writable=True, create=True, fsync=fsync).close()
-
-
-def seal_upstream(layout: RunLayout, partitions: int, fsync: str) -> None:
-    for p in range(partitions):
-        with StreamLog.open(layout.upstream(p), writable=True, create=True,
-                            fsync=fsync) as log:
-            if not log.sealed:
-                log.seal()
 
 
 _CLOCKS = ("wait_s", "append_s", "commit_s")

@@ -14,7 +14,7 @@ import numpy as np
 from cec.errors import UsageError
 from cec.policy import RecoveryRates
 from cec.records import tuple_counts
-from cec_spark.ingest.writer import late_rows
+from cec_spark.ingest.logs import late_rows
 from cec_spark.report import (
     ExtentPartition,
     ExtentResult,

@@ -30,9 +30,8 @@ Then the run resumes as any run does, with ``P'`` partitions.
 
 from __future__ import annotations
 
-import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -40,9 +39,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cec.errors import RecoveryError, UsageError
+from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.records import G_CHECK, output_schema
 from cec.spec import PipelineSpec
-from cec_spark.ingest.writer import token_fields
 from cec_spark.report import RescalePartition as OldPartition
 from cec_spark.report import RescaleResult
 from cec_spark.run.task import operator_for
@@ -69,34 +68,27 @@ def check_rescale(settings: RunSettings, spec: PipelineSpec, partitions: int,
                          f"(the run's key groups: a partition owns at least one)")
 
 
-def _token_of(log: StreamLog) -> dict[str, int]:
-    """A log's last token's fields, with ``end``: the seq its committed rows end at
-    (``seq_end``, or ``next_seq`` for a token from before late rows); chunk -1 and end
-    0 without one."""
-    tok = token_fields(log.last_token())
-    if "chunk" not in tok or "next_seq" not in tok:
-        return {"chunk": -1, "end": 0}
-    return {**tok, "end": tok.get("seq_end", tok["next_seq"])}
-
-
 def common_cut(layout: RunLayout, gen: int, partitions: int
-               ) -> tuple[int, dict[str, int], bool]:
+               ) -> tuple[int, IngestToken | None, bool]:
     """``(C, token, sealed)``: the last input seq every upstream log of generation
-    ``gen`` holds all rows up to, the commit token that says so (of the log that is
-    furthest behind; its ``late`` the sum over the logs), and whether every log is
-    sealed (the source was read to its end)."""
-    toks = []
+    ``gen`` holds all rows up to (its committed rows end at the token's ``seq_end``),
+    the commit token that says so (of the log that is furthest behind, so its
+    watermark is the cut's; its ``late`` the sum over the logs; None and C = -1 when a
+    log has none), and whether every log is sealed (the source was read to its end)."""
+    toks: list[IngestToken | None] = []
     sealed = True
     for q in range(partitions):
         path = layout.upstream_of(gen, q)
         if not path.exists():
-            return -1, {"chunk": -1, "end": 0}, False
+            return -1, None, False
         with StreamLog.open(path) as log:
-            toks.append(_token_of(log))
+            toks.append(decode_token(log.last_token()))
             sealed = sealed and bool(log.sealed)
-    first = min(toks, key=lambda t: (t["end"], t["chunk"]))
-    late = sum(t.get("late", 0) for t in toks)
-    return first["end"] - 1, {**first, "late": late}, sealed
+    held = [t for t in toks if t is not None]
+    if not held or len(held) < len(toks):
+        return -1, None, sealed
+    first = min(held, key=lambda t: (t.seq_end, t.chunk))
+    return first.seq_end - 1, replace(first, late=sum(t.late for t in held)), sealed
 
 
 def _last_at_or_before(out: StreamLog, cut: int) -> tuple[int, int | None]:
@@ -225,7 +217,7 @@ def rescale(layout: RunLayout, partitions: int, *, dry_run: bool = False
     assert settings.key_groups is not None
     gen = layout.generation
     cut, token, sealed = common_cut(layout, gen, old_p)
-    chunk = token["chunk"]
+    chunk = -1 if token is None else token.chunk
     if layout.cut is not None and cut < layout.cut:
         raise RecoveryError(f"{layout.root}: the upstream logs of generation {gen} end "
                             f"before its own cut {layout.cut}: damaged")
@@ -272,7 +264,7 @@ def check_session_ends(windows: list[pa.Table], ts: int) -> None:
 
 
 def _write_generation(layout: RunLayout, gen: int, records: list[pa.RecordBatch],
-                      spec: PipelineSpec, token: dict[str, int], sealed: bool) -> None:
+                      spec: PipelineSpec, token: IngestToken | None, sealed: bool) -> None:
     """Every log of generation ``gen``, from scratch (what a crashed rescale left of
     it is not part of the run: generations.toml does not name it yet). Each upstream
     log starts with a commit of the cut's token (the ingest resumes after its chunk);
@@ -282,13 +274,11 @@ def _write_generation(layout: RunLayout, gen: int, records: list[pa.RecordBatch]
         shutil.rmtree(folder, ignore_errors=True)
     layout.state_dir(gen).mkdir(parents=True)
     run = spec.run
-    fields = {k: v for k, v in token.items() if k != "end"}
     for p, record in enumerate(records):
         with StreamLog.open(layout.upstream_of(gen, p), writable=True, create=True,
                             fsync=run.fsync, segment_bytes=run.segment_kb << 10) as up:
-            if token["chunk"] >= 0:
-                mine = {**fields, "late": fields.get("late", 0) if p == 0 else 0}
-                up.commit(json.dumps(mine).encode())
+            if token is not None:
+                up.commit(encode_token(token if p == 0 else replace(token, late=0)))
             if sealed:
                 up.seal()
         with StreamLog.open(layout.output_of(gen, p), writable=True, create=True,

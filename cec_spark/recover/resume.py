@@ -21,7 +21,6 @@ the order :func:`recover_run` takes them:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -30,9 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from cec.errors import CecError, RecoveryError, UsageError
+from cec.ingest_token import decode_token
 from cec.spec import PipelineSpec
 from cec_spark.driver.runner import DriverTurn, resume_run
-from cec_spark.ingest.writer import upstream_sealed
+from cec_spark.ingest.logs import upstream_sealed
 from cec_spark.recover.rescale import check_rescale, rescale
 from cec_spark.report import (
     OutputRepair,
@@ -380,9 +380,9 @@ def _source_can_refill(layout: RunLayout, spec: Any, settings: Any,
     for p in range(spec.run.partitions):
         with StreamLog.open(layout.upstream(p)) as log:
             raw = log.last_token()
-        if raw:
-            with contextlib.suppress(ValueError, KeyError, TypeError):
-                newest = max(newest, int(json.loads(raw.decode())["next_seq"]))
+        tok = decode_token(raw)
+        if tok is not None:
+            newest = max(newest, tok.next_seq)
     try:
         if spec.source.kind == "stream-dir":
             if not Path(spec.source.path).is_dir():

@@ -18,22 +18,28 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from cec.ingest_token import decode_token
 from cec_spark.errors import DriverSupersededError
 from cec_spark.ingest import writer as writer_module
+from cec_spark.ingest.logs import create_logs
 from cec_spark.ingest.writer import (
     PART,
     WriterConfig,
     _JobChunks,
     _UpstreamWriter,
-    create_logs,
     open_upstream,
-    read_token,
 )
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.types import Chunk
 from storage_log.log import StreamLog
 
 ROWS = 100  # per chunk
+
+
+def read_token(raw: bytes | None) -> int:
+    """The last chunk a token says was committed, -1 for none."""
+    tok = decode_token(raw)
+    return -1 if tok is None else tok.chunk
 
 
 class Recorded:

@@ -24,7 +24,8 @@ import pyarrow.csv as pacsv
 import pytest
 
 from cec.errors import UsageError
-from cec_spark.ingest.writer import create_logs, value_column
+from cec_spark.ingest.logs import create_logs
+from cec_spark.ingest.writer import value_column
 from cec_spark.read.export import results_table
 from cec_spark.recover import resume as resume_mod
 from cec_spark.recover.rescale import check_rescale, rescale

@@ -18,9 +18,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from cec.ingest_token import decode_token
 from cec.spec import load_spec
+from cec_spark.ingest.logs import committed_chunk, create_logs
 from cec_spark.ingest.query import IngestProgress, IngestQuery
-from cec_spark.ingest.writer import PART, committed_chunk, create_logs, read_token
+from cec_spark.ingest.writer import PART
 from cec_spark.run.plan import RunPlan
 from cec_spark.run.session import build_session
 from cec_spark.rundir.layout import RunLayout
@@ -104,7 +106,8 @@ def _check_exactly_once(spark: object, layout: RunLayout, df: pd.DataFrame,
         assert (np.diff(seqs) > 0).all(), f"partition {p}: not in source order"
         np.testing.assert_array_equal(seqs, expected[p])
         with StreamLog.open(layout.upstream(p)) as log:
-            assert read_token(log.last_token()) == last_chunk
+            tok = decode_token(log.last_token())
+            assert tok is not None and tok.chunk == last_chunk
 
 
 @pytest.mark.parametrize("tasks", [1, 2])

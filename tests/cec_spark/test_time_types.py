@@ -331,14 +331,15 @@ def test_a_bad_iso_time_exits_2_naming_file_and_line(tmp_path: Path) -> None:
 
 def _late_counts_now(run: Path) -> list[int]:
     """The late counts committed so far (the upstream logs' tokens; a run may write)."""
-    from cec_spark.ingest.writer import token_fields
+    from cec.ingest_token import decode_token
     from storage_log.log import StreamLog
 
     out = []
     for log_dir in sorted(run.glob("upstream/p*")):
         try:
             with StreamLog.open(log_dir) as log:
-                out.append(token_fields(log.last_token()).get("late", 0))
+                tok = decode_token(log.last_token())
+                out.append(0 if tok is None else tok.late)
         except Exception:  # being created
             out.append(0)
     return out

@@ -17,7 +17,8 @@ from cec.operator import OperatorConfig
 from cec.operator.vector import VectorOperator
 from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow, WindowSpec
-from cec_spark.ingest.writer import WriterConfig, create_logs, open_upstream, trim_upstream
+from cec_spark.ingest.logs import create_logs, trim_upstream
+from cec_spark.ingest.writer import WriterConfig, open_upstream
 from cec_spark.run.task import ReplayFloor
 from cec_spark.rundir.layout import RunLayout
 from recovery.partition import recover_partition
