@@ -28,7 +28,8 @@ import cec_spark
 from cec.errors import CecError
 from cec.spec import PipelineSpec, parse_conf
 from cec_spark.report import ErrorReport, Result
-from cec_spark.rundir.layout import RunLayout, rescaled_spec
+from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import rescaled_spec
 from cli.example_specs import copy_examples, list_examples
 from cli.render import Column, render
 

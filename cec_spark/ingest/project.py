@@ -29,8 +29,7 @@ import pyarrow.compute as pc
 
 from cec.spec import PipelineSpec
 from cec_spark.ingest.where import CompiledWhere
-from cec_spark.rundir.layout import value_column
-from cec_spark.rundir.run_file import RunSettings
+from cec_spark.rundir.run_file import RunSettings, value_column
 from cec_spark.source.types import SEQ
 from recovery.rescale import SPARK_SEED, spark_xxhash64
 

@@ -29,7 +29,7 @@ from cec_spark.ingest.writer import (
     _job_chunks,
 )
 from cec_spark.run.plan import RunPlan
-from cec_spark.rundir.layout import value_column
+from cec_spark.rundir.run_file import value_column
 from cec_spark.source.order import LATE
 from cec_spark.source.read import read_chunk
 from cec_spark.source.types import SEQ, Chunk, ColumnTypes, TimeSpec

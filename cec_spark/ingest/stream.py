@@ -55,7 +55,8 @@ from cec_spark.ingest.writer import (
     open_upstream,
 )
 from cec_spark.run.plan import RunPlan
-from cec_spark.rundir.layout import RunLayout, read_advisory, write_advisory
+from cec_spark.rundir.advisory import read_advisory, write_advisory
+from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import parse_run_text
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.read import read_chunk

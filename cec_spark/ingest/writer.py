@@ -19,7 +19,8 @@ from cec.errors import CecError
 from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.spec import PipelineSpec
 from cec_spark.ingest.logs import trim_upstream
-from cec_spark.rundir.layout import RunLayout, value_column
+from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import value_column
 from cec_spark.source.order import LATE
 from cec_spark.source.types import Chunk
 from storage_log.log import StreamLog

@@ -28,7 +28,7 @@ read per output log, so a query restarted from its checkpoint continues exactly.
 A rescaled run (``cec recover --partitions``) has output logs in several generations:
 every one is read (an old generation's up to the end its successor recorded), and
 ``partition`` is the partition within its generation; offsets are keyed ``"3"`` in
-generation 0 and ``"g1/3"`` in generation 1 (:func:`cec_spark.rundir.layout.ack_key`). A
+generation 0 and ``"g1/3"`` in generation 1 (:func:`cec_spark.rundir.acks.ack_key`). A
 stream query sees a rescale's new generation when it is restarted. A rescale whose
 old partition had run ahead of the cut leaves that partition's rows after the cut
 out of the results; a stream that had read them already has seen them, and sees
@@ -55,7 +55,8 @@ from pyspark.sql.types import StructType
 from cec.errors import UsageError
 from cec.records import RESULT_TYPES, output_schema
 from cec_spark.read.export import TIMESTAMP
-from cec_spark.rundir.layout import RunLayout, ack_key
+from cec_spark.rundir.acks import ack_key
+from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.times import TimeValueError, to_us
 from storage_log.log import StreamLog
 

@@ -33,7 +33,8 @@ import pyarrow.parquet as pq
 from cec.errors import UsageError
 from cec.records import RESULT_TYPES
 from cec_spark.report import ExportResult
-from cec_spark.rundir.layout import RunLayout, ack_key
+from cec_spark.rundir.acks import ack_key, read_ack, write_ack
+from cec_spark.rundir.layout import RunLayout
 from storage_log.log import StreamLog
 
 COLUMNS = ("key", "window_start", "window_end", "count", "value")
@@ -67,7 +68,7 @@ def results_table(root: Path | str) -> pa.Table:
 def results_since(root: Path | str, after: dict[str, int] | None = None
                   ) -> tuple[pa.Table, dict[str, int]]:
     """The sorted results with output seq after ``after[k]`` in the output log named
-    ``k`` (:func:`cec_spark.rundir.layout.ack_key`; all when None), and each log's last
+    ``k`` (:func:`cec_spark.rundir.acks.ack_key`; all when None), and each log's last
     output seq read. A rescaled run's results are those of every generation: each
     old generation's logs up to the end its successor recorded."""
     layout = RunLayout(Path(root))
@@ -198,7 +199,7 @@ def export(root: Path | str, out: Path | str, fmt: str = "csv",
     if consumer is not None:
         check_consumer(consumer)
     layout = RunLayout(Path(root))
-    after = None if consumer is None else layout.read_ack(consumer)
+    after = None if consumer is None else read_ack(layout, consumer)
     table, last = results_since(root, after)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -211,7 +212,7 @@ def export(root: Path | str, out: Path | str, fmt: str = "csv",
         pq.write_table(written.replace_schema_metadata({"cec.window_end": end}), tmp)
     tmp.replace(out)
     if consumer is not None:  # the file is complete: acknowledge what it holds
-        layout.write_ack(consumer, last)
+        write_ack(layout, consumer, last)
     return ExportResult(out=str(out), format=fmt, rows=table.num_rows, consumer=consumer,
                         keys=len(pc.unique(table.column("key"))) if table.num_rows else 0,
                         window_end=end)

@@ -49,8 +49,9 @@ import pyarrow.csv as pacsv
 
 from cec.errors import UsageError
 from cec_spark.read.export import COLUMNS, check_consumer, result_rows, with_timestamps
-from cec_spark.rundir.layout import FOLDERS, RunLayout, ack_key
-from cec_spark.rundir.run_file import RUN_FILE
+from cec_spark.rundir.acks import ack_key, read_ack, write_ack
+from cec_spark.rundir.layout import FOLDERS, RunLayout
+from cec_spark.rundir.run_file import RUN_FILE, current_spec
 from cec_spark.watchdog import say
 from storage_log.durable import write_durable
 from storage_log.errors import StorageLogError
@@ -129,10 +130,10 @@ class Tail:
             return self.state
         layout = self._layout
         assert layout is not None
-        start = layout.read_ack(self.consumer) if self.consumer is not None else None
+        start = read_ack(layout, self.consumer) if self.consumer is not None else None
         if self.consumer is not None:
             self._settle_intent(layout)
-            start = layout.read_ack(self.consumer)
+            start = read_ack(layout, self.consumer)
         self._refresh(start)
         quiet_since = time.monotonic()
         said = SAY_AFTER_S
@@ -188,7 +189,7 @@ class Tail:
             return
         self._gens_mtime = mtime
         self._layout = layout
-        spec = layout.current_spec(layout.read_run_file()[0])
+        spec = current_spec(layout, layout.read_run_file()[0])
         for gen, p, path, end in layout.output_logs(spec.run.partitions):
             name = ack_key(gen, p)
             self.watch.add(path.parent)  # a log's directory appears there
@@ -287,13 +288,13 @@ class Tail:
             return
         layout = self._layout
         assert layout is not None
-        new = {**layout.read_ack(self.consumer), **acks}
+        new = {**read_ack(layout, self.consumer), **acks}
         data = lines.encode()
         layout.consumers_dir.mkdir(exist_ok=True)
         intent = {"acks": new, "out": _out_identity(self.out), "bytes": len(data)}
         write_durable(self._intent_path(layout), json.dumps(intent))
         self._write(lines)
-        layout.write_ack(self.consumer, new)
+        write_ack(layout, self.consumer, new)
         with contextlib.suppress(FileNotFoundError):
             self._intent_path(layout).unlink()
 
@@ -329,7 +330,7 @@ class Tail:
                 f"{self.consumer!r} was stopped while printing to another output; its last "
                 "batch is printed again (at least once: only a file tells what was printed)")
         elif now[2] >= then[2] + nbytes:
-            layout.write_ack(self.consumer, acks)  # printed: complete the ack
+            write_ack(layout, self.consumer, acks)  # printed: complete the ack
         elif now[2] > then[2]:
             os.ftruncate(self.out.fileno(), then[2])  # a torn batch: cut, print it whole
             with contextlib.suppress(OSError, ValueError):  # appending: writes go to the end

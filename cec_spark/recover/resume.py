@@ -46,8 +46,10 @@ from cec_spark.run import rto
 from cec_spark.run.cluster import check_local_slots
 from cec_spark.run.plan import RunPlan
 from cec_spark.run.task import operator_for
-from cec_spark.rundir.layout import RunLayout, rescaled_spec
-from cec_spark.rundir.run_file import RunSettings
+from cec_spark.rundir.access import check_owner
+from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.repair import unneeded_damage
+from cec_spark.rundir.run_file import RunSettings, rescaled_spec
 from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.planner import plan_source
 from cec_spark.watchdog import say
@@ -166,7 +168,7 @@ def _check_and_repair(root: Path, *, dry_run: bool, repair: bool, trust: bool,
     layout = RunLayout(root)
     repairs: list[str] = []
     if not dry_run:
-        layout.check_owner(trust)
+        check_owner(layout, trust)
         if repair:
             repairs += layout.repair_files()  # run.toml, generations.toml, backups
     spec, settings = layout.read_run_file()
@@ -259,7 +261,7 @@ def _reconcile_upstream(run: _Recover, p: int) -> UpstreamRepair | None:
         if not run.repair:  # reconciled by the open above: a reader sees its end
             with StreamLog.open(up_path) as log:
                 run.catch_up[str(p)] = log.last_seq
-            note = run.layout.unneeded_damage(p, first)  # issue 29 item 4
+            note = unneeded_damage(run.layout, p, first)  # issue 29 item 4
             if note is not None:
                 say(note)
             return None
@@ -351,7 +353,7 @@ def would_do(parts: list[RecoverPartition], source_done: bool | None) -> list[st
                 head + f"would rebuild the eventual checkpoint of {e.n_c} open windows "
                 f"{scan}, replay {tuples} upstream tuples after input position {e.T} "
                 f"(reconstruction mode up to {e.t_c}, where its output ends{est}), then "
-                f"continue after input position {e.t_c} at output seq "
+                f"continue after input position {e.resume_after_seq} at output seq "
                 f"{e.next_out_seq}")
     if source_done is None:
         lines.append("run: cannot tell without reconciling whether the source was read "

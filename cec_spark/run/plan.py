@@ -26,6 +26,7 @@ from cec.errors import UsageError
 from cec.spec import PipelineSpec, load_spec
 from cec_spark.run.cluster import check_local_slots, local_slots
 from cec_spark.run.rto import check_objective
+from cec_spark.rundir.access import check_owner
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import RunSettings, run_text, settings_for
 from cec_spark.source.fingerprint import fingerprint
@@ -158,11 +159,12 @@ def plan_resume(run_dir: Path | str, *, master: str | None = None,
                 conf: dict[str, str] | None = None, trust: bool | None = None) -> RunPlan:
     """The plan of a stored run, from its ``run.toml`` (parsed here), with ``master`` and
     ``conf`` over the stored ones for this resume only. ``trust`` not None: first refuse
-    a run directory another user owns unless it is True (:meth:`RunLayout.check_owner`).
+    a run directory another user owns unless it is True
+    (:func:`cec_spark.rundir.access.check_owner`).
     """
     layout = RunLayout(Path(os.path.abspath(run_dir)))
     if trust is not None:
-        layout.check_owner(trust)
+        check_owner(layout, trust)
     spec, settings = layout.read_run_file()
     return RunPlan(spec.with_run(master=master, conf=conf), settings, layout,
                    run_dir=str(run_dir))

@@ -54,7 +54,8 @@ from cec.policy import (
 )
 from cec.spec import PipelineSpec
 from cec_spark.run.jvm_archive import cache_dir
-from cec_spark.rundir.layout import RunLayout, read_advisory, write_advisory
+from cec_spark.rundir.advisory import read_advisory, write_advisory
+from cec_spark.rundir.layout import RunLayout
 from recovery.partition import recover_from_logs
 from storage_log.log import StreamLog
 

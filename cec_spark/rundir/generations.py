@@ -12,7 +12,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from cec.errors import CorruptionError
+from cec.errors import CorruptionError, RecoveryError
 from cec_spark.rundir.run_file import (
     CHECKSUM_PREFIX,
     FORMAT_VERSION,
@@ -87,3 +87,59 @@ def read_generations(path: Path) -> tuple[Generation, ...]:
 
 def write_generations(path: Path, gens: tuple[Generation, ...]) -> None:
     write_durable(path, generations_text(gens))
+
+
+def load_generations(main: Path, copy: Path, root: Path) -> tuple[Generation, ...]:
+    """The generations of the run in ``root`` (``main``: its ``generations.toml``,
+    ``copy``: the backup), oldest first (empty: never rescaled).
+
+    A damaged ``generations.toml`` is CorruptionError (exit 3) naming ``cec recover
+    --repair``, which restores it from its backup; with no intact backup it is
+    RecoveryError (exit 4): the run's rescales are lost."""
+    try:
+        if not main.exists() and copy.exists():
+            raise CorruptionError(f"{main} is missing (its backup is there: the run was "
+                                  "rescaled)")
+        return read_generations(main)
+    except CorruptionError as exc:
+        backup = backup_problem(copy)
+        if backup is not None:
+            raise RecoveryError(f"{exc}; {backup}: lost the run's rescales (which "
+                                "generation holds which partitions from which input "
+                                "seq on); its logs are intact under upstream/ and "
+                                "output/") from exc
+        raise CorruptionError(f"{exc}; 'cec recover --from-log {root} --repair' "
+                              f"restores it from {GENERATIONS_BACKUP}") from exc
+
+
+def backup_problem(copy: Path) -> str | None:
+    """Why generations.toml.bak (``copy``) cannot stand in for generations.toml (None:
+    it can)."""
+    if not copy.exists():
+        return f"its backup {copy} is missing"
+    try:
+        read_generations(copy)
+    except CorruptionError as exc:
+        return f"its backup is damaged too ({exc})"
+    return None
+
+
+def restore_generations(main: Path, copy: Path) -> str | None:
+    """``--repair``: generations.toml (``main``) or its backup (``copy``), damaged,
+    written again from the other; what was done (None: nothing to do)."""
+    if not main.exists() and not copy.exists():
+        return None
+    try:
+        if not main.exists():
+            raise CorruptionError(f"{main} is missing")
+        gens = read_generations(main)
+    except CorruptionError as exc:
+        backup = backup_problem(copy)
+        if backup is not None:
+            raise CorruptionError(f"{exc}; {backup}: the run's rescales are lost") from exc
+        write_durable(main, copy.read_text(encoding="utf-8"))
+        return f"restored {main} from {copy} ({exc})"
+    if backup_problem(copy) is None and copy.read_bytes() == main.read_bytes():
+        return None
+    write_generations(copy, gens)
+    return f"wrote {copy} again from {main}"

@@ -23,7 +23,7 @@ When the holder ends by itself it says how (:meth:`Lease.end`: ``completed``,
 from an end. The record is a JSON object padded to :data:`RECORD_BYTES`, written with
 one ``pwrite`` at offset 0 (a reader that catches a torn record reads it again).
 
-Files: ``RUN/drivers/NNNNNNNN.live`` for driver ``N`` (:meth:`RunLayout.take_driver`
+Files: ``RUN/drivers/NNNNNNNN.live`` for driver ``N`` (:func:`~cec_spark.rundir.drivers.take_driver`
 gives the number), ``RUN/standbys/HOST-PID.live`` for a standby (``cec standby``).
 """
 

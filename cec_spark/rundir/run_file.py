@@ -1,8 +1,13 @@
 """``RUN/run.toml``: its text (the resolved spec + a ``[cec]`` table + a checksum line),
-the run settings it stores, and their parsing.
+the run settings it stores, their parsing, and the file itself: written once, read,
+restored from its copy ``run.toml.bak``.
 
-:class:`cec_spark.rundir.layout.RunLayout` writes, restores and reads the file; this module
-makes and checks its text, so that a driver can hand the text it wrote to its tasks
+``run.toml`` is written once, atomically and exclusively (a hard link: of two drivers
+racing for one directory exactly one wins), before Spark starts and before any log;
+recovery reads nothing else. The ``[cec]`` table holds what the spec does not:
+``max_tuples`` (the source is cut after that many rows, so a resumed run ends where the
+original would have), and the source's column types (so a resumed ``stream-dir`` ingest
+types its rows the same). A driver hands the text it wrote to its tasks
 (:func:`parse_run_text`) instead of each of them reading the file again.
 """
 
@@ -10,14 +15,18 @@ from __future__ import annotations
 
 import tomllib
 import uuid
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import xxhash
 
 from cec.errors import CorruptionError, UsageError
-from cec.spec import PipelineSpec, dump_spec, parse_stored_spec
+from cec.spec import PipelineSpec, default_master, dump_spec, parse_stored_spec
 from cec_spark.source.types import ColumnTypes
+from storage_log.durable import write_durable
+
+if TYPE_CHECKING:
+    from cec_spark.rundir.layout import RunLayout
 
 RUN_FILE = "run.toml"
 BACKUP_FILE = "run.toml.bak"
@@ -27,6 +36,12 @@ FORMAT_VERSION = 1
 # so a rescale (``cec recover --partitions P'``, ``P' <= G``) moves whole groups.
 KEY_GROUPS = 128
 CHECKSUM_PREFIX = "# cec-checksum: xxh64 "
+VALUE_FALLBACK = "__cec_value"  # the value column of a `count` aggregate without field
+
+
+def value_column(spec: PipelineSpec) -> str:
+    """The name of the value column in the upstream logs."""
+    return spec.aggregate.field if spec.aggregate.field is not None else VALUE_FALLBACK
 
 
 def sign_run_text(text: str) -> str:
@@ -137,3 +152,104 @@ def parse_run_text(text: str, origin: str, repair: str = "") -> tuple[PipelineSp
     settings = RunSettings(None if max_tuples < 0 else max_tuples, columns,
                            spec.aggregate.group_by, run_id, files, warnings, groups)
     return spec, settings
+
+
+# --------------------------------------------------------------------------- the file
+
+def write_run_text(layout: RunLayout, text: str) -> None:
+    """Store a new run's run.toml (:func:`run_text`) and its backup."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.state_dir(0).mkdir(exist_ok=True)
+    try:  # link, not rename: of two drivers racing for one directory, one wins
+        write_durable(layout.run_file, text, exclusive=True)
+    except FileExistsError:
+        raise UsageError(f"{layout.root}: already holds a run (another `cec run` "
+                         "started it first); resume it with 'cec recover --from-log "
+                         f"{layout.root}' or choose another --log-dir") from None
+    write_durable(layout.backup_file, text)
+
+
+def read_run(layout: RunLayout) -> tuple[str, PipelineSpec, RunSettings]:
+    """The run's run.toml text, spec (with the current generation's partitions) and
+    settings.
+
+    A run.toml whose checksum fails is damage (CorruptionError, exit 3) when it no
+    longer parses, and an edit (UsageError, exit 2: a run's spec cannot change) when it
+    does; either way ``cec recover --repair`` restores it from ``run.toml.bak``.
+    """
+    repair = f"'cec recover --from-log {layout.root} --repair' restores it from " \
+             f"{BACKUP_FILE}"
+    if not layout.run_file.exists():
+        if layout.backup_file.exists():
+            raise CorruptionError(f"{layout.run_file} is missing; {repair}")
+        raise UsageError(f"{layout.root}: not a cec run directory (no {RUN_FILE})")
+    origin = str(layout.run_file)
+    try:
+        text = layout.run_file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptionError(f"{origin}: damaged (not UTF-8 at byte {exc.start}); "
+                              f"{repair}") from exc
+    spec, settings = parse_run_text(text, origin, repair)
+    return text, current_spec(layout, spec), settings
+
+
+def current_spec(layout: RunLayout, spec: PipelineSpec) -> PipelineSpec:
+    """``spec`` with the current generation's partitions (run.toml keeps the
+    partitions the run started with; a rescale records its own)."""
+    if layout.generation and layout.generations[-1].partitions != spec.run.partitions:
+        return rescaled_spec(spec, layout.generations[-1].partitions)
+    return spec
+
+
+def rescaled_spec(spec: PipelineSpec, partitions: int) -> PipelineSpec:
+    """``spec`` with ``partitions``; a stored master that was the default for the old
+    partition count (``local[P+2,3]``) becomes the default for the new one."""
+    master = spec.run.master
+    if master == default_master(spec.run.partitions):
+        master = None
+    return replace(spec, run=replace(spec.run, partitions=partitions, master=master))
+
+
+def restore_run_file(layout: RunLayout) -> str:
+    """``--repair``: put back a damaged or missing run.toml from its backup; what was
+    done (CorruptionError if the backup is damaged too)."""
+    problem = run_file_problem(layout)
+    if problem is None:
+        return "run.toml is intact"
+    try:
+        backup = layout.backup_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorruptionError(f"{problem}; its backup {layout.backup_file} cannot be read "
+                              f"either ({exc}): the run's spec is lost") from exc
+    bad = check_run_text(backup, str(layout.backup_file))
+    if bad is not None or CHECKSUM_PREFIX not in backup:
+        why = bad or "no checksum"
+        raise CorruptionError(f"{problem}; its backup is damaged too ({why}): the "
+                              "run's spec is lost")
+    write_durable(layout.run_file, backup)
+    return f"restored {layout.run_file} from {layout.backup_file} ({problem})"
+
+
+def refresh_backup(layout: RunLayout) -> str | None:
+    """``--repair``: a damaged or missing run.toml.bak written again from the intact
+    run.toml; what was done (None: nothing to do)."""
+    try:
+        text = layout.backup_file.read_text(encoding="utf-8")
+        bad = check_run_text(text, str(layout.backup_file))
+        if bad is None and CHECKSUM_PREFIX in text:
+            return None
+    except (OSError, UnicodeDecodeError) as exc:
+        bad = f"{layout.backup_file} cannot be read: {exc}"
+    write_durable(layout.backup_file, layout.run_file.read_text(encoding="utf-8"))
+    return f"wrote {layout.backup_file} again from {RUN_FILE} ({bad or 'no checksum'})"
+
+
+def run_file_problem(layout: RunLayout) -> str | None:
+    """Why run.toml cannot be trusted (None: it can)."""
+    try:
+        text = layout.run_file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return f"{layout.run_file} is missing"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{layout.run_file} cannot be read: {exc}"
+    return check_run_text(text, str(layout.run_file))

@@ -53,7 +53,8 @@ from cec_spark.run import rto
 from cec_spark.run.cluster import local_slots, needed_slots, probe
 from cec_spark.run.plan import RunPlan, plan_resume
 from cec_spark.run.session import session_for, stop_session
-from cec_spark.rundir.layout import RunLayout, write_advisory
+from cec_spark.rundir.advisory import write_advisory
+from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import DEFAULT_LEASE_S, Lease
 from cec_spark.standby.watch import (
     DriverWatch,
