@@ -212,7 +212,7 @@ def one(setup: Setup, experiment: str, target: str, policy: PolicyConfig, work: 
     ex = rec.explain
     # Correctness, untimed: continue the recovered operator to the crash point.
     with StreamLog.open(up_dir) as up, rec.output_log:
-        for b in up.read_forward(after_seq=rec.resume_after_seq):
+        for b in up.read_forward(after_seq=rec.t_c):
             clock.tick()
             fresh.process(b)
     verified = logical(fresh.state_at()) == logical(live.state_at())

@@ -89,15 +89,15 @@ class EventualCheckpoint:
     """The EC at output position ``last_out_seq`` (input position ``t_c``).
 
     ``table`` holds the ``N_c`` footprint rows (G_open/G_check, the log's own schema),
-    in output order (ascending ``seq``). ``T`` is the replay start: the upstream must
-    replay every input tuple with ``seq > T``.
+    in output order (ascending ``seq``). ``replay_after_seq`` (the paper's ``T``) is the
+    replay start: the upstream must replay every input tuple with ``seq > T``.
     """
 
     table: pa.Table
     n_c: int
     t_c: int
     t_c_ts: int
-    T: int
+    replay_after_seq: int
     last_out_seq: int
     extent: ExtentMetrics = field(repr=False)
 
@@ -110,7 +110,7 @@ class EventualCheckpoint:
             "n_c": self.n_c,
             "t_c": self.t_c,
             "t_c_ts": self.t_c_ts,
-            "T": self.T,
+            "T": self.replay_after_seq,
             "last_out_seq": self.last_out_seq,
             "next_out_seq": self.next_out_seq,
             "extent": asdict(self.extent),

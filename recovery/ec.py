@@ -12,7 +12,8 @@ window ``w = (key, win_start)`` marks ``w`` closed unless ``w`` was already foun
 ``G_open``/``G_check`` adds ``w`` (its whole row) to the EC unless ``w`` was already
 found or marked closed. The scan stops as soon as ``N_c`` windows are found;
 ``T = min t_w`` over the found rows (their ``t_now``), and ``N_c = 0`` gives an empty
-EC with ``T = t_c``.
+EC with ``T = t_c`` (``T`` is the paper's symbol; in code and a run's JSON it is
+``replay_after_seq``).
 
 Both rules together say: only the *newest* row of each window id matters; the window
 is in the EC exactly when that row is a G row. The vectorized scan uses that: per
@@ -190,10 +191,10 @@ def _finish(
     if sort:
         found = found.take(pc.sort_indices(found, [("seq", "ascending")]))
     if found.num_rows:
-        t_min = int(pc.min(found.column("t_now")).as_py())
+        replay_after_seq = int(pc.min(found.column("t_now")).as_py())
         records = last_out_seq - oldest_seq + 1
     else:
-        t_min = t_c
+        replay_after_seq = t_c
         records = 1
     types = found.column("type").to_numpy()
     extent = ExtentMetrics(
@@ -204,10 +205,10 @@ def _finish(
         g_open_found=int(np.count_nonzero(types == TYPE_G_OPEN)),
         g_check_found=int(np.count_nonzero(types == TYPE_G_CHECK)),
         closed_skipped=closed,
-        replay_length=t_c - t_min,
+        replay_length=t_c - replay_after_seq,
         oldest=_footprints(found.slice(0, OLDEST_LISTED), t_c),
     )
-    return EventualCheckpoint(found, n_c, t_c, t_c_ts, t_min, last_out_seq, extent)
+    return EventualCheckpoint(found, n_c, t_c, t_c_ts, replay_after_seq, last_out_seq, extent)
 
 
 def _n_c_of(first: pa.RecordBatch) -> int:

@@ -120,11 +120,12 @@ class RecoveryExplain:
     t_c_ts_us: int | None
     """Event time of that row, microseconds."""
     T: int | None
-    """Replay start: every input position after T is replayed."""
+    """Replay start: every input position after T is replayed (a run's partitions report
+    it as replay_after_seq)."""
     next_out_seq: int
     """The output position the resumed operator writes next."""
     resume_after_seq: int | None
-    """The input position the resumed operator continues after."""
+    """The input position the resumed operator continues after: always t_c."""
     extent: ExtentMetrics | None
     """The extent scanned (null for a fresh start)."""
     replay: ReplayStats
@@ -158,7 +159,7 @@ class RecoveryExplain:
     ) -> RecoveryExplain:
         """The explain of a reconstructed EC and its replay (None: nothing replayed)."""
         return cls(fresh_start=False, reason=reason, n_c=ec.n_c, t_c=ec.t_c,
-                   t_c_ts_us=ec.t_c_ts, T=ec.T, next_out_seq=ec.next_out_seq,
+                   t_c_ts_us=ec.t_c_ts, T=ec.replay_after_seq, next_out_seq=ec.next_out_seq,
                    resume_after_seq=ec.t_c, extent=ec.extent,
                    replay=replay or ReplayStats(), phases=phases, rates=rates,
                    **_totals(phases))

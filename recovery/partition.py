@@ -7,20 +7,21 @@ exact state it had at ``t_c``, the input position of the last durable output row
    re-indexes (the paper's recovery step 1). The writable handle is returned: the
    caller keeps appending the operator's output to it.
 2. **scan**: :func:`recovery.ec.reconstruct` over ``read_backward()`` (newest first,
-   large chunks): the EC, ``N_c``, ``t_c``, ``T`` and the extent metrics.
+   large chunks): the EC, ``N_c``, ``t_c``, ``T`` (the paper's symbol; in code and in a
+   run's JSON ``replay_after_seq``) and the extent metrics.
 3. **load**: ``operator.load_ec(ec, t_c=, t_c_ts=, next_out_seq=)``.
 4. **replay**: ``upstream.read_forward(after_seq=T)`` up to and including ``t_c``
    through ``operator.process()``, which is in reconstruction mode for those tuples
    (it applies a tuple only to EC windows of its key with an older footprint, emits
    nothing). The replay stops exactly at ``t_c``: the caller resumes normal processing
-   with ``upstream.read_forward(after_seq=recovered.resume_after_seq)`` and appends
+   with ``upstream.read_forward(after_seq=recovered.t_c)`` and appends
    the output. Input tuples after ``t_c`` that had been processed before the crash
    produced no durable output, so processing them again is exact.
 
 The upstream must still hold the tuple at ``T`` (``first_seq <= T``; ``T`` is the seq
 of a real input tuple), and everything up to ``t_c``; else
 :class:`~recovery.errors.ReplayUnavailableError`. An output log with no row is a
-fresh start: nothing is loaded, ``resume_after_seq`` is ``None``.
+fresh start: nothing is loaded, ``t_c`` and ``replay_after_seq`` are ``None``.
 
 Time travel (:func:`recover_from_logs` with ``at_seq``/``at_ts``) does the same on
 logs that are already open, read-only, as of an earlier output position: the operator
@@ -80,7 +81,7 @@ class OutputLogReader(Protocol):
 
 @dataclass
 class Recovered:
-    """A recovered operator, ready to resume after ``resume_after_seq``.
+    """A recovered operator, ready to resume after input position ``t_c``.
 
     ``output_log`` is the writable output log :func:`recover` opened (the caller
     appends to it and closes it); ``None`` from :func:`recover_from_logs`.
@@ -92,8 +93,17 @@ class Recovered:
     output_log: Any = None
 
     @property
-    def resume_after_seq(self) -> int | None:
-        return self.explain.resume_after_seq
+    def t_c(self) -> int | None:
+        """The input position of the last durable output row: the operator's state is as
+        of it, and it continues with the upstream tuples after it (None: a fresh start,
+        from the beginning). The explain's JSON also calls it ``resume_after_seq``."""
+        return self.explain.t_c
+
+    @property
+    def replay_after_seq(self) -> int | None:
+        """``T``: the recovery replayed the upstream tuples after it (None: a fresh
+        start); the replay_after_seq a task reports starts from it."""
+        return self.explain.T
 
 
 def boundary_seq(output_log: OutputLogReader, at_seq: int) -> int:
@@ -292,7 +302,7 @@ def recover_partition(
     """Reconcile the output log, rebuild the EC, load it and replay up to ``t_c``.
 
     Returns the operator, the reconstruction, the explain, and the output log open
-    writable (the caller appends the output of ``resume_after_seq`` onwards and closes
+    writable (the caller appends the output of the tuples after ``t_c`` and closes
     it). Raises :class:`ExtentError` or :class:`ReplayUnavailableError` (exit status 4).
     """
     out, reconcile_s, reconcile_cpu = _timed(

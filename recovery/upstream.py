@@ -128,6 +128,14 @@ class ReplayFilter:
         return need
 
 
+def upstream_trim_before(replay_after_seq: int) -> int:
+    """The ``before_seq`` (an exclusive bound, ``StreamLog.trim``) to trim an upstream log
+    with when a recovery replays its tuples after ``replay_after_seq``: a log trimmed so
+    still starts at or before ``replay_after_seq + 1``, which :func:`check_upstream`
+    accepts (seqs are integers; a later start may hide trimmed tuples)."""
+    return replay_after_seq + 1
+
+
 def check_upstream(rec: EventualCheckpoint, upstream: UpstreamLogReader, *,
                    starts_after: int | None = None) -> None:
     """Raise ReplayUnavailableError unless the upstream holds every tuple in (T, t_c].
@@ -138,21 +146,22 @@ def check_upstream(rec: EventualCheckpoint, upstream: UpstreamLogReader, *,
     The log's own ``read_forward`` also refuses (``LogTrimmedError``, turned into
     ReplayUnavailableError by :func:`replay`) a position inside trimmed segments.
     """
-    complete = starts_after is not None and starts_after <= rec.T
-    if complete and rec.t_c <= rec.T:  # nothing to replay
+    complete = starts_after is not None and starts_after <= rec.replay_after_seq
+    if complete and rec.t_c <= rec.replay_after_seq:  # nothing to replay
         return
     first, last = upstream.first_seq, upstream.last_seq
     if first is None or last is None:
         raise ReplayUnavailableError(
-            f"the upstream log is empty, but recovery needs its tuples after T={rec.T} "
-            f"up to t_c={rec.t_c}"
+            "the upstream log is empty, but recovery needs its tuples after "
+            f"T={rec.replay_after_seq} up to t_c={rec.t_c}"
         )
     # T is the seq of a real input tuple: a log that starts after T was trimmed. It
     # still holds every tuple after T only if it starts at T + 1 (seqs are integers);
     # a later start may hide trimmed tuples (sparse seqs cannot tell), so it is refused.
-    if first > rec.T + 1 and not complete:
+    if first > upstream_trim_before(rec.replay_after_seq) and not complete:
         raise ReplayUnavailableError(
-            f"the upstream log starts at seq {first}, after T={rec.T}: it was trimmed past "
+            f"the upstream log starts at seq {first}, after T={rec.replay_after_seq}: it "
+            "was trimmed past "
             f"the oldest footprint (N_c={rec.n_c}, t_c={rec.t_c}); the state cannot be "
             "rebuilt from this log"
         )
@@ -217,7 +226,7 @@ def _replayed(rec: EventualCheckpoint, upstream: UpstreamLogReader
     Raises ReplayUnavailableError unless the last one ends exactly at t_c.
     """
     last_seen: int | None = None
-    for batch in upstream.read_forward(after_seq=rec.T):
+    for batch in upstream.read_forward(after_seq=rec.replay_after_seq):
         if not batch.num_rows:
             continue
         seq = batch.column("seq").to_numpy()
@@ -231,7 +240,8 @@ def _replayed(rec: EventualCheckpoint, upstream: UpstreamLogReader
             break
     if last_seen != rec.t_c:
         raise ReplayUnavailableError(
-            f"the upstream replay after T={rec.T} ended at seq {last_seen}, but the "
+            f"the upstream replay after T={rec.replay_after_seq} ended at seq {last_seen}, "
+            "but the "
             f"last durable output is at t_c={rec.t_c} (the upstream lacks seq {rec.t_c})"
         )
 
@@ -243,7 +253,7 @@ def _replay(
     key_column: str | None,
 ) -> ReplayStats:
     """Read (T, t_c] from the upstream; feed it to ``operator`` unless None."""
-    if rec.t_c <= rec.T:
+    if rec.t_c <= rec.replay_after_seq:
         return ReplayStats()
     keep = ReplayFilter(rec.table, key_column) if key_column and rec.n_c else None
     tuples = batches = nbytes = applied = rows = 0
@@ -262,7 +272,8 @@ def _replay(
                 parts, rows = [], 0
     except LogTrimmedError as exc:
         raise ReplayUnavailableError(
-            f"the upstream log no longer holds the tuples after T={rec.T}: {exc}"
+            f"the upstream log no longer holds the tuples after T={rec.replay_after_seq}: "
+            f"{exc}"
         ) from exc
     if operator is not None:
         applied += _feed(operator, parts, keep, rec.t_c)

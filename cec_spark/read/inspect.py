@@ -111,7 +111,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
             entry.update(empty=True, reason=rec.reason)
         else:
             ext = rec.extent
-            entry.update(n_c=rec.n_c, T=rec.T, t_c=rec.t_c, t_c_ts_us=rec.t_c_ts,
+            entry.update(n_c=rec.n_c, T=rec.replay_after_seq, t_c=rec.t_c, t_c_ts_us=rec.t_c_ts,
                          q=ext.records, u=ext.replay_length, extent_bytes=ext.bytes,
                          g_open_found=ext.g_open_found, g_check_found=ext.g_check_found,
                          oldest=list(ext.oldest))

@@ -148,7 +148,7 @@ def _drain(layout: RunLayout, gen: int, q: int, spec: PipelineSpec,
             if end >= 0:
                 rec = recover_from_logs(out, up, op, at_seq=end if ahead else None,
                                         upstream_after=layout.cut)
-                after = rec.resume_after_seq
+                after = rec.t_c
                 last_ts = getattr(rec.reconstruction, "t_c_ts", None)
                 op = rec.operator  # type: ignore[assignment]
             tuples, last_ts = _process_to_cut(

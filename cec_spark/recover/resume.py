@@ -353,7 +353,7 @@ def would_do(parts: list[RecoverPartition], source_done: bool | None) -> list[st
                 head + f"would rebuild the eventual checkpoint of {e.n_c} open windows "
                 f"{scan}, replay {tuples} upstream tuples after input position {e.T} "
                 f"(reconstruction mode up to {e.t_c}, where its output ends{est}), then "
-                f"continue after input position {e.resume_after_seq} at output seq "
+                f"continue after input position {e.t_c} at output seq "
                 f"{e.next_out_seq}")
     if source_done is None:
         lines.append("run: cannot tell without reconciling whether the source was read "

@@ -41,7 +41,8 @@ class ExtentPartition:
     n_c: int | None
     """Open windows in the eventual checkpoint (N_c)."""
     T: int | None
-    """Replay start: every input position after T would be replayed."""
+    """Replay start: every input position after T would be replayed (a run's partitions
+    report it as replay_after_seq)."""
     t_c: int | None
     """Input position of the last output row."""
     t_c_ts_us: int | None

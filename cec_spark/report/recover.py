@@ -95,11 +95,12 @@ class RecoverPartition:
     t_c_ts_us: int | None = None
     """Event time of that row, microseconds."""
     T: int | None = None
-    """Replay start: every input position after T is replayed."""
+    """Replay start: every input position after T is replayed (a run's partitions report
+    it as replay_after_seq)."""
     next_out_seq: int | None = None
     """The output position the resumed operator writes next."""
     resume_after_seq: int | None = None
-    """The input position the resumed operator continues after."""
+    """The input position the resumed operator continues after: always t_c."""
     extent: ExtentMetrics | None = None
     """The extent scanned (null: none)."""
     replay: ReplayStats | None = None

@@ -109,7 +109,7 @@ def _operate(layout: RunLayout, upto: int | None = None, only: set[int] | None =
         out = rec.output_log
         try:
             with StreamLog.open(layout.upstream(p)) as up:
-                for batch in up.read_forward(after_seq=rec.resume_after_seq):
+                for batch in up.read_forward(after_seq=rec.t_c):
                     seq = batch.column("seq").to_numpy()
                     n = len(seq) if upto is None else int(np.searchsorted(seq, upto, "right"))
                     if n:

@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
                 up.seal()
                 print("done", flush=True)
                 return 0
-            for b in up.read_forward(after_seq=rec.resume_after_seq):
+            for b in up.read_forward(after_seq=rec.t_c):
                 out.append(op.process(b))
                 out.commit()
             for i in range(ingested, len(inputs)):

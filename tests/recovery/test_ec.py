@@ -53,7 +53,7 @@ def test_empty_log_is_nothing_to_recover(fn: Any) -> None:
 def test_only_g_open(fn: Any) -> None:
     rows = [row(GO, 1, 1, 7, 1), row(GO, 2, 2, 8, 2), row(GO, 3, 3, 9, 3)]
     ec = ec_of(fn, rows_to_batches(rows, [1, 1, 1]))
-    assert (ec.n_c, ec.t_c, ec.t_c_ts, ec.T, ec.next_out_seq) == (3, 3, 30, 1, 3)
+    assert (ec.n_c, ec.t_c, ec.t_c_ts, ec.replay_after_seq, ec.next_out_seq) == (3, 3, 30, 1, 3)
     assert ids(ec) == [(7, 1, 0), (8, 2, 1), (9, 3, 2)]
     assert ec.extent.records == 3
     assert ec.extent.replay_length == 2
@@ -65,7 +65,7 @@ def test_only_g_open(fn: Any) -> None:
 def test_n_c_zero_is_empty_ec_with_t_equal_t_c(fn: Any) -> None:
     rows = [row(GO, 1, 1, 7, 1), row(R, 5, 0, 7, 1, 2)]
     ec = ec_of(fn, rows_to_batches(rows))
-    assert (ec.n_c, ec.t_c, ec.T, ec.table.num_rows) == (0, 5, 5, 0)
+    assert (ec.n_c, ec.t_c, ec.replay_after_seq, ec.table.num_rows) == (0, 5, 5, 0)
     assert ec.table.schema == output_schema()
     assert ec.extent.records == 1
 
@@ -80,7 +80,7 @@ def test_g_check_supersedes_g_open(fn: Any) -> None:
     ]
     ec = ec_of(fn, rows_to_batches(rows, [2, 2]))
     assert ids(ec) == [(8, 2, 1), (7, 1, 2), (9, 5, 3)]
-    assert ec.T == 2
+    assert ec.replay_after_seq == 2
     assert ec.table.column("cnt").to_pylist() == [1, 3, 1]
     assert ec.extent.g_check_found == 1
     assert ec.extent.records == 3
@@ -98,7 +98,7 @@ def test_window_closed_and_reopened_inside_the_extent(fn: Any) -> None:
     ]
     ec = ec_of(fn, rows_to_batches(rows, [1, 1, 1, 1, 1]))
     assert ids(ec) == [(5, 0, 0), (7, 8, 4)]
-    assert ec.T == 0
+    assert ec.replay_after_seq == 0
     assert ec.extent.closed_skipped == 1
 
 
@@ -114,7 +114,7 @@ def test_time_window_ids_reuse_the_key(fn: Any) -> None:
     ]
     ec = ec_of(fn, rows_to_batches(rows, [2, 3]))
     assert ids(ec) == [(3, 100, 3), (3, 50, 4)]
-    assert (ec.t_c, ec.T, ec.extent.records) == (4, 4, 2)
+    assert (ec.t_c, ec.replay_after_seq, ec.extent.records) == (4, 4, 2)
 
 
 @pytest.mark.parametrize("fn", BOTH)
@@ -203,11 +203,11 @@ def test_vectorized_equals_reference_and_truth(
         ecmod.MIN_CHUNK_ROWS = old
     ref = ec_of(reconstruct_reference, batches, at_seq=at)
     assert fast.table.equals(ref.table)
-    assert (fast.n_c, fast.t_c, fast.t_c_ts, fast.T, fast.last_out_seq) == (
+    assert (fast.n_c, fast.t_c, fast.t_c_ts, fast.replay_after_seq, fast.last_out_seq) == (
         ref.n_c,
         ref.t_c,
         ref.t_c_ts,
-        ref.T,
+        ref.replay_after_seq,
         ref.last_out_seq,
     )
     fm, rm = fast.extent, ref.extent

@@ -57,7 +57,7 @@ def crash_at(
             )
             n_c = rec.n_c
         with StreamLog.open(up_dir) as up:
-            for b in up.read_forward(after_seq=res.resume_after_seq):
+            for b in up.read_forward(after_seq=res.t_c):
                 out.append(op.process(b))
                 out.commit()
         out.append(op.finish())
@@ -119,7 +119,7 @@ def test_empty_and_missing_logs_are_a_fresh_start(tmp_path: Path) -> None:
     scn = Scenario(CountWindow(3, 3), PolicyConfig())
     res = recover_partition(tmp_path / "out", tmp_path / "up", scn.operator(), fsync="never")
     res.output_log.close()
-    assert res.explain.fresh_start and res.resume_after_seq is None
+    assert res.explain.fresh_start and res.t_c is None
 
 
 def test_trimmed_upstream_is_replay_unavailable(tmp_path: Path) -> None:
@@ -158,7 +158,8 @@ def test_time_travel_on_a_real_log(tmp_path: Path) -> None:
             # the dry run counts exactly what the replay then read
             dry, real = predict(out, up, at_seq=seq).to_dict()["replay"], res.explain.to_dict()[
                 "replay"]
-            assert real["tuples"] > 0 or res.reconstruction.t_c == res.reconstruction.T
+            ec = res.reconstruction
+            assert real["tuples"] > 0 or ec.t_c == ec.replay_after_seq
             assert {k: dry[k] for k in ("tuples", "batches", "bytes")} == \
                 {k: real[k] for k in ("tuples", "batches", "bytes")}
             assert res.explain.to_dict()["extent"] == predict(mem, at_seq=seq).to_dict()["extent"]

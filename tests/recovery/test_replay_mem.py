@@ -41,13 +41,13 @@ def crash_and_recover(
     rec = res.reconstruction
     if isinstance(rec, NothingToRecover):
         assert k == 0
-        assert res.resume_after_seq is None
+        assert res.t_c is None
         next_out = 0
     else:
         assert isinstance(rec, EventualCheckpoint)
         check_state(scn, original, rec, op.state_at(), records[k - 1][0])
         next_out = rec.next_out_seq
-    after = continue_run(op, up.read_forward(after_seq=res.resume_after_seq), next_out)
+    after = continue_run(op, up.read_forward(after_seq=res.t_c), next_out)
     want = [*original.outputs, original.final]
     for types in ((1,), (2,)):
         got = r_rows([*surviving, *after], types)
@@ -130,7 +130,7 @@ def test_time_windows_sliding() -> None:
 def test_empty_logs_are_a_fresh_start() -> None:
     scn = Scenario(CountWindow(3, 3), PolicyConfig())
     res = recover_from_logs(MemLog(), MemLog(), scn.operator())
-    assert res.explain.fresh_start and res.resume_after_seq is None
+    assert res.explain.fresh_start and res.t_c is None
     assert res.explain.to_dict()["fresh_start"] is True
     assert res.explain.extent is None and res.explain.extent_records == 0
     assert RecoveryExplain.from_dict(res.explain.to_dict()) == res.explain

@@ -64,7 +64,7 @@ def test_handoff_reconstructs_to_the_cut_and_loads() -> None:
         assert set(rec.column("type").to_pylist()) <= {G_CHECK}
         assert set(partitions_of(rec.column("key").to_pylist(), 3, 128).tolist()) <= {p}
         ec = reconstruct([rec])
-        assert (ec.n_c, ec.t_c, ec.T) == (rec.num_rows, n - 1, n - 1)
+        assert (ec.n_c, ec.t_c, ec.replay_after_seq) == (rec.num_rows, n - 1, n - 1)
         op = _operator("count", 5, 2)
         op.load_ec(ec.table, t_c=ec.t_c, t_c_ts=ec.t_c_ts, next_out_seq=ec.next_out_seq)
         for wid, w in op.state_at().windows.items():
