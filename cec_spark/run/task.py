@@ -40,7 +40,7 @@ from cec.policy import PolicyConfig
 from cec.spec import PipelineSpec
 from cec.windows import window_spec
 from cec_spark.run.counters import TaskCounters
-from cec_spark.run.rto import RtoTask
+from cec_spark.run.rto_task import RtoTask
 from cec_spark.rundir.acks import consumer_acks
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.retention import Lagged, retention_before
