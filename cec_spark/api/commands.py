@@ -188,8 +188,8 @@ def _run_frame(pipeline: Stream, frame: DataFrame, run_dir: Path | str, *,
     """Check everything that can be checked, stage the DataFrame, run on its session."""
     from cec_spark.api.frame import stage, staged_frame  # noqa: PLC0415 - lazy
     from cec_spark.api.session import check_workers, on_session  # noqa: PLC0415 - lazy
-    from cec_spark.run.cluster import check_local_slots  # noqa: PLC0415 - lazy
     from cec_spark.run.plan import check_log_dir  # noqa: PLC0415 - lazy
+    from cec_spark.run.slots import check_local_slots  # noqa: PLC0415 - lazy
 
     spark = frame.sparkSession
     spec = on_session(_objective(pipeline.spec(run_dir), pipeline), spark,

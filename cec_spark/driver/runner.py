@@ -41,14 +41,16 @@ from cec_spark.errors import DriverSupersededError, PipelineError
 from cec_spark.ingest.logs import create_logs, late_rows, upstream_sealed
 from cec_spark.ingest.query import IngestProgress, check_filter
 from cec_spark.report import RunResult
-from cec_spark.run.cluster import SlotWatch, check_local_slots, probe, wait_for_slots
+from cec_spark.run.cluster import SlotWatch, wait_for_slots
 from cec_spark.run.plan import RunPlan, default_run_dir, pipeline_spec, plan_new_run, plan_resume
+from cec_spark.run.probe import probe
 from cec_spark.run.session import (
     early_start_pending,
     is_local,
     session_for,
     stop_session,
 )
+from cec_spark.run.slots import check_local_slots
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.watchdog import DEFAULT_STALL_S, Watchdog, announce_wait, say
 

@@ -43,8 +43,8 @@ from cec_spark.report import (
     reconcile_of,
 )
 from cec_spark.run import rto
-from cec_spark.run.cluster import check_local_slots
 from cec_spark.run.plan import RunPlan
+from cec_spark.run.slots import check_local_slots
 from cec_spark.run.task import operator_for
 from cec_spark.rundir.access import check_owner
 from cec_spark.rundir.layout import RunLayout

@@ -3,8 +3,13 @@
 ===============  ===============================================================================
 ``plan``         :class:`RunPlan`: the spec, the overrides, the run directory, the source, made
                  once
-``cluster``      task slots and visibility of the run directory, checked before and while it runs
-``rto``          the recovery-time objective: start-up floor, per-task model, predictions
+``slots``        task slots: what a run needs of the cluster, and when to start, wait or fail
+                 (pure)
+``cluster``      waiting for the slots before the run, and watching for lost slots while it runs
+``standalone``   a standalone master's view of the application (its RPC and ``/json/`` page)
+``probe``        the visibility probe: every executor sees the run directory and the source
+``rto``          the recovery-time objective at start-up: the fixed cost, the floor, the check
+``rto_task``     :class:`RtoTask`: the objective in a running task, measured rates, retuning
 ``session``      the SparkSession, configured for long-lived tasks and Arrow; the early start
 ``jvm_archive``  class-data sharing for the driver JVM
 ``task``         the long-lived operator task: upstream log to output log, recovery on restart
@@ -12,6 +17,7 @@
 ``metrics``      the Prometheus textfile of a run
 ===============  ===============================================================================
 
-First read: ``plan.py``, then ``task.py``. ``task`` and ``counters`` run on executors;
-the rest runs in the driver.
+First read: ``plan.py``, then ``task.py``. On executors run ``task``, ``counters``,
+``rto_task`` (and the ``rto`` it reads the fixed cost with) and the probe's task; the
+rest runs in the driver.
 """

@@ -24,8 +24,8 @@ from pathlib import Path
 
 from cec.errors import UsageError
 from cec.spec import PipelineSpec, load_spec
-from cec_spark.run.cluster import check_local_slots, local_slots
 from cec_spark.run.rto import check_objective
+from cec_spark.run.slots import check_local_slots, local_slots
 from cec_spark.rundir.access import check_owner
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import RunSettings, run_text, settings_for

@@ -50,9 +50,10 @@ from cec_spark.ingest.query import check_filter
 from cec_spark.recover.resume import recover_run
 from cec_spark.report import RecoverResult
 from cec_spark.run import rto
-from cec_spark.run.cluster import local_slots, needed_slots, probe
 from cec_spark.run.plan import RunPlan, plan_resume
+from cec_spark.run.probe import probe
 from cec_spark.run.session import session_for, stop_session
+from cec_spark.run.slots import local_slots, needed_slots
 from cec_spark.rundir.advisory import write_advisory
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import DEFAULT_LEASE_S, Lease

@@ -8,18 +8,17 @@ import pytest
 
 from cec.errors import ClusterError, UsageError
 from cec_spark.run import cluster
-from cec_spark.run.cluster import (
+from cec_spark.run.cluster import SlotWatch, wait_for_slots
+from cec_spark.run.slots import (
     SlotView,
     SlotWait,
-    SlotWatch,
     check_local_slots,
     conf_ceiling,
     decide_slots,
     local_slots,
-    master_view,
     slot_wait,
-    wait_for_slots,
 )
+from cec_spark.run.standalone import master_view
 
 
 @pytest.mark.parametrize(("master", "slots"), [
