@@ -16,6 +16,7 @@ plain line every :data:`PLAIN_EVERY_S` seconds instead.
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from types import TracebackType
 from typing import Any
@@ -73,12 +74,29 @@ class UpstreamPositions:
                     log.close()
 
 
-def _si(n: float) -> str:
-    """A compact count: 950, 12.3k, 4.56M."""
-    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= div:
-            return f"{n / div:.3g}{unit}"
-    return f"{n:.0f}"
+UNITS = ("", "k", "M", "G", "T", "P", "E")
+
+
+def _fixed(x: float) -> str:
+    """``x`` (>= 0) to 3 significant digits and at most 2 decimals, trailing zeros cut."""
+    text = f"{x:.{2 if x < 10 else 1 if x < 100 else 0}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def compact(n: float) -> str:
+    """A count or rate in 3 significant digits and a unit: 950, 0.25, 12.3k, 4.56M, 1.5G.
+
+    The value is rounded first and the unit chosen after, so that 999_999 is ``1M``
+    (not ``1e+03k``); beyond the largest unit (E, 10^18) the digits grow: ``1,500E``."""
+    if not math.isfinite(n):
+        return str(n)
+    sign, size = ("-" if n < 0 else ""), abs(n)
+    for power, unit in enumerate(UNITS):
+        scaled = size / 1000**power
+        text = _fixed(scaled)
+        if float(text) < 1000:
+            return "0" if text == "0" else f"{sign}{text}{unit}"
+    return f"{sign}{size / 1000 ** (len(UNITS) - 1):,.0f}{UNITS[-1]}"
 
 
 class ProgressView:
@@ -194,9 +212,10 @@ class ProgressView:
         late = sum(self.upstream.late(p) for p in range(self.partitions))
         self.console.print(
             f"cec: {self.last_plain - self.started:.0f} s  ingest chunk {ing.chunks_done}"
-            f"{total}, {ing.source_rows} source rows{', sealed' if ing.sealed else ''}  "
+            f"{total}, {ing.source_rows:,} source rows{', sealed' if ing.sealed else ''}  "
             f"partitions: {running} running, {done} done of {self.partitions}  "
-            f"tuples {tuples}  results {results}{f'  late rows dropped {late}' if late else ''}",
+            f"tuples {tuples:,}  results {results:,}"
+            f"{f'  late rows dropped {late:,}' if late else ''}",
             highlight=False, soft_wrap=True)
 
     def render(self) -> Table:
@@ -233,8 +252,9 @@ class ProgressView:
                                                    else ("running" if st else "starting"))
             info = st.get("rto") if isinstance(st.get("rto"), dict) else {}
             pred = info.get("predicted_s") if info else None
-            table.add_row(str(p), "-" if up is None else _si(up), _si(tuples), _si(rate),
-                          _si(int(st.get("n_open", 0))), _si(int(st.get("q", 0))),
-                          _si(int(st.get("u", 0))), _si(crate), _si(int(st.get("r", 0))),
+            table.add_row(str(p), "-" if up is None else compact(up), compact(tuples),
+                          compact(rate), compact(int(st.get("n_open", 0))),
+                          compact(int(st.get("q", 0))), compact(int(st.get("u", 0))),
+                          compact(crate), compact(int(st.get("r", 0))),
                           "-" if pred is None else f"{pred:.1f}", state)
         return table
