@@ -21,19 +21,23 @@ two base modules (``tests/test_layers.py`` checks it):
 * ``source/``: what a run reads: types, time fields, order and lateness, reading,
   checking, the stream folder, chunk planning, the fingerprint, the Kafka bridge;
   first read ``planner.py``.
-* ``rundir/``: the run directory on disk: its layout, ``run.toml``, output retention;
-  first read ``layout.py``.
+* ``rundir/``: the run directory on disk: its map (every path under it), ``run.toml``,
+  generations, the driver registry and leases, consumer acks, access checks, repair,
+  output retention; first read ``layout.py``.
 * ``run/``: what a run is made of: its plan, Spark session, cluster checks, the
-  recovery-time objective, the long-lived operator task, metrics; first read
-  ``plan.py``, then ``task.py``.
-* ``ingest/``: source to upstream logs: the Spark query, the log writers, the ingest
-  job; first read ``job.py``.
+  recovery-time objective, the long-lived operator task and its counters, metrics;
+  first read ``plan.py``, then ``task.py``.
+* ``ingest/``: source to upstream logs: the Spark query, the log writers, the logs'
+  lifecycle, the ingest job, a stream folder's long-lived ingest; first read
+  ``job.py``.
 * ``driver/``: runs a plan: its jobs, the resubmit loop, progress, the worker daemon;
   first read ``runner.py``.
 * ``recover/``: ``cec recover``: check and repair, rescale, recover each partition,
   resume; first read ``resume.py``.
-* ``read/``: what reads a run: export, the Spark data source, inspect; first read
-  ``export.py``.
+* ``read/``: what reads a run: export, the Spark data source, inspect, ``cec tail``;
+  first read ``export.py``.
+* ``standby/``: ``cec standby``: a warm process that takes a run over when its driver
+  dies (a ``recover`` on a session started in advance); first read ``standby.py``.
 * ``api/``: the Python API, which the CLI calls (``cec run pipeline`` is its ``load``
   then ``run``: the plan, then the driver); first read ``builder.py``, then
   ``commands.py``.
@@ -41,7 +45,8 @@ two base modules (``tests/test_layers.py`` checks it):
 Why this cut: the arrows follow a run's life. A run's *plan* is made before anything
 runs and is what the ingest and the operator tasks take; the *driver* runs a plan;
 *recover* makes a plan from a run directory and hands it to the driver; *read* needs
-only the run directory. Executors import ``source``, ``rundir``, ``run.task`` and
+only the run directory; a *standby* waits to recover a run. Executors import
+``source``, ``rundir``, ``run.task`` (with the counters and ``RtoTask`` it uses) and
 ``ingest``, never the driver's machinery, so the package ``__init__`` files import
 nothing.
 """

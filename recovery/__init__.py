@@ -12,6 +12,8 @@ Modules, one concept each:
   (``recover_partition``, ``recover_from_logs``, ``predict`` (a dry run), ``scan``,
   ``boundary_seq``).
 * :mod:`recovery.explain`: the recovery explain and the phase-time model.
+* :mod:`recovery.rescale`: rescale, the pure part: key groups (Spark's ``xxhash64``)
+  and the handoff of the open windows at a common cut to the new partitions.
 * :mod:`recovery.errors`: ``ExtentError``, ``InconsistentLogError``,
   ``ReplayUnavailableError`` (all exit status 4).
 """

@@ -20,6 +20,7 @@ package is a flat set of nouns, like Kafka's log layer:
 ``reconcile``  the writable open: cut a torn tail, re-index, rebuild (Kafka LogLoader)
 ``appender``   the write side: pending frames, segment roll, fsync
 ``reader``     the read side: forward, backward, verify, read-ahead decoding
+``notify``     waiting for a log's next commit (inotify, a poll as the fallback)
 ``batch``      what an append accepts: a batch's schema and positions
 ``lock``       the single-writer lock (``flock`` + pid)
 ``log``        :class:`StreamLog`, the API the other packages use

@@ -1,6 +1,7 @@
-"""The commands: :func:`run` a pipeline, :func:`recover`, :func:`export`, inspect,
-read the :func:`results`; the command line calls these (``cec run pipeline`` is
-:func:`load` then :func:`run`).
+"""The commands: :func:`run` a pipeline, :func:`recover`, :func:`standby`, :func:`export`,
+:func:`tail`, inspect, read the :func:`results`; the command line calls these (``cec run
+pipeline`` is :func:`load` then :func:`run`; ``cec recover`` reads the stored spec with
+:func:`stored_spec` to start Spark while it checks the run).
 
 :func:`run` takes a :class:`~cec_spark.api.builder.Stream` or a spec, makes the run's
 plan (:func:`cec_spark.run.plan.plan_new_run`) and hands it to the driver
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from cec_spark.standby.standby import StandbyEnd
 
 __all__ = ["Run", "export", "inspect_extent", "inspect_log", "load", "recover", "results",
-           "run", "stored_spec"]
+           "run", "standby", "stored_spec", "tail"]
 
 
 @dataclass(frozen=True)

@@ -292,12 +292,15 @@ def run_pipeline(spec_path: Path | str, run_dir: Path | str | None = None, *,
                  partitions: int | None = None, master: str | None = None,
                  conf: dict[str, str] | None = None,
                  max_tuples: int | None = None, progress: bool = True) -> RunResult:
-    """``cec run pipeline``: validate, store ``run.toml``, run to the end or Ctrl-C.
+    """A spec file to a finished run in one call: validate, store ``run.toml``, run to
+    the end or Ctrl-C (tests and benchmarks call it; ``cec run pipeline`` goes through
+    :func:`cec_spark.api.load` and :func:`cec_spark.api.run`, which end in the same
+    :func:`run_plan`).
 
     Everything that can be wrong with the spec or a bounded source is found before
-    anything is written (exit status 2, nothing on disk). ``conf`` (``--conf``) is
-    stored with the spec's ``[run.spark]``; the run directory (``--log-dir``) is stored
-    absolute, so that every host of a cluster opens the same one. (:func:`run_plan` of
+    anything is written (exit status 2, nothing on disk). ``conf`` is stored with the
+    spec's ``[run.spark]``; the run directory is stored absolute, so that every host of
+    a cluster opens the same one. (:func:`run_plan` of
     :func:`cec_spark.run.plan.plan_new_run`.)
     """
     spec = pipeline_spec(spec_path, partitions=partitions, master=master, conf=conf)

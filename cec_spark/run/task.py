@@ -11,7 +11,11 @@ the run directory and ``p``. It:
    into a fresh operator and asks the upstream log for every tuple after ``T``
    (``replay_after_seq``) up to its output's ``t_c``, then continues after ``t_c``;
 3. tails the upstream log, one ``process`` per upstream record, appending the output
-   of each input batch as one record and committing it (persist before forward);
+   of each input batch as one record; the records appended are committed together
+   when the tail has nothing more at once, or after :data:`GROUP_RECORDS` records,
+   :data:`GROUP_ROWS` rows or :data:`GROUP_S` seconds (a record that comes alone is
+   committed at once), and nothing is reported as output before its commit (persist
+   before forward);
 4. when the upstream log is sealed and consumed: ``finish()``, append, commit, seal.
 
 A ``STOP`` file in the run directory ends the loop at the next batch boundary (clean

@@ -9,5 +9,5 @@ recovery costs what the eventual checkpoint costs, not a restart of Spark.
 
 The lease a driver and a standby hold is :mod:`cec_spark.rundir.lease`; the takeover
 itself is ``cec recover`` (:mod:`cec_spark.recover.resume`) on the warm session, with
-the driver number the standby claimed (:meth:`cec_spark.rundir.layout.RunLayout.claim_driver`).
+the driver number the standby claimed (:func:`cec_spark.rundir.drivers.claim_driver`).
 """
