@@ -220,3 +220,58 @@ def test_run_directory_paths_are_built_in_rundir_only() -> None:
              for line, name in _paths_built(ast.parse(path.read_text(), str(path)), names)]
     assert not wrong, "use the RunLayout's paths (cec_spark/rundir/layout.py):\n" + \
         "\n".join(wrong)
+
+
+# The run directory's entries (cec_spark/rundir/layout.py's map): a path under a run
+# directory is built in cec_spark/rundir/ and nowhere else in the library.
+def _run_dir_names() -> set[str]:
+    from cec_spark.rundir import generations, layout, run_file
+
+    return {*layout.FOLDERS, layout.STOP_FILE, layout.STANDBY_LOG, layout.RTO_FILE,
+            layout.TAKEOVER_FILE, layout.INGEST_STATE_FILE, run_file.RUN_FILE,
+            run_file.BACKUP_FILE, generations.GENERATIONS_FILE,
+            generations.GENERATIONS_BACKUP}
+
+
+def _paths_built(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each ``x / "name"``, ``"name" / x``, ``x.joinpath("name")``,
+    ``Path(x, "name")`` or ``os.path.join(x, "name")`` with ``name`` a run-directory
+    entry."""
+    def entry(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value in names:
+            return node.value
+        return None
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            found += [(node.lineno, n) for n in (entry(node.left), entry(node.right)) if n]
+        elif isinstance(node, ast.Call):
+            f = node.func
+            called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+            if called in ("joinpath", "Path", "PurePath", "join"):
+                found += [(node.lineno, n) for n in map(entry, node.args) if n]
+    return found
+
+
+def test_the_run_directory_map_finds_hand_built_paths() -> None:
+    """The check below sees each way of joining an entry name onto a path."""
+    code = ('root / "STOP"; "state" / x; root.joinpath("drivers"); Path(root, "run.toml")\n'
+            'os.path.join(root, "consumers"); root / "elsewhere"; f(root, "state")')
+    got = _paths_built(ast.parse(code), _run_dir_names())
+    assert got == [(1, "STOP"), (1, "state"), (1, "drivers"), (1, "run.toml"),
+                   (2, "consumers")]
+
+
+def test_run_directory_paths_are_built_in_rundir_only() -> None:
+    """Every path under a run directory comes from :class:`RunLayout` (its docstring is
+    the one map): no library module outside ``cec_spark/rundir/`` joins an entry name of
+    the run directory (``"state"``, ``"STOP"``, ``"run.toml"`` ...) onto a path."""
+    names = _run_dir_names()
+    wrong = [f"{path.relative_to(REPO)}:{line} builds RUN/{name} by hand"
+             for layer in ("cec_spark", "cli") for path in _modules(layer)
+             if "rundir" not in path.relative_to(REPO).parts
+             for line, name in _paths_built(ast.parse(path.read_text(), str(path)), names)]
+    assert not wrong, "use the RunLayout's paths (cec_spark/rundir/layout.py):\n" + \
+        "\n".join(wrong)
