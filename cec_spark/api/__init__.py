@@ -15,18 +15,21 @@
 
 First read ``builder.py`` (:class:`Stream`: every call checked at once by the spec's
 own validators, a bad one a :class:`cec.errors.SpecError` naming the call and the
-field), then ``commands.py`` (:func:`run`: the plan, then the driver, the path of
-``cec run pipeline``; :func:`recover`, :func:`export`, :func:`inspect_extent`,
-:func:`inspect_log`, :func:`results`, :func:`standby`, :func:`tail`). ``session.py``:
-the SparkSession a run from Python uses and the settings it borrows; ``frame.py``: a
-DataFrame source, written once to ``RUN/source``.
+field), then ``commands.py`` (:func:`run` a spec or a Stream; :func:`recover`,
+:func:`standby`, :func:`export`, :func:`tail`, :func:`inspect_extent`,
+:func:`inspect_log`, :func:`results`). ``launch.py``: a run started from Python, the
+plan then the driver (the path of ``cec run pipeline``), and the :class:`Run` it
+returns; ``session.py``: the SparkSession a run from Python uses and the settings it
+borrows; ``frame.py``: a DataFrame source, written once to ``RUN/source``.
 
-Why a package of four modules: the builder (pure: pydantic and the spec, no Spark) and
-the commands (the run's path into the runtime) were one module of 630 lines; the
-session and the DataFrame source are the two things only a run started from Python
-needs. The command line is built on the functions offered here (:func:`load`,
-:func:`run`, :func:`recover`, :func:`standby`, :func:`export`, :func:`tail`,
-:func:`inspect_extent`, :func:`inspect_log`, :func:`stored_spec`): one path for both.
+Why a package of five modules: the builder (pure: pydantic and the spec, no Spark) and
+the commands were one module of 630 lines; ``Stream.run`` and :func:`run` both start a
+run, so that path is ``launch``, which imports neither (the builder and the commands
+once imported each other); the session and the DataFrame source are the two things
+only a run started from Python needs. The command line is built on the functions
+offered here (:func:`load`, :func:`run`, :func:`recover`, :func:`standby`,
+:func:`export`, :func:`tail`, :func:`inspect_extent`, :func:`inspect_log`,
+:func:`stored_spec`): one path for both.
 """
 
 from __future__ import annotations

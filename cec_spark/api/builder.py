@@ -9,7 +9,7 @@ the call and the spec field it sets::
 
 :meth:`Stream.spec` is the :class:`~cec.spec.PipelineSpec` the equivalent TOML file
 gives (the same tables, validated by the same models). Nothing here runs anything:
-:meth:`Stream.run` is :func:`cec_spark.api.commands.run`.
+:meth:`Stream.run` hands the pipeline to :func:`cec_spark.api.launch.run_stream`.
 """
 
 from __future__ import annotations
@@ -36,18 +36,14 @@ from cec.spec.tables import (
     SpecDocument,
     WindowTable,
 )
+from cec_spark.api.launch import ORIGIN, Run, run_stream
 from cec_spark.rundir.layout import SOURCE_DIR, RunLayout
 from cec_spark.source.types import EXTENSIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from cec_spark.api.commands import Run
-
 __all__ = ["ORIGIN", "SOURCE_DIR", "Stream", "generator", "slot_of", "stream"]
-
-#: how a spec built in Python names itself (``run.toml``'s first line, messages)
-ORIGIN = "cec_spark.api"
 
 Items = tuple[tuple[str, Any], ...]
 
@@ -144,6 +140,10 @@ class Stream:
         agg, checkpoint, options)."""
         found = dict(self.calls).get(slot)
         return str(found) if found is not None else f".{slot}()"
+
+    def call_of(self, loc: tuple[str | int, ...]) -> str:
+        """The text of the call that set the spec field at ``loc`` (:func:`slot_of`)."""
+        return self.call(slot_of(loc))
 
     def filter(self, condition: str) -> Stream:
         """Keep the rows for which the Spark SQL ``condition`` holds (``[filter].where``;
@@ -267,11 +267,10 @@ class Stream:
     def run(self, run_dir: Path | str, *, max_tuples: int | None = None,
             progress: bool = False) -> Run:
         """Run the pipeline into ``run_dir`` (new, or an empty directory) to the end of
-        its source (:func:`cec_spark.api.commands.run`); ``progress`` draws the CLI's
-        progress view."""
-        from cec_spark.api.commands import run  # noqa: PLC0415 - commands imports this module
-
-        return run(self, run_dir, max_tuples=max_tuples, progress=progress)
+        its source (:func:`cec_spark.api.launch.run_stream`, as
+        :func:`cec_spark.api.commands.run` does); ``progress`` draws the CLI's progress
+        view."""
+        return run_stream(self, run_dir, max_tuples=max_tuples, progress=progress)
 
 
 def stream(source: DataFrame | str | Path, *, time: str | None = None,
