@@ -5,6 +5,12 @@ Each command parses its arguments and calls one function of the Python API
 library (:class:`cec.errors.CecError`) become a one-line message on stderr and the
 exit status the error class carries (2 usage/spec, 3 corrupt log or a refused write,
 4 recovery impossible, 5 the cluster lost the task slots a run needs).
+
+``cec --help`` lists the commands in the order a user meets them (:data:`COMMANDS`),
+each with a one-line summary (its ``short_help``). Importing this module loads typer
+and rich only: the library (Spark, pyarrow, numpy, pandas, the log) is imported by the
+command that runs, so ``cec --help`` and a usage error answer at once
+(tests/cli/test_app.py checks what an import loads).
 """
 
 from __future__ import annotations
@@ -16,32 +22,47 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 
-import cec_spark
-from cec.errors import CecError
-from cec.spec import PipelineSpec, parse_conf
-from cec_spark.report import ErrorReport, Result
-from cec_spark.rundir.layout import RunLayout
-from cec_spark.rundir.run_file import rescaled_spec
-from cli.example_specs import copy_examples, list_examples
+import cec_spark  # its front page only: the API is loaded on first use
 from cli.render import Column, render
+
+if TYPE_CHECKING:
+    from cec.spec import PipelineSpec
+    from cec_spark.report import Result
+    from cec_spark.rundir.layout import RunLayout
+
+#: The commands, in the order ``cec --help`` lists them: a run; its results (as they
+#: come, then all at once); recovery (after a crash, and the standby that is there
+#: before one); a look inside its logs; the shipped examples.
+COMMANDS = ("run", "tail", "export", "recover", "standby", "inspect", "examples")
 
 EXIT_CODES = (
     "Exit status: 0 ok; 2 bad usage, spec, input or Spark setting (names the file, line, "
     "field or host); 3 a damaged log or run.toml (names segment and byte; 'cec recover "
-    "--from-log DIR --repair' repairs it) or a write the file system refused; 4 recovery "
+    "--from-log RUN_DIR --repair' repairs it) or a write the file system refused; 4 recovery "
     "impossible (names the partition and what is lost); 5 the cluster lost the task slots "
     "a run needs ('cec recover' resumes); 130 interrupted (Ctrl-C; 'cec recover' resumes).")
 
+
+class _Commands(typer.core.TyperGroup):
+    """cec's command group: its commands listed in the order of :data:`COMMANDS` (click
+    would sort them by name, typer lists them as they were declared)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        names = list(super().list_commands(ctx))
+        return sorted(names, key=lambda n: COMMANDS.index(n) if n in COMMANDS else len(COMMANDS))
+
+
 app = typer.Typer(
     name="cec",
+    cls=_Commands,
     help="Continuous eventual checkpointing for windowed stream operators on Spark.",
     epilog=EXIT_CODES,
     no_args_is_help=True,
@@ -56,13 +77,20 @@ examples_app = typer.Typer(
     help="The example pipelines shipped with cec: list them, or copy them to a directory.",
     invoke_without_command=True,
 )
-app.add_typer(run_app, name="run")
-app.add_typer(inspect_app, name="inspect")
-app.add_typer(examples_app, name="examples")
+app.add_typer(run_app, name="run", short_help="Run a pipeline spec on Spark.")
+app.add_typer(inspect_app, name="inspect",
+              short_help="Look inside a run's logs: the extent, segments, checksums.")
+app.add_typer(examples_app, name="examples",
+              short_help="List the example pipeline specs, or copy them to a directory.")
 
 
 def _version(value: bool) -> None:
     if value:
+        from importlib.metadata import (  # noqa: PLC0415 - only for --version
+            PackageNotFoundError,
+            version,
+        )
+
         try:
             v = version("cec")
         except PackageNotFoundError:  # run from a checkout that is not installed
@@ -87,6 +115,9 @@ JsonOpt = Annotated[bool, typer.Option(
 ConfOpt = Annotated[list[str] | None, typer.Option(
     "--conf", metavar="KEY=VALUE",
     help="A Spark setting (repeatable), over the spec's \\[run.spark] and cec's defaults.")]
+# What every command but `run` reads: the run directory (run.toml, the logs, the state),
+# named as the code names it; `recover` and `standby` take it as --from-log.
+RunDirArg = Annotated[Path, typer.Argument(metavar="RUN_DIR", help="The run directory.")]
 
 
 # The table each command prints under its summary: (heading, path into a row); see
@@ -144,10 +175,13 @@ def _stored_spec(run_dir: Path, master: str | None, conf: dict[str, str],
         return None
 
 
-@run_app.command("pipeline", epilog=EXIT_CODES)
+@run_app.command("pipeline", epilog=EXIT_CODES,
+                 short_help="Run a pipeline spec on Spark until its source ends or Ctrl-C.")
 def run_pipeline(
     spec_path: Annotated[Path, typer.Argument(metavar="spec", help="Pipeline spec (TOML).")],
-    run_dir: Annotated[Path | None, typer.Option("--log-dir", help="Where logs go.")] = None,
+    run_dir: Annotated[Path | None, typer.Option(
+        "--log-dir", metavar="RUN_DIR", help="The run directory, new or empty (default: "
+        "runs/NAME for a spec NAME.toml).")] = None,
     partitions: Annotated[int | None, typer.Option("--partitions", min=1)] = None,
     master: Annotated[str | None, typer.Option(
         "--master", help="Spark master URL (local[N], spark://HOST:PORT, yarn, k8s://...).")
@@ -164,6 +198,8 @@ def run_pipeline(
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
+    from cec.spec import parse_conf  # noqa: PLC0415 - the library when a command runs
+
     spec = cec_spark.api.load(spec_path, partitions=partitions, master=master,
                               conf=parse_conf(conf or []), rto=rto,
                               standby=standby)  # read once
@@ -198,10 +234,12 @@ def _start_standby(master: str | None, conf: list[str]) -> Callable[[RunLayout],
     return start
 
 
-@app.command("standby", epilog=EXIT_CODES)
+@app.command("standby", epilog=EXIT_CODES,
+             short_help="Watch a run's driver; take the run over when it dies.")
 def standby(
-    run_dir: Annotated[Path, typer.Option("--from-log", help="The run's log directory "
-                                          "(it may not exist yet: the standby waits).")],
+    run_dir: Annotated[Path, typer.Option(
+        "--from-log", metavar="RUN_DIR",
+        help="The run directory (it may not exist yet: the standby waits).")],
     master: Annotated[str | None, typer.Option(
         "--master", help="The Spark master the standby warms and takes over on "
         "(default: the run's own).")] = None,
@@ -219,6 +257,8 @@ def standby(
     """Warm up, watch the run's driver, and take the run over when it dies: recovery
     without a restart. Ends when the run ends (exit 0), or after a takeover with the
     result and exit status 'cec recover' would give."""
+    from cec.spec import parse_conf  # noqa: PLC0415 - the library when a command runs
+
     end = cec_spark.api.standby(run_dir, master=master, conf=parse_conf(conf or []),
                                 progress=not json_out, lease_s=lease, trust=trust,
                                 for_driver=for_driver)
@@ -230,9 +270,11 @@ def standby(
         raise typer.Exit(end.code)
 
 
-@app.command("recover", epilog=EXIT_CODES)
+@app.command("recover", epilog=EXIT_CODES,
+             short_help="Rebuild every partition's eventual checkpoint and resume the run.")
 def recover(
-    run_dir: Annotated[Path, typer.Option("--from-log", help="The run's log directory.")],
+    run_dir: Annotated[Path, typer.Option(
+        "--from-log", metavar="RUN_DIR", help="The run directory.")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Explain, do not resume.")] = False,
     master: Annotated[str | None, typer.Option(
         "--master", help="Resume on this Spark master (default: the run's own).")] = None,
@@ -242,7 +284,7 @@ def recover(
         "upstream log at its first bad frame and read the rows cut again from the "
         "source (exit 4 naming them if the source is gone).")] = False,
     trust: Annotated[bool, typer.Option(
-        "--trust", help="Resume a run directory another user owns (its [filter] is Spark "
+        "--trust", help="Resume a run directory another user owns (its \\[filter] is Spark "
         "SQL that the resume executes).")] = False,
     partitions: Annotated[int | None, typer.Option(
         "--partitions", min=1, help="Rescale: resume with this many partitions (open "
@@ -251,6 +293,9 @@ def recover(
     json_out: JsonOpt = False,
 ) -> None:
     """Rebuild every partition's eventual checkpoint and resume the pipeline."""
+    from cec.spec import parse_conf  # noqa: PLC0415 - the library when a command runs
+    from cec_spark.rundir.run_file import rescaled_spec  # noqa: PLC0415 - likewise
+
     if not dry_run:
         spec = _stored_spec(run_dir, master, parse_conf(conf or []), trust)
         if spec is not None and partitions is not None:
@@ -272,10 +317,10 @@ def recover(
         raise typer.Exit(130)
 
 
-@inspect_app.command("extent", epilog=EXIT_CODES)
+@inspect_app.command("extent", epilog=EXIT_CODES,
+                     short_help="The extent of the eventual checkpoint, now or as of a time.")
 def inspect_extent(
-    run_dir: Annotated[Path, typer.Argument(metavar="log_dir",
-                                            help="The run's log directory.")],
+    run_dir: RunDirArg,
     partition: Annotated[int | None, typer.Option("--partition", min=0)] = None,
     at: Annotated[int | None, typer.Option("--at", help="As of this timestamp (us).")] = None,
     json_out: JsonOpt = False,
@@ -289,9 +334,12 @@ def inspect_extent(
     _show(result, json_out, "partitions", EXTENT_COLUMNS)
 
 
-@inspect_app.command("log", epilog=EXIT_CODES)
+@inspect_app.command("log", epilog=EXIT_CODES,
+                     short_help="Segments, records, index and checksums of a run's logs.")
 def inspect_log(
-    path: Annotated[Path, typer.Argument(metavar="log_dir", help="A log directory.")],
+    path: Annotated[Path, typer.Argument(
+        metavar="RUN_DIR", help="The run directory (every log in it), or one log's "
+        "directory.")],
     verify: Annotated[bool, typer.Option("--verify", help="Check every checksum.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -305,10 +353,10 @@ def inspect_log(
         raise typer.Exit(3)
 
 
-@app.command("export", epilog=EXIT_CODES)
+@app.command("export", epilog=EXIT_CODES,
+             short_help="Write every result of a run to one CSV or parquet file.")
 def export(
-    run_dir: Annotated[Path, typer.Argument(metavar="log_dir",
-                                            help="The run's log directory.")],
+    run_dir: RunDirArg,
     out: Annotated[Path, typer.Option("--out", help="Output file.")],
     fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
     consumer: Annotated[str | None, typer.Option(
@@ -320,10 +368,10 @@ def export(
     _show(cec_spark.api.export(run_dir, out, fmt, consumer), json_out)
 
 
-@app.command("tail", epilog=EXIT_CODES)
+@app.command("tail", epilog=EXIT_CODES,
+             short_help="Print each result of a run as soon as it is durable.")
 def tail(
-    run_dir: Annotated[Path, typer.Argument(metavar="log_dir",
-                                            help="The run's log directory.")],
+    run_dir: RunDirArg,
     fmt: Annotated[str, typer.Option("--format", help="jsonl or csv.")] = "jsonl",
     from_start: Annotated[bool, typer.Option(
         "--from-start", help="From the first result (default: only new ones).")] = False,
@@ -349,6 +397,8 @@ def examples_list(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """List the example pipeline specs (``cec examples copy DIR`` copies them)."""
     if ctx.invoked_subcommand is not None:
         return
+    from cli.example_specs import list_examples  # noqa: PLC0415 - when the command runs
+
     found = list_examples()
     if json_out:
         sys.stdout.write(json.dumps([{"name": e.name, "summary": e.summary} for e in found],
@@ -358,12 +408,14 @@ def examples_list(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         out_console.print(f"{e.name}  {escape(e.summary)}", highlight=False, soft_wrap=True)
 
 
-@examples_app.command("copy")
+@examples_app.command("copy", short_help="Copy every example into a directory.")
 def examples_copy(
     target: Annotated[Path, typer.Argument(help="Directory to copy them into (created).")],
     json_out: JsonOpt = False,
 ) -> None:
     """Copy every example (specs, their data, the README of every field) into TARGET."""
+    from cli.example_specs import copy_examples  # noqa: PLC0415 - when the command runs
+
     written = copy_examples(target)
     if json_out:
         sys.stdout.write(json.dumps({"copied": [str(p) for p in written]}, indent=2) + "\n")
@@ -396,7 +448,14 @@ def main(argv: list[str] | None = None) -> int:
     _set_umask()
     try:
         app(args=argv, prog_name="cec")
-    except CecError as exc:
+    except Exception as exc:
+        # the error tree is imported here, when a command failed: it is the log's
+        # (storage_log.errors), whose package loads pyarrow
+        from cec.errors import CecError  # noqa: PLC0415
+        from cec_spark.report import ErrorReport  # noqa: PLC0415
+
+        if not isinstance(exc, CecError):
+            raise
         if "--json" in (sys.argv[1:] if argv is None else argv):  # a program reads stderr
             report = ErrorReport(error=str(exc), exit_code=exc.exit_code,
                                  kind=type(exc).__name__)

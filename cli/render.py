@@ -12,14 +12,22 @@ run of ``cec recover``) follows with its own scalar lines.
 
 On a terminal the table is a rich table; anywhere else (a pipe, a file) it is one
 plain ``column=value`` line per row, never truncated.
+
+The human view writes numbers as a person reads them (``--json`` keeps the raw values):
+a summary field named ``*_at_us`` (a wall-clock time) as ``2026-11-27 05:07:24 UTC``, a
+rate ``*_per_s`` as ``325,000 rows/s`` (the unit is the word before ``_per_s``), a
+duration ``*_s`` as ``3.08 s``, other floats to a few significant digits, never in
+exponent form (:func:`number`); integers (counts, positions, event times) as they are.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
@@ -59,12 +67,60 @@ def resolve(row: Any, path: str) -> Any:
     return value
 
 
+def number(value: float, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits, in positional form with thousands
+    separators and no trailing zeros: 325,000; 3.08; 0.000123; -1,500; 0."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    places = digits - 1 - math.floor(math.log10(abs(value)))  # < 0: round to tens, ...
+    text = f"{round(value, places):,.{max(0, places)}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def _whole(value: float) -> int:
+    """How many digits the integer part of ``value`` has (0 for nan and infinity)."""
+    return len(f"{abs(value):.0f}") if math.isfinite(value) else 0
+
+
+def seconds(value: float) -> str:
+    """A duration: 3 significant digits, whole seconds kept (``0.372 s``, ``1,235 s``)."""
+    return f"{number(value, max(3, _whole(value)))} s"
+
+
+def instant(us: int) -> str:
+    """A wall-clock time in microseconds since the epoch, to the second, in UTC."""
+    try:
+        when = datetime.fromtimestamp(us // 1_000_000, tz=UTC)
+    except (OverflowError, OSError, ValueError):  # not a time this machine can write
+        return str(us)
+    return when.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def readable(name: str, value: object) -> str:
+    """A summary field's value as a person reads it (the module docstring): by the
+    field's name for times, rates and durations; else :func:`cell`."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return cell(value)
+    if name.endswith("_at_us") and isinstance(value, int):
+        return instant(value)
+    if name.endswith("_per_s"):
+        return f"{number(value)} {name.removesuffix('_per_s').rsplit('_', 1)[-1]}/s"
+    if name.endswith("_s"):
+        return seconds(value)
+    return cell(value)
+
+
 def cell(value: object) -> str:
-    """One value as table text: ``-`` for none, 4 significant digits for a float."""
+    """One value as table text: ``-`` for none, a float to 4 significant digits (its
+    integer part kept whole)."""
     if value is None:
         return "-"
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return number(value, max(4, _whole(value)))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return json.dumps(dataclasses.asdict(value))
     if isinstance(value, dict | list | tuple):
@@ -87,7 +143,7 @@ def _summary(result: Any, console: Console, indent: str = "") -> None:
     for f in dataclasses.fields(result):
         value = getattr(result, f.name)
         if _is_scalar(value):
-            console.print(f"{indent}[bold]{f.name}[/]: {escape(cell(value))}",
+            console.print(f"{indent}[bold]{f.name}[/]: {escape(readable(f.name, value))}",
                           highlight=False, soft_wrap=True)
         elif f.name == "warnings":  # a list of sentences, one line each
             for text in value:
