@@ -1,9 +1,9 @@
 """The driver's two threads of Spark jobs and their retries (:mod:`cec_spark.driver.runner`).
 
-* the **operator job** (:func:`_operator_thread`): one job of P long-lived tasks
+* the **operator job** (:func:`operator_thread`): one job of P long-lived tasks
   (:func:`cec_spark.run.task.run_partition`), resubmitted when it aborts, up to
   :data:`MAX_RESUBMITS` times; every task then finds its output log and recovers;
-* the **ingest** (:func:`_ingest_thread`): :func:`cec_spark.ingest.job.ingest`, retried
+* the **ingest** (:func:`ingest_thread`): :func:`cec_spark.ingest.job.ingest`, retried
   the same way (it resumes from the upstream logs' tokens). A stream folder's ingest is
   one long-lived Spark task (:mod:`cec_spark.ingest.stream`, in the slot the run keeps
   for the ingest next to the P operator tasks), or one Spark job per poll where that
@@ -37,6 +37,9 @@ from cec_spark.run.task import run_partition
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.watchdog import say
 from storage_log.errors import LogWriteError
+
+__all__ = ["MAX_RESUBMITS", "JobState", "ingest_thread", "operator_thread", "request_stop",
+           "spark_error"]
 
 MAX_RESUBMITS = 5
 
@@ -83,7 +86,10 @@ def _fatal(exc: BaseException) -> CecError | None:
 
 
 @dataclass
-class _Shared:
+class JobState:
+    """What the two job threads and the driver's main thread share: the stop, the
+    ingest's progress, each side's error and end, the operator tasks' last counters."""
+
     stop: threading.Event = field(default_factory=threading.Event)
     ingest: IngestProgress = field(default_factory=IngestProgress)
     ingest_error: BaseException | None = None
@@ -121,13 +127,13 @@ def _retry(job: Callable[[], None], what: str, again: str, stop: threading.Event
                 return exc
             # e.g. a dying worker of a killed run still holds a log's writer lock
             delay = min(2.0 ** n, 10.0)
-            say(f"{what} failed ({_spark_error(exc)}); {again} in {delay:.0f} s "
+            say(f"{what} failed ({spark_error(exc)}); {again} in {delay:.0f} s "
                 f"({n}/{MAX_RESUBMITS})")
             time.sleep(delay)
 
 
-def _operator_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
-                     shared: _Shared) -> None:
+def operator_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
+                    shared: JobState) -> None:
     """The operator job, resubmitted by :func:`_retry`; its tasks' counters, parsed once,
     go to ``shared.results``."""
     sc = spark.sparkContext
@@ -150,8 +156,8 @@ def _operator_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
         shared.operators_done.set()
 
 
-def _ingest_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
-                   shared: _Shared) -> None:
+def ingest_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
+                  shared: JobState) -> None:
     """The ingest of ``plan`` (:func:`cec_spark.ingest.job.ingest`), retried by
     :func:`_retry`; a failure stops the operator tasks too."""
     layout = plan.layout
@@ -173,11 +179,11 @@ def _ingest_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
     finally:
         shared.ingest_done.set()
         if shared.ingest_error is not None:
-            _request_stop(layout, shared,
-                          file=not isinstance(shared.ingest_error, DriverSupersededError))
+            request_stop(layout, shared,
+                         file=not isinstance(shared.ingest_error, DriverSupersededError))
 
 
-def _request_stop(layout: RunLayout, shared: _Shared, *, file: bool = True) -> None:
+def request_stop(layout: RunLayout, shared: JobState, *, file: bool = True) -> None:
     """Stop this driver's tasks: the STOP file, unless the run is no longer ours (a newer
     driver runs it: its tasks must not see a STOP)."""
     shared.stop.set()
@@ -186,7 +192,7 @@ def _request_stop(layout: RunLayout, shared: _Shared, *, file: bool = True) -> N
             layout.stop_file.touch()
 
 
-def _spark_error(exc: BaseException) -> str:
+def spark_error(exc: BaseException) -> str:
     text = str(exc)
     lines = [ln for ln in text.splitlines() if ln.strip()]
     for ln in reversed(lines):

@@ -30,11 +30,11 @@ from pyspark.sql import SparkSession
 from cec.errors import CecError, UsageError
 from cec_spark.driver.jobs import (
     MAX_RESUBMITS,
-    _ingest_thread,
-    _operator_thread,
-    _request_stop,
-    _Shared,
-    _spark_error,
+    JobState,
+    ingest_thread,
+    operator_thread,
+    request_stop,
+    spark_error,
 )
 from cec_spark.driver.progress import ProgressView
 from cec_spark.errors import DriverSupersededError, PipelineError
@@ -70,7 +70,7 @@ def _fingerprint(plan: RunPlan, ingest: IngestProgress) -> tuple[object, ...]:
     return (ingest.chunks_done, ingest.source_rows, ingest.sealed, tuple(tasks))
 
 
-def _waiting_on(plan: RunPlan, shared: _Shared) -> str:
+def _waiting_on(plan: RunPlan, shared: JobState) -> str:
     """A phrase for what a run that makes no progress is waiting on."""
     partitions = plan.partitions
     missing = [p for p in range(partitions) if not plan.layout.read_state(p)]
@@ -106,7 +106,7 @@ def execute(spark: SparkSession, plan: RunPlan, *, progress: bool = True,
     if layout.stop_file.exists():
         layout.stop_file.unlink()
     create_logs(layout, plan.partitions, plan.spec.run.fsync)
-    shared = _Shared()
+    shared = JobState()
     started, started_at = time.monotonic(), time.time()
     _start_jobs(spark, plan, driver, shared)
     view = ProgressView(layout, plan.partitions, shared.ingest, enabled=progress,
@@ -114,8 +114,8 @@ def execute(spark: SparkSession, plan: RunPlan, *, progress: bool = True,
     interrupted = _watch(spark, plan, shared, view, stall_s=stall_s, driver=driver,
                          watch=watch)
     if shared.operator_error is not None:  # the operators gave up: stop the ingest too
-        _request_stop(layout, shared,
-                      file=not isinstance(shared.operator_error, DriverSupersededError))
+        request_stop(layout, shared,
+                     file=not isinstance(shared.operator_error, DriverSupersededError))
     shared.ingest_done.wait(STOP_GRACE_S)
     shared.operators_done.wait(STOP_GRACE_S)
     elapsed = time.monotonic() - started
@@ -125,14 +125,14 @@ def execute(spark: SparkSession, plan: RunPlan, *, progress: bool = True,
 
 
 def _start_jobs(spark: SparkSession, plan: RunPlan, driver: int | None,
-                shared: _Shared) -> None:
+                shared: JobState) -> None:
     """The operator job's thread and the ingest's (:mod:`cec_spark.driver.jobs`)."""
-    for name, target in (("cec-operators", _operator_thread), ("cec-ingest", _ingest_thread)):
+    for name, target in (("cec-operators", operator_thread), ("cec-ingest", ingest_thread)):
         threading.Thread(target=target, args=(spark, plan, driver, shared), name=name,
                          daemon=True).start()
 
 
-def _watch(spark: SparkSession, plan: RunPlan, shared: _Shared, view: ProgressView, *,
+def _watch(spark: SparkSession, plan: RunPlan, shared: JobState, view: ProgressView, *,
            stall_s: float, driver: int | None, watch: SlotWatch | None) -> bool:
     """The main thread until the operator job ends: the progress display, and the first
     Ctrl-C asks for a stop (:func:`_stop_on_interrupt`). True: it was interrupted."""
@@ -154,7 +154,7 @@ def _watch(spark: SparkSession, plan: RunPlan, shared: _Shared, view: ProgressVi
     return False
 
 
-def _wait_for_operators(spark: SparkSession, plan: RunPlan, shared: _Shared,
+def _wait_for_operators(spark: SparkSession, plan: RunPlan, shared: JobState,
                         view: ProgressView, dog: Watchdog, *, driver: int | None,
                         watch: SlotWatch | None) -> None:
     """Twice a second until the operator job ends (or the ingest failed): redraw, check
@@ -172,7 +172,7 @@ def _wait_for_operators(spark: SparkSession, plan: RunPlan, shared: _Shared,
                 watch.check()
         except CecError as exc:  # superseded, or the slots did not come back
             shared.cluster_error = exc
-            _request_stop(layout, shared, file=not isinstance(exc, DriverSupersededError))
+            request_stop(layout, shared, file=not isinstance(exc, DriverSupersededError))
             spark.sparkContext.cancelAllJobs()
             return
         view.refresh()
@@ -186,11 +186,11 @@ def _wait_for_operators(spark: SparkSession, plan: RunPlan, shared: _Shared,
                 f"{_waiting_on(plan, shared)}; every thread's stack is in {dog.evidence}")
 
 
-def _stop_on_interrupt(spark: SparkSession, layout: RunLayout, shared: _Shared,
+def _stop_on_interrupt(spark: SparkSession, layout: RunLayout, shared: JobState,
                        view: ProgressView) -> None:
     """Ctrl-C: STOP, then wait for every partition to commit; a second Ctrl-C (or
     :data:`STOP_GRACE_S`) cancels the jobs."""
-    _request_stop(layout, shared)
+    request_stop(layout, shared)
     view.note("stopping: waiting for every partition to commit (Ctrl-C again to cancel)")
     try:
         shared.operators_done.wait(STOP_GRACE_S)
@@ -201,7 +201,7 @@ def _stop_on_interrupt(spark: SparkSession, layout: RunLayout, shared: _Shared,
         spark.sparkContext.cancelAllJobs()
 
 
-def _raise_failure(shared: _Shared) -> None:
+def _raise_failure(shared: JobState) -> None:
     """Raise what ended the run early: the cluster, the ingest, the operator job (a
     user error as it is, anything else as a :class:`PipelineError`)."""
     if shared.cluster_error is not None:
@@ -210,15 +210,15 @@ def _raise_failure(shared: _Shared) -> None:
         err = shared.ingest_error
         if isinstance(err, CecError):
             raise err
-        raise PipelineError(f"ingest failed: {_spark_error(err)}") from err
+        raise PipelineError(f"ingest failed: {spark_error(err)}") from err
     if isinstance(shared.operator_error, CecError):
         raise shared.operator_error
     if shared.operator_error is not None:
         raise PipelineError(f"operator job failed {shared.resubmits} times: "
-                            f"{_spark_error(shared.operator_error)}") from shared.operator_error
+                            f"{spark_error(shared.operator_error)}") from shared.operator_error
 
 
-def _run_result(plan: RunPlan, shared: _Shared, *, interrupted: bool, elapsed: float,
+def _run_result(plan: RunPlan, shared: JobState, *, interrupted: bool, elapsed: float,
                 started_at: float) -> RunResult:
     """The run's report, from the tasks' counters and the ingest's; a completed run's
     STOP file is removed."""
