@@ -1,11 +1,14 @@
 """The driver: runs a run's plan.
 
-============  ==================================================================================
-``runner``    :func:`run_plan`: the session, the checks, the two job threads, the result
-``jobs``      the operator job and the ingest job, their retries and resubmits
-``progress``  the live progress display and the metrics file
-``daemon``    Spark's Python worker daemon with cec's modules imported once
-============  ==================================================================================
+=============  =================================================================================
+``runner``     a driver's turn: :func:`run_plan` (a new run) and :func:`resume_run`, the
+               session, the checks, the lease's end (:class:`DriverTurn`)
+``execution``  :func:`execute`: the two job threads run to their end, watched by the main
+               thread (progress, stalls, Ctrl-C), the run's result
+``jobs``       the operator job and the ingest job, their retries and resubmits
+``progress``   the live progress display and the metrics file
+``daemon``     Spark's Python worker daemon with cec's modules imported once
+=============  =================================================================================
 
 First read: ``runner.py``. Only the driver process imports this package (and the worker
 daemon, which preloads the executor modules).

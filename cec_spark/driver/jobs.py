@@ -1,4 +1,4 @@
-"""The driver's two threads of Spark jobs and their retries (:mod:`cec_spark.driver.runner`).
+"""The driver's two threads of Spark jobs and their retries (:mod:`cec_spark.driver.execution`).
 
 * the **operator job** (:func:`operator_thread`): one job of P long-lived tasks
   (:func:`cec_spark.run.task.run_partition`), resubmitted when it aborts, up to
