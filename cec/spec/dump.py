@@ -38,6 +38,8 @@ def spec_to_tables(spec: PipelineSpec) -> dict[str, dict[str, object]]:
         source["poll_ms"] = src.poll_ms
     if src.format is not None:
         source["format"] = src.format
+    if src.idle_close_us is not None:  # off when absent (TOML has no null)
+        source["idle_close"] = src.idle_close_us
     if src.kind != "generator":
         source.update(time_unit=src.time_unit, allowed_lateness=src.allowed_lateness_us,
                       late=src.late)

@@ -95,6 +95,10 @@ class SourceSpec:
     # it in the source is late; rows within it are put back in time order
     allowed_lateness_us: int = 0
     late: LatePolicy = "error"  # what a late row does: stop the run, or is dropped
+    # stream-dir: when no new file has arrived for this long (microseconds), the ingest
+    # advances the watermark by the wall time passed since the newest row arrived
+    # (cec_spark.ingest.watermark); None: off
+    idle_close_us: int | None = None
 
     @property
     def reorders(self) -> bool:

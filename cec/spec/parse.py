@@ -104,7 +104,7 @@ def _source(tbl: SourceTable, base: Path) -> SourceSpec:
     return SourceSpec(tbl.kind, tbl.time_field, path=path, format=tbl.format,
                       poll_ms=tbl.poll_ms, chunk_rows=tbl.chunk_rows,
                       time_unit=tbl.time_unit, allowed_lateness_us=tbl.lateness_us(),
-                      late=tbl.late)
+                      late=tbl.late, idle_close_us=tbl.idle_close_us())
 
 
 def to_spec(doc: SpecDocument, origin: str, base: Path) -> PipelineSpec:

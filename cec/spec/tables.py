@@ -165,6 +165,7 @@ class SourceTable(Table):
     time_unit: Annotated[TimeUnit, _choice(TIME_UNITS)] = "us"
     allowed_lateness: Any = 0
     late: Annotated[LatePolicy, _choice(LATE_POLICIES)] = "error"
+    idle_close: Any = None  # stream-dir: a duration (off when absent)
     # the generator's (defaults: GeneratorSpec)
     rows: Annotated[int | None, _integer(0)] = None
     keys: Annotated[int | None, _integer(1)] = None
@@ -176,6 +177,9 @@ class SourceTable(Table):
     def _fields_of_the_kind(self) -> SourceTable:
         given = self.model_fields_set
         self.lateness_us()
+        self.idle_close_us()
+        if "idle_close" in given and self.kind != "stream-dir":
+            raise Problem('only used by kind = "stream-dir"', "idle_close")
         if self.kind == "generator":
             for key in ("path", "format", "time_unit", "allowed_lateness", "late"):
                 if key in given:
@@ -199,6 +203,17 @@ class SourceTable(Table):
         if us is None or us < 0:
             raise Problem(f"{self.allowed_lateness!r} is not a duration like \"2s\" or "
                           "\"500ms\"", "allowed_lateness")
+        return us
+
+    def idle_close_us(self) -> int | None:
+        """``idle_close`` in microseconds (None: off; a :class:`Problem` if it is no
+        positive duration)."""
+        if self.idle_close is None:
+            return None
+        us = duration_us(self.idle_close)
+        if us is None or us <= 0:
+            raise Problem(f"{self.idle_close!r} is not a positive duration like \"5s\" or "
+                          "\"500ms\"", "idle_close")
         return us
 
     def generator(self) -> GeneratorSpec:

@@ -7,12 +7,15 @@ One upstream log per partition, ``layout.upstream(p)``. A log is created (with i
 output log) on the driver only, before any task opens it; executors only open. Its
 last token is the truth of the ingest: the oldest ``chunk`` over the P logs is where a
 resumed ingest goes on (:func:`committed_chunk`), a log's ``late`` the late rows of its
-partition. A sealed log holds its partition's whole stream.
+partition, its ``wm`` the watermark (:mod:`cec_spark.ingest.watermark`). A sealed log
+holds its partition's whole stream.
 """
 
 from __future__ import annotations
 
-from cec.ingest_token import decode_token
+from dataclasses import replace
+
+from cec.ingest_token import decode_token, encode_token
 from cec_spark.rundir.layout import RunLayout
 from storage_log.cache import ID_FILE
 from storage_log.log import StreamLog
@@ -73,6 +76,23 @@ def trim_upstream(layout: RunLayout, logs: list[StreamLog | None]) -> int:
         if isinstance(floor, int) and not isinstance(floor, bool) and floor >= 0:
             dropped += log.trim(before_seq=floor + 1)
     return dropped
+
+
+def commit_watermark(logs: list[StreamLog | None], w: int) -> int:
+    """Commit watermark ``w`` on every open log whose last token is below it: the
+    token again, with ``wm = w`` (a TOKEN frame, no row). A log without a token (no
+    chunk committed yet), a sealed one or one not this writer's is left. Returns how
+    many logs were committed (:mod:`cec_spark.ingest.watermark`: an idle source)."""
+    done = 0
+    for log in logs:
+        if log is None or log.sealed:
+            continue
+        tok = decode_token(log.last_token())
+        if tok is None or (tok.watermark is not None and tok.watermark >= w):
+            continue
+        log.commit(encode_token(replace(tok, watermark=w)))
+        done += 1
+    return done
 
 
 def upstream_sealed(layout: RunLayout, partitions: int) -> bool:

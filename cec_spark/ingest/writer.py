@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +18,9 @@ from pyspark import TaskContext
 from cec.errors import CecError
 from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.spec import PipelineSpec
+from cec_spark.errors import InputError
 from cec_spark.ingest.logs import trim_upstream
+from cec_spark.ingest.watermark import WM_EVERY_S, later
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import value_column
 from cec_spark.source.order import LATE
@@ -59,6 +61,7 @@ class WriterConfig:
     trim: bool = True
     run_id: str | None = None
     driver: int | None = None
+    late: str = "error"  # [source] late: what a row below a log's watermark does
 
     @classmethod
     def for_run(cls, spec: PipelineSpec, layout: RunLayout, run_id: str | None,
@@ -68,7 +71,8 @@ class WriterConfig:
                    segment_bytes=spec.run.segment_kb << 10, run_id=run_id, driver=driver,
                    # a committed output record may vanish in a machine crash without
                    # fsync; recovery would then replay from before the trimmed point
-                   trim=spec.run.trim_upstream and spec.run.fsync == "always")
+                   trim=spec.run.trim_upstream and spec.run.fsync == "always",
+                   late=spec.source.late)
 
 
 def open_upstream(cfg: WriterConfig, p: int) -> StreamLog:
@@ -168,6 +172,10 @@ class _UpstreamWriter:
         self.late = [0 if t is None else t.late for t in held]  # late rows so far
         # late rows at or above this seq are not counted in the log's last token yet
         self.late_from = np.array([0 if t is None else t.seq_end for t in held], np.int64)
+        self.tokens = held  # each log's last committed token (a mid-chunk commit's base)
+        self.wm = [None if t is None else t.watermark for t in held]  # committed W per log
+        self.seen: int | None = None  # the time of the last row received (released)
+        self._wm_at = time.monotonic()  # the last commit (of a chunk or of a W)
         self._pool: ThreadPoolExecutor | None = None
         self._commits: list[Future[None]] = []  # the logs' commits in flight
         self.stopped = False  # the job ended early: a STOP file (a stop of the run)
@@ -249,6 +257,7 @@ class _UpstreamWriter:
                 # these chunks too (one fsync per log for a stream-dir poll's job)
             if cut < batch.num_rows:  # rows of the chunk after: committed later
                 self.append(batch.slice(cut))
+                self.commit_watermark()
         self.commit_through(int(ends[-1]))
 
     def _check_range(self, lo: int, hi: int) -> None:
@@ -268,16 +277,49 @@ class _UpstreamWriter:
         t0 = time.perf_counter()
         self.nxt = done
         chunk = self.job.chunks[done - 1]
-        # a sealed log holds its whole stream already (a refill after --repair cut another)
-        todo = [(log, encode_token(IngestToken(chunk.index, chunk.next_seq, chunk.emit_end,
-                                               self.late[p])))
-                for p, log in enumerate(self.logs)
-                if log is not None and not log.sealed]
+        w = later(chunk.wm, self.seen)  # the plan's (every writer's); else the rows'
+        todo = []
+        for p, log in enumerate(self.logs):
+            # a sealed log holds its whole stream already (a refill after --repair cut
+            # another)
+            if log is not None and not log.sealed:
+                self.wm[p] = later(self.wm[p], w)
+                tok = IngestToken(chunk.index, chunk.next_seq, chunk.emit_end, self.late[p],
+                                  self.wm[p])
+                self.tokens[p] = tok
+                todo.append((log, encode_token(tok)))
+        self._submit(todo)
+        self.clock[2] += time.perf_counter() - t0
+
+    def commit_watermark(self) -> None:
+        """Within a chunk, :data:`WM_EVERY_S` after the last commit: commit every log
+        with its last chunk token and the time of the last row received as W (the rows
+        appended since are committed with it; a log with none gets a TOKEN frame). A
+        log without a token yet waits for its first chunk's commit."""
+        if self.seen is None or time.monotonic() - self._wm_at < WM_EVERY_S:
+            return
+        self._settle()
+        t0 = time.perf_counter()
+        todo = []
+        for p, log in enumerate(self.logs):
+            tok = self.tokens[p]
+            if log is None or log.sealed or tok is None:
+                continue
+            w = later(self.wm[p], self.seen)
+            if w != self.wm[p]:
+                self.wm[p] = w
+                tok = self.tokens[p] = replace(tok, watermark=w)
+                todo.append((log, encode_token(tok)))
+        self._submit(todo)
+        self.clock[2] += time.perf_counter() - t0
+
+    def _submit(self, todo: list[tuple[StreamLog, bytes]]) -> None:
+        """Start the logs' commits with their tokens, each on a thread."""
+        self._wm_at = time.monotonic()
         if todo:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(len(todo), "cec-ingest-commit")
             self._commits = [self._pool.submit(log.commit, token) for log, token in todo]
-        self.clock[2] += time.perf_counter() - t0
 
     def append(self, batch: pa.RecordBatch) -> None:
         """Append a batch's rows to their logs; late rows (``source_order``) are counted
@@ -290,8 +332,24 @@ class _UpstreamWriter:
                 self._count_late(batch, flags)
                 batch = batch.filter(pa.array(~flags))
             batch = batch.drop_columns([LATE])
-        self.written += _append_split(self.logs, batch, self.above, self.cfg.partitions)
+        if batch.num_rows:  # rows reach the writer in time order: the last is the latest
+            self.seen = later(self.seen, batch.column(0)[batch.num_rows - 1].as_py())
+        self.written += _append_split(self.logs, batch, self.above, self.cfg.partitions,
+                                      self.wm, self._below)
         self.clock[1] += time.perf_counter() - t0
+
+    def _below(self, p: int, rows: pa.RecordBatch) -> None:
+        """Rows of partition ``p`` below its committed W (only after an idle advance,
+        :mod:`cec_spark.ingest.watermark`): late, as ``late`` says (dropped and counted,
+        or an InputError)."""
+        seqs = rows.column(1).to_numpy()
+        if self.cfg.late == "error":
+            raise InputError(
+                f"ingest: row seq {int(seqs[0])} (partition {p}) has time "
+                f"{rows.column(0)[0].as_py()}, before the watermark {self.wm[p]} the ingest "
+                "committed when the stream folder was idle for [source] idle_close: a late "
+                "row (late = \"error\"; late = \"drop\" drops such rows)")
+        self.late[p] += int((seqs >= self.late_from[p]).sum())
 
     def _count_late(self, batch: pa.RecordBatch, flags: np.ndarray) -> None:
         part = batch.column(PART).to_numpy()[flags]
@@ -312,9 +370,12 @@ class _UpstreamWriter:
 
 
 def _append_split(logs: list[StreamLog | None], batch: pa.RecordBatch, above: list[int],
-                  partitions: int) -> int:
+                  partitions: int, floors: list[int | None] | None = None,
+                  below: Callable[[int, pa.RecordBatch], None] | None = None) -> int:
     """Append the rows of ``batch`` to their partitions' logs (one record each); a row
-    of a log this writer does not own is a routing error, never written."""
+    of a log this writer does not own is a routing error, never written. Rows at or
+    below ``above[p]`` are in the log already; of the others, those with a time below
+    ``floors[p]`` (a log's committed W) go to ``below`` instead."""
     part = batch.column(PART).to_numpy()
     order = np.argsort(part, kind="stable")
     counts = np.bincount(part, minlength=partitions)
@@ -330,6 +391,13 @@ def _append_split(logs: list[StreamLog | None], batch: pa.RecordBatch, above: li
             if above[p] >= 0 and sub.column(1)[0].as_py() <= above[p]:
                 seqs = sub.column(1).to_numpy()
                 sub = sub.slice(int(np.searchsorted(seqs, above[p], "right")))
+            floor = None if floors is None else floors[p]
+            if floor is not None and sub.num_rows and sub.column(0)[0].as_py() < floor:
+                # rows are in time order: those below the floor come first
+                n_below = int(np.searchsorted(sub.column(0).to_numpy(), floor, "left"))
+                assert below is not None
+                below(p, sub.slice(0, n_below))
+                sub = sub.slice(n_below)
             if sub.num_rows:
                 log.append(sub)
                 written += sub.num_rows

@@ -13,6 +13,7 @@ import contextlib
 import io
 import itertools
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,8 @@ class _FileState:
         if self.order is not None:
             chunk = self.order.plan(chunk, table.column(self.time.field).to_numpy(),
                                     self.chunks)
+        else:  # times are non-decreasing (check): no later row is before the last one
+            chunk = replace(chunk, wm=self.last_ts)
         self.chunks.append(chunk)
         self.next_seq += chunk.rows
 

@@ -55,6 +55,19 @@ def late_mask(ts: np.ndarray, max_before: int | None, lateness: int) -> np.ndarr
     return ts < prev - lateness
 
 
+def watermark(max_ts: int | None, lateness: int) -> int | None:
+    """The watermark after a chunk whose rows and the rows before it reach ``max_ts``
+    (None: no row yet): ``max_ts - lateness``, the threshold of its release.
+
+    Every row released so far has a time at most the threshold; a row held has a time
+    above it; a later row is late below ``max_ts - lateness`` (dropped or an error), so
+    every row any log receives later has a time >= it, and a later row may have exactly
+    that time: no larger value is a watermark. After the flush (nothing follows) it is
+    ``max_ts``.
+    """
+    return None if max_ts is None else max_ts - lateness
+
+
 def _max_end(ts: np.ndarray, max_before: int | None) -> int | None:
     if not len(ts):
         return max_before
@@ -98,7 +111,7 @@ class OrderState:
         own_held = ~late & (ts > threshold)
         n = int(late.sum()) + int(old.sum()) + int((~late & ~own_held).sum())
         out = replace(chunk, max_before=self.max_ts, seq_base=self.emitted,
-                      seq_end=self.emitted + n, carry=carry)
+                      seq_end=self.emitted + n, carry=carry, wm=watermark(end, self.lateness))
         self.held_ts = np.concatenate([self.held_ts[~old], ts[own_held]])
         self.held_chunk = np.concatenate([self.held_chunk[~old],
                                           np.full(int(own_held.sum()), chunk.index)])
@@ -115,7 +128,8 @@ class OrderState:
         n = len(self.held_ts)
         out = Chunk(last.index + 1, last.fmt, last.file, last.stop, last.stop, last.next_seq,
                     0, last.first_line, last.columns, max_before=self.max_ts,
-                    seq_base=self.emitted, seq_end=self.emitted + n, carry=carry, final=True)
+                    seq_base=self.emitted, seq_end=self.emitted + n, carry=carry, final=True,
+                    wm=self.max_ts)
         self.held_ts = np.zeros(0, np.int64)
         self.held_chunk = np.zeros(0, np.int64)
         self.emitted += n

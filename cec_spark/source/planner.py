@@ -65,8 +65,10 @@ def plan_source(spec: PipelineSpec, *, max_rows: int | None = None) -> SourcePla
         total = src.generator.rows if max_rows is None else min(max_rows, src.generator.rows)
         cols = ColumnTypes(("item_id", "item_price", "item_time"),
                            ("int64", "float64", "int64"))
+        gen = src.generator
         chunks = [Chunk(i, "generator", "", lo, min(lo + src.chunk_rows, total), lo,
-                        min(lo + src.chunk_rows, total) - lo)
+                        min(lo + src.chunk_rows, total) - lo,  # row i's time: start + i*step
+                        wm=gen.start_ts + (min(lo + src.chunk_rows, total) - 1) * gen.interval_us)
                   for i, lo in enumerate(range(0, total, src.chunk_rows))]
         return SourcePlan(cols, tuple(chunks), True)
     if src.kind == "stream-dir":

@@ -47,6 +47,9 @@ class Chunk:
     seq_end: int = -1  # -1: next_seq
     carry: tuple[Chunk, ...] = ()
     final: bool = False
+    # the watermark after this chunk (cec.ingest_token's ``wm``): every row of the source
+    # after it has a time >= wm (None: no row yet); set by the planner
+    wm: int | None = None
 
     @property
     def next_seq(self) -> int:
