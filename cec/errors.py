@@ -50,7 +50,7 @@ the API and the docs name it), not the log's. :class:`UsageError` and
 A library error that is wrapped is re-raised with ``raise ... from exc`` so the cause
 stays visible. Exceptions that never reach a user stay private to their module and
 are not ``CecError`` s, each saying why: ``storage_log.framing.FrameError``,
-``storage_log.index.IndexCorrupt``, ``cec.spec.tables.Problem`` (a pydantic validator
+``storage_log.index.IndexCorrupt``, ``cec.spec.values.Problem`` (a pydantic validator
 must raise a ``ValueError``), ``cec_spark.source.times.TimeValueError``.
 """
 

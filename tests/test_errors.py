@@ -26,7 +26,7 @@ ERROR_MODULES = {f"{layer}.errors" for layer in LAYERS}
 # exceptions that never reach a user: caught and turned into a CecError (or a rebuilt
 # cache) by their callers; each docstring says why it is not a CecError
 INTERNAL = {"storage_log.framing.FrameError", "storage_log.index.IndexCorrupt",
-            "cec.spec.tables.Problem", "cec_spark.source.times.TimeValueError"}
+            "cec.spec.values.Problem", "cec_spark.source.times.TimeValueError"}
 
 
 def _modules() -> Iterator[str]:

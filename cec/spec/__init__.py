@@ -16,7 +16,8 @@ and ``load_spec`` reads it back into an equal :class:`PipelineSpec`.
 
 =============  ==============================================================
 ``model``      the parsed spec: frozen dataclasses, ``parse_conf``, ``default_master``
-``tables``     the file as pydantic models, one per table, with every check
+``tables``     the file as pydantic models, one per table: fields and their checks
+``values``     how one value is checked (by hand, nothing coerced); :class:`Problem`
 ``parse``      TOML → models → spec; pydantic's errors → one ``SpecError``
 ``dump``       the spec → TOML (``run.toml``)
 =============  ==============================================================

@@ -26,12 +26,12 @@ from cec.spec.model import (
 from cec.spec.tables import (
     SUBTABLES,
     TABLES,
-    Problem,
     SourceTable,
     SpecDocument,
     field_names,
     table_model,
 )
+from cec.spec.values import Problem
 
 _TABLE_TYPES = ("model_type", "model_attributes_type", "dict_type")
 

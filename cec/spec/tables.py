@@ -4,17 +4,17 @@ The models mirror the file (``[checkpoint].Q`` is the alias of ``q``, the genera
 settings sit in ``[source]``, a window's size may be ``"10s"``); :mod:`cec.spec.parse`
 turns a validated :class:`SpecDocument` into the frozen :class:`~cec.spec.PipelineSpec`.
 
-Every check is a validator here. A validator's problem is a :class:`Problem` (a
-``ValueError``, so pydantic records it) carrying the message and, for a check made on
-a whole table, the field it is about; :func:`cec.spec.parse.spec_error` turns
-pydantic's ``ValidationError`` into the one :class:`~cec.errors.SpecError`. Values are
-checked by hand rather than coerced (``1`` is not ``true``, ``"4"`` is not ``4``), with
-the messages the spec has always given.
+Every check is a validator: one value's checks are :mod:`cec.spec.values` (checked by
+hand rather than coerced: ``1`` is not ``true``, ``"4"`` is not ``4``), put on the
+fields here; what involves several fields of a table is a model validator here. A
+validator's problem is a :class:`~cec.spec.values.Problem` (a ``ValueError``, so
+pydantic records it) carrying the message and, for a check made on a whole table, the
+field it is about; :func:`cec.spec.parse.spec_error` turns pydantic's
+``ValidationError`` into the one :class:`~cec.errors.SpecError`.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -41,109 +41,20 @@ from cec.spec.model import (
     SourceKind,
     TimeUnit,
 )
+from cec.spec.values import (
+    OptText,
+    Problem,
+    Text,
+    boolean,
+    choice,
+    inline_table,
+    integer,
+    number,
+    spark_settings,
+)
 from cec.windows import CountWindow, SessionWindow, TimeWindow, WindowSpec
 
 _Q_FACTOR = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*x\s*$")
-
-
-class Problem(ValueError):
-    """A problem a validator found; ``fields`` continue pydantic's ``loc`` (a check on a
-    whole table names the field it is about).
-
-    Internal, so a ``ValueError`` and not a :class:`~cec.errors.CecError`: pydantic
-    turns a ``ValueError`` raised in a validator into its ``ValidationError``, which
-    :mod:`cec.spec.parse` turns into the one :class:`~cec.errors.SpecError` a user sees
-    (naming the file and the field)."""
-
-    def __init__(self, message: str, *fields: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.fields = fields
-
-
-# --------------------------------------------------------------------------- values
-
-
-def _string(value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise Problem(f"must be a non-empty string, got {value!r}")
-    return value
-
-
-def _integer(minimum: int | None = None) -> BeforeValidator:
-    def check(value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise Problem(f"must be an integer, got {value!r}")
-        if minimum is not None and value < minimum:
-            raise Problem(f"must be >= {minimum}, got {value}")
-        return value
-    return BeforeValidator(check)
-
-
-def _number(*, positive: bool = True) -> BeforeValidator:
-    """A finite number; positive, or (``positive=False``) >= 0."""
-    def check(value: object) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise Problem(f"must be a number, got {value!r}")
-        if not math.isfinite(value) or (positive and value <= 0):
-            raise Problem(f"must be a positive number, got {value!r}")
-        if value < 0:
-            raise Problem(f"must be >= 0, got {float(value)!r}")
-        return float(value)
-    return BeforeValidator(check)
-
-
-def _choice(choices: tuple[str, ...], *, of_strings: bool = True) -> BeforeValidator:
-    """One of ``choices``; ``of_strings``: a value that is no string is told so first."""
-    def check(value: object) -> str:
-        if of_strings:
-            _string(value)
-        if value not in choices:
-            raise Problem(f"{value!r} is not one of {'|'.join(choices)}")
-        return str(value)
-    return BeforeValidator(check)
-
-
-def _boolean(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise Problem(f"must be true or false, got {value!r}")
-    return value
-
-
-def _inline_table(value: object) -> object:
-    if not isinstance(value, dict):
-        raise Problem('must be an inline table like { kind = "count", size = 10 }')
-    return value
-
-
-def _spark_settings(value: object) -> tuple[tuple[str, str], ...]:
-    """``[run.spark]``: Spark settings; dotted keys may be quoted or written as TOML dotted
-    keys (``spark.driver.memory = "4g"`` is the same setting)."""
-    if not isinstance(value, dict):
-        raise Problem(f"must be a table, got {value!r}")
-    flat: dict[str, str] = {}
-
-    def walk(prefix: str, item: Any) -> None:
-        if isinstance(item, dict):
-            for k, v in item.items():
-                walk(f"{prefix}.{k}" if prefix else str(k), v)
-            return
-        if not prefix.startswith("spark."):
-            raise Problem("not a Spark setting (Spark settings start with 'spark.'; "
-                          'quote the key: "spark.driver.memory" = "4g")', prefix)
-        if isinstance(item, bool):
-            flat[prefix] = "true" if item else "false"
-        elif isinstance(item, int | float | str):
-            flat[prefix] = str(item)
-        else:
-            raise Problem(f"must be a string, number or boolean, got {item!r}", prefix)
-
-    walk("", value)
-    return tuple(flat.items())
-
-
-Text = Annotated[str, BeforeValidator(_string)]
-OptText = Annotated[str | None, BeforeValidator(_string)]
 
 
 # --------------------------------------------------------------------------- tables
@@ -156,22 +67,22 @@ class Table(BaseModel):
 
 
 class SourceTable(Table):
-    kind: Annotated[SourceKind, _choice(SOURCE_KINDS)]
+    kind: Annotated[SourceKind, choice(SOURCE_KINDS)]
     path: OptText = None
     time_field: OptText = None
-    format: Annotated[FileFormat | None, _choice(FILE_FORMATS)] = None
-    poll_ms: Annotated[int, _integer(1)] = 200
-    chunk_rows: Annotated[int, _integer(1)] = 1_000_000
-    time_unit: Annotated[TimeUnit, _choice(TIME_UNITS)] = "us"
+    format: Annotated[FileFormat | None, choice(FILE_FORMATS)] = None
+    poll_ms: Annotated[int, integer(1)] = 200
+    chunk_rows: Annotated[int, integer(1)] = 1_000_000
+    time_unit: Annotated[TimeUnit, choice(TIME_UNITS)] = "us"
     allowed_lateness: Any = 0
-    late: Annotated[LatePolicy, _choice(LATE_POLICIES)] = "error"
+    late: Annotated[LatePolicy, choice(LATE_POLICIES)] = "error"
     idle_close: Any = None  # stream-dir: a duration (off when absent)
     # the generator's (defaults: GeneratorSpec)
-    rows: Annotated[int | None, _integer(0)] = None
-    keys: Annotated[int | None, _integer(1)] = None
-    seed: Annotated[int | None, _integer()] = None
-    start_ts: Annotated[int | None, _integer(0)] = None
-    interval_us: Annotated[int | None, _integer(0)] = None
+    rows: Annotated[int | None, integer(0)] = None
+    keys: Annotated[int | None, integer(1)] = None
+    seed: Annotated[int | None, integer()] = None
+    start_ts: Annotated[int | None, integer(0)] = None
+    interval_us: Annotated[int | None, integer(0)] = None
 
     @model_validator(mode="after")
     def _fields_of_the_kind(self) -> SourceTable:
@@ -235,7 +146,7 @@ class WindowTable(Table):
     durations (:mod:`cec.durations`), of a count window tuples. A session window is
     ``{ kind = "session", gap = "30s" }``: a duration, no size and no slide."""
 
-    kind: Annotated[Literal["count", "time", "session"], _choice(WINDOW_KINDS,
+    kind: Annotated[Literal["count", "time", "session"], choice(WINDOW_KINDS,
                                                                  of_strings=False)]
     size: Any = None
     slide: Any = None
@@ -292,8 +203,8 @@ class WindowTable(Table):
 class AggregateTable(Table):
     group_by: Text
     field: OptText = None
-    function: Annotated[Function, _choice(FUNCTIONS)]
-    window: Annotated[WindowTable, BeforeValidator(_inline_table)]
+    function: Annotated[Function, choice(FUNCTIONS)]
+    window: Annotated[WindowTable, BeforeValidator(inline_table)]
 
     @model_validator(mode="after")
     def _field(self) -> AggregateTable:
@@ -324,10 +235,10 @@ def _rto(value: object) -> int:
 
 class CheckpointTable(Table):
     q: Annotated[int | float | None, BeforeValidator(_q)] = Field(None, alias="Q")
-    u: Annotated[int, _integer(1)] = Field(1_000_000, alias="U")
-    ci_ms: Annotated[float, _number()] = Field(5.0, alias="CI_ms")
-    cp_ms: Annotated[float, _number()] = Field(100.0, alias="CP_ms")
-    mode: Annotated[str, _choice(MODES)] = "targets"
+    u: Annotated[int, integer(1)] = Field(1_000_000, alias="U")
+    ci_ms: Annotated[float, number()] = Field(5.0, alias="CI_ms")
+    cp_ms: Annotated[float, number()] = Field(100.0, alias="CP_ms")
+    mode: Annotated[str, choice(MODES)] = "targets"
     rto: Annotated[int | None, BeforeValidator(_rto)] = None  # microseconds
 
     @model_validator(mode="after")
@@ -361,18 +272,18 @@ _RUN = RunSpec()
 
 
 class RunTable(Table):
-    partitions: Annotated[int, _integer(1)] = _RUN.partitions
+    partitions: Annotated[int, integer(1)] = _RUN.partitions
     master: OptText = None
-    fsync: Annotated[FsyncMode, _choice(FSYNC_MODES)] = _RUN.fsync
-    segment_kb: Annotated[int, _integer(4)] = _RUN.segment_kb
-    trim_upstream: Annotated[bool, BeforeValidator(_boolean)] = _RUN.trim_upstream
-    trim_lag_s: Annotated[float, _number(positive=False)] = _RUN.trim_lag_s
-    executor_wait_s: Annotated[float, _number(positive=False)] = _RUN.executor_wait_s
-    slot_timeout_s: Annotated[float, _number()] = _RUN.slot_timeout_s
-    spark: Annotated[tuple[tuple[str, str], ...], BeforeValidator(_spark_settings)] = ()
-    output_keep_mb: Annotated[float | None, _number()] = None
-    output_keep_s: Annotated[float | None, _number()] = None
-    ingest_tasks: Annotated[int, _integer(1)] = _RUN.ingest_tasks
+    fsync: Annotated[FsyncMode, choice(FSYNC_MODES)] = _RUN.fsync
+    segment_kb: Annotated[int, integer(4)] = _RUN.segment_kb
+    trim_upstream: Annotated[bool, BeforeValidator(boolean)] = _RUN.trim_upstream
+    trim_lag_s: Annotated[float, number(positive=False)] = _RUN.trim_lag_s
+    executor_wait_s: Annotated[float, number(positive=False)] = _RUN.executor_wait_s
+    slot_timeout_s: Annotated[float, number()] = _RUN.slot_timeout_s
+    spark: Annotated[tuple[tuple[str, str], ...], BeforeValidator(spark_settings)] = ()
+    output_keep_mb: Annotated[float | None, number()] = None
+    output_keep_s: Annotated[float | None, number()] = None
+    ingest_tasks: Annotated[int, integer(1)] = _RUN.ingest_tasks
 
 
 class SpecDocument(Table):
