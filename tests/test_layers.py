@@ -2,7 +2,8 @@
 
 ``storage_log`` (the persistent log) → ``cec`` (records, windows, operators, policy,
 spec: no Spark) → ``recovery`` (EC rebuild, replay) → ``cec_spark`` (the Spark runtime:
-ingest, tasks, session, progress, and the library functions of the commands) → ``cli``.
+ingest, tasks, session, progress, and the library functions of the commands) → ``cli``
+→ ``pyspark_cec`` (Spark's discovery of the ``cec`` data source: nothing imports it).
 A module may import its own layer and the layers below it, never one above; every
 ``import`` counts, also one inside a function. The core layers must not import Spark.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ("storage_log", "cec", "recovery", "cec_spark", "cli")
+LAYERS = ("storage_log", "cec", "recovery", "cec_spark", "cli", "pyspark_cec")
 NO_SPARK = ("storage_log", "cec", "recovery")
 # program entries, not library modules: nothing imports them
 ENTRY_POINTS = {"cec/__main__.py"}

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +20,7 @@ from storage_log.log import StreamLog
 from tests.cec_spark.helpers import cec, spec_text
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
 P = 2
 COLS = ["key", "window_start", "window_end", "count", "value"]
 
@@ -128,3 +133,44 @@ def test_the_run_left_its_metrics(run: tuple[Path, Path]) -> None:
         pq.read_table(export).num_rows
     assert all(got["cec_partition_done", str(p)] == 1 for p in range(P))
     assert got["cec_ingest_sealed", None] == 1 and got["cec_source_rows_total", None] == 20000
+
+
+# A fresh driver that never registers anything: it reads a run through format("cec")
+# and says what it got, and whether cec was ever imported in the driver itself.
+NO_REGISTER = """
+import json, sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[1]").appName("cec-ds-discovery")
+         .config("spark.ui.enabled", "false").getOrCreate())
+try:
+    df = spark.read.format("cec").load(sys.argv[1])
+    rows, counts = df.count(), df.groupBy().sum("count").first()[0]
+    columns = df.columns
+finally:
+    spark.stop()
+cec = sorted(m for m in sys.modules if m.split(".")[0] in ("cec", "cec_spark", "pyspark_cec"))
+print(json.dumps({"rows": rows, "counts": counts, "columns": columns, "driver_imported": cec}))
+"""
+
+
+def test_format_cec_needs_no_register_call(run: tuple[Path, Path], tmp_path: Path) -> None:
+    """Spark 4 finds the source by itself (SPARK-45917): its lookup worker imports every
+    top-level ``pyspark_*`` module on the path of the Python it starts (PYSPARK_PYTHON)
+    and registers its ``DefaultSource`` (pyspark_cec: CecDataSource, named "cec").
+
+    A pip install puts ``pyspark_cec/`` in site-packages, a path entry; an editable
+    install's finder is not one, so here the checkout is given as that entry
+    (PYTHONPATH), and the child runs in another directory (Python workers also search
+    the directory they start in). The driver never imports cec: the worker found it."""
+    root, export = run
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": path}
+    proc = subprocess.run([sys.executable, "-c", NO_REGISTER, str(root)], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    want = pq.read_table(export)
+    assert got["columns"] == ["partition", "seq", *COLS]
+    assert got["rows"] == want.num_rows > 0
+    assert got["counts"] == sum(want.column("count").to_pylist())
+    assert got["driver_imported"] == []
