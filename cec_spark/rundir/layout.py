@@ -15,7 +15,8 @@ other library module joins a run directory's entry name onto a path):
       upstream/p0000/      storage_log: partition 0's input stream (the ingest writes it)
       output/p0000/        storage_log: partition 0's operator output
       state/p0000.json     the operator task's live counters (progress display only)
-      state/ingest.json    the stream-dir ingest task's figures (progress display only)
+      state/ingest.json    the stream-dir ingest task's figures (progress display only);
+                           from generation 1 on both are in state/gNNNN/
       state/rto.json       the recovery-time objective's fixed cost and catch-up target
                            (the driver writes it, the tasks read it: cec_spark.run.rto)
       state/takeover.json  a standby's takeover timings (cec_spark.standby.standby)
