@@ -41,9 +41,12 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from cec_spark.ingest.logs import (
+    commit_watermark,
     committed_chunk,
+    least,
     seal_upstream,
     upstream_sealed,
+    watermarks,
 )
 from cec_spark.ingest.query import (
     IngestProgress,
@@ -56,6 +59,8 @@ from cec_spark.ingest.stream import (
     prepare,
     run_stream_ingest,
 )
+from cec_spark.ingest.watermark import WM_EVERY_S, IdleClock
+from cec_spark.ingest.writer import open_upstream
 from cec_spark.run.plan import RunPlan
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.fingerprint import check_fingerprint
@@ -63,6 +68,7 @@ from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.planner import plan_source
 from cec_spark.source.types import Chunk, SourcePlan, WatchState
 from cec_spark.watchdog import say
+from storage_log.log import StreamLog
 
 JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each)
 # ... of the direct query (cec_spark.ingest.query.IngestQuery.direct), whose writer ends
@@ -153,16 +159,68 @@ def _ingest_folder(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
     query = IngestQuery(spark, plan, driver)
     watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples, start=start)
     planned: Sequence[Chunk] | None = start.chunks or None  # not ingested yet
-    while not should_stop():
-        new = planned if planned is not None else watcher.poll()
-        planned = None
-        check_resume(spec, new, resume, resume_next)
-        _run_jobs(query, new, resume, progress, should_stop)
-        if watcher.ended:
-            return True
-        if not new:
-            time.sleep(spec.source.poll_ms / 1000)
+    idle = _IdleLogs(plan, query) if spec.source.idle_close_us is not None else None
+    try:
+        while not should_stop():
+            new = planned if planned is not None else watcher.poll()
+            planned = None
+            check_resume(spec, new, resume, resume_next)
+            if new and idle is not None:
+                idle.close()  # the job's task opens the logs
+            _run_jobs(query, new, resume, progress, should_stop)
+            if watcher.ended:
+                return True
+            wait = spec.source.poll_ms / 1000
+            if idle is not None:
+                idle.after_poll(bool(new), watcher)
+                wait = min(wait, WM_EVERY_S)
+            if not new:
+                time.sleep(wait)
+    finally:
+        if idle is not None:
+            idle.close()
     return False
+
+
+class _IdleLogs:
+    """``[source] idle_close`` in the per-poll ingest: after a poll that found no file,
+    once the folder has been idle that long, the driver commits every upstream log with
+    the watermark the wall clock advanced (:mod:`cec_spark.ingest.watermark`; capped at
+    the smallest time of a row ``allowed_lateness`` still holds). It keeps the logs open
+    while the folder stays idle (one writer epoch per idle period, not per commit) and
+    closes them before the next job's task opens them."""
+
+    def __init__(self, plan: RunPlan, query: IngestQuery) -> None:
+        assert plan.spec.source.idle_close_us is not None
+        self.plan, self.query = plan, query
+        self.clock = IdleClock(plan.spec.source.idle_close_us)
+        self.logs: list[StreamLog | None] | None = None
+        self.clock.arrived(time.monotonic(), self._committed())
+
+    def _committed(self) -> int | None:
+        return least(watermarks(self.plan.layout, self.plan.spec.run.partitions))
+
+    def after_poll(self, found: bool, watcher: StreamDirWatcher) -> None:
+        if found:
+            self.clock.arrived(time.monotonic(), self._committed())
+            return
+        w = self.clock.watermark(time.monotonic())
+        if w is None:
+            return
+        watch = watcher.plan.watch if self.plan.spec.source.reorders else None
+        held = None if watch is None or watch.order is None else watch.order.held_min()
+        w = w if held is None else min(w, held)
+        if self.logs is None:
+            self.plan.layout.check_driver(self.query.cfg.driver)
+            self.logs = [open_upstream(self.query.cfg, p)
+                         for p in range(self.plan.spec.run.partitions)]
+        commit_watermark(self.logs, w)  # before any operator can see it
+
+    def close(self) -> None:
+        for log in self.logs or []:
+            if log is not None:
+                log.close()
+        self.logs = None
 
 
 def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: int,

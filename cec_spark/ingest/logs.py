@@ -78,6 +78,26 @@ def trim_upstream(layout: RunLayout, logs: list[StreamLog | None]) -> int:
     return dropped
 
 
+def watermarks(layout: RunLayout, partitions: int) -> list[int | None]:
+    """Each upstream log's committed watermark (None: none yet, or no log)."""
+    out: list[int | None] = []
+    for p in range(partitions):
+        path = layout.upstream(p)
+        if not path.exists():
+            out.append(None)
+            continue
+        with StreamLog.open(path) as log:
+            tok = decode_token(log.last_token())
+        out.append(None if tok is None else tok.watermark)
+    return out
+
+
+def least(values: list[int | None]) -> int | None:
+    """The smallest watermark of logs that have one (None: none has)."""
+    held = [v for v in values if v is not None]
+    return min(held) if held else None
+
+
 def commit_watermark(logs: list[StreamLog | None], w: int) -> int:
     """Commit watermark ``w`` on every open log whose last token is below it: the
     token again, with ``wm = w`` (a TOKEN frame, no row). A log without a token (no

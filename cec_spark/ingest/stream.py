@@ -13,7 +13,10 @@ found files (~180 ms each, then queueing). Here the driver runs ONE Spark job of
    distinct key of a batch) → the writer of the per-poll path
    (:class:`_UpstreamWriter`: append per partition, commit with the chunk's token, trim);
 3. is woken by inotify on the folder (:class:`CommitWatch`: a file renamed into place),
-   with the spec's ``poll_ms`` as the bound when nothing wakes it;
+   with the spec's ``poll_ms`` as the bound when nothing wakes it; with ``[source]
+   idle_close`` it commits every log with a watermark advanced by the wall clock once
+   no file came for that long (:mod:`cec_spark.ingest.watermark`), every
+   :data:`~cec_spark.ingest.watermark.WM_EVERY_S` while idle;
 4. ends when the folder ends (``_END``; the driver then seals the logs), at a ``STOP`` file
    (returns, every log committed) or when a newer driver took the run
    (:class:`DriverSupersededError`). Spark retries it; a retry resumes from the committed
@@ -42,11 +45,13 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from cec.errors import SpecError
+from cec.ingest_token import decode_token
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
-from cec_spark.ingest.logs import committed_chunk
+from cec_spark.ingest.logs import commit_watermark, committed_chunk, least
 from cec_spark.ingest.project import Projector, direct_reason
 from cec_spark.ingest.query import IngestProgress, compile_filter
+from cec_spark.ingest.watermark import WM_EVERY_S, IdleClock
 from cec_spark.ingest.where import CompiledWhere
 from cec_spark.ingest.writer import (
     WriterConfig,
@@ -255,6 +260,7 @@ class _StreamIngest:
         logs: list[StreamLog | None] = [open_upstream(self.cfg, p) for p in range(parts)]
         assert spec.source.path is not None
         wait_s = spec.source.poll_ms / 1000
+        idle = _idle_clock(spec, logs)
         try:
             with CommitWatch([Path(spec.source.path)]) as watch:
                 while not self.stop_now():
@@ -265,6 +271,8 @@ class _StreamIngest:
                     todo = [c for c in new if c.index > resume]
                     if todo:
                         self.write(logs, todo)
+                        if idle is not None:
+                            idle.arrived(time.monotonic(), _committed_w(logs))
                     elif new:
                         self.state.chunks_done = new[-1].index + 1
                         self.state.source_rows = new[-1].next_seq
@@ -273,7 +281,10 @@ class _StreamIngest:
                         break
                     self.report(force=bool(todo))
                     if not new:
-                        watch.wait(wait_s)
+                        w = None if idle is None else idle.watermark(time.monotonic())
+                        if w is not None:  # committed before any operator can see it
+                            commit_watermark(logs, w)
+                        watch.wait(wait_s if idle is None else min(wait_s, WM_EVERY_S))
         finally:
             for log in logs:
                 if log is not None:
@@ -281,6 +292,23 @@ class _StreamIngest:
         self.state.stopped = not self.state.ended
         self.report(force=True)
         return self.result()
+
+
+def _committed_w(logs: list[StreamLog | None]) -> int | None:
+    """The smallest watermark the open logs have committed (None: none)."""
+    toks = [None if log is None else decode_token(log.last_token()) for log in logs]
+    return least([None if t is None else t.watermark for t in toks])
+
+
+def _idle_clock(spec: PipelineSpec, logs: list[StreamLog | None]) -> IdleClock | None:
+    """The idle clock of ``[source] idle_close`` (None: off), started now from the
+    logs' committed watermark (a resumed ingest does not know when its newest row
+    arrived: it waits ``idle_close`` again)."""
+    if spec.source.idle_close_us is None:
+        return None
+    clock = IdleClock(spec.source.idle_close_us)
+    clock.arrived(time.monotonic(), _committed_w(logs))
+    return clock
 
 
 def run_stream_task(task: StreamTask) -> dict[str, Any]:

@@ -90,6 +90,11 @@ class OrderState:
     def copy(self) -> OrderState:
         return replace(self, held_ts=self.held_ts.copy(), held_chunk=self.held_chunk.copy())
 
+    def held_min(self) -> int | None:
+        """The smallest time of a row held (not released yet; None: none): a watermark
+        advanced by the wall clock (``idle_close``) must not pass it."""
+        return int(self.held_ts.min()) if len(self.held_ts) else None
+
     def first_late(self, ts: np.ndarray) -> tuple[int, int] | None:
         """The first late row of the next chunk and the largest time before it (error)."""
         late = late_mask(ts, self.max_ts, self.lateness)
