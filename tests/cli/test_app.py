@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import typer
 
 import cli.app
 from cec.errors import (
