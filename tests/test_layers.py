@@ -137,6 +137,38 @@ def test_runtime_packages_have_front_pages() -> None:
                         and not (isinstance(n, ast.ImportFrom) and n.module == "__future__")], init
 
 
+@pytest.mark.parametrize("package", ["cec_spark/api", "cec_spark/driver", "cec_spark/recover",
+                                     "cec_spark/report", "cec_spark/read", "recovery"])
+def test_no_import_circle_inside(package: str) -> None:
+    """No two modules of a package import each other, directly or around a circle
+    (every import counts, also one inside a function or under TYPE_CHECKING): the
+    builder and the commands of ``api`` once did."""
+    folder = REPO / package
+    dotted = ".".join(folder.relative_to(REPO).parts)
+    mods = {f"{dotted}.{p.stem}": p for p in folder.glob("*.py") if p.stem != "__init__"}
+    def imported(path: Path) -> set[str]:  # a module, or a module imported from a package
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                out |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                out |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+        return out
+
+    graph = {name: {m for m in imported(path) if m in mods and m != name}
+             for name, path in mods.items()}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for nxt in graph[start] - seen:
+            seen.add(nxt)
+            if nxt == goal or reaches(nxt, goal, seen):
+                return True
+        return False
+
+    circles = sorted(name for name in mods if reaches(name, name, set()))
+    assert not circles, f"modules on an import circle: {circles}"
+
+
 @pytest.mark.parametrize("package", [*(f"cec_spark/{n}" for n in RUNTIME), "cec_spark",
                                      "recovery"])
 def test_front_pages_list_every_module(package: str) -> None:
