@@ -1,7 +1,9 @@
 """A Spark data source for a run's results: ``spark.read.format("cec").load(RUN_DIR)``.
 
-Register it once per session with :func:`register` (PySpark's Python Data Source API),
-then::
+Installed, it is found by Spark itself (:mod:`pyspark_cec`); from a checkout that is not
+installed (or an editable install, whose import hook Spark's lookup does not see),
+register it once per session with :func:`register` (PySpark's Python Data Source API).
+Then::
 
     spark.read.format("cec").load("runs/items")                      # the results
     spark.read.format("cec").option("asOf", ts).load("runs/items")   # as of output ts
