@@ -7,6 +7,7 @@ order (``json.dumps`` with its default separators, so ``encode_token`` writes th
 bytes the ingest has always written)::
 
     {"chunk": 12, "next_seq": 4000000, "seq_end": 3999990, "late": 10, "wm": 1795756044435420}
+    {"chunk": 12, ..., "late": 10, "wm": 1795756044502000, "cw": 1795756044435420}
 
 ==============  ========================================================================
 ``chunk``       the last source chunk whose rows the log holds (``Chunk.index``): a
@@ -24,7 +25,12 @@ bytes the ingest has always written)::
                 to the logs, so no row the log receives after this commit has a
                 ``ts`` below W. Non-decreasing along a log. Absent (``None``): no
                 watermark (a token from before watermarks, or a writer without one);
-                written last, and only when set
+                written only when set
+``cw``          only in a commit within the chunk after ``chunk`` (``wm`` is then the
+                time of the last row received, and the log may hold some rows of that
+                chunk): the watermark at ``chunk``'s end, which a new log that starts
+                after ``chunk`` (a rescale's generation) takes as its ``wm``. Absent:
+                ``wm`` is that watermark
 ==============  ========================================================================
 
 A watermark sits after the log's last committed record: a commit may carry a new token
@@ -50,14 +56,22 @@ class IngestToken:
     seq_end: int
     late: int = 0
     watermark: int | None = None
+    chunk_watermark: int | None = None  # ``cw``
+
+    @property
+    def at_chunk_end(self) -> int | None:
+        """The watermark at the end of ``chunk``: ``cw`` if set, else ``wm``."""
+        return self.watermark if self.chunk_watermark is None else self.chunk_watermark
 
 
 def encode_token(t: IngestToken) -> bytes:
-    """The token's bytes (the module's format; ``wm`` only when set)."""
+    """The token's bytes (the module's format; ``wm`` and ``cw`` only when set)."""
     fields: dict[str, int] = {"chunk": t.chunk, "next_seq": t.next_seq,
                               "seq_end": t.seq_end, "late": t.late}
     if t.watermark is not None:
         fields["wm"] = t.watermark
+    if t.chunk_watermark is not None:
+        fields["cw"] = t.chunk_watermark
     return json.dumps(fields).encode()
 
 
@@ -81,4 +95,4 @@ def decode_token(raw: bytes | None) -> IngestToken | None:
         return None
     seq_end = _int(got.get("seq_end"))
     return IngestToken(chunk, next_seq, next_seq if seq_end is None else seq_end,
-                       _int(got.get("late")) or 0, _int(got.get("wm")))
+                       _int(got.get("late")) or 0, _int(got.get("wm")), _int(got.get("cw")))

@@ -308,7 +308,9 @@ class _UpstreamWriter:
             w = later(self.wm[p], self.seen)
             if w != self.wm[p]:
                 self.wm[p] = w
-                tok = self.tokens[p] = replace(tok, watermark=w)
+                # the W at the chunk's end stays known (a rescale starts new logs there)
+                tok = self.tokens[p] = replace(tok, watermark=w,
+                                               chunk_watermark=tok.at_chunk_end)
                 todo.append((log, encode_token(tok)))
         self._submit(todo)
         self.clock[2] += time.perf_counter() - t0

@@ -72,8 +72,8 @@ def common_cut(layout: RunLayout, gen: int, partitions: int
                ) -> tuple[int, IngestToken | None, bool]:
     """``(C, token, sealed)``: the last input seq every upstream log of generation
     ``gen`` holds all rows up to (its committed rows end at the token's ``seq_end``),
-    the commit token that says so (of the log that is furthest behind, so its
-    watermark is the cut's; its ``late`` the sum over the logs; None and C = -1 when a
+    the commit token that says so (of the log that is furthest behind; its ``late`` the
+    sum over the logs, its watermark the one at that chunk's end; None and C = -1 when a
     log has none), and whether every log is sealed (the source was read to its end)."""
     toks: list[IngestToken | None] = []
     sealed = True
@@ -88,7 +88,13 @@ def common_cut(layout: RunLayout, gen: int, partitions: int
     if not held or len(held) < len(toks):
         return -1, None, sealed
     first = min(held, key=lambda t: (t.seq_end, t.chunk))
-    return first.seq_end - 1, replace(first, late=sum(t.late for t in held)), sealed
+    # the watermark at the cut's chunk end (not one committed within the next chunk: the
+    # new logs get that chunk's rows again), the largest such: an idle advance
+    # committed on some logs only made rows below it late
+    at_cut = [t.at_chunk_end for t in held if t.chunk == first.chunk]
+    wm = max((w for w in at_cut if w is not None), default=None)
+    return first.seq_end - 1, IngestToken(first.chunk, first.next_seq, first.seq_end,
+                                          sum(t.late for t in held), wm), sealed
 
 
 def _last_at_or_before(out: StreamLog, cut: int) -> tuple[int, int | None]:

@@ -15,16 +15,17 @@ NAT = st.integers(0, (1 << 63) - 1)
 
 
 @given(chunk=st.integers(-1, 1 << 40), next_seq=NAT, seq_end=NAT, late=NAT,
-       watermark=st.none() | I64)
+       watermark=st.none() | I64, at_end=st.none() | I64)
 def test_round_trip(chunk: int, next_seq: int, seq_end: int, late: int,
-                    watermark: int | None) -> None:
-    tok = IngestToken(chunk, next_seq, seq_end, late, watermark)
+                    watermark: int | None, at_end: int | None) -> None:
+    tok = IngestToken(chunk, next_seq, seq_end, late, watermark, at_end)
     raw = encode_token(tok)
     assert decode_token(raw) == tok
     got = json.loads(raw)
     assert list(got) == ["chunk", "next_seq", "seq_end", "late"] + (
-        [] if watermark is None else ["wm"])
-    assert got.get("wm") == watermark
+        [] if watermark is None else ["wm"]) + ([] if at_end is None else ["cw"])
+    assert got.get("wm") == watermark and got.get("cw") == at_end
+    assert tok.at_chunk_end == (watermark if at_end is None else at_end)
 
 
 def test_todays_bytes_decode_and_encode_the_same() -> None:

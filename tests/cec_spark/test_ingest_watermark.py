@@ -27,6 +27,7 @@ from cec_spark.ingest import writer as writer_module
 from cec_spark.ingest.logs import commit_watermark, committed_chunk, create_logs
 from cec_spark.ingest.watermark import IdleClock, below, later
 from cec_spark.ingest.writer import PART, WriterConfig, _JobChunks, _UpstreamWriter, open_upstream
+from cec_spark.recover.rescale import common_cut
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.order import LATE, OrderState, reorder, watermark
 from cec_spark.source.planner import plan_source
@@ -227,6 +228,7 @@ def test_within_a_chunk_w_is_committed_and_a_remade_chunk_appends_no_row_twice(
             tok = decode_token(log.last_token())
             assert tok is not None and tok.chunk == 1  # chunk 2 is not complete
             assert tok.watermark == (2 * ROWS + 2 * ROWS // 4 - 1) * 10  # its last row's
+            assert tok.chunk_watermark == chunks[1].wm  # and W at chunk 1's end
             assert log.last_seq is not None and log.last_seq >= 2 * ROWS  # rows of chunk 2
         _check_contract(layout, p, commits[p])
     # the ingest resumes after the oldest token's chunk and makes chunk 2 again
@@ -242,6 +244,20 @@ def test_within_a_chunk_w_is_committed_and_a_remade_chunk_appends_no_row_twice(
         _check_contract(layout, p, commits[p] + again[p])
         wms = [tok.watermark for _, tok in commits[p] + again[p]]
         assert wms == sorted(wms)  # non-decreasing along the log, across the crash
+
+
+def test_a_rescale_starts_new_logs_at_the_cuts_chunk_end_watermark(tmp_path: Path) -> None:
+    """Not at a W committed within the next chunk: the new logs get its rows again."""
+    layout = _layout(tmp_path, 3)
+    cfg = WriterConfig(str(layout.root), 3, "never", "key", "value")
+    logs = [open_upstream(cfg, p) for p in range(3)]
+    logs[0].commit(encode_token(IngestToken(1, 200, 200, 4, 2600, 1990)))  # within chunk 2
+    logs[1].commit(encode_token(IngestToken(1, 200, 200, 1, 2100)))  # idle advance
+    logs[2].commit(encode_token(IngestToken(2, 300, 300, 2, 2990)))  # ahead
+    for log in logs:
+        log.close()
+    cut, tok, sealed = common_cut(layout, 0, 3)
+    assert (cut, tok, sealed) == (199, IngestToken(1, 200, 200, 7, 2100), False)
 
 
 def test_rows_below_an_idle_watermark_are_late(tmp_path: Path) -> None:
