@@ -15,10 +15,9 @@ import numpy as np
 import pyarrow as pa
 from pyspark import TaskContext
 
-from cec.errors import CecError
+from cec.errors import CecError, InputOrderError
 from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.spec import PipelineSpec
-from cec_spark.errors import InputError
 from cec_spark.ingest.logs import trim_upstream
 from cec_spark.ingest.watermark import WM_EVERY_S, later
 from cec_spark.rundir.layout import RunLayout
@@ -156,6 +155,13 @@ class _UpstreamWriter:
     instead of following one another (issue 30: 9.0 of the ingest's 23.4 s per 30 M rows
     were its commits, one log after the other). A log is used by one thread at a time;
     its commits stay in order and each one still precedes the log's next append.
+
+    Every commit carries the log's watermark (:mod:`cec_spark.ingest.watermark`): a
+    chunk's commit the plan's W for the chunk, to every log this writer owns whether or
+    not it got a row; while a chunk's rows flow, :meth:`commit_watermark` commits the
+    time of the last row received at least every :data:`WM_EVERY_S`. W never goes
+    back along a log (it starts from the log's last token), and a row above the log's
+    ``last_seq`` below its committed W (an idle advance) is late (:meth:`_below`).
     """
 
     def __init__(self, cfg: WriterConfig, layout: RunLayout, logs: list[StreamLog | None],
@@ -343,10 +349,10 @@ class _UpstreamWriter:
     def _below(self, p: int, rows: pa.RecordBatch) -> None:
         """Rows of partition ``p`` below its committed W (only after an idle advance,
         :mod:`cec_spark.ingest.watermark`): late, as ``late`` says (dropped and counted,
-        or an InputError)."""
+        or an InputOrderError: a Spark retry cannot help)."""
         seqs = rows.column(1).to_numpy()
         if self.cfg.late == "error":
-            raise InputError(
+            raise InputOrderError(
                 f"ingest: row seq {int(seqs[0])} (partition {p}) has time "
                 f"{rows.column(0)[0].as_py()}, before the watermark {self.wm[p]} the ingest "
                 "committed when the stream folder was idle for [source] idle_close: a late "

@@ -19,10 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cec.errors import InputOrderError
 from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.spec import PipelineSpec
 from cec.spec.parse import parse_spec
-from cec_spark.errors import InputError
 from cec_spark.ingest import writer as writer_module
 from cec_spark.ingest.logs import commit_watermark, committed_chunk, create_logs
 from cec_spark.ingest.watermark import IdleClock, below, later
@@ -271,7 +271,7 @@ def test_rows_below_an_idle_watermark_are_late(tmp_path: Path) -> None:
     assert commit_watermark(logs, 1200) == 0  # never back
     for log in logs:
         log.close()
-    with pytest.raises(InputError, match="idle_close"):
+    with pytest.raises(InputOrderError, match="idle_close"):
         _write(layout, partitions, chunks[1:], _batches(chunks[1:], lambda s: s % 2), {},
                late="error")
     commits: dict[int, list[Any]] = {}
