@@ -133,7 +133,7 @@ RECOVER_COLUMNS: tuple[Column, ...] = (
 EXTENT_COLUMNS: tuple[Column, ...] = (
     "partition", "q", "u", "T", "n_c", "t_c", ("R", "counts.R"), ("G_open", "counts.G_open"),
     ("G_check", "counts.G_check"), ("oldest_age", "oldest.0.age"),
-    ("recovery_s", "predicted_recovery_s"), ("late", "late_rows"))
+    ("recovery_s", "predicted_recovery_s"), ("late", "late_rows"), "watermark")
 LOG_COLUMNS: tuple[Column, ...] = (
     "path", ("segments", "segments.#"), "first_seq", "last_seq", "sealed",
     ("records", "verify.records"), ("checksums_ok", "verify.ok"), "token")

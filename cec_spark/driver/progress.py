@@ -1,9 +1,11 @@
 """The live progress display of a run (rich, on stderr).
 
 Per partition: input position and tuples/s, open windows ``N``, extent ``q`` and replay
-length ``u``, ``G_check``/s, results, and the predicted recovery time (with the
+length ``u``, ``G_check``/s, results, the predicted recovery time (with the
 objective in the title when ``[checkpoint].rto`` is set; an objective the measured costs
-cannot meet is said in the caption). The view also measures this command's start-up
+cannot meet is said in the caption) and the watermarks: the ingest's (the upstream log's
+last token) and how far the operator's is behind it (:mod:`cec_spark.report.watermark`),
+so that a window still open is explained. The view also measures this command's start-up
 (:class:`cec_spark.run.rto.StartupMeter`), the fixed cost of the recovery-time model.
 Positions come from the upstream logs' committed ``last_seq`` (a reader per refresh) and
 from the tasks' ``state/pNNNN.json`` counters; rates are differences between refreshes.
@@ -27,6 +29,7 @@ from rich.table import Table
 
 from cec.ingest_token import decode_token
 from cec_spark.ingest.query import IngestProgress
+from cec_spark.report.watermark import behind_s, duration, event_time
 from cec_spark.run import metrics
 from cec_spark.run.rto import StartupMeter
 from cec_spark.rundir.layout import RunLayout
@@ -66,12 +69,63 @@ class UpstreamPositions:
         except Exception:  # as in get: a log being created or trimmed
             return 0
 
+    def watermark(self, p: int) -> int | None:
+        """The ingest's watermark of partition ``p`` (its upstream log's last token)."""
+        if p not in self._logs:
+            self.get(p)  # opens it
+        log = self._logs.get(p)
+        try:
+            tok = None if log is None else decode_token(log.last_token())
+            return None if tok is None else tok.watermark
+        except Exception:  # as in get: a log being created or trimmed
+            return None
+
     def close(self, p: int | None = None) -> None:
         for q in ([p] if p is not None else list(self._logs)):
             log = self._logs.pop(q, None)
             if log is not None:
                 with contextlib.suppress(Exception):
                     log.close()
+
+
+def applied(state: dict[str, Any]) -> int | None:
+    """The last watermark a partition's operator applied (its state file), µs."""
+    w = state.get("watermark_us")
+    return w if isinstance(w, int) and not isinstance(w, bool) else None
+
+
+def watermark_cell(ingest_us: int | None, operator_us: int | None) -> str:
+    """The table's watermark column: the ingest's W as a time of day (UTC) and, when
+    the operator's is behind it, by how much: ``05:07:24.100, op 0.2 s behind``."""
+    if ingest_us is None:
+        return "-" if operator_us is None else f"op {event_time(operator_us, date=False)}"
+    lag = behind_s(ingest_us, operator_us)
+    text = event_time(ingest_us, date=False)
+    if operator_us is None:
+        return f"{text}, op none"
+    return f"{text}, op {duration(lag)} behind" if lag else text
+
+
+def plain_watermark(ingest: list[int | None], operator: list[int | None]) -> str:
+    """The plain line's watermark part: the least ingest watermark over the partitions
+    (the partition whose windows wait longest) and the largest operator lag; empty when
+    no partition has one."""
+    known = [(w, p) for p, w in enumerate(ingest) if w is not None]
+    if not known:
+        return ""
+    least, p = min(known)
+    lags = [lag for lag in (behind_s(i, o) for i, o in zip(ingest, operator, strict=False))
+            if lag is not None]
+    text = f"  watermark {event_time(least)}"
+    if len(ingest) > 1:
+        text += f" (ingest, least: partition {p})"
+    else:
+        text += " (ingest)"
+    if lags and max(lags) > 0:
+        text += f", operators up to {duration(max(lags))} behind"
+    elif lags:
+        text += ", operators caught up"
+    return text
 
 
 UNITS = ("", "k", "M", "G", "T", "P", "E")
@@ -137,7 +191,8 @@ class ProgressView:
             str(self.layout.root), states, upstream, source_rows=self.ingest.source_rows,
             sealed=self.ingest.sealed, up_s=self.last_metrics - self.started,
             late=[self.upstream.late(p) for p in range(self.partitions)],
-            standbys_ready=self.standbys_ready))
+            standbys_ready=self.standbys_ready,
+            watermarks=[self.upstream.watermark(p) for p in range(self.partitions)]))
 
     def _standbys(self) -> None:
         """How many warm standbys are ready; the recovery-time objective's fixed cost
@@ -210,12 +265,14 @@ class ProgressView:
         tuples = sum(int(st.get("in_tuples", 0)) for st in states)
         results = sum(int(st.get("r", 0)) for st in states)
         late = sum(self.upstream.late(p) for p in range(self.partitions))
+        marks = plain_watermark([self.upstream.watermark(p) for p in range(self.partitions)],
+                                [applied(st) for st in states])
         self.console.print(
             f"cec: {self.last_plain - self.started:.0f} s  ingest chunk {ing.chunks_done}"
             f"{total}, {ing.source_rows:,} source rows{', sealed' if ing.sealed else ''}  "
             f"partitions: {running} running, {done} done of {self.partitions}  "
             f"tuples {tuples:,}  results {results:,}"
-            f"{f'  late rows dropped {late:,}' if late else ''}",
+            f"{f'  late rows dropped {late:,}' if late else ''}{marks}",
             highlight=False, soft_wrap=True)
 
     def render(self) -> Table:
@@ -236,7 +293,7 @@ class ProgressView:
         table = Table(title=title, title_justify="left",
                       caption=" · ".join(self.notes) or None)
         for col in ("partition", "upstream seq", "tuples", "tuples/s", "N open", "extent q",
-                    "replay u", "G_check/s", "R", "recovery s", "state"):
+                    "replay u", "G_check/s", "R", "recovery s", "watermark", "state"):
             table.add_column(col, justify="right" if col != "state" else "left")
         now = time.monotonic()
         for p in range(self.partitions):
@@ -256,5 +313,6 @@ class ProgressView:
                           compact(rate), compact(int(st.get("n_open", 0))),
                           compact(int(st.get("q", 0))), compact(int(st.get("u", 0))),
                           compact(crate), compact(int(st.get("r", 0))),
-                          "-" if pred is None else f"{pred:.1f}", state)
+                          "-" if pred is None else f"{pred:.1f}",
+                          watermark_cell(self.upstream.watermark(p), applied(st)), state)
         return table

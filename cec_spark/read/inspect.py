@@ -14,7 +14,7 @@ import numpy as np
 from cec.errors import UsageError
 from cec.policy import RecoveryRates
 from cec.records import tuple_counts
-from cec_spark.ingest.logs import late_rows
+from cec_spark.ingest.logs import late_rows, watermarks
 from cec_spark.report import (
     ExtentPartition,
     ExtentResult,
@@ -24,6 +24,7 @@ from cec_spark.report import (
     TupleCounts,
     Verify,
 )
+from cec_spark.report.watermark import behind_s, watermark_text
 from cec_spark.run import rto
 from cec_spark.rundir.layout import RunLayout
 from recovery.ec import NothingToRecover
@@ -53,7 +54,8 @@ def _partitions(layout: RunLayout, partition: int | None, total: int) -> list[in
 
 def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | None = None
                    ) -> ExtentResult:
-    """``cec inspect extent``: q, u, T, n_c, the oldest windows and G_check counts.
+    """``cec inspect extent``: q, u, T, n_c, the oldest windows, G_check counts and (now,
+    not with ``at``) each partition's two watermarks, the ingest's and the operator's.
 
     ``at`` (a timestamp, microseconds) looks at the extent as it was when the last
     output row with ``ts <= at`` was written.
@@ -63,6 +65,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                          "integer)")
     layout = RunLayout(Path(root))
     spec, settings = layout.read_run_file()
+    wms = _watermarks(layout, spec.run.partitions) if at is None else None
     late = late_rows(layout, spec.run.partitions)
     if at is not None and layout.generation and at < layout.generations[-1].cut_ts:
         g = layout.generations[-1]
@@ -87,7 +90,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                                  "t_c_ts_us": None, "q": None, "u": None,
                                  "extent_bytes": None, "g_open_found": None,
                                  "g_check_found": None, "oldest": [],
-                                 "late_rows": late[p]}
+                                 "late_rows": late[p], **(wms[p] if wms else {})}
         if not path.exists():
             entry["empty"] = True
             parts.append(ExtentPartition(**entry))
@@ -121,6 +124,21 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
     return ExtentResult(run_dir=str(layout.root), at_us=at, partitions=parts, rto_s=objective,
                         fixed_s=fixed.seconds, fixed_how=fixed.how,
                         warnings=list(settings.warnings), standbys_ready=ready)
+
+
+def _watermarks(layout: RunLayout, partitions: int) -> list[dict[str, Any]]:
+    """Each partition's two watermarks now (:mod:`cec_spark.report.watermark`): the
+    operator's from its state file, read before the ingest's from its upstream log's
+    last token, so that the operator's is never seen ahead of the ingest's."""
+    applied = [_int(layout.read_state(p).get("watermark_us")) for p in range(partitions)]
+    released = watermarks(layout, partitions)
+    return [{"ingest_watermark_us": i, "operator_watermark_us": o,
+             "operator_behind_s": behind_s(i, o), "watermark": watermark_text(i, o)}
+            for i, o in zip(released, applied, strict=True)]
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _counts(out: StreamLog, at: int | None) -> TupleCounts:

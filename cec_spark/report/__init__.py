@@ -23,6 +23,7 @@ times and the logs' event times are int64 microseconds (``*_us``); positions in 
 | ``recover`` | :class:`RecoverResult` and its parts (reconcile, repairs, rescale) |
 | ``read`` | :class:`ExtentResult`, :class:`LogReport`, :class:`ExportResult` |
 | ``common`` | the pydantic docstring setting, :class:`ErrorReport`, :func:`now_us` |
+| ``watermark`` | a partition's two watermarks (ingest's, operator's) as a person reads them |
 
 What one partition's recovery did (footprints, extent, replay, phases, rates) is
 declared once, in the ``recovery`` layer, where it is computed:

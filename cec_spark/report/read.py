@@ -73,6 +73,21 @@ class ExtentPartition:
     """The prediction is within the objective (null: no objective, or nothing to recover)."""
     late_rows: int = 0
     """Late rows of this partition dropped so far ([source] late = "drop")."""
+    ingest_watermark_us: int | None = None
+    """The ingest's watermark W, event time, microseconds: every row of the partition
+    with ts < W has been released to its upstream log (the wm of the log's last commit
+    token; null: none yet, an older run, or --at)."""
+    operator_watermark_us: int | None = None
+    """The last watermark the partition's operator applied, microseconds: its time
+    windows ending at or before it are closed, and its sessions whose last + gap is
+    before it; count windows do not close on a watermark (null: none yet, an older
+    run, or --at)."""
+    operator_behind_s: float | None = None
+    """How far the operator's watermark is behind the ingest's, seconds (null unless
+    both are known)."""
+    watermark: str | None = None
+    """The two watermarks as a person reads them, e.g. '2026-11-27 05:07:24.100 UTC
+    (ingest), operator at 05:07:23.900, 0.2 s behind' (null: neither is known)."""
 
 
 @dataclass(frozen=True)

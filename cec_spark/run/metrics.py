@@ -23,6 +23,13 @@ metric                                    type     meaning
 ``cec_partition_done``                    gauge    1 when the partition's input ended
 ``cec_predicted_recovery_seconds``        gauge    predicted recovery time (cec_spark.run.rto)
 ``cec_recovery_objective_seconds``        gauge    ``[checkpoint].rto`` (absent without one)
+``cec_ingest_watermark_seconds``          gauge    the ingest's watermark W (event time, seconds
+                                                   since the epoch): every row with ts < W is in
+                                                   the partition's upstream log (its last token)
+``cec_operator_watermark_seconds``        gauge    the last W the partition's operator applied:
+                                                   its time windows ending at or before it are
+                                                   closed (the ingest's minus this: how far the
+                                                   operator is behind)
 ``cec_late_rows_total``                   counter  late rows dropped ([source] late = "drop")
 ``cec_source_rows_total``                 counter  source rows ingested
 ``cec_ingest_sealed``                     gauge    1 when the bounded source is all ingested
@@ -33,7 +40,7 @@ metric                                    type     meaning
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,17 +80,32 @@ def _rto(state: Mapping[str, Any], key: str) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
+def _event_seconds(us: int) -> str:
+    """Event time ``us`` (µs) as seconds since the epoch, every digit kept (``:g``
+    would round a 2026 time to ten seconds)."""
+    sign, us = ("-" if us < 0 else ""), abs(us)
+    return f"{sign}{us // 1_000_000}.{us % 1_000_000:06d}"
+
+
+def _watermark(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def exposition(run: str, states: Sequence[Mapping[str, Any]],
                upstream: Sequence[int | None], *, source_rows: int, sealed: bool,
-               up_s: float, late: Sequence[int | None] = (), standbys_ready: int = 0) -> str:
-    """The Prometheus text format (0.0.4) of a run's state (pure: no I/O)."""
+               up_s: float, late: Sequence[int | None] = (), standbys_ready: int = 0,
+               watermarks: Sequence[int | None] = ()) -> str:
+    """The Prometheus text format (0.0.4) of a run's state (pure: no I/O).
+    ``watermarks``: each partition's ingest watermark (its upstream log's last token's
+    ``wm``, µs); the operator's is its state's ``watermark_us``."""
     r = _label(run)
     lines: list[str] = []
 
-    def family(name: str, kind: str, about: str, rows: list[tuple[str, float]]) -> None:
+    def family(name: str, kind: str, about: str, rows: list[tuple[str, float]],
+               text: Callable[[float], str] = "{:g}".format) -> None:
         lines.append(f"# HELP {name} {about}")
         lines.append(f"# TYPE {name} {kind}")
-        lines.extend(f"{name}{{{labels}}} {value:g}" for labels, value in rows)
+        lines.extend(f"{name}{{{labels}}} {text(value)}" for labels, value in rows)
 
     def per_partition(value_of: Any) -> list[tuple[str, float]]:
         rows = []
@@ -112,6 +134,14 @@ def exposition(run: str, states: Sequence[Mapping[str, Any]],
                [(f'run="{r}"', objective)])
     family("cec_standbys_ready", "gauge", "warm standbys ready to take the run over "
            "(cec standby)", [(f'run="{r}"', standbys_ready)])
+    family("cec_ingest_watermark_seconds", "gauge", "the ingest's watermark W, event "
+           "time: every row with ts < W is in the partition's upstream log",
+           per_partition(lambda p, _st: _watermark(watermarks[p]) if p < len(watermarks)
+                         else None), text=lambda v: _event_seconds(int(v)))
+    family("cec_operator_watermark_seconds", "gauge", "the last watermark the partition's "
+           "operator applied, event time: its windows ending at or before it are closed",
+           per_partition(lambda _p, st: _watermark(st.get("watermark_us")) if st else None),
+           text=lambda v: _event_seconds(int(v)))
     family("cec_late_rows_total", "counter", "late rows dropped (committed with the "
            "partition's upstream log)",
            per_partition(lambda p, _st: late[p] if p < len(late) else None))

@@ -114,3 +114,23 @@ def test_resolve_paths() -> None:
     assert render.resolve(part, "phases.replay.seconds") is None
     assert render.resolve(part, "extent.oldest.0.age") == 1
     assert render.resolve(part, "extent.oldest.5.age") is None
+
+
+def test_fields_added_later_have_defaults() -> None:
+    """A field added to a result after consumers existed (the watermarks of issue 37)
+    has a default, so that code building the result without it keeps working, and is
+    documented in docs/JSON.md; the fields before it keep their places."""
+    added = {report.ExtentPartition: ("ingest_watermark_us", "operator_watermark_us",
+                                      "operator_behind_s", "watermark")}
+    doc = schema.markdown()
+    for cls, names in added.items():
+        fields = [f.name for f in dataclasses.fields(cls)]
+        assert fields[-len(names):] == list(names), fields  # appended, nothing reordered
+        for f in dataclasses.fields(cls):
+            if f.name in names:
+                assert f.default is None, f.name
+                assert f"| `{f.name}` |" in doc
+    sample = _sample(report.ExtentPartition)
+    kept = {f.name: getattr(sample, f.name) for f in dataclasses.fields(sample)
+            if f.name not in added[report.ExtentPartition]}
+    assert report.ExtentPartition(**kept).watermark is None
