@@ -14,7 +14,7 @@ its ``seq`` the window's ``fp_seq``). Every form of the state derives from it:
   (:data:`AGGREGATE`), and its output rows and EC load;
 * a snapshot's window, :class:`cec.operator.state.WindowSnapshot` (``key`` then
   :data:`FIELDS`);
-* the vector operator's slot arrays, :class:`cec.operator.store.WindowSlots`
+* the vector operator's slot arrays, :class:`cec.operator.slots.WindowSlots`
   (``key_idx`` then :data:`FIELDS`), its output rows (:mod:`cec.operator.rows`) and its
   EC load and dump (:mod:`cec.operator.ec_io`); a rescale's window columns
   (:mod:`recovery.rescale`).

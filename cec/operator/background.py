@@ -5,7 +5,7 @@ footprints (a ``G_check`` row each: the window's state now, ``t_now`` = the last
 when the policy wants one (extent ``q`` or replay length ``u`` over target) and the
 budget grants time. The same for every window kind.
 
-The oldest footprint comes from :class:`~.store.FootprintOrder` (amortized O(1)), and
+The oldest footprint comes from :class:`~.footprint_order.FootprintOrder` (amortized O(1)), and
 the candidates of a step are walked from it in footprint order until the first one the
 reference's loop would stop at, so a step costs O(rows it emits) plus the stale entries
 it skips, never a scan of all open windows.
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from cec.operator.arrays import I64
 from cec.operator.rows import Block, RowWriter
-from cec.operator.store import I64
 from cec.policy import CheckpointBudget, PolicyConfig
 from cec.records import G_CHECK
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from cec.operator.arrays import I64
 from cec.operator.kernel import KeyGroups, TupleBatch, WindowShape, key_groups
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
-from cec.operator.store import I64, WindowSlots
+from cec.operator.slots import WindowSlots
 
 
 class CountSlidingKernel:

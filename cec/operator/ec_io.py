@@ -16,9 +16,11 @@ import numpy as np
 import pyarrow as pa
 
 from cec.errors import UsageError
+from cec.operator.arrays import I64
 from cec.operator.kernel import TupleBatch
+from cec.operator.key_registry import KeyRegistry
+from cec.operator.slots import WindowSlots
 from cec.operator.state import OperatorState, WindowSnapshot, ec_rows
-from cec.operator.store import I64, KeyRegistry, WindowSlots
 from cec.records import G_CHECK, G_OPEN
 from cec.window_state import FIELDS, LOGGED
 

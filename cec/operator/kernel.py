@@ -19,9 +19,9 @@ calls and no per-tuple Python:
 * the **window assignment**: which windows of its key each tuple belongs to (the
   *memberships*, pairs (tuple, slot)), through the per-key index
   (:class:`~.key_index.KeyWindows`) for windows already open;
-* the **windows that open**: new slots (:meth:`~.store.WindowSlots.alloc`,
-  :meth:`~.store.WindowSlots.open`);
-* the **aggregates' updates**: :meth:`~.store.WindowSlots.accumulate` over the
+* the **windows that open**: new slots (:meth:`~.slots.WindowSlots.alloc`,
+  :meth:`~.slots.WindowSlots.open`);
+* the **aggregates' updates**: :meth:`~.slots.WindowSlots.accumulate` over the
   memberships in input order (bit-identical float sums);
 * the **windows that close**, and all opens and closes in output order, rendered as
   rows by :meth:`~.rows.RowWriter.events` before the closed slots are released.
@@ -39,8 +39,9 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from cec.operator.arrays import F64, I64
 from cec.operator.rows import Block, RowWriter
-from cec.operator.store import F64, I64, WindowSlots
+from cec.operator.slots import WindowSlots
 from cec.records import END_OF_STREAM_TS, R
 
 
@@ -51,7 +52,7 @@ class TupleBatch:
     ts: I64  #: event timestamps
     seq: I64  #: input positions (the tuples' ``seq``, increasing)
     values: F64  #: the aggregated values
-    key_idx: I64  #: dense key indices (:class:`~.store.KeyRegistry`)
+    key_idx: I64  #: dense key indices (:class:`~.key_registry.KeyRegistry`)
     n_keys: int  #: keys registered so far (every ``key_idx`` is below it)
 
 

@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from cec.errors import UsageError
-from cec.operator.store import I32, I64, WindowSlots, grown
+from cec.operator.arrays import I32, I64, grown
+from cec.operator.slots import WindowSlots
 
 
 class KeyWindows:
@@ -36,7 +37,7 @@ class KeyWindows:
         #: ceil(size / slide): the columns of :attr:`table`
         self.max_open = max_open
         #: ``table[key_idx, j]``: slot of an open window of the key, or -1 (module doc);
-        #: int32 (slot numbers are 32-bit, :data:`~cec.operator.store.MAX_INDEX`)
+        #: int32 (slot numbers are 32-bit, :data:`~cec.operator.arrays.MAX_INDEX`)
         self.table: I32 = np.full((self.MIN_ROWS, max_open), -1, dtype=np.int32)
 
     def ensure(self, n_keys: int) -> None:

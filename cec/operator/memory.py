@@ -4,9 +4,9 @@
 windows' slots, their free list, the per-key index, the key registry, the footprint
 order): measured by ``python bench/datapath.py window-bytes`` (docs/PROFILE.md).
 
-The open windows live in :class:`~cec.operator.store.WindowSlots`, whose arrays grow
+The open windows live in :class:`~cec.operator.slots.WindowSlots`, whose arrays grow
 by 1.25x when they are full (the bytes of a slot: ``WindowSlots.slot_bytes()``, which
-depends on the window kind's layout, :class:`~cec.operator.store.SlotLayout`).
+depends on the window kind's layout, :class:`~cec.operator.slot_layout.SlotLayout`).
 A task whose open windows outgrow its memory would otherwise be
 killed by the kernel (or Spark's ``spark.executor.pyspark.memory`` limit) with no word
 about why. :class:`WindowMemory` checks every growth first: the bytes the slots need

@@ -5,7 +5,7 @@ field, rows in output order) and turned into one Arrow batch by
 :meth:`RowWriter.to_batch`. :class:`RowWriter` owns what every row needs whatever the
 window kind: the next output seq, ``N`` (the open windows' count), whether ``G_open``
 rows are emitted (the policy mode) and the footprints they write (``fp_seq`` and the
-:class:`~.store.FootprintOrder`).
+:class:`~.footprint_order.FootprintOrder`).
 
 The kernels (:mod:`cec.operator.kernel`) describe a batch's window events (opens and
 closes, in output order) and call :meth:`RowWriter.events`; the background step and
@@ -21,7 +21,10 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from cec.aggregates import Reducer
-from cec.operator.store import F64, I64, FootprintOrder, KeyRegistry, WindowSlots
+from cec.operator.arrays import F64, I64
+from cec.operator.footprint_order import FootprintOrder
+from cec.operator.key_registry import KeyRegistry
+from cec.operator.slots import WindowSlots
 from cec.records import G_OPEN, R
 from cec.window_state import LOGGED, names
 

@@ -27,10 +27,11 @@ from __future__ import annotations
 import numpy as np
 
 from cec.errors import UsageError
+from cec.operator.arrays import I64
 from cec.operator.kernel import TupleBatch, close_every_window, key_groups, ordered_events
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
-from cec.operator.store import I64, WindowSlots
+from cec.operator.slots import WindowSlots
 
 
 class SessionKernel:

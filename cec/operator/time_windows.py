@@ -19,10 +19,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from cec.operator.arrays import I64
 from cec.operator.kernel import TupleBatch, WindowShape, close_every_window, ordered_events
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
-from cec.operator.store import I64, WindowSlots
+from cec.operator.slots import WindowSlots
 
 _EMPTY_I64: I64 = np.empty(0, dtype=np.int64)
 

@@ -7,8 +7,8 @@ Same semantics and output as :class:`cec.operator.reference.ReferenceOperator` (
 from a batch is its kernel's (:mod:`cec.operator.kernel`, one module per kind). The
 pieces:
 
-* keys become dense indices through a hashed lookup (:class:`~.store.KeyRegistry`),
-  open windows live in slots of parallel arrays (:class:`~.store.WindowSlots`), each
+* keys become dense indices through a hashed lookup (:class:`~.key_registry.KeyRegistry`),
+  open windows live in slots of parallel arrays (:class:`~.slots.WindowSlots`), each
   key's open windows are found through :class:`~.key_index.KeyWindows`;
 * the kernel (:mod:`.count_tumbling`, :mod:`.count_sliding`, :mod:`.time_windows`)
   assigns tuples to windows arithmetically, opens, updates (unbuffered ``ufunc.at`` in
@@ -33,35 +33,19 @@ from cec.operator.base import OperatorConfig
 from cec.operator.count_sliding import CountSlidingKernel
 from cec.operator.count_tumbling import CountSizeOneKernel, CountTumblingKernel
 from cec.operator.ec_io import load_windows, reconstruct, snapshot, windows_columns
+from cec.operator.footprint_order import FootprintOrder
 from cec.operator.kernel import TupleBatch, WindowKernel, WindowShape
 from cec.operator.key_index import KeyWindows
+from cec.operator.key_registry import KeyRegistry
 from cec.operator.rows import Block, RowWriter
 from cec.operator.sessions import SessionKernel
+from cec.operator.slot_layout import slot_layout
+from cec.operator.slots import WindowSlots
 from cec.operator.state import OperatorState
-from cec.operator.store import (
-    MAX_INDEX,
-    STORED,
-    FootprintOrder,
-    KeyRegistry,
-    SlotLayout,
-    WindowSlots,
-)
 from cec.operator.time_windows import TimeKernel
 from cec.policy import PolicyConfig, budget_for
 from cec.records import check_order, check_resume, decode_input, output_schema
 from cec.windows import CountWindow, SessionWindow, TimeWindow, WindowSpec
-
-
-def slot_layout(spec: WindowSpec) -> SlotLayout:
-    """What the slots store of a window kind (:class:`~.store.SlotLayout`): time
-    windows derive ``win_end`` (``win_start + size``) and hold ``first_ts``/``last_ts``
-    as int32 offsets from ``win_start`` (if ``size`` fits), count windows derive
-    ``win_end`` (-1), sessions store every field."""
-    if isinstance(spec, CountWindow):
-        return SlotLayout(end_constant=-1)
-    if isinstance(spec, SessionWindow):
-        return STORED
-    return SlotLayout(end_offset=spec.size_us, ts_from_start=spec.size_us <= MAX_INDEX)
 
 
 def make_kernel(spec: WindowSpec, slots: WindowSlots, by_key: KeyWindows) -> WindowKernel:

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator
-from cec.operator.store import FootprintOrder, WindowSlots
+from cec.operator.footprint_order import FootprintOrder
+from cec.operator.slots import WindowSlots
 from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow, WindowSpec
 

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator
-from cec.operator.store import KeyRegistry
+from cec.operator.key_registry import KeyRegistry
 from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow, WindowSpec
 

@@ -16,7 +16,7 @@ from cec.operator.memory import (
     state_bytes,
     task_limit,
 )
-from cec.operator.store import WindowSlots
+from cec.operator.slots import WindowSlots
 from cec.operator.vector import VectorOperator
 from cec.policy import PolicyConfig
 from cec.windows import window_spec

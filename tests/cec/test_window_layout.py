@@ -1,4 +1,4 @@
-"""The vectorized operator's slot layout (cec.operator.store.SlotLayout): the bytes an
+"""The vectorized operator's slot layout (cec.operator.slot_layout.SlotLayout): the bytes an
 open window costs, and that the narrow and derived fields give the oracle's rows."""
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ from cec.operator import (
     ReferenceOperator,
     VectorOperator,
     ec_from_output,
-    store,
+    key_registry,
+    slots,
 )
 from cec.operator.memory import state_bytes
-from cec.operator.store import WindowSlots
+from cec.operator.slots import WindowSlots
 from cec.policy import PolicyConfig
 from cec.windows import CountWindow, SessionWindow, TimeWindow, WindowSpec, window_spec
 
@@ -176,7 +177,8 @@ def test_cnt_stays_uint32_until_a_window_could_pass_it() -> None:
 
 
 def test_past_2_31_keys_or_slots_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store, "MAX_INDEX", 2000)
+    monkeypatch.setattr(key_registry, "MAX_INDEX", 2000)
+    monkeypatch.setattr(slots, "MAX_INDEX", 2000)
     op = VectorOperator(_config(TimeWindow(40, 40), "avg"))
     keys = np.arange(2500, dtype=np.int64)
     seq = np.arange(2500, dtype=np.int64)
