@@ -15,7 +15,8 @@ row enters the JVM (:class:`IngestQuery`). The
 writer splits each batch by partition (a stable argsort, so each partition's rows
 stay in ``seq`` order), appends one record per partition per batch and, as soon as it
 has passed the end of a chunk, commits every one of the P logs with the token
-of the last chunk it completed (:mod:`cec.ingest_token`); then it trims the
+of the last chunk it completed and its watermark (:mod:`cec.ingest_token`,
+:mod:`cec_spark.ingest.watermark`); then it trims the
 upstream logs (:func:`trim_upstream`). With one ingest task a file source's query is
 built once and run for every job (:class:`IngestQuery`): the job's chunks travel as a
 Spark local property (a ``stream-dir`` source runs a job per poll that found files).
@@ -68,6 +69,7 @@ from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.planner import plan_source
 from cec_spark.source.types import Chunk, SourcePlan, WatchState
 from cec_spark.watchdog import say
+from storage_log.errors import LogLockedError
 from storage_log.log import StreamLog
 
 JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each)
@@ -212,8 +214,15 @@ class _IdleLogs:
         w = w if held is None else min(w, held)
         if self.logs is None:
             self.plan.layout.check_driver(self.query.cfg.driver)
-            self.logs = [open_upstream(self.query.cfg, p)
-                         for p in range(self.plan.spec.run.partitions)]
+            logs: list[StreamLog | None] = []
+            try:
+                for p in range(self.plan.spec.run.partitions):
+                    logs.append(open_upstream(self.query.cfg, p))
+            except LogLockedError:  # a task of the last job still ends: the next poll
+                self.logs = logs
+                self.close()
+                return
+            self.logs = logs
         commit_watermark(self.logs, w)  # before any operator can see it
 
     def close(self) -> None:
