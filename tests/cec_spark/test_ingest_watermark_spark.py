@@ -5,11 +5,15 @@ two ingest tasks need): after a file whose keys all belong to partition 0, parti
 1's upstream log still commits the file's last time as its watermark (a token with no
 row); with ``idle_close = "1s"`` an idle folder's logs get a watermark the wall clock
 advanced past the last row; a file after that (later times) is ingested as before, and
-the export equals the pandas reference.
+the export equals the pandas reference; so it does after a kill -9 while idle and
+``cec recover``.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -104,6 +108,41 @@ def test_quiet_and_idle_logs_get_watermarks_and_the_export_is_exact(
     cec(["export", str(run), "--out", str(tmp_path / "out.csv")], check=True)
     got = read_export_csv(tmp_path / "out.csv")
     ref = reference_count_windows(pd.concat([first, second, third]), 10)
+    cols = ["key", "window_start", "window_end", "count"]
+    assert len(got) > 0 and got[cols].values.tolist() == ref[cols].values.tolist()
+    assert np.allclose(got["value"].to_numpy(), ref["value"].to_numpy(), rtol=1e-9, atol=0.0)
+
+
+def test_kill9_while_idle_then_recover_is_exact(tmp_path: Path) -> None:
+    """kill -9 of the whole run once an idle watermark is committed, a file after it,
+    ``cec recover``: the resumed ingest starts from the logs' watermarks (it never goes
+    back) and the export equals the pandas reference."""
+    spec = _spec(tmp_path, "")
+    folder, run = tmp_path / "in", tmp_path / "run"
+    df = write_items_csv(tmp_path / "all.csv", 4_000, keys=40, seed=8, negative=False)
+    first, later = df.iloc[:2_000], df.iloc[2_000:].copy()
+    later["item_time"] += 3_600_000_000
+    _drop(folder, first, 0)
+    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
+                     tmp_path / "run.log")
+    try:
+        end = int(first.item_time.iloc[-1])
+        wait_for(lambda: all(w is not None and w > end + 1_000_000 for _, w in _logs(run)),
+                 180, "an idle watermark")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    idle = [w for _, w in _logs(run)]
+    _drop(folder, later, 1)
+    (folder / "_END").touch()
+    rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
+    assert json.loads(rec.stdout)["resumed"]["completed"], rec.stdout
+    ends = _logs(run)
+    assert all(w is not None and i is not None and w >= i
+               for (_, w), i in zip(ends, idle, strict=True)), (ends, idle)
+    cec(["export", str(run), "--out", str(tmp_path / "out.csv")], check=True)
+    got = read_export_csv(tmp_path / "out.csv")
+    ref = reference_count_windows(pd.concat([first, later]), 10)
     cols = ["key", "window_start", "window_end", "count"]
     assert len(got) > 0 and got[cols].values.tolist() == ref[cols].values.tolist()
     assert np.allclose(got["value"].to_numpy(), ref["value"].to_numpy(), rtol=1e-9, atol=0.0)
