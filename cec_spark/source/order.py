@@ -30,6 +30,10 @@ row)`` order, numbered densely from ``seq_base`` to ``seq_end`` (exclusive), whe
 ``seq_base(c)`` is the number of rows emitted before it; they increase along the stream
 as the logs require, and a re-read of a chunk gives every row the same number. Without
 lateness settings nothing of this runs and ``seq`` is the source row number.
+
+Watermark: each chunk carries the W the ingest commits after it (``Chunk.wm``,
+:func:`watermark`): ``max_ts - L`` over the rows through it, the threshold of its
+release; the flush's is the largest time (:mod:`cec_spark.ingest.watermark`).
 """
 
 from __future__ import annotations
