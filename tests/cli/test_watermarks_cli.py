@@ -36,12 +36,13 @@ on the tail while its partition is still quiet).
 
 from __future__ import annotations
 
-import calendar
 import json
 import random
+import subprocess
 import time
 from collections import Counter
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -75,6 +76,7 @@ S = 1_000_000
 QUIET_FILES = 10  # f0001 .. f0010: partition 0's keys only, [3 s, 13 s)
 COMEBACK_S = 3_600  # f0011: every key again, an hour later
 KEYS = list(range(40))
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WINDOW = '{ kind = "time", size = "1s" }'
 
 Row = tuple[int, int, int, int, float]  # key, window_start, window_end (us), count, value
@@ -186,7 +188,8 @@ def _wm_at_least(run: Path, partitions: int, w: int, seen: list[list[Mark]]
 
 
 def _us(text: str) -> int:
-    return calendar.timegm(time.strptime(text, "%Y-%m-%dT%H:%M:%SZ")) * S
+    """An ISO-8601 bound of the tail (UTC, 'Z') in microseconds."""
+    return (datetime.fromisoformat(text) - EPOCH) // timedelta(microseconds=1)
 
 
 def _printed(path: Path) -> Counter[Row]:
@@ -198,6 +201,19 @@ def _printed(path: Path) -> Counter[Row]:
         out[(int(d["key"]), _us(d["window_start"]), _us(d["window_end"]), int(d["count"]),
              float(d["value"]))] += 1
     return out
+
+
+def _wait_printed(out: Path, want: Counter[Row], proc: subprocess.Popen[bytes],
+                  timeout: float, what: str) -> None:
+    """Wait until the tail printed ``want`` (or ``proc`` ended); name what is missing."""
+    try:
+        wait_for(lambda: not (want - _printed(out)) or proc.poll() is not None, timeout,
+                 what)
+    except AssertionError as exc:
+        missing = sorted(want - _printed(out))
+        raise AssertionError(f"{exc}: {len(missing)} windows missing, the first "
+                             f"{[(k, (s - BASE) / S) for k, s, *_ in missing[:8]]} "
+                             "(key, start s)") from None
 
 
 def _exported(run: Path, d: Path) -> tuple[Counter[Row], bytes]:
@@ -245,8 +261,8 @@ def _follow(d: Path, partitions: int) -> Followed:
         for j in range(QUIET_FILES + 1):
             _drop(folder, j)
             want = _closed_by(W[j])
-            wait_for(lambda w=want: not (w - _printed(out)) or proc.poll() is not None,
-                     180 if j == 0 else 60, f"the windows file {j}'s W closes on the tail")
+            _wait_printed(out, want, proc, 180 if j == 0 else 60,
+                          f"the windows file {j}'s W closes on the tail")
             assert proc.poll() is None, _log(d / "run.log")
             # exactly these: nothing printed twice, no window its W has not passed
             assert _printed(out) == want, (j, _printed(out) - want)
@@ -388,8 +404,8 @@ def test_idle_close_closes_the_last_windows_and_a_kill_while_idle_recovers_exact
 
     rec = start_cec(["recover", "--from-log", str(run), "--json"], tmp_path / "rec.log")
     try:
-        wait_for(lambda: not (before_comeback - _printed(out)) or rec.poll() is not None,
-                 180, "the last windows on the tail while no file arrives")
+        _wait_printed(out, before_comeback, rec, 180,
+                      "the last windows on the tail while no file arrives")
         assert rec.poll() is None, _log(tmp_path / "rec.log")
         assert _printed(out) == before_comeback  # each once, across the kill
         _drop(folder, QUIET_FILES + 1)
