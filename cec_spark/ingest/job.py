@@ -63,6 +63,7 @@ from cec_spark.ingest.stream import (
 from cec_spark.ingest.watermark import WM_EVERY_S, IdleClock
 from cec_spark.ingest.writer import open_upstream
 from cec_spark.run.plan import RunPlan
+from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.folder import StreamDirWatcher
@@ -213,7 +214,7 @@ class _IdleLogs:
         held = None if watch is None or watch.order is None else watch.order.held_min()
         w = w if held is None else min(w, held)
         if self.logs is None:
-            self.plan.layout.check_driver(self.query.cfg.driver)
+            check_driver(self.plan.layout, self.query.cfg.driver)
             logs: list[StreamLog | None] = []
             try:
                 for p in range(self.plan.spec.run.partitions):
