@@ -20,6 +20,8 @@ package is a flat set of nouns, like Kafka's log layer:
 ``reconcile``  the writable open: cut a torn tail, re-index, rebuild (Kafka LogLoader)
 ``appender``   the write side: pending frames, segment roll, fsync
 ``reader``     the read side: forward, backward, verify, read-ahead decoding
+``follow``     the commit tokens in stream order (:class:`CommitToken`) and a reader
+               that reads on from where its last look ended (:class:`Follower`)
 ``notify``     waiting for a log's next commit (inotify, a poll as the fallback)
 ``batch``      what an append accepts: a batch's schema and positions
 ``lock``       the single-writer lock (``flock`` + pid)
@@ -42,6 +44,12 @@ Choices the architecture leaves open, made here:
   cache. Records written but never committed are cut on the next writable open.
 * ``seq`` must be >= 0 (segment files are named by it).
 * Readers of a log without a usable index walk the segments read-only.
+* ``read_forward(tokens=True)`` and ``tail(tokens=True)`` yield, between the record
+  batches and in commit order, a ``CommitToken(seq, ts, token)`` for every commit that
+  carried a token (also one with no new record): ``seq``/``ts`` are the log's last
+  record's at that commit (-1/-1 before any), a token at ``seq == after_seq`` is
+  delivered (it follows the record holding it). The latest token may come twice
+  after a trim (re-committed into a kept segment). Without ``tokens`` nothing changes.
 * ``close()`` does not commit: a writer's uncommitted appends are dropped.
 * Extras beyond the contract: ``StreamLog.open(..., fsync_interval=, threads=,
   compression_level=)``, ``StreamLog.verify()``, ``uncommitted_bytes``,
@@ -63,11 +71,13 @@ from storage_log.errors import (
     LogWriteError,
     StorageLogError,
 )
+from storage_log.follow import CommitToken
 from storage_log.log import StreamLog
 from storage_log.reconcile import ReconcileReport
 
 __all__ = [
     "FSYNC_MODES",
+    "CommitToken",
     "CorruptLogError",
     "FsyncMode",
     "LogClosedError",

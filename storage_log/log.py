@@ -27,7 +27,10 @@ Commit protocol: ``commit()`` writes the pending frames (the last one flagged
 COMMIT, or a TOKEN frame carrying the token), makes the segments durable according
 to ``fsync`` and only then, in one LMDB transaction, adds the index entries and
 moves the committed end and the token. A crash at any point leaves either the old
-or the new commit visible after the next writable open.
+or the new commit visible after the next writable open. A TOKEN frame carries the
+log's last seq/ts; a commit may carry a token and no new record; ``read_forward``
+and ``tail`` with ``tokens=True`` yield each token where it was committed
+(:mod:`storage_log.follow`).
 
 Durability modes: ``always`` (fdatasync at every commit; the default), ``interval``
 (at most every ``fsync_interval`` seconds: a commit is visible before it is durable,

@@ -3,16 +3,19 @@
 :class:`RecordReader` turns an index snapshot (the committed end) and a start
 position into decoded record batches, walking the segment files in large reads.
 :class:`LogReads` is the read API of :class:`storage_log.log.StreamLog` on top of it.
+With ``tokens=True`` the forward reads also yield the commit tokens, in commit order
+between the records (:mod:`storage_log.follow`); without it they are as they always
+were (the same code path: the records' hot path pays nothing for tokens).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypeVar, overload
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +23,7 @@ import pyarrow as pa
 from storage_log.entry import Committed, Entry, Snapshot
 from storage_log.epoch import Chain, read_chain
 from storage_log.errors import CorruptLogError, LogClosedError, LogTrimmedError, LogUsageError
+from storage_log.follow import CommitToken, Follower, tail_items
 from storage_log.framing import FrameError, FrameInfo, Kind, decode_schema
 from storage_log.payload import PayloadCodec
 from storage_log.reconcile import corrupt
@@ -37,6 +41,7 @@ READ_AHEAD = 4  # records decoded ahead of the consumer on the codec's worker th
 #: the backward scan of recovery is measured per CPU second
 INLINE_BYTES = 64 << 10
 _Frame = tuple[memoryview, int, FrameInfo, Path]
+_Item = TypeVar("_Item")
 
 
 class RecordReader:
@@ -193,19 +198,23 @@ class RecordReader:
         (after the records already handed to the pool). Frames already read are still
         returned before an error met further on.
         """
-        codec = self.codec
-        pool = codec.pool  # None: every frame is decoded on the calling thread
-        decode = codec.decode_data
+        return self._decoded(frames, schema, self.codec.decode_data, inline_below)
 
-        def inline(buf: memoryview, base: int, info: FrameInfo, path: Path) -> pa.RecordBatch:
+    def _decoded(self, frames: Iterator[_Frame], schema: pa.Schema,
+                 decode: Callable[[memoryview, FrameInfo, pa.Schema, int], _Item],
+                 inline_below: int) -> Iterator[_Item]:
+        """:meth:`_decode` with ``decode`` turning each frame into what is yielded."""
+        pool = self.codec.pool  # None: every frame is decoded on the calling thread
+
+        def inline(buf: memoryview, base: int, info: FrameInfo, path: Path) -> _Item:
             try:
                 return decode(buf, info, schema, base)
             except FrameError as exc:
                 raise corrupt(path, exc.offset, exc.invariant) from exc
 
-        window: deque[tuple[Future[pa.RecordBatch], Path]] = deque()
+        window: deque[tuple[Future[_Item], Path]] = deque()
 
-        def result(item: tuple[Future[pa.RecordBatch], Path]) -> pa.RecordBatch:
+        def result(item: tuple[Future[_Item], Path]) -> _Item:
             fut, path = item
             try:
                 return fut.result()
@@ -328,16 +337,34 @@ class LogReads:
             raise LogClosedError(f"log {self.path} is closed")
         return self._index.locate(**kw)
 
-    def read_forward(self, *, after_seq: int | None = None, from_ts: int | None = None
-                     ) -> Iterator[pa.RecordBatch]:
+    @overload
+    def read_forward(self, *, after_seq: int | None = ..., from_ts: int | None = ...,
+                     tokens: Literal[False] = ...) -> Iterator[pa.RecordBatch]: ...
+
+    @overload
+    def read_forward(self, *, after_seq: int | None = ..., from_ts: int | None = ...,
+                     tokens: bool = ...) -> Iterator[pa.RecordBatch | CommitToken]: ...
+
+    def read_forward(self, *, after_seq: int | None = None, from_ts: int | None = None,
+                     tokens: bool = False) -> Iterator[pa.RecordBatch | CommitToken]:
         """Committed records with ``seq > after_seq`` (or ``ts >= from_ts``), oldest first.
 
         The start is one index lookup; the first batch is trimmed to the exact
         position. Raises LogTrimmedError if ``after_seq`` lies in trimmed segments
         (``from_ts`` before the first kept record starts at that record).
+
+        ``tokens=True`` (with ``after_seq`` or nothing, not ``from_ts``) also yields,
+        between the records, a :class:`~storage_log.follow.CommitToken` for each commit
+        that carried a token, in commit order: those with ``seq >= after_seq`` (a token
+        at ``after_seq`` sits after the record holding it), all of them without
+        ``after_seq`` (also those committed before the first record, at seq -1).
         """
         if after_seq is not None and from_ts is not None:
             raise LogUsageError("read_forward takes after_seq or from_ts, not both")
+        if tokens:
+            if from_ts is not None:
+                raise LogUsageError("read_forward(tokens=True) takes after_seq, not from_ts")
+            return Follower(self, after_seq=after_seq).look()
         snap, entry = self._locate(after_seq=after_seq, from_ts=from_ts)
         return self._reader.forward(snap, entry, after_seq=after_seq, from_ts=from_ts)
 
@@ -365,13 +392,32 @@ class LogReads:
         """
         return self._reader.verify(self._snapshot())
 
-    def tail(self, *, after_seq: int | None, timeout: float) -> Iterator[pa.RecordBatch]:
+    @overload
+    def tail(self, *, after_seq: int | None, timeout: float,
+             tokens: Literal[False] = ...) -> Iterator[pa.RecordBatch]: ...
+
+    @overload
+    def tail(self, *, after_seq: int | None, timeout: float,
+             tokens: bool = ...) -> Iterator[pa.RecordBatch | CommitToken]: ...
+
+    def tail(self, *, after_seq: int | None, timeout: float, tokens: bool = False
+             ) -> Iterator[pa.RecordBatch | CommitToken]:
         """Committed records after ``after_seq``, waiting for new commits.
 
         Stops when the log is sealed and everything is read, or when no new record
         was committed for ``timeout`` seconds (call again to keep following). New
         commits are found by polling the index (1 ms, backing off to 50 ms).
+
+        ``tokens=True``: the commit tokens too, as :meth:`read_forward` yields them (a
+        token-only commit counts as new); each look reads on from where the last one
+        ended (:class:`~storage_log.follow.Follower`), so no token comes twice in one
+        call (a trim's re-commit of the latest token aside).
         """
+        if tokens:
+            return tail_items(self, after_seq, timeout)
+        return self._tail(after_seq, timeout)
+
+    def _tail(self, after_seq: int | None, timeout: float) -> Iterator[pa.RecordBatch]:
         pos = after_seq
         deadline = time.monotonic() + timeout
         delay = 0.001
