@@ -6,7 +6,8 @@ same event-time query, outputs compared equal, whole processes cold, Spark's bes
 setting, the same kill -9 and restart for recovery) and :mod:`bench.latency`. Writes,
 under ``--out`` (default ``bench/results``; ``bench/results/quick`` with ``--quick``):
 ``results.md`` (every table of the paper's figures, the paper's numbers beside ours),
-``results.json`` (every repetition), one PNG per figure, ``fair/`` and ``latency/``; the
+``results.json`` (every repetition), one PNG per figure, ``fair/`` and ``latency/``
+(``latency.json``, and ``skewed.json``: one partition's keys quiet for 10 s); the
 full run then rewrites ``BENCHMARKS.md`` from every result there (:mod:`bench.report`;
 ``--no-summary`` to skip, ``--summary`` to force, ``--report`` to do only that).
 With ``--only``, the sections not run keep their earlier results. ``--only rto`` runs
@@ -268,6 +269,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         lat.setdefault("commit", res["machine"]["commit"])
         lat.setdefault("load_start", load)
         target.write_text(json.dumps(lat, indent=1) + "\n")
+        _log("latency: bench/latency.py --skewed (one partition's keys quiet for 10 s)")
+        skewed = out / "latency" / "skewed.json"
+        load = os.getloadavg()[0]
+        code = latency.main(["--skewed", "--seconds", f"{preset.latency_seconds:g}",
+                             "--out", str(skewed)])
+        if code != 0:
+            raise SystemExit(f"python -m bench: bench/latency.py --skewed exited {code}")
+        lat = json.loads(skewed.read_text())
+        lat.setdefault("load_start", load)
+        skewed.write_text(json.dumps(lat, indent=1) + "\n")
         res["sections_s"]["latency"] = time.perf_counter() - t0
     if "rto" in only and spark:
         from bench import rto

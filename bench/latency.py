@@ -30,6 +30,21 @@ Then the targets (tail p99 < 100 ms at 50 k rows/s, < 250 ms at 200 k, at load <
 the first rate at which the tail's p99 passes 1 s (``--find-knee`` doubles the last rate
 until it does). The result's top-level keys are the ``--rate`` run's (``bench/report.py``
 reads them); every run is under ``rates``.
+
+**The skewed case** (``--skewed``, issue 37: watermarks through the upstream logs), one
+run at ``--rate``: ``busy`` seconds of rows for every key, then ``--quiet-s`` (10 s) in
+which the producer writes rows only for keys of partition 0, then ``busy`` seconds of
+every key again (``busy`` = half of what ``--seconds`` leaves beside the quiet span, at
+least 2 s). Partition 0's keys are chosen by the documented partition rule (key group
+``pmod(xxhash64(key), G)``, Spark's seed 42, owned by partition ``floor(kg * P / G)``:
+:mod:`bench.latency_stats`). Measured over the windows of the other partitions: from
+**W passing a window's end** (the publication of the first row at or past its end, of
+any partition: the ingest then commits a watermark at or past it to every upstream
+log) to its line on the tail; the windows that no row of their own partition closed
+before W did (the ones a quiet partition's operator can close only on a watermark)
+are reported apart, with how long they would have waited for their own partition's
+next row. Target: their p99 < 250 ms at 50 k rows/s. The
+result goes to ``--out`` (``python -m bench``: ``latency/skewed.json``).
 """
 
 from __future__ import annotations
@@ -55,6 +70,16 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 REPO = Path(__file__).resolve().parents[1]
 
+from bench.latency_stats import (  # noqa: E402 (after the path fix)
+    BUSY_PARTITION,
+    keys_of,
+    partition_of,
+    percentiles,
+    quiet_latencies,
+    skewed_spans,
+    skewed_targets,
+)
+
 SPEC = """[source]
 kind = "stream-dir"
 path = "in"
@@ -74,16 +99,23 @@ partitions = {partitions}
 
 
 class Producer(threading.Thread):
-    """Writes one CSV file per interval; remembers when each file entered the source."""
+    """Writes one CSV file per interval; remembers when each file entered the source.
+
+    ``quiet`` (seconds after the start, ``(from, to)``): rows whose time falls in that
+    span take their keys from ``busy_keys`` only (the skewed case)."""
 
     def __init__(self, folder: Path, rate: float, file_ms: float, seconds: float,
-                 keys: int, seed: int = 1) -> None:
+                 keys: int, seed: int = 1, quiet: tuple[float, float] | None = None,
+                 busy_keys: np.ndarray | None = None) -> None:
         super().__init__(daemon=True)
         self.folder, self.rate, self.file_s, self.seconds = folder, rate, file_ms / 1e3, seconds
         self.keys = keys
         self.rng = np.random.default_rng(seed)
         self.files: list[tuple[float, np.ndarray, np.ndarray]] = []  # (entered, keys, ts)
         self.n = 0
+        self.quiet, self.busy_keys = quiet, busy_keys
+        self.quiet_us: tuple[int, int] | None = None  # the quiet span in event time
+        self.ended: float | None = None  # when _END was written
 
     def write_file(self, now_us: int, n: int) -> None:
         keys = self.rng.integers(0, self.keys, n)
@@ -91,6 +123,11 @@ class Producer(threading.Thread):
         ts = np.sort(now_us - self.rng.integers(0, int(self.file_s * 1e6), n))
         if self.files:
             ts = np.maximum(ts, int(self.files[-1][2][-1]))  # the stream stays in order
+        if self.quiet_us is not None and self.busy_keys is not None:
+            inside = (ts >= self.quiet_us[0]) & (ts < self.quiet_us[1])
+            if inside.any():  # the quiet partitions get no row
+                keys[inside] = self.busy_keys[self.rng.integers(0, len(self.busy_keys),
+                                                                int(inside.sum()))]
         body = "item_id,item_price,item_time\n" + "".join(
             f"{k},{p},{t}\n" for k, p, t in zip(keys.tolist(), prices.tolist(), ts.tolist(),
                                                 strict=True))
@@ -102,12 +139,16 @@ class Producer(threading.Thread):
 
     def run(self) -> None:
         start = time.time()
+        if self.quiet is not None:
+            self.quiet_us = (round((start + self.quiet[0]) * 1e6),
+                             round((start + self.quiet[1]) * 1e6))
         nxt = start
         while time.time() - start < self.seconds:
             nxt += self.file_s
             time.sleep(max(0.0, nxt - time.time()))
             self.write_file(time.time_ns() // 1000, max(1, int(self.rate * self.file_s)))
         (self.folder / "_END").write_text("")
+        self.ended = time.time()
 
 
 class TailObserver(threading.Thread):
@@ -160,14 +201,6 @@ def _iso_us(text: str) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def percentiles(x: np.ndarray) -> dict[str, float]:
-    if len(x) == 0:
-        return {"n": 0}
-    return {"n": len(x), "p50_ms": round(float(np.percentile(x, 50)) * 1e3, 1),
-            "p99_ms": round(float(np.percentile(x, 99)) * 1e3, 1),
-            "max_ms": round(float(x.max()) * 1e3, 1)}
-
-
 def _start_run(args: argparse.Namespace, work: Path, spec: Path, run: Path
                ) -> subprocess.Popen[bytes]:
     log = (work / "cec.log").open("wb")
@@ -205,7 +238,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
     spec = work / "spec.toml"
     spec.write_text(SPEC.format(poll_ms=args.poll_ms, window_ms=args.window_ms,
                                 partitions=args.partitions))
-    prod = Producer(folder, args.rate, args.file_ms, args.seconds, args.keys)
+    skewed = bool(getattr(args, "skewed", False))
+    busy_keys = keys_of(BUSY_PARTITION, args.keys, args.partitions) if skewed else None
+    prod = Producer(folder, args.rate, args.file_ms, args.seconds, args.keys,
+                    quiet=(args.busy_s, args.busy_s + args.quiet_s) if skewed else None,
+                    busy_keys=busy_keys)
     prod.write_file(time.time_ns() // 1000, 1)  # a stream folder starts with a file
     run = work / "run"
     proc = _start_run(args, work, spec, run)
@@ -257,6 +294,14 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
                     tail_lat[(k, s)] = got - float(entered[i])
     summary = json.loads((work / "cec.json").read_text())
     jobs = np.array(summary.get("ingest_jobs_s") or [0.0])
+    skew: dict[str, object] = {}
+    if skewed:
+        skew = {"case": "skewed", "busy_s": args.busy_s, "quiet_s": args.quiet_s,
+                "busy_partition": BUSY_PARTITION,
+                "busy_keys": len(busy_keys) if busy_keys is not None else 0,
+                "quiet_partitions": quiet_latencies(
+                    prod.files, seen, w_us, BUSY_PARTITION,
+                    lambda k: partition_of(k, args.partitions), t0, t1, prod.ended)}
     return {
         "rate_rows_per_s": args.rate, "file_ms": args.file_ms, "window_ms": args.window_ms,
         "poll_ms": args.poll_ms, "partitions": args.partitions, "seconds": args.seconds,
@@ -277,15 +322,15 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
         # above 2 means cec waited for the CPU)
         "load_avg_1m_start": round(load_start, 2),
         "load_avg_1m": round(os.getloadavg()[0], 2),
+        **skew,
     }
 
 
 TARGETS_MS = {50_000: 100.0, 200_000: 250.0}  # issue 28: tail p99 at load < 2
-
-
 def sweep(args: argparse.Namespace) -> dict[str, object]:
     """Every rate of ``--rates`` (then, with ``--find-knee``, doubling until the tail's
     p99 passes 1 s); the headline keys are the run at ``--rate``'s."""
+    started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     rates = [float(r) for r in args.rates.split(",")] if args.rates else [args.rate]
     runs: list[dict[str, object]] = []
     knee: float | None = None
@@ -300,7 +345,8 @@ def sweep(args: argparse.Namespace) -> dict[str, object]:
         runs.append(res)
         print(json.dumps({k: res[k] for k in ("rate_rows_per_s", "tail_latency",
                                               "tail_equals_export", "ingest_mode",
-                                              "load_avg_1m_start", "load_avg_1m")}),
+                                              "load_avg_1m_start", "load_avg_1m",
+                                              "quiet_partitions") if k in res}),
               file=sys.stderr, flush=True)
         p99 = res["tail_latency"].get("p99_ms")  # type: ignore[attr-defined]
         if knee is None and p99 is not None and p99 > 1000:
@@ -310,6 +356,9 @@ def sweep(args: argparse.Namespace) -> dict[str, object]:
             rates.append(rates[i] * 2)
         i += 1
     head = next((r for r in runs if r["rate_rows_per_s"] == args.rate), runs[-1])
+    if getattr(args, "skewed", False):
+        return {**head, "rates": runs, "targets": skewed_targets(head),
+                "started": started, "commit": _commit()}
     targets = {}
     for rate, ms in TARGETS_MS.items():
         r = next((x for x in runs if x["rate_rows_per_s"] == rate), None)
@@ -323,6 +372,15 @@ def sweep(args: argparse.Namespace) -> dict[str, object]:
             "p99_passes_1s_at_rows_per_s": knee,
             "p99_passes_1s_note": None if knee is not None else
             f"not within the rates measured (up to {max(rates):,.0f} rows/s)"}
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=30,
+                              check=False).stdout.strip() or "?"
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -344,10 +402,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll-ms", type=int, default=20)
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--skewed", action="store_true",
+                    help="the skewed case (issue 37), one run at --rate: partition 0's keys "
+                    "only for --quiet-s in the middle; W passing a quiet partition's window "
+                    "end to its line")
+    ap.add_argument("--quiet-s", type=float, default=10.0,
+                    help="--skewed: how long the other partitions' keys are quiet")
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     args = ap.parse_args(argv)
     if args.quick:
         args.seconds, args.trim_s = 8.0, 1.0
+    if args.skewed:
+        args.rates = ""
+        args.busy_s, args.seconds = skewed_spans(args.seconds, args.quiet_s, args.trim_s)
     res = sweep(args)
     print(json.dumps(res, indent=1))
     if args.out is not None:

@@ -6,7 +6,8 @@ draws one PNG per comparison and composes the file:
 * ``fair*/fair.json``: :mod:`bench.fair_spark` (cec vs Spark Structured Streaming on the
   same event-time query, outputs compared equal, whole processes, recovery);
 * ``latency/latency.json``: :mod:`bench.latency` (a row entering a stream folder to its
-  window's result durable);
+  window's result durable); ``latency/skewed.json``: its skewed case (``--skewed``: one
+  partition's keys quiet for 10 s, W passing a window's end to its line);
 * ``cluster/cluster.json``: :mod:`bench.cluster_bench` (1, 2, 3 Workers of a standalone
   cluster);
 * ``rto/rto.json``: :mod:`bench.rto` (the recovery-time objective: kill -9, ``cec
@@ -226,6 +227,19 @@ def targets(results: Path) -> list[tuple[str, str, str, bool | None, str]]:
                      f"{lat['rate_rows_per_s']:,.0f} rows/s", "< 1 s",
                      f"{p99:,.0f} ms (p50 {lat['row_latency']['p50_ms']:,.0f} ms)", p99 < 1000,
                      "python bench/latency.py"))
+    sk = _load(results / "latency" / "skewed.json")
+    for tg in (sk.get("targets") or {}).values() if isinstance(sk, dict) else ():
+        quiet = "" if tg.get("load_below_2") else " (measured at load >= 2: not the target's"\
+            " condition)"
+        n = ((sk.get("quiet_partitions") or {}).get("watermark") or {}).get("n", 0)
+        rows.append((f"latency p99 with skewed keys (a partition quiet for "
+                     f"{sk.get('quiet_s', 10):g} s), W passing a window's end → its line, at "
+                     f"{float(tg['rate_rows_per_s']):,.0f} rows/s, load < 2",
+                     f"< {tg['p99_target_ms']:g} ms",
+                     f"{tg['p99_ms']} ms over {n:,} windows{quiet}" if tg["p99_ms"] is not None
+                     else f"no window closed by a watermark{quiet}",
+                     bool(tg.get("met")) and bool(tg.get("load_below_2")),
+                     "python bench/latency.py --skewed"))
     ses = _load(results / "sessions" / "sessions.json")
     op = ses.get("operator") if isinstance(ses, dict) else None
     if isinstance(op, dict):
@@ -349,6 +363,39 @@ def latency_md(lat: dict[str, Any], png: str | None) -> str:
         lines += ["", "Ingest: " + ", ".join(f"{k} {v}" for k, v in extra.items()) + "."]
     if png:
         lines += ["", f"![latency](bench/results/{png})"]
+    return "\n".join(lines) + "\n"
+
+
+def skewed_md(sk: dict[str, Any]) -> str:
+    """The skewed case's section (:mod:`bench.latency` ``--skewed``)."""
+    q = sk.get("quiet_partitions") or {}
+    lines = ["## Latency with skewed keys: a partition quiet for "
+             f"{sk.get('quiet_s', 10):g} s", "",
+             f"`python bench/latency.py --skewed`: as above, {sk['rate_rows_per_s']:,.0f} "
+             f"rows/s, {sk['window_ms']} ms windows, P = {sk['partitions']}; "
+             f"{sk.get('busy_s', 0):g} s of every key, {sk.get('quiet_s', 10):g} s of "
+             f"partition {sk.get('busy_partition', 0)}'s keys only "
+             f"({sk.get('busy_keys', '?')} keys, by the partition rule), "
+             f"{sk.get('busy_s', 0):g} s of every key; {_meta(sk)}. Latency = a window's "
+             "line on `cec tail` − the publication of the first row at or past its end "
+             "(the ingest then commits a watermark at or past it to every upstream log).", "",
+             "| windows | n | p50 ms | p99 ms | max ms |", "|---|--:|--:|--:|--:|"]
+    for name, key in (("every window", "tail_latency"),):
+        t = sk.get(key) or {}
+        lines.append(f"| {name} | {t.get('n', 0):,} | {t.get('p50_ms')} | {t.get('p99_ms')} | "
+                     f"{t.get('max_ms')} |")
+    for name, key in (("the quiet partitions' windows", "windows"),
+                      ("those closed by a watermark (no row of their partition yet)",
+                       "watermark")):
+        t = q.get(key) or {}
+        lines.append(f"| {name} | {t.get('n', 0):,} | {t.get('p50_ms')} | {t.get('p99_ms')} | "
+                     f"{t.get('max_ms')} |")
+    if q.get("waited_s_max") is not None:
+        lines += ["", f"Without the watermark those windows would have waited for their own "
+                  f"partition's next row: {q['waited_s_p50']} s (p50), {q['waited_s_max']} s "
+                  f"(max); they share {q.get('watermark_window_ends', 0)} window end(s)."]
+    lines += ["", f"Tail = export: {sk.get('tail_equals_export')}; ingest "
+              f"{sk.get('ingest_mode')}."]
     return "\n".join(lines) + "\n"
 
 
@@ -532,6 +579,9 @@ def benchmarks_md(results: Path = RESULTS) -> str:
     lat = _load(results / "latency" / "latency.json")
     if isinstance(lat, dict) and lat.get("row_latency", {}).get("n"):
         parts.append(latency_md(lat, plot_latency(lat, results)))
+    sk = _load(results / "latency" / "skewed.json")
+    if isinstance(sk, dict) and sk.get("quiet_partitions"):
+        parts.append(skewed_md(sk))
     cluster = _load(results / "cluster" / "cluster.json")
     runs, meta = _cluster_runs(cluster)
     why = stale("cluster", cluster)
