@@ -218,8 +218,10 @@ def _start_standby(master: str | None, conf: list[str]) -> Callable[[RunLayout],
     standby --from-log RUN`` in a session of its own (a kill of this process or of its
     process group leaves it), stdin closed, its output appended to ``RUN/standby.log``."""
     def start(layout: RunLayout) -> None:
+        from cec_spark.rundir.drivers import latest_driver  # noqa: PLC0415 - when it runs
+
         args = [sys.executable, "-m", "cli.app", "standby", "--from-log", str(layout.root),
-                "--for-driver", str(layout.latest_driver())]
+                "--for-driver", str(latest_driver(layout))]
         if master is not None:
             args += ["--master", master]
         for item in conf:

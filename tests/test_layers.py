@@ -138,11 +138,13 @@ def test_runtime_packages_have_front_pages() -> None:
 
 
 @pytest.mark.parametrize("package", ["cec_spark/api", "cec_spark/driver", "cec_spark/recover",
-                                     "cec_spark/report", "cec_spark/read", "recovery"])
+                                     "cec_spark/report", "cec_spark/read", "cec_spark/rundir",
+                                     "recovery"])
 def test_no_import_circle_inside(package: str) -> None:
     """No two modules of a package import each other, directly or around a circle
     (every import counts, also one inside a function or under TYPE_CHECKING): the
-    builder and the commands of ``api`` once did."""
+    builder and the commands of ``api`` once did, and ``rundir``'s layout with the
+    modules it called into."""
     folder = REPO / package
     dotted = ".".join(folder.relative_to(REPO).parts)
     mods = {f"{dotted}.{p.stem}": p for p in folder.glob("*.py") if p.stem != "__init__"}
@@ -203,11 +205,11 @@ def test_the_driver_jvm_log_configuration_is_where_the_session_points() -> None:
 # The run directory's entries (cec_spark/rundir/layout.py's map): a path under a run
 # directory is built in cec_spark/rundir/ and nowhere else in the library.
 def _run_dir_names() -> set[str]:
-    from cec_spark.rundir import generations, layout, run_file
+    from cec_spark.rundir import generations, layout
 
     return {*layout.FOLDERS, layout.STOP_FILE, layout.STANDBY_LOG, layout.RTO_FILE,
-            layout.TAKEOVER_FILE, layout.INGEST_STATE_FILE, run_file.RUN_FILE,
-            run_file.BACKUP_FILE, generations.GENERATIONS_FILE,
+            layout.TAKEOVER_FILE, layout.INGEST_STATE_FILE, layout.RUN_FILE,
+            layout.BACKUP_FILE, generations.GENERATIONS_FILE,
             generations.GENERATIONS_BACKUP}
 
 

@@ -45,6 +45,8 @@ from cec_spark.ingest.query import IngestProgress
 from cec_spark.report import RunResult
 from cec_spark.run.cluster import SlotWatch
 from cec_spark.run.plan import RunPlan
+from cec_spark.rundir.advisory import read_advisory
+from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.watchdog import DEFAULT_STALL_S, Watchdog, say
 
@@ -57,7 +59,7 @@ def _fingerprint(plan: RunPlan, ingest: IngestProgress) -> tuple[object, ...]:
     """What moves while a run makes progress: ingest counters and task counters."""
     tasks = []
     for p in range(plan.partitions):
-        st = plan.layout.read_state(p)
+        st = read_advisory(plan.layout.state_file(p))
         tasks.append((st.get("pid"), st.get("in_tuples"), st.get("out_rows"),
                       st.get("done"), st.get("recovered") is not None))
     return (ingest.chunks_done, ingest.source_rows, ingest.sealed, tuple(tasks))
@@ -66,7 +68,7 @@ def _fingerprint(plan: RunPlan, ingest: IngestProgress) -> tuple[object, ...]:
 def _waiting_on(plan: RunPlan, shared: JobState) -> str:
     """A phrase for what a run that makes no progress is waiting on."""
     partitions = plan.partitions
-    missing = [p for p in range(partitions) if not plan.layout.read_state(p)]
+    missing = [p for p in range(partitions) if not read_advisory(plan.layout.state_file(p))]
     if missing:
         return (f"the operator tasks of partitions {missing} to start (a run needs "
                 f"{partitions} + 1 free Spark task slots; is the cluster full?)")
@@ -91,8 +93,8 @@ def execute(spark: SparkSession, plan: RunPlan, *, progress: bool = True,
 
     When nothing moves for ``stall_s`` seconds it says on stderr what it waits on and
     leaves every thread's stack in ``RUN/watchdog/`` (:class:`Watchdog`). ``driver`` is
-    this driver's number (:meth:`RunLayout.take_driver`): the run stops when a newer
-    driver takes over. ``watch`` gives up when lost task slots do not come back. The
+    this driver's number (:func:`~cec_spark.rundir.drivers.take_driver`): the run stops
+    when a newer driver takes over. ``watch`` gives up when lost task slots do not come back. The
     ingest reads ``plan.source``'s chunks (None: it plans the source only if it must).
     """
     layout = plan.layout
@@ -160,7 +162,7 @@ def _wait_for_operators(spark: SparkSession, plan: RunPlan, shared: JobState,
         if shared.ingest_done.is_set() and shared.ingest_error is not None:
             return
         try:
-            layout.check_driver(driver)  # first: a driver woken from a freeze writes nothing
+            check_driver(layout, driver)  # first: a driver woken from a freeze writes nothing
             if watch is not None:
                 watch.check()
         except CecError as exc:  # superseded, or the slots did not come back

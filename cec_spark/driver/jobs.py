@@ -34,6 +34,7 @@ from cec_spark.ingest.query import IngestProgress
 from cec_spark.run.counters import TaskCounters
 from cec_spark.run.plan import RunPlan
 from cec_spark.run.task import run_partition
+from cec_spark.rundir.drivers import latest_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.watchdog import say
 from storage_log.errors import LogWriteError
@@ -164,7 +165,7 @@ def ingest_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
 
     def should_stop() -> bool:  # a stop, or a newer driver took the run
         return shared.stop.is_set() or (driver is not None
-                                        and layout.latest_driver() > driver)
+                                        and latest_driver(layout) > driver)
 
     tries = [0]
 

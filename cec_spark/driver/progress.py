@@ -32,6 +32,8 @@ from cec_spark.ingest.query import IngestProgress
 from cec_spark.report.watermark import behind_s, duration, event_time
 from cec_spark.run import metrics
 from cec_spark.run.rto import StartupMeter
+from cec_spark.rundir.advisory import read_advisory
+from cec_spark.rundir.drivers import latest_driver, standbys
 from cec_spark.rundir.layout import RunLayout
 from storage_log.log import StreamLog
 
@@ -181,9 +183,9 @@ class ProgressView:
         nothing once a newer driver took the run (it writes them now: a superseded
         driver, woken from a freeze, must not write over them)."""
         self.last_metrics = time.monotonic()
-        if self.driver is not None and self.layout.latest_driver() > self.driver:
+        if self.driver is not None and latest_driver(self.layout) > self.driver:
             return
-        states = [self.layout.read_state(p) for p in range(self.partitions)]
+        states = [read_advisory(self.layout.state_file(p)) for p in range(self.partitions)]
         self._standbys()
         self._rto_notes(states)
         upstream = [self.upstream.get(p) for p in range(self.partitions)]
@@ -197,7 +199,7 @@ class ProgressView:
     def _standbys(self) -> None:
         """How many warm standbys are ready; the recovery-time objective's fixed cost
         follows (a takeover's with one, a restart's without); a change is said."""
-        ready = sum(1 for s in self.layout.standbys() if s.get("state") == "ready")
+        ready = sum(1 for s in standbys(self.layout) if s.get("state") == "ready")
         was, self.standbys_ready = self.standbys_ready, ready
         self.startup.standby(ready > 0)
         if ready and not was:
@@ -259,7 +261,7 @@ class ProgressView:
         self.last_plain = time.monotonic()
         ing = self.ingest
         total = f"/{ing.chunks_total}" if ing.chunks_total is not None else ""
-        states = [self.layout.read_state(p) for p in range(self.partitions)]
+        states = [read_advisory(self.layout.state_file(p)) for p in range(self.partitions)]
         done = sum(1 for st in states if st.get("done"))
         running = sum(1 for st in states if st and not st.get("done"))
         tuples = sum(int(st.get("in_tuples", 0)) for st in states)
@@ -279,7 +281,7 @@ class ProgressView:
         elapsed = time.monotonic() - self.started
         ing = self.ingest
         total = f"/{ing.chunks_total}" if ing.chunks_total is not None else ""
-        states = [self.layout.read_state(p) for p in range(self.partitions)]
+        states = [read_advisory(self.layout.state_file(p)) for p in range(self.partitions)]
         objective = next((st["rto"].get("objective_s") for st in states
                           if isinstance(st.get("rto"), dict)
                           and st["rto"].get("objective_s")), None)

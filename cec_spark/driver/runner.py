@@ -38,7 +38,9 @@ from cec_spark.run.session import (
     stop_session,
 )
 from cec_spark.run.slots import check_local_slots
+from cec_spark.rundir.drivers import end_driver, take_driver
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import write_run_text
 from cec_spark.watchdog import announce_wait, say
 
 __all__ = ["DriverTurn", "resume_run", "run_pipeline", "run_plan"]
@@ -104,8 +106,8 @@ def run_plan(plan: RunPlan, *, progress: bool = True,
     # line is resumed by `cec recover` (or taken over by a standby), not left as a
     # directory no command accepts; the driver's lease from the same moment
     created = not layout.root.exists()
-    layout.write_run_text(plan.run_text)
-    driver = layout.take_driver()
+    write_run_text(layout, plan.run_text)
+    driver = take_driver(layout)
     for text in plan.settings.warnings:  # nothing is guessed: said, and kept in run.toml
         say(f"warning: {text}")
     with DriverTurn(layout, driver) as turn:
@@ -132,9 +134,10 @@ def run_plan(plan: RunPlan, *, progress: bool = True,
 
 class DriverTurn:
     """A driver's time on a run: its lease (taken with its number,
-    :meth:`RunLayout.take_driver`) ends with how the driver ended, so that a standby
-    watching it tells an end from a death: ``completed``, ``stopped`` (Ctrl-C, STOP),
-    ``superseded``, ``failed`` with the exit status (:meth:`RunLayout.end_driver`)."""
+    :func:`~cec_spark.rundir.drivers.take_driver`) ends with how the driver ended, so that
+    a standby watching it tells an end from a death: ``completed``, ``stopped`` (Ctrl-C,
+    STOP), ``superseded``, ``failed`` with the exit status
+    (:func:`~cec_spark.rundir.drivers.end_driver`)."""
 
     def __init__(self, layout: RunLayout, driver: int | None) -> None:
         self.layout, self.driver = layout, driver
@@ -152,7 +155,7 @@ class DriverTurn:
         """The run never started (a bad ``[filter]``, a refused Spark setting): remove
         its files, this driver's number and lease included."""
         self._unmade = True
-        self.layout.end_driver(self.driver, "failed", 2, "the run never started")
+        end_driver(self.layout, self.driver, "failed", 2, "the run never started")
         _unmake(self.layout, created)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
@@ -170,7 +173,7 @@ class DriverTurn:
         else:
             code = exc.exit_code if isinstance(exc, CecError) else 1
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        self.layout.end_driver(self.driver, outcome, code, reason)
+        end_driver(self.layout, self.driver, outcome, code, reason)
 
 
 def _unmake(layout: RunLayout, created: bool) -> None:
@@ -202,7 +205,7 @@ def resume_run(run_dir: Path | str, *, master: str | None = None,
     check_local_slots(plan.partitions, plan.spec.run.effective_master)
     if driver is not None:  # the caller's turn (cec recover, a standby)
         return _resume(plan, progress, driver)
-    driver = plan.layout.take_driver()  # from here on, an older driver of this run stops
+    driver = take_driver(plan.layout)  # from here on, an older driver of this run stops
     with DriverTurn(plan.layout, driver) as turn:
         return turn.done(_resume(plan, progress, driver))
 

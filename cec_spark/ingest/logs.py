@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from cec.ingest_token import decode_token, encode_token
+from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.layout import RunLayout
 from storage_log.cache import ID_FILE
 from storage_log.log import StreamLog
@@ -72,7 +73,7 @@ def trim_upstream(layout: RunLayout, logs: list[StreamLog | None]) -> int:
     for p, log in enumerate(logs):
         if log is None:  # another writer's log
             continue
-        floor = layout.read_state(p).get("replay_after_seq")
+        floor = read_advisory(layout.state_file(p)).get("replay_after_seq")
         if isinstance(floor, int) and not isinstance(floor, bool) and floor >= 0:
             dropped += log.trim(before_seq=floor + 1)
     return dropped

@@ -60,7 +60,9 @@ from cec_spark.ingest.writer import (
     open_upstream,
 )
 from cec_spark.run.plan import RunPlan
+from cec_spark.rundir.access import check_visible
 from cec_spark.rundir.advisory import read_advisory, write_advisory
+from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import parse_run_text
 from cec_spark.source.folder import StreamDirWatcher
@@ -200,8 +202,8 @@ class _StreamIngest:
 
     def __init__(self, task: StreamTask) -> None:
         self.layout = RunLayout(Path(task.run_dir))
-        self.layout.check_visible(task.run_id)
-        self.layout.check_driver(task.driver)
+        check_visible(self.layout, task.run_id)
+        check_driver(self.layout, task.driver)
         self.driver = task.driver
         self.spec, self.settings = parse_run_text(task.run_text,
                                                   f"{self.layout.run_file} (from the driver)")
@@ -240,7 +242,7 @@ class _StreamIngest:
         if not force and now - self._reported < STATE_EVERY_S:
             return
         self._reported = now
-        self.layout.check_driver(self.driver)
+        check_driver(self.layout, self.driver)
         self.state.updated = time.time()
         write_advisory(state_path(self.layout), self.result())
 

@@ -20,6 +20,8 @@ from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.spec import PipelineSpec
 from cec_spark.ingest.logs import trim_upstream
 from cec_spark.ingest.watermark import WM_EVERY_S, later
+from cec_spark.rundir.access import check_visible
+from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import value_column
 from cec_spark.source.order import LATE
@@ -109,8 +111,8 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         layout = RunLayout(Path(cfg.run_dir))
-        layout.check_visible(cfg.run_id)  # this host sees the run the driver created
-        layout.check_driver(cfg.driver)  # and the run is still this driver's
+        check_visible(layout, cfg.run_id)  # this host sees the run the driver created
+        check_driver(layout, cfg.driver)  # and the run is still this driver's
         job = fixed if fixed is not None else _JobChunks.of(_job_chunks())
         w = _writer_index(writers)
         logs: list[StreamLog | None] = [
@@ -205,7 +207,7 @@ class _UpstreamWriter:
         if now - self._looked < LOOK_EVERY_S:
             return False
         self._looked = now
-        self.layout.check_driver(self.cfg.driver)
+        check_driver(self.layout, self.cfg.driver)
         return self.layout.stop_file.exists()
 
     def _close_pool(self) -> None:

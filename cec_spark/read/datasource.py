@@ -59,6 +59,7 @@ from cec.records import RESULT_TYPES, output_schema
 from cec_spark.read.export import TIMESTAMP
 from cec_spark.rundir.acks import ack_key
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import read_run_file
 from cec_spark.source.times import TimeValueError, to_us
 from storage_log.log import StreamLog
 
@@ -80,7 +81,7 @@ class _Run:
                              'spark.read.format("cec").load("runs/items")')
         self.root = str(Path(raw).expanduser().absolute())
         layout = RunLayout(Path(self.root))
-        spec, settings = layout.read_run_file()
+        spec, settings = read_run_file(layout)
         self.logs = layout.output_logs(spec.run.partitions)  # (gen, p, path, end)
         self.partitions = len(self.logs)
         self.keys = [ack_key(gen, p) for gen, p, _, _ in self.logs]

@@ -35,6 +35,7 @@ from cec.records import RESULT_TYPES
 from cec_spark.report import ExportResult
 from cec_spark.rundir.acks import ack_key, read_ack, write_ack
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import read_run_file
 from storage_log.log import StreamLog
 
 COLUMNS = ("key", "window_start", "window_end", "count", "value")
@@ -72,7 +73,7 @@ def results_since(root: Path | str, after: dict[str, int] | None = None
     output seq read. A rescaled run's results are those of every generation: each
     old generation's logs up to the end its successor recorded."""
     layout = RunLayout(Path(root))
-    spec, settings = layout.read_run_file()
+    spec, settings = read_run_file(layout)
     count_window = spec.aggregate.window.kind == "count"
     key_type = pa.int64() if settings.key_type == "int64" else pa.string()
     parts: list[pa.Table] = []
@@ -204,7 +205,7 @@ def export(root: Path | str, out: Path | str, fmt: str = "csv",
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    end = window_end_kind(RunLayout(Path(root)).read_run_file()[0].aggregate.window.kind)
+    end = window_end_kind(read_run_file(RunLayout(Path(root)))[0].aggregate.window.kind)
     written = with_timestamps(table, iso=fmt == "csv")
     if fmt == "csv":
         pacsv.write_csv(written, tmp)

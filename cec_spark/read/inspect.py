@@ -26,7 +26,10 @@ from cec_spark.report import (
 )
 from cec_spark.report.watermark import behind_s, watermark_text
 from cec_spark.run import rto
+from cec_spark.rundir.advisory import read_advisory
+from cec_spark.rundir.drivers import standbys
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import read_run_file
 from recovery.ec import NothingToRecover
 from recovery.partition import scan
 from storage_log.cache import ID_FILE
@@ -64,7 +67,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
         raise UsageError(f"--at: {at} is not a timestamp (microseconds, a signed 64-bit "
                          "integer)")
     layout = RunLayout(Path(root))
-    spec, settings = layout.read_run_file()
+    spec, settings = read_run_file(layout)
     wms = _watermarks(layout, spec.run.partitions) if at is None else None
     late = late_rows(layout, spec.run.partitions)
     if at is not None and layout.generation and at < layout.generations[-1].cut_ts:
@@ -75,7 +78,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                          "(the older generation's logs are output/p*, output/gNNNN/p*)")
     objective = spec.checkpoint.rto_s
     run_rto = rto.read_run(layout)
-    ready = sum(1 for sb in layout.standbys() if sb.get("state") == "ready")
+    ready = sum(1 for sb in standbys(layout) if sb.get("state") == "ready")
     fixed = rto.takeover_cost() if ready else rto.fixed_cost()
     if isinstance(run_rto.get("fixed_s"), int | float) and bool(
             run_rto.get("standby_ready")) == bool(ready):  # what the run's tasks predict with
@@ -118,7 +121,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                          q=ext.records, u=ext.replay_length, extent_bytes=ext.bytes,
                          g_open_found=ext.g_open_found, g_check_found=ext.g_check_found,
                          oldest=list(ext.oldest))
-            entry.update(_prediction(layout.read_state(p), fixed, ext.records,
+            entry.update(_prediction(read_advisory(layout.state_file(p)), fixed, ext.records,
                                      ext.replay_length, objective))
         parts.append(ExtentPartition(**entry))
     return ExtentResult(run_dir=str(layout.root), at_us=at, partitions=parts, rto_s=objective,
@@ -130,7 +133,8 @@ def _watermarks(layout: RunLayout, partitions: int) -> list[dict[str, Any]]:
     """Each partition's two watermarks now (:mod:`cec_spark.report.watermark`): the
     operator's from its state file, read before the ingest's from its upstream log's
     last token, so that the operator's is never seen ahead of the ingest's."""
-    applied = [_int(layout.read_state(p).get("watermark_us")) for p in range(partitions)]
+    applied = [_int(read_advisory(layout.state_file(p)).get("watermark_us"))
+               for p in range(partitions)]
     released = watermarks(layout, partitions)
     return [{"ingest_watermark_us": i, "operator_watermark_us": o,
              "operator_behind_s": behind_s(i, o), "watermark": watermark_text(i, o)}
@@ -180,7 +184,7 @@ def _prediction(state: dict[str, Any], fixed: rto.Fixed, q: int, u: int,
 def _log_dirs(root: Path) -> list[Path]:
     layout = RunLayout(root)
     if layout.exists():
-        spec, _ = layout.read_run_file()
+        spec, _ = read_run_file(layout)
         dirs = []
         for gen, p, out, _ in layout.output_logs(spec.run.partitions):  # every generation
             dirs += [layout.upstream_of(gen, p), out]

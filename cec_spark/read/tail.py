@@ -50,8 +50,8 @@ import pyarrow.csv as pacsv
 from cec.errors import UsageError
 from cec_spark.read.export import COLUMNS, check_consumer, result_rows, with_timestamps
 from cec_spark.rundir.acks import ack_key, read_ack, write_ack
-from cec_spark.rundir.layout import FOLDERS, RunLayout
-from cec_spark.rundir.run_file import RUN_FILE, current_spec
+from cec_spark.rundir.layout import FOLDERS, RUN_FILE, RunLayout
+from cec_spark.rundir.run_file import current_spec, read_run_file
 from cec_spark.watchdog import say
 from storage_log.durable import write_durable
 from storage_log.errors import StorageLogError
@@ -172,7 +172,7 @@ class Tail:
                 said *= 2
             time.sleep(POLL_S)
         self._layout = RunLayout(self.run_dir)
-        spec, settings = self._layout.read_run_file()
+        spec, settings = read_run_file(self._layout)
         self._count_window = spec.aggregate.window.kind == "count"
         self._key_type = pa.int64() if settings.key_type == "int64" else pa.string()
         return True
@@ -189,7 +189,7 @@ class Tail:
             return
         self._gens_mtime = mtime
         self._layout = layout
-        spec = current_spec(layout, layout.read_run_file()[0])
+        spec = current_spec(layout, read_run_file(layout)[0])
         for gen, p, path, end in layout.output_logs(spec.run.partitions):
             name = ack_key(gen, p)
             self.watch.add(path.parent)  # a log's directory appears there

@@ -30,7 +30,7 @@ from cec_spark.report import (
 from cec_spark.run.task import operator_for
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.repair import unneeded_damage
-from cec_spark.rundir.run_file import RunSettings
+from cec_spark.rundir.run_file import RunSettings, read_run_file
 from cec_spark.watchdog import say
 from recovery.partition import predict, recover_partition
 from storage_log.errors import CorruptLogError, LogLockedError
@@ -63,7 +63,7 @@ class Recovery:
     def next_generation(self) -> None:
         """Read the run again after a rescale: its new generation, ``P'`` partitions."""
         self.layout = RunLayout(self.layout.root)
-        self.spec, self.settings = self.layout.read_run_file()
+        self.spec, self.settings = read_run_file(self.layout)
 
 
 def recover_partitions(run: Recovery) -> list[RecoverPartition]:

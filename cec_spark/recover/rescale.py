@@ -45,9 +45,9 @@ from cec.spec import PipelineSpec
 from cec_spark.report import RescalePartition as OldPartition
 from cec_spark.report import RescaleResult
 from cec_spark.run.task import operator_for
-from cec_spark.rundir.generations import Generation
+from cec_spark.rundir.generations import Generation, store_generations
 from cec_spark.rundir.layout import RunLayout
-from cec_spark.rundir.run_file import RunSettings
+from cec_spark.rundir.run_file import RunSettings, read_run_file
 from recovery.partition import recover_from_logs
 from recovery.rescale import handoff
 from recovery.upstream import RecoverableOperator
@@ -211,11 +211,11 @@ def rescale(layout: RunLayout, partitions: int, *, dry_run: bool = False
     """Rescale the run in ``layout`` to ``partitions`` (see the module docstring).
 
     None when the run already has that many partitions. The caller has taken a
-    driver number (:meth:`RunLayout.take_driver`: older drivers stop) unless
+    driver number (:func:`~cec_spark.rundir.drivers.take_driver`: older drivers stop) unless
     ``dry_run``, which only reads.
     """
     layout = RunLayout(layout.root)  # read the generations afresh
-    spec, settings = layout.read_run_file()
+    spec, settings = read_run_file(layout)
     check_rescale(settings, spec, partitions, layout.root)
     old_p = spec.run.partitions
     if partitions == old_p:
@@ -247,9 +247,9 @@ def rescale(layout: RunLayout, partitions: int, *, dry_run: bool = False
         return result
     _write_generation(layout, new, records, spec, token, sealed)
     gens = layout.generations or (Generation(0, old_p),)
-    layout.write_generations((*gens, Generation(new, partitions, cut, chunk,
-                                                tuple(d.info.end_seq for d in drained),
-                                                ts)))
+    store_generations(layout.generations_file, layout.generations_backup,
+                      (*gens, Generation(new, partitions, cut, chunk,
+                                         tuple(d.info.end_seq for d in drained), ts)))
     return result
 
 

@@ -41,8 +41,10 @@ from cec_spark.run import rto
 from cec_spark.run.plan import RunPlan
 from cec_spark.run.slots import check_local_slots
 from cec_spark.rundir.access import check_owner
+from cec_spark.rundir.drivers import take_driver
 from cec_spark.rundir.layout import RunLayout
-from cec_spark.rundir.run_file import rescaled_spec
+from cec_spark.rundir.repair import repair_files
+from cec_spark.rundir.run_file import read_run_file, rescaled_spec
 from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.planner import plan_source
 from cec_spark.watchdog import say
@@ -76,11 +78,11 @@ def recover_run(run_dir: Path | str, *, dry_run: bool = False, progress: bool = 
     killed before its logs existed has nothing to move: it starts with ``P'``.
 
     ``driver``: the driver number the caller took already (a standby that claimed the
-    run, :meth:`RunLayout.claim_driver`); else one is taken here. Either way its lease
-    ends with how this recovery ended (:class:`DriverTurn`). ``in_tasks``: reconcile
-    each log here but leave the rebuild to the resumed operator tasks, which do it in
-    any case (each partition's explain is then its task's, in ``resumed``); a damaged
-    output log is still cut here.
+    run, :func:`~cec_spark.rundir.drivers.claim_driver`); else one is taken here. Either
+    way its lease ends with how this recovery ended (:class:`DriverTurn`). ``in_tasks``:
+    reconcile each log here but leave the rebuild to the resumed operator tasks, which do
+    it in any case (each partition's explain is then its task's, in ``resumed``); a
+    damaged output log is still cut here.
     """
     run, driver = _check_and_repair(Path(os.path.abspath(run_dir)), dry_run=dry_run,
                                     repair=repair, trust=trust, driver=driver)
@@ -134,8 +136,8 @@ def _check_and_repair(root: Path, *, dry_run: bool, repair: bool, trust: bool,
     if not dry_run:
         check_owner(layout, trust)
         if repair:
-            repairs += layout.repair_files()  # run.toml, generations.toml, backups
-    spec, settings = layout.read_run_file()
+            repairs += repair_files(layout)  # run.toml, generations.toml, backups
+    spec, settings = read_run_file(layout)
     run = Recovery(layout, spec, settings, dry_run=dry_run, repair=repair, repairs=repairs)
     if dry_run:
         return run, None
@@ -143,7 +145,7 @@ def _check_and_repair(root: Path, *, dry_run: bool, repair: bool, trust: bool,
     if warning is not None:  # a recovery is never refused for its objective
         say(warning)
     # before touching a log: a driver still running this run (another host) stops
-    return run, layout.take_driver() if driver is None else driver
+    return run, take_driver(layout) if driver is None else driver
 
 
 # --------------------------------------------------------------------------- 2. rescale

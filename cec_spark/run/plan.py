@@ -12,8 +12,8 @@ is then handed to every later stage: the early Spark start and the session
 ingest (the planned chunks; a stream folder's watcher goes on from the plan's files)
 and the progress display. No later stage parses the spec file or ``run.toml`` again, or
 plans an unchanged source again. (Every task and ingest writer still reads the run id
-in ``run.toml``, :meth:`RunLayout.check_visible`: that read is the check that its host
-sees the run the driver created.)
+in ``run.toml``, :func:`~cec_spark.rundir.access.check_visible`: that read is the check
+that its host sees the run the driver created.)
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from cec_spark.run.rto import check_objective
 from cec_spark.run.slots import check_local_slots, local_slots
 from cec_spark.rundir.access import check_owner
 from cec_spark.rundir.layout import RunLayout
-from cec_spark.rundir.run_file import RunSettings, run_text, settings_for
+from cec_spark.rundir.run_file import RunSettings, read_run_file, run_text, settings_for
 from cec_spark.source.fingerprint import fingerprint
 from cec_spark.source.planner import plan_source
 from cec_spark.source.types import SourcePlan
@@ -165,6 +165,6 @@ def plan_resume(run_dir: Path | str, *, master: str | None = None,
     layout = RunLayout(Path(os.path.abspath(run_dir)))
     if trust is not None:
         check_owner(layout, trust)
-    spec, settings = layout.read_run_file()
+    spec, settings = read_run_file(layout)
     return RunPlan(spec.with_run(master=master, conf=conf), settings, layout,
                    run_dir=str(run_dir))

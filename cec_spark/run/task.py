@@ -45,10 +45,13 @@ from cec.spec import PipelineSpec
 from cec.windows import window_spec
 from cec_spark.run.counters import TaskCounters
 from cec_spark.run.rto_task import RtoTask
+from cec_spark.rundir.access import check_visible
 from cec_spark.rundir.acks import consumer_acks
+from cec_spark.rundir.advisory import read_advisory, write_advisory
+from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.retention import Lagged, retention_before
-from cec_spark.rundir.run_file import RunSettings, parse_run_text, value_column
+from cec_spark.rundir.run_file import RunSettings, parse_run_text, read_run_file, value_column
 from recovery.errors import ReplayUnavailableError
 from recovery.partition import Recovered, recover_partition
 from storage_log.epoch import read_chain
@@ -175,20 +178,21 @@ def run_partition(run_dir: str, p: int, run_id: str | None = None, driver: int |
     (:attr:`cec_spark.run.plan.RunPlan.run_text`), parsed here instead of read again.
     """
     layout = RunLayout(Path(run_dir))
-    layout.check_visible(run_id)
-    layout.check_driver(driver)
+    check_visible(layout, run_id)
+    check_driver(layout, driver)
     if run_text is None:
-        spec, settings = layout.read_run_file()
+        spec, settings = read_run_file(layout)
     else:
         spec, settings = parse_run_text(run_text, f"{layout.run_file} (from the driver)")
     counters = TaskCounters(p, attempt=_attempt())
-    rto = RtoTask(layout, p, spec, lambda: operator_for(spec, settings), layout.read_state(p))
+    rto = RtoTask(layout, p, spec, lambda: operator_for(spec, settings),
+                  read_advisory(layout.state_file(p)))
     rec, op = _start(layout, p, spec, settings, counters, rto)
     try:
         if rec.output_log.sealed:  # the partition had ended: nothing to do
             counters.done = True
             rto.note_caught_up(counters, finished=True)
-            layout.write_state(p, counters.to_dict())
+            write_advisory(layout.state_file(p), counters.to_dict())
             return counters
         if not rec.explain.fresh_start:
             counters.recovered = rec.explain.to_dict()
@@ -204,12 +208,12 @@ def _start(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSettings,
     the recovery-time objective. Recovery is decided by the output log's content,
     never by the attempt number."""
     counters.recover_started_at = time.time()
-    layout.write_state(p, counters.to_dict())
+    write_advisory(layout.state_file(p), counters.to_dict())
     rec, op = _recover(layout, p, spec, settings, counters)
     counters.recovered_at = time.time()
     rto.recovered(rec.explain, counters)
     counters.rto = rto.tick(op, counters)
-    layout.write_state(p, counters.to_dict())
+    write_advisory(layout.state_file(p), counters.to_dict())
     return rec, op
 
 
@@ -246,7 +250,7 @@ class _PartitionLoop:
             else:
                 self.finish(up)
         self.counters.observe(self.op, self.replay_after_seq.value())
-        self.layout.write_state(self.p, self.counters.to_dict())
+        write_advisory(self.layout.state_file(self.p), self.counters.to_dict())
 
     def consume(self, up: StreamLog) -> None:
         """The hot loop: per upstream record (never per row) one ``process`` and one
@@ -311,20 +315,20 @@ class _PartitionLoop:
 
     def report(self) -> None:
         """Check the run is still this driver's, trim the output, write the state."""
-        self.layout.check_driver(self.driver)
+        check_driver(self.layout, self.driver)
         self.counters.output_segments_trimmed += self.keeper.trim(self.out)
         self.counters.observe(self.op, self.replay_after_seq.value())
         self.counters.rto = self.rto.tick(self.op, self.counters)
-        self.layout.write_state(self.p, self.counters.to_dict())
+        write_advisory(self.layout.state_file(self.p), self.counters.to_dict())
         self.reported = self.counters.in_batches
 
     def report_idle(self) -> None:
         """While no record comes: check the driver; report the last batches too."""
-        self.layout.check_driver(self.driver)
+        check_driver(self.layout, self.driver)
         if self.counters.in_batches != self.reported or \
                 self.replay_after_seq.value() != self.counters.replay_after_seq:
             self.counters.observe(self.op, self.replay_after_seq.value())
-            self.layout.write_state(self.p, self.counters.to_dict())
+            write_advisory(self.layout.state_file(self.p), self.counters.to_dict())
             self.reported = self.counters.in_batches
 
     def finish(self, up: StreamLog) -> None:
@@ -361,7 +365,7 @@ def _recover(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSetting
             if exc.short_of is None or time.monotonic() > deadline:
                 raise
             counters.waiting = f"the ingest to refill the upstream log up to seq {exc.short_of}"
-            layout.write_state(p, counters.to_dict())
+            write_advisory(layout.state_file(p), counters.to_dict())
             with StreamLog.open(layout.upstream(p)) as up:
                 for _ in up.tail(after_seq=up.last_seq, timeout=2.0):
                     break

@@ -5,6 +5,7 @@
 ``run_file``     ``RUN/run.toml``: the resolved spec, the ``[cec]`` settings, a checksum; the
                  file written once, read, restored from its copy
 ``generations``  ``RUN/generations.toml``: a rescaled run's generations, its copy
+``checksum``     the checksum line and format version of ``run.toml`` and ``generations.toml``
 ``drivers``      ``RUN/drivers/``: the driver numbers and leases; the live standbys
 ``lease``        a lease: a lock and a beat, how a driver or a standby says it is alive
 ``acks``         ``RUN/consumers/``: what each named consumer acknowledged
@@ -15,6 +16,8 @@
 ``retention``    output retention: which whole segments an operator task may delete
 ===============  ===============================================================================
 
-First read: ``layout.py`` (its docstring is the map). No Spark: the driver, the executors
-and every reader use it.
+First read: ``layout.py`` (its docstring is the map). The imports point one way: the
+layout imports only ``generations`` (which imports only ``checksum``); a module here that
+needs paths takes a :class:`RunLayout` and imports it. No Spark: the driver, the
+executors and every reader use it.
 """

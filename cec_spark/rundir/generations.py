@@ -2,8 +2,12 @@
 
 Written once per rescale (``cec recover --partitions P'``), last, atomically, with a
 copy (``generations.toml.bak``): its new text is the rescale's commit point. The text
-is TOML signed like ``run.toml`` (an xxh64 checksum line, :mod:`run_file`); a damaged
+is TOML signed like ``run.toml`` (an xxh64 checksum line, :mod:`checksum`); a damaged
 file is CorruptionError (exit 3) and ``cec recover --repair`` restores it from its copy.
+
+Below the layout: the functions here take the files' paths, and
+:class:`~cec_spark.rundir.layout.RunLayout` reads the current generation through
+:func:`load_generations`.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cec.errors import CorruptionError, RecoveryError
-from cec_spark.rundir.run_file import (
+from cec_spark.rundir.checksum import (
     CHECKSUM_PREFIX,
     FORMAT_VERSION,
     check_run_text,
@@ -87,6 +91,14 @@ def read_generations(path: Path) -> tuple[Generation, ...]:
 
 def write_generations(path: Path, gens: tuple[Generation, ...]) -> None:
     write_durable(path, generations_text(gens))
+
+
+def store_generations(main: Path, copy: Path, gens: tuple[Generation, ...]) -> None:
+    """Store the generations durably (:func:`storage_log.durable.write_durable`) in
+    ``main`` (``generations.toml``): the commit point of a rescale; then in its backup
+    ``copy``."""
+    write_generations(main, gens)
+    write_generations(copy, gens)
 
 
 def load_generations(main: Path, copy: Path, root: Path) -> tuple[Generation, ...]:

@@ -42,9 +42,11 @@ logs and state files depend on). What the files hold and who writes them:
 ``--repair`` :mod:`~cec_spark.rundir.repair`, who may use the directory
 :mod:`~cec_spark.rundir.access`.
 
-:class:`RunLayout` also keeps, as one-line calls into those modules, the operations
-its callers have always made on it (``layout.read_run_file()``, ``layout.take_driver()``
-...); new code may call the modules directly.
+The imports point one way: each of those modules takes a :class:`RunLayout` and
+imports it (``drivers.take_driver(layout)``, ``run_file.read_run_file(layout)``); the
+layout imports none of them but :mod:`~cec_spark.rundir.generations`, which takes
+paths, not a layout, and reads which generation is current (it imports only
+:mod:`~cec_spark.rundir.checksum`, the small files' checksum line).
 """
 
 from __future__ import annotations
@@ -52,22 +54,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
-from cec.spec import PipelineSpec
-from cec_spark.rundir import access, drivers, repair, run_file
-from cec_spark.rundir.advisory import read_advisory, write_advisory
 from cec_spark.rundir.generations import (
     GENERATIONS_BACKUP,
     GENERATIONS_FILE,
     Generation,
     load_generations,
-    write_generations,
 )
-from cec_spark.rundir.run_file import BACKUP_FILE, RUN_FILE, RunSettings
 
-__all__ = ["BEFORE_RUN_FILE", "FOLDERS", "SOURCE_DIR", "RunLayout"]
+__all__ = ["BACKUP_FILE", "BEFORE_RUN_FILE", "FOLDERS", "RUN_FILE", "SOURCE_DIR", "RunLayout"]
 
+RUN_FILE = "run.toml"
+BACKUP_FILE = "run.toml.bak"
 STOP_FILE = "STOP"
 UPSTREAM_DIR = "upstream"
 OUTPUT_DIR = "output"
@@ -265,56 +263,3 @@ class RunLayout:
             logs += [(g.gen, p, self.output_of(g.gen, p), None if ends is None else ends[p])
                      for p in range(g.partitions)]
         return logs
-
-    def write_generations(self, gens: tuple[Generation, ...]) -> None:
-        """Store the generations durably (:func:`storage_log.durable.write_durable`):
-        the commit point of a rescale; then its backup."""
-        write_generations(self.generations_file, gens)
-        write_generations(self.generations_backup, gens)
-
-    # ------------------------------------------------------------------ the facade
-    # one-line calls into the modules that own each file (module docstring)
-
-    def write_run_file(self, spec: PipelineSpec, settings: RunSettings) -> None:
-        run_file.write_run_text(self, run_file.run_text(spec, settings))
-
-    def write_run_text(self, text: str) -> None:
-        run_file.write_run_text(self, text)
-
-    def read_run(self) -> tuple[str, PipelineSpec, RunSettings]:
-        return run_file.read_run(self)
-
-    def read_run_file(self) -> tuple[PipelineSpec, RunSettings]:
-        """The run's spec and settings (:func:`cec_spark.rundir.run_file.read_run`)."""
-        _, spec, settings = run_file.read_run(self)
-        return spec, settings
-
-    def repair_files(self) -> list[str]:
-        return repair.repair_files(self)
-
-    def check_visible(self, run_id: str | None) -> None:
-        access.check_visible(self, run_id)
-
-    def take_driver(self) -> int:
-        return drivers.take_driver(self)
-
-    def claim_driver(self, after: int) -> int | None:
-        return drivers.claim_driver(self, after)
-
-    def end_driver(self, n: int | None, outcome: str, code: int = 0, reason: str = "") -> None:
-        drivers.end_driver(self, n, outcome, code, reason)
-
-    def latest_driver(self) -> int:
-        return drivers.latest_driver(self)
-
-    def check_driver(self, mine: int | None) -> None:
-        drivers.check_driver(self, mine)
-
-    def standbys(self) -> list[dict[str, Any]]:
-        return drivers.standbys(self)
-
-    def write_state(self, p: int, state: dict[str, Any]) -> None:
-        write_advisory(self.state_file(p), state)
-
-    def read_state(self, p: int) -> dict[str, Any]:
-        return read_advisory(self.state_file(p))

@@ -8,7 +8,8 @@ recovery reads nothing else. The ``[cec]`` table holds what the spec does not:
 ``max_tuples`` (the source is cut after that many rows, so a resumed run ends where the
 original would have), and the source's column types (so a resumed ``stream-dir`` ingest
 types its rows the same). A driver hands the text it wrote to its tasks
-(:func:`parse_run_text`) instead of each of them reading the file again.
+(:func:`parse_run_text`) instead of each of them reading the file again. Its checksum
+line is :mod:`~cec_spark.rundir.checksum`'s, its path the layout's.
 """
 
 from __future__ import annotations
@@ -16,51 +17,30 @@ from __future__ import annotations
 import tomllib
 import uuid
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
-
-import xxhash
+from typing import Any
 
 from cec.errors import CorruptionError, UsageError
 from cec.spec import PipelineSpec, default_master, dump_spec, parse_stored_spec
+from cec_spark.rundir.checksum import (
+    CHECKSUM_PREFIX,
+    FORMAT_VERSION,
+    check_run_text,
+    sign_run_text,
+)
+from cec_spark.rundir.layout import BACKUP_FILE, RUN_FILE, RunLayout
 from cec_spark.source.types import ColumnTypes
 from storage_log.durable import write_durable
 
-if TYPE_CHECKING:
-    from cec_spark.rundir.layout import RunLayout
-
-RUN_FILE = "run.toml"
-BACKUP_FILE = "run.toml.bak"
-FORMAT_VERSION = 1
 # New runs hash keys into this many key groups (``pmod(xxhash64(key), G)``); partition
 # ``p`` of ``P`` owns the groups ``kg`` with ``kg * P // G == p`` (Flink's key groups),
 # so a rescale (``cec recover --partitions P'``, ``P' <= G``) moves whole groups.
 KEY_GROUPS = 128
-CHECKSUM_PREFIX = "# cec-checksum: xxh64 "
 VALUE_FALLBACK = "__cec_value"  # the value column of a `count` aggregate without field
 
 
 def value_column(spec: PipelineSpec) -> str:
     """The name of the value column in the upstream logs."""
     return spec.aggregate.field if spec.aggregate.field is not None else VALUE_FALLBACK
-
-
-def sign_run_text(text: str) -> str:
-    """``text`` with its checksum line appended (the last line of every run.toml)."""
-    body = text if text.endswith("\n") else text + "\n"
-    return f"{body}{CHECKSUM_PREFIX}{xxhash.xxh64_hexdigest(body.encode())}\n"
-
-
-def check_run_text(text: str, origin: str) -> str | None:
-    """None if ``text`` carries a valid checksum (or none, a run from before checksums);
-    else why not."""
-    head, sep, last = text.rstrip("\n").rpartition("\n")
-    if not last.startswith(CHECKSUM_PREFIX):
-        return None if CHECKSUM_PREFIX not in text else f"{origin}: its checksum line is " \
-            "not the last line"
-    want = last[len(CHECKSUM_PREFIX):].strip()
-    got = xxhash.xxh64_hexdigest((head + sep).encode())
-    return None if got == want else f"{origin}: checksum mismatch (stored {want}, " \
-        f"content {got})"
 
 
 @dataclass(frozen=True)
@@ -191,6 +171,12 @@ def read_run(layout: RunLayout) -> tuple[str, PipelineSpec, RunSettings]:
                               f"{repair}") from exc
     spec, settings = parse_run_text(text, origin, repair)
     return text, current_spec(layout, spec), settings
+
+
+def read_run_file(layout: RunLayout) -> tuple[PipelineSpec, RunSettings]:
+    """The run's spec and settings (:func:`read_run` without the text)."""
+    _, spec, settings = read_run(layout)
+    return spec, settings
 
 
 def current_spec(layout: RunLayout, spec: PipelineSpec) -> PipelineSpec:

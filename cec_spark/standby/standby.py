@@ -54,7 +54,8 @@ from cec_spark.run.plan import RunPlan, plan_resume
 from cec_spark.run.probe import probe
 from cec_spark.run.session import session_for, stop_session
 from cec_spark.run.slots import local_slots, needed_slots
-from cec_spark.rundir.advisory import write_advisory
+from cec_spark.rundir.advisory import read_advisory, write_advisory
+from cec_spark.rundir.drivers import claim_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import DEFAULT_LEASE_S, Lease
 from cec_spark.standby.watch import (
@@ -177,7 +178,7 @@ def _guard(plan: RunPlan, spark: SparkSession, key: tuple[object, ...], lease: L
         if verdict.kind == "ended":
             return _driver_ended(layout, verdict)
         detected = time.time()
-        mine = layout.claim_driver(verdict.driver)
+        mine = claim_driver(layout, verdict.driver)
         if mine is None:
             say(f"standby: driver {verdict.driver}: {verdict.how}; another process took "
                 "the run over first: watching it")
@@ -240,7 +241,7 @@ def _task_times(layout: RunLayout, partitions: int) -> dict[str, Any]:
     """When the resumed tasks began and ended their recovery (their state files)."""
     began, done = [], []
     for p in range(partitions):
-        st = layout.read_state(p)
+        st = read_advisory(layout.state_file(p))
         if isinstance(st.get("recover_started_at"), int | float):
             began.append(float(st["recover_started_at"]))
         if isinstance(st.get("recovered_at"), int | float):

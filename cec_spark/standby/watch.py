@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from cec.errors import UsageError
-from cec_spark.rundir.layout import BEFORE_RUN_FILE, RunLayout
+from cec_spark.rundir.drivers import latest_driver
+from cec_spark.rundir.layout import BEFORE_RUN_FILE, RUN_FILE, RunLayout
 from cec_spark.rundir.lease import (
     BeatJudge,
     lock_state,
@@ -38,7 +39,6 @@ from cec_spark.rundir.lease import (
     released,
     same_machine,
 )
-from cec_spark.rundir.run_file import RUN_FILE
 from cec_spark.watchdog import say
 from storage_log.log import StreamLog
 
@@ -116,7 +116,7 @@ class DriverWatch:
 
     def look(self) -> Verdict | None:
         """One look: a verdict, or None while the driver lives."""
-        newest = self.layout.latest_driver()
+        newest = latest_driver(self.layout)
         if newest > self.n:
             return Verdict(self.n, "newer", f"driver {newest} took the run")
         self._arm()
@@ -135,7 +135,7 @@ class DriverWatch:
         if said == "ended":
             assert record is not None
             outcome = str(record.get("ended"))
-            if outcome == "superseded" and self.layout.latest_driver() > self.n:
+            if outcome == "superseded" and latest_driver(self.layout) > self.n:
                 return Verdict(self.n, "newer", "it was superseded")
             return Verdict(self.n, "ended", outcome, outcome=outcome,
                            code=int(record.get("code", 0) or 0))
@@ -211,7 +211,7 @@ def newest_driver(layout: RunLayout, lease_s: float) -> int:
     driver of a run just created (``cec run`` takes it right after ``run.toml``)."""
     deadline = time.monotonic() + lease_s
     while True:
-        n = layout.latest_driver()
+        n = latest_driver(layout)
         if n or time.monotonic() >= deadline:
             return n
         time.sleep(0.05)

@@ -26,6 +26,7 @@ from cec.spec import load_spec
 from cec.spec.parse import field_error
 from cec_spark.report import RecoverResult
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import read_run_file
 from cli.app import main
 from cli.schema import problems
 from tests.cec_spark.helpers import (
@@ -232,7 +233,7 @@ def test_a_dataframe_source(cli_run: tuple[Path, Path, Path], spark: Any,
     assert res.completed and res.outcome.source_rows == ROWS
     res.export(tmp_path / "df.csv")
     assert (tmp_path / "df.csv").read_bytes() == cli_export.read_bytes()
-    spec = RunLayout(run).read_run_file()[0]  # the run names its staged source
+    spec = read_run_file(RunLayout(run))[0]  # the run names its staged source
     assert spec.source.kind == "parquet" and spec.source.path == run / "source"
     assert sorted(p.name for p in run.iterdir() if p.name == "source") == ["source"]
     # the same DataFrame into the same directory: refused, nothing changed

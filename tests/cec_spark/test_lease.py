@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cec.errors import UsageError
+from cec_spark.rundir.drivers import latest_driver, standbys
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import (
     BEAT_S,
@@ -32,13 +33,14 @@ from tests.cec_spark.helpers import REPO
 DRIVER = """
 import sys, time
 from pathlib import Path
+from cec_spark.rundir.drivers import end_driver, take_driver
 from cec_spark.rundir.layout import RunLayout
 layout = RunLayout(Path(sys.argv[1]))
-n = layout.take_driver()
+n = take_driver(layout)
 print(n, flush=True)
 line = sys.stdin.readline().strip()
 if line:
-    layout.end_driver(n, line, 0 if line == "completed" else 5, "told to")
+    end_driver(layout, n, line, 0 if line == "completed" else 5, "told to")
     print("ended", flush=True)
 time.sleep(600)
 """
@@ -192,13 +194,14 @@ def test_of_standbys_racing_for_a_dead_driver_exactly_one_wins(run: Path) -> Non
     proc, n = _driver(run)
     _kill(proc)
     script = ("import sys; from pathlib import Path; "
+              "from cec_spark.rundir.drivers import claim_driver; "
               "from cec_spark.rundir.layout import RunLayout; "
-              "print(RunLayout(Path(sys.argv[1])).claim_driver(int(sys.argv[2])))")
+              "print(claim_driver(RunLayout(Path(sys.argv[1])), int(sys.argv[2])))")
     racers = [subprocess.Popen([sys.executable, "-c", script, str(run), str(n)], cwd=REPO,
                                text=True, stdout=subprocess.PIPE) for _ in range(4)]
     got = [r.communicate(timeout=60)[0].strip() for r in racers]
     assert sorted(got) == sorted(["None"] * 3 + [str(n + 1)]), got
-    assert RunLayout(run).latest_driver() == n + 1
+    assert latest_driver(RunLayout(run)) == n + 1
 
 
 def test_what_a_standby_accepts_as_a_run(tmp_path: Path) -> None:
@@ -226,8 +229,8 @@ def test_standbys_alive_are_listed_and_dead_ones_are_not(run: Path) -> None:
     dead.write_text(json.dumps({"beat": 1, "at": time.time() - 60, "pid": 2 ** 22 + 7,
                                 "state": "ready"}))
     try:
-        found = layout.standbys()
+        found = standbys(layout)
         assert [s["state"] for s in found] == ["ready"] and found[0]["pid"] == os.getpid()
     finally:
         lease.end("driver ended")
-    assert layout.standbys() == []
+    assert standbys(layout) == []

@@ -33,6 +33,7 @@ from cec_spark.recover.resume import recover_run
 from cec_spark.run.plan import RunPlan, pipeline_spec, plan_new_run
 from cec_spark.run.task import operator_for
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import read_run_file, write_run_text
 from recovery.partition import recover_partition
 from recovery.rescale import partitions_of
 from storage_log.log import StreamLog
@@ -52,7 +53,7 @@ def _new_run(tmp: Path, name: str, window: str, partitions: int, *, logs: bool =
         f'kind = "csv"\npath = "{src}"\ntime_field = "item_time"\nchunk_rows = {CHUNK}',
         where=None, window=window, function="sum", partitions=partitions))
     plan = plan_new_run(pipeline_spec(spec_path), spec_path, tmp / name)
-    plan.layout.write_run_text(plan.run_text)
+    write_run_text(plan.layout, plan.run_text)
     if logs:  # else: killed after run.toml was written, before the logs were created
         create_logs(plan.layout, partitions, "never")
     return RunLayout(plan.layout.root)
@@ -69,7 +70,7 @@ def _ingest(layout: RunLayout, rows: pa.Table, chunks: range, only: set[int] | N
             seal: bool = False) -> None:
     """Chunks of the source into the current generation's upstream logs, one commit
     with the chunk's token each (``only``: into those partitions only)."""
-    spec, settings = layout.read_run_file()
+    spec, settings = read_run_file(layout)
     assert value_column(spec) == "item_price"
     parts = spec.run.partitions
     logs = [StreamLog.open(layout.upstream(p), writable=True, fsync="never")
@@ -99,7 +100,7 @@ def _operate(layout: RunLayout, upto: int | None = None, only: set[int] | None =
              ) -> None:
     """Every operator of the current generation (``only`` those), as a task runs it:
     recover, then its upstream (up to seq ``upto``), finish and seal at a sealed end."""
-    spec, settings = layout.read_run_file()
+    spec, settings = read_run_file(layout)
     for p in range(spec.run.partitions):
         if only is not None and p not in only:
             continue
@@ -176,7 +177,7 @@ def test_drained_partitions_crash_before_commit_and_two_rescales(tmp_path: Path)
         raise KeyboardInterrupt  # dies here: the old generation drained, the new written
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(RunLayout, "write_generations", crash)
+        mp.setattr("cec_spark.recover.rescale.store_generations", crash)
         with pytest.raises(KeyboardInterrupt):
             rescale(layout, 3)
     assert (layout.root / "output" / "g0001" / "p0002").exists()
@@ -235,7 +236,7 @@ def test_a_run_killed_before_its_logs_starts_with_the_new_partitions(
 
 def test_a_run_without_key_groups_is_refused(tmp_path: Path) -> None:
     layout = _new_run(tmp_path, "run", '{ kind = "count", size = 5 }', 2)
-    spec, settings = layout.read_run_file()
+    spec, settings = read_run_file(layout)
     with pytest.raises(UsageError, match="before key groups"):
         check_rescale(replace(settings, key_groups=None), spec, 3, layout.root)
     with pytest.raises(UsageError, match="key groups"):

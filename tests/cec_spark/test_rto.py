@@ -17,6 +17,7 @@ from cec.errors import SpecError
 from cec.policy import DEFAULT_FLOOR_S
 from cec.spec import dump_spec, parse_spec, parse_stored_spec
 from cec_spark.run import metrics, rto
+from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.layout import RunLayout
 from tests.cec_spark.helpers import REPO, spec_text, write_items_csv
 from tests.cec_spark.test_metrics import parse
@@ -208,7 +209,7 @@ def test_a_run_with_rto_predicts_its_recovery_in_inspect_extent(tmp_path: Path,
     assert res.completed
     layout = RunLayout(run)
     for p in range(2):
-        info = layout.read_state(p)["rto"]
+        info = read_advisory(layout.state_file(p))["rto"]
         assert info["objective_s"] == 40.0 and info["feasible"] is True
         assert info["q_target"] >= 1 and info["u_target"] >= 1
         assert info["predicted_s"] <= 40.0

@@ -3,7 +3,7 @@ or cut short, ends exact (rebuilt from what is intact) or fails naming what is l
 
 The run directories are written here the way the ingest and the operator tasks write
 them (tests/cec_spark/test_rescale_offline.py). ``cec recover --repair`` starts Spark
-to resume; here its repair step (:meth:`RunLayout.repair_files`, the first thing
+to resume; here its repair step (:func:`cec_spark.rundir.repair.repair_files`, the first thing
 ``--repair`` does) and the export are run, and test_small_files_spark.py runs the
 command itself.
 """
@@ -21,8 +21,11 @@ from cec.errors import CorruptionError, RecoveryError, UsageError, exit_code
 from cec_spark.errors import DriverSupersededError
 from cec_spark.read.export import results_table
 from cec_spark.recover.rescale import rescale
+from cec_spark.rundir.advisory import read_advisory, write_advisory
+from cec_spark.rundir.drivers import check_driver, latest_driver, take_driver
 from cec_spark.rundir.generations import GENERATIONS_BACKUP
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.repair import repair_files
 from tests.cec_spark.test_rescale_offline import (
     CHUNK,
     ROWS,
@@ -60,7 +63,7 @@ def rescaled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pa.Table]:
     new = RunLayout(layout.root)
     _ingest(new, rows, range(4, ROWS // CHUNK), seal=True)
     _operate(new)
-    new.take_driver()
+    take_driver(new)
     return layout.root, results_table(layout.root)
 
 
@@ -81,7 +84,7 @@ def test_generations_toml_is_restored_from_its_backup(rescaled: tuple[Path, pa.T
     assert exit_code(err.value) == 3
     assert f"cec recover --from-log {layout.root} --repair" in str(err.value)
     # the command named: its repair step, then the export
-    done = RunLayout(layout.root).repair_files()
+    done = repair_files(RunLayout(layout.root))
     assert any(f"restored {layout.generations_file}" in d for d in done), done
     assert layout.generations_file.read_bytes() == good
     assert results_table(layout.root).equals(rescaled[1])
@@ -105,7 +108,7 @@ def test_a_lost_generations_toml_is_not_a_run_never_rescaled(
     layout.generations_file.unlink()
     with pytest.raises(CorruptionError, match="--repair"):
         results_table(layout.root)
-    RunLayout(layout.root).repair_files()
+    repair_files(RunLayout(layout.root))
     assert results_table(layout.root).equals(rescaled[1])
 
 
@@ -118,13 +121,13 @@ def test_run_toml_bak_is_written_again_by_the_repair(rescaled: tuple[Path, pa.Ta
     good = layout.run_file.read_bytes()
     DAMAGE[how](layout.backup_file)
     assert results_table(layout.root).equals(rescaled[1])
-    done = RunLayout(layout.root).repair_files()
+    done = repair_files(RunLayout(layout.root))
     assert any(f"wrote {layout.backup_file} again" in d for d in done), done
     assert layout.backup_file.read_bytes() == good
     flip(layout.run_file)  # damage (exit 3) or, if it still parses, an edit (exit 2)
     with pytest.raises((CorruptionError, UsageError), match="--repair"):
         results_table(layout.root)
-    RunLayout(layout.root).repair_files()
+    repair_files(RunLayout(layout.root))
     assert layout.run_file.read_bytes() == good
     assert results_table(layout.root).equals(rescaled[1])
 
@@ -135,15 +138,15 @@ def test_a_damaged_driver_file_still_fences_older_drivers(rescaled: tuple[Path, 
     """drivers/N: only its name counts (the number); its content is what a message
     says of the driver, and is shown as unknown when damaged."""
     layout = _copy(rescaled[0], tmp_path)
-    newest = layout.latest_driver()
+    newest = latest_driver(layout)
     assert newest >= 1
     DAMAGE[how](layout.drivers_dir / f"{newest:08d}")
-    assert layout.latest_driver() == newest
+    assert latest_driver(layout) == newest
     with pytest.raises(DriverSupersededError, match=f"number {newest}"):
-        layout.check_driver(newest - 1)
-    mine = layout.take_driver()
+        check_driver(layout, newest - 1)
+    mine = take_driver(layout)
     assert mine == newest + 1
-    layout.check_driver(mine)
+    check_driver(layout, mine)
     assert results_table(layout.root).equals(rescaled[1])
 
 
@@ -151,13 +154,13 @@ def test_a_damaged_driver_file_still_fences_older_drivers(rescaled: tuple[Path, 
 def test_damaged_state_and_metrics_files_are_advisory(rescaled: tuple[Path, pa.Table],
                                                       tmp_path: Path, how: str) -> None:
     layout = _copy(rescaled[0], tmp_path)
-    layout.write_state(0, {"in_tuples": 5, "pid": 1})
+    write_advisory(layout.state_file(0), {"in_tuples": 5, "pid": 1})
     metrics = layout.root / "metrics" / "cec.prom"
     metrics.parent.mkdir(exist_ok=True)
     metrics.write_text('cec_up_seconds{run="x"} 1.0\n')
     DAMAGE[how](layout.state_file(0))
     DAMAGE[how](metrics)
-    assert layout.read_state(0) in ({}, {"in_tuples": 5, "pid": 1})
+    assert read_advisory(layout.state_file(0)) in ({}, {"in_tuples": 5, "pid": 1})
     assert results_table(layout.root).equals(rescaled[1])
-    layout.write_state(0, {"in_tuples": 6})
-    assert layout.read_state(0) == {"in_tuples": 6}
+    write_advisory(layout.state_file(0), {"in_tuples": 6})
+    assert read_advisory(layout.state_file(0)) == {"in_tuples": 6}

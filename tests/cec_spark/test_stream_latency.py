@@ -26,7 +26,7 @@ from cec_spark.ingest.writer import PART
 from cec_spark.run.plan import RunPlan
 from cec_spark.run.session import build_session
 from cec_spark.rundir.layout import RunLayout
-from cec_spark.rundir.run_file import KEY_GROUPS, settings_for
+from cec_spark.rundir.run_file import KEY_GROUPS, run_text, settings_for, write_run_text
 from cec_spark.source.planner import InputError, StreamDirWatcher
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import spec_text, write_items_csv
@@ -68,7 +68,7 @@ def _setup(spark: object, spec_path: Path, run: Path) -> tuple[object, RunLayout
     watcher.poll()
     settings = settings_for(spec, watcher.plan.columns, None, ())
     layout = RunLayout(run)
-    layout.write_run_file(spec, settings)
+    write_run_text(layout, run_text(spec, settings))
     create_logs(layout, P, spec.run.fsync)
     return spec, layout, IngestQuery(spark, RunPlan(spec, settings, layout))  # type: ignore[arg-type]
 

@@ -20,6 +20,7 @@ from cec.windows import CountWindow, TimeWindow, WindowSpec
 from cec_spark.ingest.logs import create_logs, trim_upstream
 from cec_spark.ingest.writer import WriterConfig, open_upstream
 from cec_spark.run.task import ReplayAfterSeq
+from cec_spark.rundir.advisory import write_advisory
 from cec_spark.rundir.layout import RunLayout
 from recovery.partition import recover_partition
 from recovery.upstream import upstream_trim_before
@@ -118,8 +119,9 @@ def test_trim_drops_whole_segments_up_to_the_reported_replay_after_seq(tmp_path:
             log.append(batch)
             log.commit()
     replay_after_seq = seqs[len(seqs) // 2]
-    layout.write_state(0, {"replay_after_seq": replay_after_seq})
-    layout.write_state(1, {"in_tuples": 5})  # no replay_after_seq reported: nothing trimmed
+    write_advisory(layout.state_file(0), {"replay_after_seq": replay_after_seq})
+    # no replay_after_seq reported: nothing trimmed
+    write_advisory(layout.state_file(1), {"in_tuples": 5})
     assert trim_upstream(layout, logs) > 0
     assert logs[1].first_seq == seqs[0]
     assert seqs[0] < logs[0].first_seq <= upstream_trim_before(replay_after_seq)

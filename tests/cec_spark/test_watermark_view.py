@@ -21,8 +21,9 @@ from cec_spark.ingest.logs import create_logs
 from cec_spark.read.inspect import inspect_extent
 from cec_spark.report.watermark import behind_s, event_time, watermark_text
 from cec_spark.run import metrics
+from cec_spark.rundir.advisory import write_advisory
 from cec_spark.rundir.layout import RunLayout
-from cec_spark.rundir.run_file import settings_for
+from cec_spark.rundir.run_file import run_text, settings_for, write_run_text
 from cec_spark.source.types import ColumnTypes
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import spec_text
@@ -89,7 +90,7 @@ def _run_dir(tmp_path: Path, partitions: int = 2) -> RunLayout:
     spec = load_spec(spec_file)
     cols = ColumnTypes(("item_id", "item_price", "item_time"), ("int64", "float64", "int64"))
     layout = RunLayout(tmp_path / "run")
-    layout.write_run_file(spec, settings_for(spec, cols, None))
+    write_run_text(layout, run_text(spec, settings_for(spec, cols, None)))
     create_logs(layout, partitions, "never")
     return layout
 
@@ -111,8 +112,8 @@ def _quiet_partition_1(layout: RunLayout) -> None:
         log.commit(_token(0, T0 + 3_000_000, late=2))
         log.commit(_token(1, T0 + 13_000_000, late=2))  # no row: a TOKEN frame
     # the operators: partition 0 caught up, partition 1 still at the first W
-    layout.write_state(0, {"in_tuples": 4, "watermark_us": T0 + 13_000_000})
-    layout.write_state(1, {"in_tuples": 2, "watermark_us": T0 + 3_000_000})
+    write_advisory(layout.state_file(0), {"in_tuples": 4, "watermark_us": T0 + 13_000_000})
+    write_advisory(layout.state_file(1), {"in_tuples": 2, "watermark_us": T0 + 3_000_000})
 
 
 def test_inspect_extent_shows_each_partitions_watermarks(tmp_path: Path) -> None:
@@ -152,7 +153,7 @@ def test_inspect_extent_without_watermarks_or_as_of_a_time(tmp_path: Path) -> No
     with StreamLog.open(layout.upstream(0), writable=True) as log:
         log.append(_rows([0], [T0]))
         log.commit(_token(0, None))
-    layout.write_state(0, {"in_tuples": 1})
+    write_advisory(layout.state_file(0), {"in_tuples": 1})
     (p0,) = inspect_extent(layout.root).partitions
     assert (p0.ingest_watermark_us, p0.operator_watermark_us, p0.operator_behind_s,
             p0.watermark) == (None, None, None, None)
@@ -160,7 +161,8 @@ def test_inspect_extent_without_watermarks_or_as_of_a_time(tmp_path: Path) -> No
 
     with StreamLog.open(layout.upstream(0), writable=True) as log:
         log.commit(_token(0, T0 + 1))
-    layout.write_state(0, {"in_tuples": 1, "watermark_us": True})  # not a time: ignored
+    # not a time: ignored
+    write_advisory(layout.state_file(0), {"in_tuples": 1, "watermark_us": True})
     (p0,) = inspect_extent(layout.root).partitions
     assert (p0.ingest_watermark_us, p0.operator_watermark_us) == (T0 + 1, None)
     (p0,) = inspect_extent(layout.root, at=T0).partitions

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 
 from cec_spark.report import ExportResult, ExtentResult, LogReport, RecoverResult, RunResult
-from cec_spark.rundir.run_file import CHECKSUM_PREFIX, sign_run_text
+from cec_spark.rundir.checksum import CHECKSUM_PREFIX, sign_run_text
 from cli.app import main
 from cli.schema import problems
 from tests.cec_spark.helpers import (

@@ -38,7 +38,9 @@ from cec.policy import PolicyConfig
 from cec.windows import SessionWindow
 from cec_spark.recover.rescale import check_session_ends
 from cec_spark.report import ExtentResult, RecoverResult, RunResult
+from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.run_file import read_run_file
 from recovery.rescale import handoff, partitions_of
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import cec, read_export_csv, spec_text, start_cec, wait_for
@@ -223,7 +225,7 @@ def test_inspect_extent_time_travel_and_rto_of_a_session_run(reference: Referenc
     footprints are sessions open then; the run with ``rto`` predicts its recovery within
     the objective."""
     run = reference.run
-    _spec, settings = RunLayout(run).read_run_file()
+    _spec, settings = read_run_file(RunLayout(run))
     assert settings.key_groups is not None
     # the stream: every row (none is late beyond the lateness) in (ts, row) order, seq =
     # its rank, before the filter; then each key's partition
@@ -261,7 +263,7 @@ def test_inspect_extent_time_travel_and_rto_of_a_session_run(reference: Referenc
             assert e["within_objective"] is True
     layout = RunLayout(run)
     for p in range(P):
-        info = layout.read_state(p)["rto"]
+        info = read_advisory(layout.state_file(p))["rto"]
         assert info["objective_s"] == 60.0 and info["feasible"] is True
         assert info["predicted_s"] <= 60.0
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from cec_spark.rundir.drivers import latest_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import read_lease
 from cec_spark.source.types import END_MARKER
@@ -279,7 +280,7 @@ def test_a_driver_killed_as_its_run_appears_and_one_killed_during_a_rescale(
         assert "taking the run over as driver " in _text(tmp_path / "sb.log")
         _kill_group(standby)  # the run killed again, mid-way
         standby.wait(30)
-        n = RunLayout(run).latest_driver()
+        n = latest_driver(RunLayout(run))
         rescaling = start_cec(["recover", "--from-log", str(run), "--partitions", "2"],
                               tmp_path / "rescale.log")
         procs.append(rescaling)
