@@ -20,6 +20,8 @@ package is a flat set of nouns, like Kafka's log layer:
 ``reconcile``  the writable open: cut a torn tail, re-index, rebuild (Kafka LogLoader)
 ``appender``   the write side: pending frames, segment roll, fsync
 ``reader``     the read side: forward, backward, verify, read-ahead decoding
+``reads``      the read API ``StreamLog`` derives (``read_forward``, ``read_backward``,
+               ``tail``, ``follow``, ``verify``)
 ``follow``     the commit tokens in stream order (:class:`CommitToken`) and a reader
                that reads on from where its last look ended (:class:`Follower`)
 ``notify``     waiting for a log's next commit (inotify, a poll as the fallback)

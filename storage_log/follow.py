@@ -3,7 +3,7 @@
 A commit may carry a token (``StreamLog.commit(token)``), with or without new
 records: the token is a TOKEN frame after the commit's records, carrying the log's
 last ``seq``/``ts`` at that commit. ``read_forward(tokens=True)`` and
-``tail(tokens=True)`` (:class:`storage_log.reader.LogReads`) yield, between the
+``tail(tokens=True)`` (:class:`storage_log.reads.LogReads`) yield, between the
 record batches, a :class:`CommitToken` for each such frame, in the order they were
 committed. A :class:`Follower` is what both use: a reader that keeps the byte
 position where its last look ended, so looking again reads only what was committed
@@ -23,14 +23,14 @@ segment, and a new read (or a look abandoned before its end) starts again from
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 
-from storage_log.entry import Committed, Snapshot
+from storage_log.entry import Committed, Entry, Snapshot
 from storage_log.epoch import Chain, read_chain
 from storage_log.errors import LogTrimmedError
 from storage_log.framing import FrameError, FrameInfo, Kind
@@ -39,7 +39,7 @@ from storage_log.segment import SegmentReader, read_trim_marker, segment_path
 from storage_log.walk import check_link
 
 if TYPE_CHECKING:
-    from storage_log.reader import LogReads, RecordReader
+    from storage_log.reader import RecordReader
 
 __all__ = ["CommitToken", "Follower", "tail_items"]
 
@@ -48,6 +48,8 @@ __all__ = ["CommitToken", "Follower", "tail_items"]
 INLINE_BYTES = 1 << 10
 _NO_SCHEMA = pa.schema([])
 _Frame = tuple[memoryview, int, FrameInfo, Path]
+#: the index lookup of a log: a snapshot and the entry of a position (``LogReads._locate``)
+Locate = Callable[..., tuple[Snapshot, Entry | None]]
 
 
 class CommitToken(NamedTuple):
@@ -64,7 +66,7 @@ class CommitToken(NamedTuple):
 
 class Follower:
     """Reads the committed records after ``after_seq`` and the commit tokens among
-    them, one :meth:`look` at a time.
+    them, one :meth:`look` at a time (``StreamLog.follow`` makes one).
 
     The first look finds its start with one index lookup; each later look starts at
     the committed end the previous complete look read up to (bytes, not seqs), so a
@@ -74,8 +76,11 @@ class Follower:
     Thread safety: one thread.
     """
 
-    def __init__(self, reads: LogReads, *, after_seq: int | None) -> None:
-        self._reads = reads
+    def __init__(self, reader: RecordReader, snapshot: Callable[[], Snapshot],
+                 locate: Locate, *, after_seq: int | None) -> None:
+        self._reader = reader
+        self.snapshot = snapshot
+        self._locate = locate
         self.after_seq = after_seq
         self._pos: tuple[int, int] | None = None  # (segment, end) a complete look reached
         self._prev: int | None = None  # the log's last seq at _pos
@@ -83,16 +88,15 @@ class Follower:
     def look(self) -> Iterator[pa.RecordBatch | CommitToken]:
         """What is committed now and was not delivered by an earlier complete look:
         record batches and :class:`CommitToken` s, in commit order."""
-        reads = self._reads
         if self._pos is None:
-            snap, start, prev = token_start(reads, self.after_seq)
+            snap, start, prev = token_start(self.snapshot, self._locate, self.after_seq)
         else:
-            snap = reads._snapshot()
+            snap = self.snapshot()
             start, prev = self._pos, self._prev
             if snap.committed.position <= start:
                 return
         after = self.after_seq
-        for item in read_items(reads._reader, snap, start, prev=prev, after_seq=after):
+        for item in read_items(self._reader, snap, start, prev=prev, after_seq=after):
             if not isinstance(item, CommitToken):
                 self.after_seq = item.column("seq")[item.num_rows - 1].as_py()
             yield item
@@ -101,11 +105,9 @@ class Follower:
             self._pos, self._prev = c.position, c.last_seq
 
 
-def tail_items(reads: LogReads, after_seq: int | None, timeout: float
-               ) -> Iterator[pa.RecordBatch | CommitToken]:
-    """``LogReads.tail(tokens=True)``: a :class:`Follower`'s looks until the log is
-    sealed and read, or nothing new was committed for ``timeout`` seconds."""
-    follower = Follower(reads, after_seq=after_seq)
+def tail_items(follower: Follower, timeout: float) -> Iterator[pa.RecordBatch | CommitToken]:
+    """``LogReads.tail(tokens=True)``: ``follower``'s looks until the log is sealed and
+    read, or nothing new was committed for ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:
@@ -113,7 +115,7 @@ def tail_items(reads: LogReads, after_seq: int | None, timeout: float
         for item in follower.look():
             got = True
             yield item
-        if not got and reads._snapshot().sealed:
+        if not got and follower.snapshot().sealed:
             return
         now = time.monotonic()
         if got:
@@ -125,14 +127,14 @@ def tail_items(reads: LogReads, after_seq: int | None, timeout: float
         delay = min(delay * 2, 0.05)
 
 
-def token_start(reads: LogReads, after_seq: int | None
+def token_start(snapshot: Callable[[], Snapshot], locate: Locate, after_seq: int | None
                 ) -> tuple[Snapshot, tuple[int, int] | None, int | None]:
     """A snapshot, the byte position to read the records after ``after_seq`` and the
     tokens at or after it from (None: the start of the log), and the log's last seq
     there if known: one index lookup."""
     if after_seq is None or after_seq < 0:  # the tokens before the first record too
-        return reads._snapshot(), None, None
-    snap, entry = reads._locate(at_seq=after_seq)
+        return snapshot(), None, None
+    snap, entry = locate(at_seq=after_seq)
     if entry is None:  # every record ends before after_seq: only new commits count
         c = snap.committed
         return snap, (c.position if c.segment >= 0 else None), c.last_seq

@@ -80,7 +80,8 @@ from storage_log.framing import Kind, encode_schema
 from storage_log.index import LogIndex
 from storage_log.lock import WriterLock
 from storage_log.payload import PayloadCodec
-from storage_log.reader import LogReads, RecordReader
+from storage_log.reader import RecordReader
+from storage_log.reads import LogReads
 from storage_log.reconcile import ReconcileReport, TailState, open_for_writing
 from storage_log.scan import ScanIndex, open_scan_index
 from storage_log.segment import sid_base, write_trim_marker
@@ -97,7 +98,7 @@ class StreamLog(LogReads):
     readers). The files are written by a :class:`SegmentAppender` and read by a
     :class:`RecordReader`; this class checks positions and schemas and runs the
     commit protocol. The reads (``read_forward``, ``read_backward``, ``verify``,
-    ``tail``) are those of :class:`storage_log.reader.LogReads`.
+    ``tail``, ``follow``) are those of :class:`storage_log.reads.LogReads`.
     """
 
     reconcile_report: ReconcileReport | None

@@ -17,7 +17,7 @@ import pytest
 
 from storage_log.cache import index_path
 from storage_log.errors import LogTrimmedError, LogUsageError
-from storage_log.follow import CommitToken, Follower
+from storage_log.follow import CommitToken
 from storage_log.log import StreamLog
 from tests.storage_log.conftest import make_batch, rows
 
@@ -166,7 +166,7 @@ def test_trimmed_segments(log_dir: Path) -> None:
 def test_follower_reads_on_from_where_it_ended(log_dir: Path) -> None:
     with StreamLog.open(log_dir, writable=True, create=True) as w, \
             StreamLog.open(log_dir) as r:
-        f = Follower(r, after_seq=None)
+        f = r.follow(after_seq=None)
         assert list(f.look()) == []
         w.append(make_batch(0, 3))
         w.commit(b"a")
