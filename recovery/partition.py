@@ -10,13 +10,17 @@ exact state it had at ``t_c``, the input position of the last durable output row
    large chunks): the EC, ``N_c``, ``t_c``, ``T`` (the paper's symbol; in code and in a
    run's JSON ``replay_after_seq``) and the extent metrics.
 3. **load**: ``operator.load_ec(ec, t_c=, t_c_ts=, next_out_seq=)``.
-4. **replay**: ``upstream.read_forward(after_seq=T)`` up to and including ``t_c``
-   through ``operator.process()``, which is in reconstruction mode for those tuples
-   (it applies a tuple only to EC windows of its key with an older footprint, emits
-   nothing). The replay stops exactly at ``t_c``: the caller resumes normal processing
-   with ``upstream.read_forward(after_seq=recovered.t_c)`` and appends
-   the output. Input tuples after ``t_c`` that had been processed before the crash
-   produced no durable output, so processing them again is exact.
+4. **replay**: ``upstream.read_forward(after_seq=T, tokens=True)`` up to and
+   including ``t_c`` through ``operator.process()``, which is in reconstruction mode
+   for those tuples (it applies a tuple only to EC windows of its key with an older
+   footprint, emits nothing), and the watermarks among them (before ``t_c``) through
+   ``operator.watermark()``, which consumes them (:mod:`recovery.upstream`). The
+   replay stops exactly at ``t_c``: the caller resumes normal processing with
+   ``upstream.read_forward(after_seq=recovered.t_c, tokens=True)`` (the watermarks at
+   ``t_c`` first) and appends the output. Input tuples and watermarks after ``t_c``
+   that had been processed before the crash produced no durable output (or, for a
+   watermark at ``(t_c, W <= t_c_ts)``, are consumed by the operator), so processing
+   them again is exact.
 
 The upstream must still hold the tuple at ``T`` (``first_seq <= T``; ``T`` is the seq
 of a real input tuple), and everything up to ``t_c``; else
@@ -281,7 +285,8 @@ class _NoUpstream:
     last_seq: int | None = None
 
     def read_forward(
-        self, *, after_seq: int | None = None, from_ts: int | None = None
+        self, *, after_seq: int | None = None, from_ts: int | None = None,
+        tokens: bool = False,
     ) -> Iterator[pa.RecordBatch]:
         return iter(())
 

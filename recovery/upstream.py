@@ -5,13 +5,24 @@ applies a tuple of key ``k`` only to EC windows of ``k`` with an older footprint
 emits nothing. :class:`ReplayFilter` drops, before the operator, the tuples that this
 rule would apply to nothing; upstream records are coalesced into large batches.
 The upstream must still hold the tuple at ``T`` and every tuple up to ``t_c``.
+
+Watermarks: the upstream is read with its commit tokens (``tokens=True``), and the
+watermark ``W`` of an ingest token (:mod:`cec.ingest_token`) at position ``(s, W)``
+with ``T <= s < t_c`` goes to ``operator.watermark(W, s)`` at its place among the
+tuples (the operator consumes it in reconstruction mode: it sits before ``t_c``).
+Those at ``s >= t_c`` are the resumed run's (it reads the upstream after ``t_c``
+with tokens: a token at ``t_c`` comes first). To keep the batches large, a watermark
+superseded by a higher one before the next batch is handed over is not delivered:
+the operator gets, at each batch boundary, the newest watermark at its exact place
+(the tuples before it, it, the tuples after it). :func:`count_replay` reads no
+tokens: a dry run counts what it always counted.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol, overload
 
 import numpy as np
 import pandas as pd
@@ -19,14 +30,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cec.errors import RecoveryError
+from cec.ingest_token import decode_token
 from recovery.checkpoint import JSON_DOCS
 from recovery.ec import EventualCheckpoint
 from recovery.errors import InconsistentLogError, ReplayUnavailableError
 from storage_log.errors import LogTrimmedError
+from storage_log.follow import CommitToken
 
 
 class UpstreamLogReader(Protocol):
-    """What recovery reads from an upstream (input) log."""
+    """What recovery reads from an upstream (input) log (``storage_log.StreamLog``):
+    ``tokens=True`` yields its commit tokens too, in commit order between the records
+    (a :class:`~storage_log.follow.CommitToken` at ``seq >= after_seq``)."""
 
     @property
     def first_seq(self) -> int | None: ...
@@ -34,15 +49,24 @@ class UpstreamLogReader(Protocol):
     @property
     def last_seq(self) -> int | None: ...
 
+    @overload
     def read_forward(
-        self, *, after_seq: int | None = None, from_ts: int | None = None
+        self, *, after_seq: int | None = ..., from_ts: int | None = ...,
+        tokens: Literal[False] = ...,
     ) -> Iterator[pa.RecordBatch]: ...
+
+    @overload
+    def read_forward(
+        self, *, after_seq: int | None = ..., from_ts: int | None = ..., tokens: bool = ...
+    ) -> Iterator[pa.RecordBatch | CommitToken]: ...
 
 
 class RecoverableOperator(Protocol):
     """The part of ``cec.operator.AggregateOperator`` recovery drives."""
 
     def process(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
+
+    def watermark(self, w: int, seq: int) -> pa.RecordBatch: ...
 
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None: ...
 
@@ -219,14 +243,33 @@ def _feed(
     return int(batch.num_rows)
 
 
-def _replayed(rec: EventualCheckpoint, upstream: UpstreamLogReader
-              ) -> Iterator[tuple[pa.RecordBatch, int]]:
-    """The upstream records in (T, t_c], each cut at t_c, with its share of bytes.
+def watermark_of(item: CommitToken) -> int | None:
+    """The watermark an upstream commit token carries (None: not an ingest token with
+    one)."""
+    token = decode_token(item.token)
+    return None if token is None else token.watermark
 
-    Raises ReplayUnavailableError unless the last one ends exactly at t_c.
+
+def _replayed(rec: EventualCheckpoint, upstream: UpstreamLogReader, *, tokens: bool
+              ) -> Iterator[tuple[pa.RecordBatch, int] | tuple[int, int]]:
+    """The upstream records in (T, t_c], each cut at t_c, with its share of bytes, and
+    with ``tokens`` the watermarks ``(W, s)`` at ``T <= s < t_c`` among them, each
+    above the one before.
+
+    Raises ReplayUnavailableError unless the last record ends exactly at t_c.
     """
     last_seen: int | None = None
-    for batch in upstream.read_forward(after_seq=rec.replay_after_seq):
+    last_w: int | None = None
+    for item in upstream.read_forward(after_seq=rec.replay_after_seq, tokens=tokens):
+        if isinstance(item, CommitToken):
+            if item.seq >= rec.t_c:  # after the tuple at t_c: the resumed run's
+                break
+            w = watermark_of(item)
+            if w is not None and (last_w is None or w > last_w):
+                last_w = w
+                yield w, item.seq
+            continue
+        batch = item
         if not batch.num_rows:
             continue
         seq = batch.column("seq").to_numpy()
@@ -246,6 +289,47 @@ def _replayed(rec: EventualCheckpoint, upstream: UpstreamLogReader
         )
 
 
+class _Feeder:
+    """Replayed tuples and watermarks to the operator: tuples in batches of at least
+    ``REPLAY_BATCH_ROWS`` rows, and at each batch boundary the newest watermark not yet
+    delivered, at its place (``before`` it, the watermark, ``after`` it)."""
+
+    def __init__(self, operator: RecoverableOperator, keep: ReplayFilter | None,
+                 t_c: int) -> None:
+        self.operator, self.keep, self.t_c = operator, keep, t_c
+        self.before: list[pa.RecordBatch] = []
+        self.after: list[pa.RecordBatch] = []
+        self.mark: tuple[int, int] | None = None  # (W, seq) not delivered yet
+        self.rows = 0
+        self.applied = 0
+
+    def tuples(self, part: pa.RecordBatch) -> None:
+        (self.before if self.mark is None else self.after).append(part)
+        self.rows += part.num_rows
+        if self.rows >= REPLAY_BATCH_ROWS:
+            self.flush()
+
+    def watermark(self, w: int, seq: int) -> None:
+        if self.mark is not None:  # superseded: its tuples go before the newer one
+            self.before += self.after
+            self.after = []
+        self.mark = (w, seq)
+
+    def flush(self) -> None:
+        op, keep, t_c = self.operator, self.keep, self.t_c
+        self.applied += _feed(op, self.before, keep, t_c)
+        if self.mark is not None:
+            w, seq = self.mark
+            out = op.watermark(w, seq)
+            if out.num_rows:
+                raise RecoveryError(
+                    f"the operator emitted {out.num_rows} row(s) for the watermark {w} at "
+                    f"seq {seq} < t_c={t_c} in reconstruction mode (it must emit nothing "
+                    "there)")
+            self.applied += _feed(op, self.after, keep, t_c)
+        self.before, self.after, self.mark, self.rows = [], [], None, 0
+
+
 def _replay(
     rec: EventualCheckpoint,
     upstream: UpstreamLogReader,
@@ -256,25 +340,25 @@ def _replay(
     if rec.t_c <= rec.replay_after_seq:
         return ReplayStats()
     keep = ReplayFilter(rec.table, key_column) if key_column and rec.n_c else None
-    tuples = batches = nbytes = applied = rows = 0
-    parts: list[pa.RecordBatch] = []
+    feeder = None if operator is None else _Feeder(operator, keep, rec.t_c)
+    tuples = batches = nbytes = 0
     try:
-        for part, size in _replayed(rec, upstream):
+        for part, size in _replayed(rec, upstream, tokens=feeder is not None):
+            if isinstance(part, int):  # a watermark (W, seq)
+                if feeder is not None:
+                    feeder.watermark(part, size)
+                continue
             tuples += part.num_rows
             batches += 1
             nbytes += size
-            if operator is None:
-                continue
-            parts.append(part)
-            rows += part.num_rows
-            if rows >= REPLAY_BATCH_ROWS:
-                applied += _feed(operator, parts, keep, rec.t_c)
-                parts, rows = [], 0
+            if feeder is not None:
+                feeder.tuples(part)
     except LogTrimmedError as exc:
         raise ReplayUnavailableError(
             f"the upstream log no longer holds the tuples after T={rec.replay_after_seq}: "
             f"{exc}"
         ) from exc
-    if operator is not None:
-        applied += _feed(operator, parts, keep, rec.t_c)
-    return ReplayStats(tuples=tuples, applied=applied, batches=batches, bytes=nbytes)
+    if feeder is None:
+        return ReplayStats(tuples=tuples, batches=batches, bytes=nbytes)
+    feeder.flush()
+    return ReplayStats(tuples=tuples, applied=feeder.applied, batches=batches, bytes=nbytes)

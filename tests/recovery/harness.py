@@ -178,8 +178,10 @@ class MemLog:
         return int(self.records[-1].column("seq")[-1].as_py()) if self.records else None
 
     def read_forward(
-        self, *, after_seq: int | None = None, from_ts: int | None = None
+        self, *, after_seq: int | None = None, from_ts: int | None = None,
+        tokens: bool = False,
     ) -> Iterator[pa.RecordBatch]:
+        """The records (it holds no commit tokens: ``tokens`` adds none)."""
         for r in self.records:
             seq = r.column("seq").to_numpy()
             lo = 0 if after_seq is None else int(np.searchsorted(seq, after_seq, side="right"))
