@@ -13,6 +13,14 @@ Output (docs/ARCHITECTURE.md §3): one row per output tuple, schema
 or :data:`G_CHECK` (background footprint, state as of ``t_now``). ``seq`` is dense
 along the output log; ``t_now`` is the input ``seq`` of the last input tuple processed
 (for G rows: the footprint position ``tau2``); ``n_open`` is ``N`` right after the row.
+
+A watermark ``W`` (``watermark(w, seq)``, docs/ARCHITECTURE.md "Watermarks") closes
+windows without an input tuple: its ``R`` rows carry ``ts = W`` and ``t_now`` = the
+upstream log's last seq before it, so along the output log ``(t_now, ts)`` never
+decreases (lexicographically), whichever input caused a row. After a watermark ``W``
+at seq ``s`` every input tuple has ``ts >= W`` and ``seq > s``
+(:func:`check_after_watermark`).
+
 One storage form holds two tuples: :data:`G_OPEN_R`, the ``G_open`` and the ``R`` of a
 window that the same input tuple opened and closed (a count window of size 1), whose
 ``G_open`` is the ``R`` row but for three derived fields; :func:`logical_rows` writes
@@ -232,6 +240,39 @@ def check_order(
                 f"input tuple at position (ts={ts[i]}, seq={seq[i]}) does not follow "
                 f"(ts={ts[i - 1]}, seq={seq[i - 1]}): {what}"
             )
+
+
+def check_after_watermark(
+    ts: npt.NDArray[np.int64],
+    seq: npt.NDArray[np.int64],
+    watermark: Position | None,
+) -> None:
+    """Raise :class:`InputOrderError` unless the tuples follow the last watermark applied,
+    ``watermark = (ts=W, seq=s)``: ``ts >= W`` (every row below ``W`` was released
+    before it) and ``seq > s`` (the watermark came after the log's row ``s``)."""
+    if watermark is None or len(seq) == 0:
+        return
+    w, s = watermark
+    if ts[0] < w or seq[0] <= s:
+        what = "ts below the watermark" if ts[0] < w else "seq not after the watermark's"
+        raise InputOrderError(
+            f"input tuple at position (ts={ts[0]}, seq={seq[0]}) does not follow the "
+            f"watermark W={w} (after seq {s}): {what}"
+        )
+
+
+def check_watermark(w: int, seq: int, last_seq: int | None,
+                    watermark: Position | None) -> None:
+    """Raise :class:`InputOrderError` unless a watermark ``w`` at seq ``seq`` (the
+    upstream log's last seq before it) follows the last input tuple (``last_seq``) and
+    the last watermark applied."""
+    before = [s for s in (last_seq, None if watermark is None else watermark.seq)
+              if s is not None]
+    if before and seq < max(before):
+        raise InputOrderError(
+            f"watermark W={w} after seq {seq} does not follow the input at seq "
+            f"{max(before)}: a watermark's seq is the log's last seq before it"
+        )
 
 
 def check_resume(

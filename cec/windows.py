@@ -29,6 +29,11 @@ session ``[0 s, 30 s)``). So an open session closes before tuple ``p`` (any key)
 applied iff ``win_end < ts(p)`` (strictly, unlike a time window's ``win_end <= ts``),
 and a key has at most one session open. Its id is ``(key, win_start)``.
 
+A watermark ``W`` (event time has reached ``W`` without a tuple; docs/ARCHITECTURE.md
+"Watermarks") closes what a tuple at ``ts = W`` would close first: time windows with
+``win_end <= W``, sessions with ``win_end < W``; count windows never close on event
+time.
+
 A window is also what a spec's ``[aggregate].window`` parses into
 (:attr:`cec.spec.AggregateSpec.window`): every kind answers ``kind``, ``size`` and
 ``slide`` (tuples for a count window, microseconds for a time window; a session's gap

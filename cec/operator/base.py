@@ -19,6 +19,23 @@ written in :mod:`cec.records`, :mod:`cec.windows`, :mod:`cec.aggregates` and
   Spark); in (2) a key's tuple joins its one open session (``win_end`` moves to
   ``ts + gap``) or opens one. In reconstruction mode a session's ``win_end`` follows
   the tuples added (``last_ts + gap``).
+* ``watermark(w, seq)``: event time has reached ``w`` (every upstream row with
+  ``ts < w`` has been delivered) after the upstream log's row ``seq`` (its last seq, -1
+  for none). It is step (1) of a tuple at ``ts = w``, without the tuple: time windows
+  with ``win_end <= w`` and sessions with ``win_end < w`` close (a tuple at exactly
+  ``w`` would still join a session ending at ``w``), count windows never; same order,
+  each an ``R`` with ``ts = w``, ``t_now = seq``, ``N`` decremented before it. Then the
+  background step runs as after a batch (``G_check`` rows with ``ts = w``, ``t_now =
+  seq``). A watermark not above the largest event time seen (a tuple's ``ts``, an
+  earlier watermark, ``t_c_ts`` after ``load_ec``) is a no-op: 0 rows, nothing changes.
+  After a watermark ``w`` after seq ``s``, a tuple with ``ts < w`` or ``seq <= s`` is an
+  :class:`~cec.errors.InputOrderError`; so is a watermark (not a no-op) whose ``seq``
+  is below the last tuple's. The rows closed are the rows a later tuple would have
+  closed (same window, state and order), only earlier. ``current_watermark`` is the
+  last ``w`` applied. It is not part of the state dump: after ``load_ec`` the output's
+  position ``(t_c, t_c_ts)`` gives every decision a replayed watermark takes (see
+  ``load_ec``), and the replay re-delivers the watermarks (docs/ARCHITECTURE.md
+  "Watermarks").
 * ``finish()``: end of bounded input: all open time windows and sessions close (``R``, same order,
   ``t_now`` = last seq); count windows stay open.
 * ``load_ec(ec, t_c=, t_c_ts=, next_out_seq=)`` on a fresh operator: ``ec`` holds one
@@ -29,7 +46,12 @@ written in :mod:`cec.records`, :mod:`cec.windows`, :mod:`cec.aggregates` and
   until a tuple with ``seq > t_c`` has been processed. ``t_now`` is ``t_c`` meanwhile;
   the replay must start after ``T = min tau2`` (``t_c`` for an empty EC), replayed
   tuples must be in order among themselves, and the first tuple after ``t_c`` must not
-  have ``ts < t_c_ts`` (else :class:`~cec.errors.InputOrderError`).
+  have ``ts < t_c_ts`` (else :class:`~cec.errors.InputOrderError`). Positions are
+  ordered ``(seq, ts)`` lexicographically: a replayed watermark at ``(seq, w) <= (t_c,
+  t_c_ts)`` is consumed in reconstruction mode (nothing closes, nothing is emitted: each
+  EC window was open at ``t_c_ts >= w``); one above it that is not a no-op ends
+  reconstruction mode as a tuple with ``seq > t_c`` does. The replay delivers the tuples
+  with ``seq > T`` and the watermarks with ``seq >= T``, in their order.
 * Errors: input that breaks the order raises before the batch changes any state; a
   malformed batch (missing column, nulls, NaN values) raises
   :class:`~cec.errors.UsageError`; bad specs raise :class:`~cec.errors.SpecError`.
@@ -86,6 +108,8 @@ class AggregateOperator(Protocol):
 
     def process(self, batch: pa.RecordBatch) -> pa.RecordBatch: ...
 
+    def watermark(self, w: int, seq: int) -> pa.RecordBatch: ...
+
     def finish(self) -> pa.RecordBatch: ...
 
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None: ...
@@ -100,6 +124,9 @@ class AggregateOperator(Protocol):
 
     @property
     def next_out_seq(self) -> int: ...
+
+    @property
+    def current_watermark(self) -> int | None: ...
 
     @property
     def q(self) -> int: ...

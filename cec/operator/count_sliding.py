@@ -115,6 +115,9 @@ class CountSlidingKernel:
         slot_new = slot_opened_by[g.order[last_start[:, None] + np.clip(rank_of_opener, 0, None)]]
         table[keys] = np.where(still_open, np.where(existed, slot_existed, slot_new), -1)
 
+    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
+        return None  # count windows do not close on event time
+
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
         return None  # count windows stay open at the end of input
 

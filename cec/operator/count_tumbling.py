@@ -47,6 +47,9 @@ class CountSizeOneKernel:
             "first_ts": ts, "last_ts": ts,
         }
 
+    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
+        return None  # count windows do not close on event time
+
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
         return None  # count windows stay open at the end of input
 
@@ -104,6 +107,9 @@ class CountTumblingKernel:
         blk = out.events(member_in[ev_tuple], closes[ev_tuple], ev_tuple, ts, seq, vals, kidx)
         sl.release(member_in[closes])
         return blk
+
+    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
+        return None  # count windows do not close on event time
 
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
         return None  # count windows stay open at the end of input

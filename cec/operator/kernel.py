@@ -108,6 +108,12 @@ class WindowKernel(Protocol):
         """
         ...
 
+    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
+        """A watermark ``w``: the closes a tuple at ``ts = w`` causes before its own
+        events (step (1) of :mod:`cec.operator.base`), as ``R`` rows with ``ts = w`` and
+        ``t_now``, slots released (``None``: windows without event time, count ones)."""
+        ...
+
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
         """End of bounded input: the closes of all open windows (``None``: they stay)."""
         ...
@@ -120,19 +126,28 @@ class WindowKernel(Protocol):
         ...
 
 
-def close_every_window(slots: WindowSlots, out: RowWriter, t_now: int) -> Block | None:
-    """At the end of the stream every open window closes: ``R`` rows ordered
-    ``(win_end, tau1, win_start)`` (the time and session kernels' ``close_all``)."""
-    live = slots.live_slots()
-    closing = live[np.lexsort((slots.win_start[live], slots.seqs("tau1", live),
-                               slots.ends(live)))]
+def close_windows(slots: WindowSlots, out: RowWriter, closing: I64, ts: int,
+                  t_now: int) -> Block:
+    """The ``R`` rows of the windows in ``closing``, closed at event time ``ts`` without
+    a tuple (a watermark, or the end of the stream): ordered ``(win_end, tau1,
+    win_start)`` as a tuple's closes are, ``N`` decremented before each, ``ts`` and
+    ``t_now`` on every row; the slots are released."""
+    closing = closing[np.lexsort((slots.win_start[closing], slots.seqs("tau1", closing),
+                                  slots.ends(closing)))]
     k = len(closing)
     n_after = out.n_open - np.arange(1, k + 1, dtype=np.int64)
     out.n_open -= k
-    eos = np.full(k, END_OF_STREAM_TS, np.int64)  # flush rows: end-of-stream watermark
-    blk = out.block(closing, np.full(k, R, np.int8), eos, np.full(k, t_now, np.int64), n_after)
+    blk = out.block(closing, np.full(k, R, np.int8), np.full(k, ts, np.int64),
+                    np.full(k, t_now, np.int64), n_after)
     slots.release(closing)
     return blk
+
+
+def close_every_window(slots: WindowSlots, out: RowWriter, t_now: int) -> Block | None:
+    """At the end of the stream every open window closes: ``R`` rows ordered
+    ``(win_end, tau1, win_start)`` at the end-of-stream watermark ``END_OF_STREAM_TS``
+    (the time and session kernels' ``close_all``)."""
+    return close_windows(slots, out, slots.live_slots(), END_OF_STREAM_TS, t_now)
 
 
 def ordered_events(slots: WindowSlots, closing: I64, closer: I64, opening: I64,

@@ -25,9 +25,12 @@ from cec.records import (
     G_OPEN,
     G_OPEN_R,
     OUTPUT_COLUMNS,
+    Position,
     R,
+    check_after_watermark,
     check_order,
     check_resume,
+    check_watermark,
     decode_input,
     keys_to_python,
     output_schema,
@@ -74,6 +77,8 @@ class ReferenceOperator:
         self._last_seq: int | None = None
         self._recon_until: int | None = None
         self._recon_ts: int | None = None
+        self._event_time: int | None = None  # the largest tuple ts or watermark seen
+        self._watermark: Position | None = None  # the last watermark (ts=W, seq)
         self._rows: list[tuple[Any, ...]] = []
 
     # -- properties ---------------------------------------------------------------
@@ -88,6 +93,10 @@ class ReferenceOperator:
     @property
     def next_out_seq(self) -> int:
         return self._next_out
+
+    @property
+    def current_watermark(self) -> int | None:
+        return None if self._watermark is None else self._watermark.ts
 
     def _oldest(self) -> _Window | None:
         if not self._windows:
@@ -141,13 +150,18 @@ class ReferenceOperator:
         self._n -= 1
         self._emit(R, w)
 
-    def _close_time_windows(self, ts: int) -> None:
+    def _due(self, ts: int) -> list[_Window]:
+        """The windows a tuple at ``ts`` closes (none for count windows)."""
+        spec = self.config.window
         # a time window ends before its win_end; a session takes a tuple at its win_end
-        if isinstance(self.config.window, SessionWindow):
-            due = [w for w in self._windows.values() if w.win_end < ts]
-        else:
-            due = [w for w in self._windows.values() if w.win_end <= ts]
-        for w in sorted(due, key=lambda w: (w.win_end, w.tau1, w.win_start)):
+        if isinstance(spec, SessionWindow):
+            return [w for w in self._windows.values() if w.win_end < ts]
+        if isinstance(spec, TimeWindow):
+            return [w for w in self._windows.values() if w.win_end <= ts]
+        return []
+
+    def _close_time_windows(self, ts: int) -> None:
+        for w in sorted(self._due(ts), key=lambda w: (w.win_end, w.tau1, w.win_start)):
             self._close(w)
 
     def _apply(self, key: Any, seq: int, ts: int, v: float) -> None:
@@ -204,11 +218,13 @@ class ReferenceOperator:
         if isinstance(cfg.window, TimeWindow | SessionWindow):
             cfg.window.check_ts(cols.ts, cols.seq)
         check_resume(cols.ts, cols.seq, self._recon_until, self._recon_ts)
+        check_after_watermark(cols.ts, cols.seq, self._watermark)
         keys = keys_to_python(cols.keys)
         for ts_, seq_, key, v in zip(
             cols.ts.tolist(), cols.seq.tolist(), keys, cols.values.tolist(), strict=True
         ):
             self._last_ts, self._last_seq = ts_, seq_
+            self._event_time = ts_ if self._event_time is None else max(self._event_time, ts_)
             if self._recon_until is not None:
                 if seq_ <= self._recon_until:
                     self._reconstruct(key, seq_, ts_, v)
@@ -218,11 +234,31 @@ class ReferenceOperator:
             if isinstance(cfg.window, TimeWindow | SessionWindow):
                 self._close_time_windows(ts_)
             self._apply(key, seq_, ts_, v)
+        return self._with_background()
+
+    def _with_background(self) -> pa.RecordBatch:
         emitted = self._background()
         out = self._flush_rows()
         if emitted is not None:
             self._budget.spend(emitted)  # the step's time includes building its rows
         return out
+
+    def watermark(self, w: int, seq: int) -> pa.RecordBatch:
+        """Event time has reached ``w`` after input seq ``seq``: step (1) of a tuple at
+        ``ts = w``, without the tuple, then the background step."""
+        if self._recon_until is not None and (seq, w) <= (self._recon_until, self._recon_ts):
+            assert not self._due(w), "a watermark up to t_c would close an EC window"
+        elif self._event_time is not None and w <= self._event_time:
+            return self._flush_rows()  # not above the event time seen: a no-op
+        else:
+            check_watermark(w, seq, self._last_seq, self._watermark)
+            self._recon_until = None
+            self._event_time = w
+            self._t_now, self._ts_now = seq, w
+            self._close_time_windows(w)
+        if self._watermark is None or w > self._watermark.ts:
+            self._watermark = Position(w, seq)
+        return self._with_background()
 
     def _background(self) -> int | None:
         """The background step: ``None`` if no step ran, else the G_check rows emitted."""
@@ -273,6 +309,7 @@ class ReferenceOperator:
         self._t_now, self._ts_now = t_c, t_c_ts
         self._next_out = next_out_seq
         self._recon_until, self._recon_ts = t_c, t_c_ts
+        self._event_time = t_c_ts
         self._last_ts = None
         self._last_seq = min((w.tau2 for w in self._windows.values()), default=t_c)
 

@@ -19,7 +19,8 @@ A session's state once the batch is applied is its state when it closed (a close
 session takes no later tuple), so ``R`` rows read the slots after the batch; a
 ``G_open`` row is built from its opening tuple (``win_end = ts + gap``, not the slot's
 later end). Closes caused by one tuple are ordered ``(win_end, tau1, win_start)`` and
-come before that tuple's open, as for time windows.
+come before that tuple's open, as for time windows. A watermark ``w`` closes the
+sessions a tuple at ``ts = w`` would: ``win_end < w`` (:meth:`SessionKernel.close_due`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ import numpy as np
 
 from cec.errors import UsageError
 from cec.operator.arrays import I64
-from cec.operator.kernel import TupleBatch, close_every_window, key_groups, ordered_events
+from cec.operator.kernel import (
+    TupleBatch,
+    close_every_window,
+    close_windows,
+    key_groups,
+    ordered_events,
+)
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.slots import WindowSlots
@@ -88,8 +95,7 @@ class SessionKernel:
         sl.win_end[touched] = sl.last_ts[touched] + gap
         # closes: every open session (new ones included) that ends before the last ts,
         # caused by the first tuple after its end
-        live = sl.live_slots()
-        closing = live[sl.win_end[live] < ts[-1]]
+        closing = self.due(int(ts[-1]))
         closer = np.searchsorted(ts, sl.win_end[closing], side="right")
         ev_slot, ev_tuple, is_close = ordered_events(sl, closing, closer, new_slots, opener)
         blk = out.events(ev_slot, is_close, ev_tuple, ts, seq, vals, session_gap=gap)
@@ -99,6 +105,20 @@ class SessionKernel:
         alive = sl.live[last]
         self.by_key.table[g.keys[g.last_of_key][alive], 0] = last[alive]
         return blk
+
+    def due(self, ts: int) -> I64:
+        """The open sessions (any key) a tuple at ``ts`` closes: ``win_end < ts`` (a
+        tuple at exactly ``win_end`` would join its key's session)."""
+        sl = self.slots
+        live = sl.live_slots()
+        out: I64 = live[sl.win_end[live] < ts]
+        return out
+
+    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
+        """The sessions that end before the watermark ``w`` close (:func:`close_windows`):
+        ``win_end < w``, as for a tuple at ``w``, which would still join a session ending
+        at ``w``."""
+        return close_windows(self.slots, out, self.due(w), w, t_now)
 
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
         """Every open session closes (:func:`close_every_window`)."""

@@ -10,8 +10,9 @@ key, starting at ``m * slide``"); windows not found open, factorized by ``(key, 
 
 A window closes when a tuple of *any* key reaches its end (``win_end <= ts``), before
 that tuple's own window events; closes caused by one tuple are ordered
-``(win_end, tau1, win_start)``. At the end of bounded input every open window closes
-(:meth:`TimeKernel.close_all`).
+``(win_end, tau1, win_start)``. A watermark ``w`` closes the same windows a tuple at
+``ts = w`` would (:meth:`TimeKernel.close_due`). At the end of bounded input every
+open window closes (:meth:`TimeKernel.close_all`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,13 @@ import numpy as np
 import pandas as pd
 
 from cec.operator.arrays import I64
-from cec.operator.kernel import TupleBatch, WindowShape, close_every_window, ordered_events
+from cec.operator.kernel import (
+    TupleBatch,
+    WindowShape,
+    close_every_window,
+    close_windows,
+    ordered_events,
+)
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.slots import WindowSlots
@@ -88,8 +95,7 @@ class TimeKernel:
                       ts_offset=member_ts - member_m * slide)  # in [0, size)
         # closes: every open window (any key, new ones included) that ends by the last ts,
         # caused by the first tuple at or after its end
-        live = sl.live_slots()
-        closing = live[sl.ends(live) <= ts[-1]]
+        closing = self.due(int(ts[-1]))
         closer = np.searchsorted(ts, sl.ends(closing), side="left")
         ev_slot, ev_tuple, is_close = ordered_events(sl, closing, closer, new_slots,
                                                      member_tuple[opening])
@@ -99,6 +105,16 @@ class TimeKernel:
         alive = new_slots[sl.live[new_slots]]
         self.by_key.table[sl.key_idx[alive], (sl.win_start[alive] // slide) % max_open] = alive
         return blk
+
+    def due(self, ts: int) -> I64:
+        """The open windows (any key) a tuple at ``ts`` closes: ``win_end <= ts``."""
+        live = self.slots.live_slots()
+        out: I64 = live[self.slots.ends(live) <= ts]
+        return out
+
+    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
+        """The windows that end by the watermark ``w`` close (:func:`close_windows`)."""
+        return close_windows(self.slots, out, self.due(w), w, t_now)
 
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
         """Every open window closes (:func:`close_every_window`)."""

@@ -13,6 +13,8 @@ pieces:
 * the kernel (:mod:`.count_tumbling`, :mod:`.count_sliding`, :mod:`.time_windows`)
   assigns tuples to windows arithmetically, opens, updates (unbuffered ``ufunc.at`` in
   input order, so float sums are bit-identical to the reference's) and closes windows;
+* a watermark (:meth:`VectorOperator.watermark`) closes through the kernel's
+  ``close_due``: the windows a tuple at ``ts = w`` would close first, in the same order;
 * output rows, output seqs, ``N`` and the ``G_open`` footprints: :mod:`.rows`; the
   background step (``G_check``): :mod:`.background`; EC load, reconstruction and the
   state dump: :mod:`.ec_io`;
@@ -44,7 +46,15 @@ from cec.operator.slots import WindowSlots
 from cec.operator.state import OperatorState
 from cec.operator.time_windows import TimeKernel
 from cec.policy import PolicyConfig, budget_for
-from cec.records import check_order, check_resume, decode_input, output_schema
+from cec.records import (
+    Position,
+    check_after_watermark,
+    check_order,
+    check_resume,
+    check_watermark,
+    decode_input,
+    output_schema,
+)
 from cec.windows import CountWindow, SessionWindow, TimeWindow, WindowSpec
 
 
@@ -79,6 +89,32 @@ class StreamPosition:
     recon_until: int | None = None
     #: after ``load_ec``: ``t_c_ts`` (the first tuple after ``t_c`` must not be older)
     recon_ts: int | None = None
+    #: the largest event time seen: a tuple's ts or a watermark applied (``t_c_ts``
+    #: after ``load_ec``); a watermark not above it is a no-op
+    event_time: int | None = None
+    #: the last watermark applied or consumed ``(ts=W, seq)``: later tuples follow it
+    watermark: Position | None = None
+
+    def saw(self, ts: int) -> None:
+        """Event time has reached ``ts`` (a tuple's, or a watermark's)."""
+        if self.event_time is None or ts > self.event_time:
+            self.event_time = ts
+
+    def note_watermark(self, w: int, seq: int) -> None:
+        """A watermark ``w`` after seq ``seq`` was applied or consumed."""
+        if self.watermark is None or w > self.watermark.ts:
+            self.watermark = Position(w, seq)
+
+    def consumes(self, w: int, seq: int) -> bool:
+        """In reconstruction mode, a watermark at ``(seq, w) <= (t_c, t_c_ts)``: its
+        effect is in the EC already (nothing closes; the EC's windows were open at
+        ``t_c_ts >= w``)."""
+        return (self.recon_until is not None and self.recon_ts is not None
+                and (seq, w) <= (self.recon_until, self.recon_ts))
+
+    def is_noop(self, w: int) -> bool:
+        """A watermark not above the event time seen changes nothing."""
+        return self.event_time is not None and w <= self.event_time
 
 
 class VectorOperator:
@@ -122,6 +158,13 @@ class VectorOperator:
     @property
     def next_out_seq(self) -> int:
         return self._out.next_out
+
+    @property
+    def current_watermark(self) -> int | None:
+        """The last watermark applied (or consumed in reconstruction mode), ``None``
+        before the first (and after ``load_ec``, until the replay brings one)."""
+        wm = self._pos.watermark
+        return None if wm is None else wm.ts
 
     def _oldest(self) -> tuple[int, int] | None:
         """(fp_seq, tau2) of the window with the oldest footprint."""
@@ -217,9 +260,11 @@ class VectorOperator:
         if isinstance(cfg.window, TimeWindow | SessionWindow):
             cfg.window.check_ts(ts, seq)
         check_resume(ts, seq, pos.recon_until, pos.recon_ts)
+        check_after_watermark(ts, seq, pos.watermark)
         blocks: list[Block] = []
         if n:
             pos.last_ts, pos.last_seq = int(ts[-1]), int(seq[-1])
+            pos.saw(pos.last_ts)
             kidx = self._keys.lookup(cols.keys)
             start = 0
             if pos.recon_until is not None:
@@ -236,18 +281,43 @@ class VectorOperator:
                                   len(self._keys))
                 blocks.append(self._kernel.step(tail, self._out))
                 pos.t_now, pos.ts_now = int(seq[-1]), int(ts[-1])
+        out = self._with_background(blocks)
+        self._maybe_compact()  # after the rows are built: they hold key indices until then
+        return out
+
+    def _with_background(self, blocks: list[Block]) -> pa.RecordBatch:
+        """The output batch of ``blocks`` then the background step's rows, if any."""
+        pos = self._pos
         bg = None
         if pos.recon_until is None and pos.t_now is not None:
             assert pos.ts_now is not None
             bg = checkpoint_step(self._policy, self._budget, self._out, pos.t_now, pos.ts_now)
         if bg is None:
-            out = self._out.to_batch(blocks)
-        else:
-            blocks.append(bg)
-            out = self._out.to_batch(blocks)
-            self._budget.spend(len(bg["seq"]))  # the step's time includes building its rows
-        self._maybe_compact()  # after the rows are built: they hold key indices until then
+            return self._out.to_batch(blocks)
+        blocks.append(bg)
+        out = self._out.to_batch(blocks)
+        self._budget.spend(len(bg["seq"]))  # the step's time includes building its rows
         return out
+
+    def watermark(self, w: int, seq: int) -> pa.RecordBatch:
+        """Event time has reached ``w`` after the input's seq ``seq`` (the semantics in
+        :mod:`cec.operator.base`): the windows a tuple at ``ts = w`` would close close,
+        through the kernel's close path (:meth:`~.kernel.WindowKernel.close_due`), then
+        the background step runs as after a batch."""
+        w, seq = int(w), int(seq)
+        pos = self._pos
+        if pos.consumes(w, seq):
+            pos.note_watermark(w, seq)
+            return self._out.to_batch([])
+        if pos.is_noop(w):
+            return self._out.to_batch([])
+        check_watermark(w, seq, pos.last_seq, pos.watermark)
+        pos.recon_until = None
+        pos.saw(w)
+        pos.note_watermark(w, seq)
+        pos.t_now, pos.ts_now = seq, w
+        closes = self._kernel.close_due(self._out, w, seq)
+        return self._with_background([] if closes is None else [closes])
 
     def finish(self) -> pa.RecordBatch:
         t_now = self._pos.t_now
@@ -268,7 +338,7 @@ class VectorOperator:
         self._out.next_out = next_out_seq
         last_seq = int(self._slots.seqs("tau2", self._slots.live_slots()).min()) if k else t_c
         self._pos = StreamPosition(t_now=t_c, ts_now=t_c_ts, last_ts=None, last_seq=last_seq,
-                                   recon_until=t_c, recon_ts=t_c_ts)
+                                   recon_until=t_c, recon_ts=t_c_ts, event_time=t_c_ts)
 
     def open_windows(self) -> pa.Table:
         """The open windows (key, bounds, ``tau1``, partial aggregate) as a table, one
