@@ -69,6 +69,9 @@ class TaskCounters:
     replay_after_seq: int | None = None
     """The upstream position every recovery of this partition resumes after, as of
     ``trim_lag_s`` ago (or since): the ingest may drop upstream segments up to it."""
+    watermark_us: int | None = None
+    """The operator's watermark at the last report: the last ``W`` it applied, µs of
+    event time (windows ending at or before it are closed); None: none yet."""
     first_input_at: float | None = None
     """When the first input batch came."""
     process_s: float = 0.0
@@ -107,8 +110,10 @@ class TaskCounters:
             self.g_check += g_check
 
     def observe(self, op: VectorOperator, replay_after_seq: int | None) -> None:
-        """The operator's N, q, u now and the replay floor (``replay_after_seq``)."""
+        """The operator's N, q, u and watermark now and the replay floor
+        (``replay_after_seq``)."""
         self.n_open, self.q, self.u = op.n_open, op.q, op.u
+        self.watermark_us = op.current_watermark
         self.replay_after_seq = replay_after_seq
         self.updated = time.time()
 

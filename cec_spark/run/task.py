@@ -54,7 +54,9 @@ from cec_spark.rundir.retention import Lagged, retention_before
 from cec_spark.rundir.run_file import RunSettings, parse_run_text, read_run_file, value_column
 from recovery.errors import ReplayUnavailableError
 from recovery.partition import Recovered, recover_partition
+from recovery.upstream import watermark_of
 from storage_log.epoch import read_chain
+from storage_log.follow import CommitToken
 from storage_log.log import StreamLog
 from storage_log.notify import CommitWatch
 from storage_log.segment import segment_path, sid_base
@@ -263,22 +265,37 @@ class _PartitionLoop:
         output commit, one ``fdatasync`` instead of one each; a record that comes alone
         is committed before the task waits for the next, as before. Nothing is noted
         as output (replay_after_seq, the retention extent, the counters) before it is
-        committed."""
+        committed.
+
+        The upstream's commit tokens come among the records: one whose watermark
+        (:mod:`cec.ingest_token`) is above the operator's goes to
+        ``operator.watermark(W, seq)`` (``seq``: the upstream's last seq at that
+        commit), and its output is appended, grouped and committed as a record's."""
         counters, op, out = self.counters, self.op, self.out
         last_state = 0.0
-        for batch in _tail(up, self.t_c, self.layout, self.report_idle):
-            if batch is None:  # the tail has nothing more at once: commit
+        for item in _tail(up, self.t_c, self.layout, self.report_idle):
+            if item is None:  # the tail has nothing more at once: commit
                 self.commit()
                 continue
-            if counters.first_input_at is None:
-                counters.first_input_at = time.time()
             t0 = time.perf_counter()
-            result = op.process(batch)
-            t1 = time.perf_counter()
-            counters.process_s += t1 - t0
-            counters.in_batches += 1
-            counters.in_tuples += batch.num_rows
-            counters.in_last_seq = int(batch.column("seq")[batch.num_rows - 1].as_py())
+            if isinstance(item, CommitToken):  # the ingest's commit: its watermark
+                w = watermark_of(item)
+                applied = op.current_watermark
+                if w is None or (applied is not None and w <= applied):
+                    continue
+                result = op.watermark(w, item.seq)
+                t1 = time.perf_counter()
+                counters.process_s += t1 - t0
+            else:
+                batch = item
+                if counters.first_input_at is None:
+                    counters.first_input_at = time.time()
+                result = op.process(batch)
+                t1 = time.perf_counter()
+                counters.process_s += t1 - t0
+                counters.in_batches += 1
+                counters.in_tuples += batch.num_rows
+                counters.in_last_seq = int(batch.column("seq")[batch.num_rows - 1].as_py())
             if result.num_rows:
                 out.append(result)
                 self.pending.append((result, ReplayAfterSeq.of(op, result),
@@ -326,7 +343,8 @@ class _PartitionLoop:
         """While no record comes: check the driver; report the last batches too."""
         check_driver(self.layout, self.driver)
         if self.counters.in_batches != self.reported or \
-                self.replay_after_seq.value() != self.counters.replay_after_seq:
+                self.replay_after_seq.value() != self.counters.replay_after_seq or \
+                self.op.current_watermark != self.counters.watermark_us:
             self.counters.observe(self.op, self.replay_after_seq.value())
             write_advisory(self.layout.state_file(self.p), self.counters.to_dict())
             self.reported = self.counters.in_batches
@@ -427,13 +445,16 @@ def _sealed(log: Any) -> bool:
 
 
 def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], None]
-          ) -> Iterator[pa.RecordBatch | None]:
-    """Upstream records after ``after`` until the log is sealed and read, or STOP;
-    None after the records one look found (nothing more is there at once).
+          ) -> Iterator[pa.RecordBatch | CommitToken | None]:
+    """Upstream records after ``after`` and the commit tokens among them (a token at
+    ``after`` first: ``StreamLog.follow``), until the log is sealed and read, or STOP;
+    None after what one look found (nothing more is there at once).
 
     Looks when a write in the log's directory wakes it (the ingest's commit, on this
     host), else every :data:`TAIL_POLL_S` (:data:`TAIL_SLOW_S` once idle for a while);
-    ``on_idle`` is called whenever no new record came for :data:`TAIL_TIMEOUT_S`.
+    ``on_idle`` is called whenever nothing new came for :data:`TAIL_TIMEOUT_S`. Each
+    look reads on from where the last one ended: a quiet partition's token-only
+    commits are read once each.
     """
     with CommitWatch([Path(up.path)], fallback_s=TAIL_SLOW_S) as watch:
         yield from _tail_watched(up, after, layout, on_idle, watch)
@@ -441,23 +462,28 @@ def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], N
 
 def _tail_watched(up: Any, after: int | None, layout: RunLayout,
                   on_idle: Callable[[], None], watch: CommitWatch
-                  ) -> Iterator[pa.RecordBatch | None]:
-    last = after
+                  ) -> Iterator[pa.RecordBatch | CommitToken | None]:
+    follower = up.follow(after_seq=after)
     got_at = reported_at = time.monotonic()
     while True:
-        got = False
-        for batch in up.tail(after_seq=last, timeout=0):  # one look (more while records come)
-            if batch.num_rows == 0:
-                continue
+        got = came = False
+        while True:  # one look, more while commits come
+            came = False
+            for item in follower.look():
+                if not isinstance(item, CommitToken) and item.num_rows == 0:
+                    continue
+                came = True
+                yield item
+                if layout.stop_file.exists():
+                    return
+            if not came:
+                break
             got = True
-            yield batch
-            last = int(batch.column("seq")[batch.num_rows - 1].as_py())
-            if layout.stop_file.exists():
-                return
         if got:
             yield None  # the look found no more: what was processed is committed now
         if layout.stop_file.exists():
             return
+        last = follower.after_seq
         if not got and _sealed(up) and (up.last_seq is None or
                                         (last is not None and last >= up.last_seq)):
             return
