@@ -32,10 +32,10 @@ written in :mod:`cec.records`, :mod:`cec.windows`, :mod:`cec.aggregates` and
   :class:`~cec.errors.InputOrderError`; so is a watermark (not a no-op) whose ``seq``
   is below the last tuple's. The rows closed are the rows a later tuple would have
   closed (same window, state and order), only earlier. ``current_watermark`` is the
-  last ``w`` applied. It is not part of the state dump: after ``load_ec`` the output's
-  position ``(t_c, t_c_ts)`` gives every decision a replayed watermark takes (see
-  ``load_ec``), and the replay re-delivers the watermarks (docs/ARCHITECTURE.md
-  "Watermarks").
+  last ``w`` applied or consumed (``None`` before the first). It is not part of the
+  state dump: after ``load_ec`` the output's position ``(t_c, t_c_ts)`` gives every
+  decision a replayed watermark takes (see ``load_ec``), and the replay re-delivers the
+  watermarks (docs/ARCHITECTURE.md "Watermarks").
 * ``finish()``: end of bounded input: all open time windows and sessions close (``R``, same order,
   ``t_now`` = last seq); count windows stay open.
 * ``load_ec(ec, t_c=, t_c_ts=, next_out_seq=)`` on a fresh operator: ``ec`` holds one
@@ -51,7 +51,9 @@ written in :mod:`cec.records`, :mod:`cec.windows`, :mod:`cec.aggregates` and
   t_c_ts)`` is consumed in reconstruction mode (nothing closes, nothing is emitted: each
   EC window was open at ``t_c_ts >= w``); one above it that is not a no-op ends
   reconstruction mode as a tuple with ``seq > t_c`` does. The replay delivers the tuples
-  with ``seq > T`` and the watermarks with ``seq >= T``, in their order.
+  with ``seq > T`` and the watermarks with ``seq >= T``, in their order (it may leave
+  out those up to ``(t_c, t_c_ts)``: consumed, they change nothing but
+  ``current_watermark``).
 * Errors: input that breaks the order raises before the batch changes any state; a
   malformed batch (missing column, nulls, NaN values) raises
   :class:`~cec.errors.UsageError`; bad specs raise :class:`~cec.errors.SpecError`.
