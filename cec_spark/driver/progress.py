@@ -4,8 +4,9 @@ Per partition: input position and tuples/s, open windows ``N``, extent ``q`` and
 length ``u``, ``G_check``/s, results, the predicted recovery time (with the
 objective in the title when ``[checkpoint].rto`` is set; an objective the measured costs
 cannot meet is said in the caption) and the watermarks: the ingest's (the upstream log's
-last token) and how far the operator's is behind it (:mod:`cec_spark.report.watermark`),
-so that a window still open is explained. The view also measures this command's start-up
+last token) and how far the operator's (the event time it reached: the last W it applied
+or its last tuple's time) is behind it (:mod:`cec_spark.report.watermark`), so that a
+window still open is explained. The view also measures this command's start-up
 (:class:`cec_spark.run.rto.StartupMeter`), the fixed cost of the recovery-time model.
 Positions come from the upstream logs' committed ``last_seq`` (a reader per refresh) and
 from the tasks' ``state/pNNNN.json`` counters; rates are differences between refreshes.
@@ -29,7 +30,7 @@ from rich.table import Table
 
 from cec.ingest_token import decode_token
 from cec_spark.ingest.query import IngestProgress
-from cec_spark.report.watermark import behind_s, duration, event_time
+from cec_spark.report.watermark import behind_s, duration, event_time, reached
 from cec_spark.run import metrics
 from cec_spark.run.rto import StartupMeter
 from cec_spark.rundir.advisory import read_advisory
@@ -48,6 +49,7 @@ class UpstreamPositions:
     def __init__(self, layout: RunLayout) -> None:
         self.layout = layout
         self._logs: dict[int, StreamLog] = {}
+        self._row_ts: dict[int, tuple[int, int | None]] = {}  # p: (seq, its time)
 
     def get(self, p: int) -> int | None:
         log = self._logs.get(p)
@@ -79,6 +81,33 @@ class UpstreamPositions:
         try:
             tok = None if log is None else decode_token(log.last_token())
             return None if tok is None else tok.watermark
+        except Exception:  # as in get: a log being created or trimmed
+            return None
+
+    def operator(self, p: int, state: dict[str, Any]) -> int | None:
+        """The event time partition ``p``'s operator reached (:func:`reached`): the last
+        W it applied or the time of its last tuple (``in_last_seq``: the log's last
+        row's time when it is the last row, else that row read once)."""
+        seq = state.get("in_last_seq")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            return reached(applied(state), None)
+        if self._row_ts.get(p, (None,))[0] != seq:
+            self._row_ts[p] = (seq, self._ts_at(p, seq))
+        return reached(applied(state), self._row_ts[p][1])
+
+    def _ts_at(self, p: int, seq: int) -> int | None:
+        if p not in self._logs:
+            self.get(p)
+        log = self._logs.get(p)
+        try:
+            if log is None:
+                return None
+            if log.last_seq == seq:
+                return log.last_ts
+            batch = next(iter(log.read_forward(after_seq=seq - 1)), None)
+            if batch is None or not batch.num_rows or batch.column("seq")[0].as_py() != seq:
+                return None
+            return int(batch.column("ts")[0].as_py())
         except Exception:  # as in get: a log being created or trimmed
             return None
 
@@ -194,7 +223,8 @@ class ProgressView:
             sealed=self.ingest.sealed, up_s=self.last_metrics - self.started,
             late=[self.upstream.late(p) for p in range(self.partitions)],
             standbys_ready=self.standbys_ready,
-            watermarks=[self.upstream.watermark(p) for p in range(self.partitions)]))
+            watermarks=[self.upstream.watermark(p) for p in range(self.partitions)],
+            operators=[self.upstream.operator(p, st) for p, st in enumerate(states)]))
 
     def _standbys(self) -> None:
         """How many warm standbys are ready; the recovery-time objective's fixed cost
@@ -268,7 +298,8 @@ class ProgressView:
         results = sum(int(st.get("r", 0)) for st in states)
         late = sum(self.upstream.late(p) for p in range(self.partitions))
         marks = plain_watermark([self.upstream.watermark(p) for p in range(self.partitions)],
-                                [applied(st) for st in states])
+                                [self.upstream.operator(p, st)
+                                 for p, st in enumerate(states)])
         self.console.print(
             f"cec: {self.last_plain - self.started:.0f} s  ingest chunk {ing.chunks_done}"
             f"{total}, {ing.source_rows:,} source rows{', sealed' if ing.sealed else ''}  "
@@ -316,5 +347,6 @@ class ProgressView:
                           compact(int(st.get("q", 0))), compact(int(st.get("u", 0))),
                           compact(crate), compact(int(st.get("r", 0))),
                           "-" if pred is None else f"{pred:.1f}",
-                          watermark_cell(self.upstream.watermark(p), applied(st)), state)
+                          watermark_cell(self.upstream.watermark(p),
+                                         self.upstream.operator(p, st)), state)
         return table

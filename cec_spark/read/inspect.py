@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from cec.errors import UsageError
+from cec.errors import CecError, UsageError
 from cec.policy import RecoveryRates
 from cec.records import tuple_counts
 from cec_spark.ingest.logs import late_rows, watermarks
@@ -24,7 +24,7 @@ from cec_spark.report import (
     TupleCounts,
     Verify,
 )
-from cec_spark.report.watermark import behind_s, watermark_text
+from cec_spark.report.watermark import behind_s, reached, watermark_text
 from cec_spark.run import rto
 from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.drivers import standbys
@@ -131,14 +131,32 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
 
 def _watermarks(layout: RunLayout, partitions: int) -> list[dict[str, Any]]:
     """Each partition's two watermarks now (:mod:`cec_spark.report.watermark`): the
-    operator's from its state file, read before the ingest's from its upstream log's
-    last token, so that the operator's is never seen ahead of the ingest's."""
-    applied = [_int(read_advisory(layout.state_file(p)).get("watermark_us"))
-               for p in range(partitions)]
+    operator's from its state file (the last W applied, the last tuple's position), read
+    before the ingest's from its upstream log's last token, so that the operator's is
+    not seen ahead of the ingest's for want of a newer token."""
+    states = [read_advisory(layout.state_file(p)) for p in range(partitions)]
     released = watermarks(layout, partitions)
-    return [{"ingest_watermark_us": i, "operator_watermark_us": o,
-             "operator_behind_s": behind_s(i, o), "watermark": watermark_text(i, o)}
-            for i, o in zip(released, applied, strict=True)]
+    out = []
+    for p, (st, i) in enumerate(zip(states, released, strict=True)):
+        o = reached(_int(st.get("watermark_us")),
+                    _row_ts(layout.upstream(p), _int(st.get("in_last_seq"))))
+        out.append({"ingest_watermark_us": i, "operator_watermark_us": o,
+                    "operator_behind_s": behind_s(i, o), "watermark": watermark_text(i, o)})
+    return out
+
+
+def _row_ts(path: Path, seq: int | None) -> int | None:
+    """The time of the upstream row at ``seq`` (None: no such row, or none readable)."""
+    if seq is None or not path.exists():
+        return None
+    try:
+        with StreamLog.open(path) as log:
+            batch = next(iter(log.read_forward(after_seq=seq - 1)), None)
+    except (CecError, OSError):  # trimmed, or a log being created: not known
+        return None
+    if batch is None or not batch.num_rows or batch.column("seq")[0].as_py() != seq:
+        return None
+    return int(batch.column("ts")[0].as_py())
 
 
 def _int(value: Any) -> int | None:

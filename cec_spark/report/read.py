@@ -78,10 +78,10 @@ class ExtentPartition:
     with ts < W has been released to its upstream log (the wm of the log's last commit
     token; null: none yet, an older run, or --at)."""
     operator_watermark_us: int | None = None
-    """The last watermark the partition's operator applied, microseconds: its time
-    windows ending at or before it are closed, and its sessions whose last + gap is
-    before it; count windows do not close on a watermark (null: none yet, an older
-    run, or --at)."""
+    """The event time the partition's operator has reached, microseconds: the larger of
+    the last watermark it applied and its last tuple's time. Its time windows ending at
+    or before it are closed, and its sessions whose last + gap is before it; count
+    windows do not close on a watermark (null: none yet, or --at)."""
     operator_behind_s: float | None = None
     """How far the operator's watermark is behind the ingest's, seconds (null unless
     both are known)."""

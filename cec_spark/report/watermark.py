@@ -3,10 +3,13 @@ progress view).
 
 Each partition has two (issue 37): the **ingest's** W, the ``wm`` of the last token
 committed to its upstream log (every row with ``ts < W`` has been released to the
-logs), and the **operator's**, the last W its task applied (its state file's
-``watermark_us``). A time window of the partition is closed once the operator's W
-reaches its end; a window still open past the ingest's W waits for the operator to
-read that far, one past it waits for event time to move on. Event times are int64
+logs), and the **operator's**, the event time it has reached (:func:`reached`): the
+last W its task applied (its state file's ``watermark_us``) or its last tuple's time,
+whichever is larger (a tuple closes what a watermark at its time would; a watermark
+not above the last tuple's time is a no-op and leaves ``watermark_us`` as it was). A
+time window of the partition is closed once the operator's reaches its end; a window
+still open below the ingest's W waits for the operator to read that far, one past it
+waits for event time to move on. Event times are int64
 microseconds since the epoch, shown in UTC to the millisecond. Pure: no I/O.
 """
 
@@ -30,6 +33,13 @@ def event_time(us: int, *, date: bool = True) -> str:
         return f"{us} us"
     text = f"{when:%H:%M:%S}.{when.microsecond // 1000:03d}"
     return f"{when:%Y-%m-%d} {text} UTC" if date else text
+
+
+def reached(applied_us: int | None, tuple_ts: int | None) -> int | None:
+    """The operator's watermark as shown: the larger of the last W it applied and the
+    time of the last tuple it processed (None when neither is known)."""
+    known = [v for v in (applied_us, tuple_ts) if v is not None]
+    return max(known) if known else None
 
 
 def behind_s(ingest_us: int | None, operator_us: int | None) -> float | None:

@@ -26,10 +26,11 @@ metric                                    type     meaning
 ``cec_ingest_watermark_seconds``          gauge    the ingest's watermark W (event time, seconds
                                                    since the epoch): every row with ts < W is in
                                                    the partition's upstream log (its last token)
-``cec_operator_watermark_seconds``        gauge    the last W the partition's operator applied:
-                                                   its time windows ending at or before it are
-                                                   closed (the ingest's minus this: how far the
-                                                   operator is behind)
+``cec_operator_watermark_seconds``        gauge    the event time the partition's operator
+                                                   reached (the last W it applied or its last
+                                                   tuple's time): its time windows ending at or
+                                                   before it are closed (the ingest's minus
+                                                   this: how far the operator is behind)
 ``cec_late_rows_total``                   counter  late rows dropped ([source] late = "drop")
 ``cec_source_rows_total``                 counter  source rows ingested
 ``cec_ingest_sealed``                     gauge    1 when the bounded source is all ingested
@@ -94,10 +95,12 @@ def _watermark(value: Any) -> int | None:
 def exposition(run: str, states: Sequence[Mapping[str, Any]],
                upstream: Sequence[int | None], *, source_rows: int, sealed: bool,
                up_s: float, late: Sequence[int | None] = (), standbys_ready: int = 0,
-               watermarks: Sequence[int | None] = ()) -> str:
+               watermarks: Sequence[int | None] = (),
+               operators: Sequence[int | None] | None = None) -> str:
     """The Prometheus text format (0.0.4) of a run's state (pure: no I/O).
     ``watermarks``: each partition's ingest watermark (its upstream log's last token's
-    ``wm``, µs); the operator's is its state's ``watermark_us``."""
+    ``wm``, µs); ``operators``: the event time each operator reached
+    (:func:`cec_spark.report.watermark.reached`; None: its state's ``watermark_us``)."""
     r = _label(run)
     lines: list[str] = []
 
@@ -138,9 +141,14 @@ def exposition(run: str, states: Sequence[Mapping[str, Any]],
            "time: every row with ts < W is in the partition's upstream log",
            per_partition(lambda p, _st: _watermark(watermarks[p]) if p < len(watermarks)
                          else None), text=lambda v: _event_seconds(int(v)))
-    family("cec_operator_watermark_seconds", "gauge", "the last watermark the partition's "
-           "operator applied, event time: its windows ending at or before it are closed",
-           per_partition(lambda _p, st: _watermark(st.get("watermark_us")) if st else None),
+    def operator(p: int, st: Mapping[str, Any]) -> int | None:
+        if operators is not None:
+            return _watermark(operators[p]) if p < len(operators) else None
+        return _watermark(st.get("watermark_us")) if st else None
+
+    family("cec_operator_watermark_seconds", "gauge", "the event time the partition's "
+           "operator reached (the last watermark it applied or its last tuple's time): "
+           "its windows ending at or before it are closed", per_partition(operator),
            text=lambda v: _event_seconds(int(v)))
     family("cec_late_rows_total", "counter", "late rows dropped (committed with the "
            "partition's upstream log)",

@@ -16,10 +16,10 @@ from rich.console import Console
 from cec.ingest_token import IngestToken, encode_token
 from cec.records import END_OF_STREAM_TS
 from cec.spec import load_spec
-from cec_spark.driver.progress import plain_watermark, watermark_cell
+from cec_spark.driver.progress import UpstreamPositions, plain_watermark, watermark_cell
 from cec_spark.ingest.logs import create_logs
 from cec_spark.read.inspect import inspect_extent
-from cec_spark.report.watermark import behind_s, event_time, watermark_text
+from cec_spark.report.watermark import behind_s, event_time, reached, watermark_text
 from cec_spark.run import metrics
 from cec_spark.rundir.advisory import write_advisory
 from cec_spark.rundir.layout import RunLayout
@@ -167,6 +167,42 @@ def test_inspect_extent_without_watermarks_or_as_of_a_time(tmp_path: Path) -> No
     assert (p0.ingest_watermark_us, p0.operator_watermark_us) == (T0 + 1, None)
     (p0,) = inspect_extent(layout.root, at=T0).partitions
     assert (p0.ingest_watermark_us, p0.watermark) == (None, None)
+
+
+def test_a_tuple_at_w_counts_as_the_operators_watermark(tmp_path: Path) -> None:
+    """A watermark not above the operator's last tuple is a no-op (the state's
+    watermark_us stays where it was): the operator has still reached that tuple's time,
+    and is shown so (inspect, the progress view), not as behind the ingest."""
+    assert reached(None, None) is None and reached(T0, None) == T0
+    assert reached(None, T0) == T0 and reached(T0, T0 + 5) == T0 + 5
+    layout = _run_dir(tmp_path)
+    _quiet_partition_1(layout)
+    # partition 0 processed its last row (seq 6 at 12.9 s) but applied no watermark yet
+    write_advisory(layout.state_file(0), {"in_tuples": 4, "in_last_seq": 6})
+    # partition 1 processed seq 1 only (0.1 s) and applied W = 3 s
+    write_advisory(layout.state_file(1), {"in_tuples": 1, "in_last_seq": 1,
+                                          "watermark_us": T0 + 3_000_000})
+    p0, p1 = inspect_extent(layout.root).partitions
+    assert p0.operator_watermark_us == T0 + 12_900_000 and p0.operator_behind_s == 0.1
+    assert p1.operator_watermark_us == T0 + 3_000_000  # W above its last tuple
+    ups = UpstreamPositions(layout)
+    try:
+        states = [{"in_last_seq": 6}, {"in_last_seq": 1, "watermark_us": T0 + 3_000_000},
+                  {"in_last_seq": 2}]  # the log's last row; a row read; not in the log
+        assert ups.operator(0, states[0]) == T0 + 12_900_000
+        assert ups.operator(1, states[1]) == T0 + 3_000_000
+        assert ups.operator(1, {"in_last_seq": 1}) == T0 + 100_000
+        assert ups.operator(1, states[2]) is None
+        assert ups.operator(0, {"in_last_seq": 4, "watermark_us": T0}) == T0 + 5_000_000
+        assert watermark_cell(ups.watermark(0), ups.operator(0, states[0])) == \
+            "05:07:37.100, op 0.1 s behind"
+    finally:
+        ups.close()
+    text = metrics.exposition("run", states[:2], [6, 3], source_rows=6, sealed=False,
+                              up_s=1.0, watermarks=[T0 + 13_000_000] * 2,
+                              operators=[T0 + 12_900_000, None])
+    assert parse(text)["cec_operator_watermark_seconds", "0"] == (T0 + 12_900_000) / 1e6
+    assert ("cec_operator_watermark_seconds", "1") not in parse(text)
 
 
 def _render(result: object, *, json_out: bool) -> str:
