@@ -1,4 +1,4 @@
-"""cec export's order (cec_spark.read.export.sort_results): key, window start, window end,
+"""cec export's order (cec_spark.read.sorted_runs.sort_results): key, window start, window end,
 tau1, always the full sort's, whether the quick path (a stable sort by key, checked) is
 taken or not; no Spark."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cec_spark.read.export import SORT_KEYS, quick_order, sort_results
+from cec_spark.read.sorted_runs import SORT_KEYS, quick_order, sort_results
 
 INT64 = pa.int64()
 
