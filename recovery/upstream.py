@@ -174,6 +174,11 @@ def check_upstream(rec: EventualCheckpoint, upstream: UpstreamLogReader, *,
     if complete and rec.t_c <= rec.replay_after_seq:  # nothing to replay
         return
     first, last = upstream.first_seq, upstream.last_seq
+    if rec.t_c <= rec.replay_after_seq and last is not None and last >= rec.t_c:
+        # nothing to replay, and the log reached t_c: it may have been trimmed up to
+        # T + 1 and hold no record after (a quiet partition whose later commits are
+        # tokens only: its first_seq is None)
+        return
     if first is None or last is None:
         raise ReplayUnavailableError(
             "the upstream log is empty, but recovery needs its tuples after "

@@ -135,8 +135,13 @@ def token_start(snapshot: Callable[[], Snapshot], locate: Locate, after_seq: int
     if after_seq is None or after_seq < 0:  # the tokens before the first record too
         return snapshot(), None, None
     snap, entry = locate(at_seq=after_seq)
-    if entry is None:  # every record ends before after_seq: only new commits count
+    if entry is None:
         c = snap.committed
+        if c.last_seq is not None and c.last_seq >= after_seq:
+            # the record holding after_seq was trimmed (and none came after it): its
+            # tokens may be in the kept segments
+            return snap, None, None
+        # every record ends before after_seq: only new commits count
         return snap, (c.position if c.segment >= 0 else None), c.last_seq
     if entry.last_seq == after_seq:  # its tokens follow it
         return snap, (entry.segment, entry.offset + entry.size), entry.last_seq

@@ -356,7 +356,12 @@ class StreamLog(LogReads):
         """Delete whole segments holding only records with ``seq < before_seq``.
 
         Commits pending appends first. Never deletes the segment holding the
-        committed end. Returns how many segments were deleted.
+        committed end, nor the one holding the last record (and the commit tokens
+        after it): a log keeps at least its last record, and a reader after it gets
+        the tokens committed since (token-only commits of later writers sit in
+        segments of their own; trimmed with that record, a log had no record left,
+        and a writable open rebuilt it without its last seq). Returns how many
+        segments were deleted.
         """
         try:
             return self._trim(before_seq)
@@ -369,8 +374,10 @@ class StreamLog(LogReads):
         if out.pending or out.written:
             self._commit(None)
         segs = out.segments
+        last = self._committed.last_seq
+        upto = before_seq if last is None else min(before_seq, last)
         victims = [s for i, s in enumerate(segs[:-1])
-                   if sid_base(segs[i + 1]) <= before_seq and s < self._committed.segment]
+                   if sid_base(segs[i + 1]) <= upto and s < self._committed.segment]
         if not victims:
             return 0
         if self._token is not None:  # keep the latest token in a kept segment

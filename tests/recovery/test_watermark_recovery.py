@@ -74,9 +74,11 @@ def write_upstream(path: Path, inputs: list[pa.RecordBatch], rng: random.Random
 
 
 def task_loop(op: Any, up_dir: Path, out: StreamLog, after: int | None,
-              rng: random.Random, boundaries: list[tuple[int, str]] | None = None) -> int:
+              rng: random.Random, boundaries: list[tuple[int, str]] | None = None,
+              *, finish: bool = True) -> int:
     """The operator task's loop (cec_spark.run.task): records and tokens after
-    ``after``; outputs appended and committed in groups of 1-3; at the end finish.
+    ``after``; outputs appended and committed in groups of 1-3; at the end finish
+    (unless not ``finish``: the log is not sealed yet).
     Notes (global byte offset, what the commit ended with) of every commit. Returns
     how many watermarks produced output."""
     closing = 0
@@ -112,6 +114,8 @@ def task_loop(op: Any, up_dir: Path, out: StreamLog, after: int | None,
                     commit(last_kind)
         if pending:
             commit(last_kind)
+        if not finish:
+            return closing
         final = op.finish()
         if final.num_rows:
             out.append(final)
@@ -259,3 +263,54 @@ def test_the_replay_delivers_watermarks_at_their_place(tmp_path: Path) -> None:
     assert last == t_c
     batches = [c for c in rec_op.calls if c[0] == "tuples"]
     assert len(batches) <= 2 * len(marks) + 2  # not one per upstream record
+
+
+@pytest.mark.parametrize("impl", sorted(OPERATORS))
+def test_a_quiet_partition_trimmed_up_to_its_last_record_recovers_exactly(
+        tmp_path: Path, impl: str) -> None:
+    """T = t_c at the partition's last record, later commits tokens only (each ingest
+    session in a segment of its own), the upstream trimmed up to T + 1 as the ingest
+    trims it: the last record and the token-only segments after it stay, recovery needs
+    no tuple, and the resumed task gets every watermark after T."""
+    scn = Scenario(TimeWindow(20, 20), PolicyConfig(mode="open-only"), impl=impl)
+    ts = np.array([981, 985, 990, 999, 1000], np.int64)
+    batch = pa.record_batch({"ts": ts, "seq": np.arange(5, dtype=np.int64) + 5,
+                             "key": np.ones(5, np.int64), "value": ts.astype(np.float64)},
+                            schema=scn_input_schema())
+
+    def tok(chunk: int, wm: int) -> bytes:
+        return encode_token(IngestToken(chunk, chunk, chunk, 0, wm))
+
+    up = tmp_path / "up"
+    with StreamLog.open(up, writable=True, create=True, fsync="never") as log:
+        log.append(batch)
+        log.commit(tok(1, 1000))
+    out_dir = tmp_path / "out"
+    with StreamLog.open(out_dir, writable=True, create=True, fsync="never") as out:
+        task_loop(scn.operator(), up, out, None, random.Random(1), finish=False)  # crash
+    with StreamLog.open(up, writable=True, fsync="never") as log:  # quiet: tokens only
+        log.commit(tok(2, 1010))
+        assert log.trim(before_seq=10) == 0 and log.first_seq == 5  # the last record stays
+    for chunk, wm in ((3, 1030), (4, 1031)):
+        with StreamLog.open(up, writable=True, fsync="never") as log:
+            log.commit(tok(chunk, wm))
+    full = tmp_path / "full"
+    with StreamLog.open(full, writable=True, create=True, fsync="never") as out:
+        op = scn.operator()
+        task_loop(op, up, out, None, random.Random(1))
+    assert op.current_watermark == 1031
+    want = read_all(full)
+    assert r_rows(want).column("ts").to_pylist() == [1000, 1030]  # [980, 1000), [1000, 1020)
+    op = scn.operator()
+    res = recover_partition(out_dir, up, op, fsync="never")
+    assert res.t_c == res.replay_after_seq == 9
+    with res.output_log as out:
+        task_loop(op, up, out, res.t_c, random.Random(1))
+    got = read_all(out_dir)
+    for types in ((1,), (2,)):
+        assert r_rows(got, types).equals(r_rows(want, types))
+
+
+def scn_input_schema() -> pa.Schema:
+    from tests.recovery.harness import input_schema
+    return input_schema()

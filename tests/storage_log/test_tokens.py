@@ -288,3 +288,35 @@ def test_a_torn_token_frame_is_not_a_token(tmp_path: Path) -> None:
             assert shape(r.read_forward(after_seq=3, tokens=True)) == [("T", 3, 30, b"a")]
         shutil.rmtree(index_path(case), ignore_errors=True)
         shutil.rmtree(case)
+
+
+def test_a_trim_keeps_the_last_record_and_the_tokens_after_it(log_dir: Path) -> None:
+    """A quiet log: its last record, then writers that commit tokens only (each in a
+    segment of its own). A trim up to (or past) that record keeps its segment and the
+    token-only ones: a read after the record's seq gets every token committed since,
+    and the log still has its last record (a writable open knows its last seq)."""
+    with StreamLog.open(log_dir, writable=True, create=True) as w:
+        w.append(make_batch(0, 10))
+        w.commit(b"a")
+    with StreamLog.open(log_dir, writable=True) as w:
+        w.append(make_batch(10, 10))
+        w.commit(b"b")
+    for t in (b"c", b"d"):
+        with StreamLog.open(log_dir, writable=True) as w:
+            w.commit(t)
+    assert len(list(log_dir.glob("*.seg"))) == 4
+    after = [("T", 19, 190, t) for t in (b"b", b"c", b"d", b"d")]  # d again: trim's
+    with StreamLog.open(log_dir, writable=True) as w:
+        assert w.trim(before_seq=20) == 1
+        assert w.first_seq == 10 and w.last_seq == 19
+        assert shape(w.read_forward(after_seq=19, tokens=True)) == after
+    shutil.rmtree(index_path(log_dir))  # the next open rebuilds the index
+    with StreamLog.open(log_dir, writable=True) as w:
+        assert w.first_seq == 10 and w.last_seq == 19
+        assert w.trim(before_seq=1000) == 0  # past the last record: it stays
+        w.append(make_batch(20, 1))  # and the writer carries on
+        w.commit(b"e")
+    with StreamLog.open(log_dir) as r:
+        assert shape(r.read_forward(after_seq=19, tokens=True)) == [
+            *after, ("R", 20, 20), ("T", 20, 200, b"e")]
+        assert rows(r.read_forward()) == list(range(10, 21))
