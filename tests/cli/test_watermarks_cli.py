@@ -23,7 +23,9 @@ What is checked:
    (seen in its last token) while partition 1 is quiet, ``cec recover`` in the
    background, a second kill at a random moment of the quiet span after the resumed
    run committed a watermark of its own, the rest of the files, ``_END``, ``cec
-   recover``: the export equals the failure-free one byte for byte.
+   recover``: the export equals the failure-free one byte for byte. These runs trim
+   their upstream logs at once (the quiet partition needs none of its rows once a
+   watermark closed its windows; later writers' token-only commits follow them).
 3. ``idle_close = "1s"``, the quiet files written at once: the idle watermark (past the
    last row) closes the last windows ([12 s, 13 s) needs W >= 13 s) while no file
    arrives; kill -9 during the idle span, ``cec recover``: the tail shows the last
@@ -78,6 +80,9 @@ COMEBACK_S = 3_600  # f0011: every key again, an hour later
 KEYS = list(range(40))
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WINDOW = '{ kind = "time", size = "1s" }'
+# the kill tests' runs trim their upstream logs at once: a quiet partition whose windows
+# a watermark closed needs none of its rows, and its log keeps only token-only commits
+TRIM = "segment_kb = 4\ntrim_lag_s = 0"
 
 Row = tuple[int, int, int, int, float]  # key, window_start, window_end (us), count, value
 
@@ -139,13 +144,13 @@ def _quiet_rows(partitions: int) -> Counter[Row]:
                     if part[r[0]] != 0 and r[1] < BASE + COMEBACK_S * S})
 
 
-def _spec(d: Path, partitions: int, source: str = "") -> Path:
+def _spec(d: Path, partitions: int, source: str = "", extra_run: str = "") -> Path:
     (d / "in").mkdir()
     spec = d / "s.toml"
     spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\nformat = "csv"\n'
                               f'time_field = "item_time"\npoll_ms = 20\n{source}',
                               where=None, window=WINDOW, function="avg",
-                              partitions=partitions))
+                              partitions=partitions, extra_run=extra_run))
     return spec
 
 
@@ -313,7 +318,7 @@ def test_kill9_while_quiet_after_a_watermark_commit_then_recover_is_exact(
     j2 = rng.randrange(j1 + 2, QUIET_FILES)  # the second: after file j2, a random delay
     delay = rng.uniform(0.0, 0.6)
     print(f"seed={seed}: kill after file {j1}'s W, then {delay:.2f} s after file {j2}")
-    spec = _spec(tmp_path, P)
+    spec = _spec(tmp_path, P, extra_run=TRIM)
     folder, run = tmp_path / "in", tmp_path / "run"
     seen: list[list[Mark]] = []
     _drop(folder, 0)
@@ -356,8 +361,10 @@ def test_kill9_while_quiet_after_a_watermark_commit_then_recover_is_exact(
     print(f"second kill: logs {marks}, tasks' watermark_us "
           f"{[s.get('watermark_us') for s in states]}")
     assert alive, _log(tmp_path / "rec1.log")
+    # still quiet (no row since file 0; a trimmed log keeps its last row), with a
+    # watermark the resumed run committed
     assert marks[1].last_seq == quiet_seq and marks[1].wm is not None
-    assert marks[1].wm >= W[j1 + 1]  # a watermark the resumed run committed, still quiet
+    assert marks[1].wm >= W[j1 + 1]
 
     for j in range(j2 + 1, len(FILES)):
         _drop(folder, j)
@@ -377,7 +384,7 @@ def test_idle_close_closes_the_last_windows_and_a_kill_while_idle_recovers_exact
     seed = random.randrange(1 << 30)
     delay = random.Random(seed).uniform(0.0, 1.5)
     print(f"seed={seed}: kill {delay:.2f} s after the first idle watermark")
-    spec = _spec(tmp_path, P, 'idle_close = "1s"')
+    spec = _spec(tmp_path, P, 'idle_close = "1s"', extra_run=TRIM)
     folder, run, out, err = tmp_path / "in", tmp_path / "run", tmp_path / "t.jsonl", \
         tmp_path / "t.err"
     last = W[QUIET_FILES]
