@@ -25,7 +25,8 @@ What is checked:
    run committed a watermark of its own, the rest of the files, ``_END``, ``cec
    recover``: the export equals the failure-free one byte for byte. These runs trim
    their upstream logs at once (the quiet partition needs none of its rows once a
-   watermark closed its windows; later writers' token-only commits follow them).
+   watermark closed its windows; later writers' token-only commits follow them: the
+   case that made a quiet log lose its last row, fixed in 256fd1f).
 3. ``idle_close = "1s"``, the quiet files written at once: the idle watermark (past the
    last row) closes the last windows ([12 s, 13 s) needs W >= 13 s) while no file
    arrives; kill -9 during the idle span, ``cec recover``: the tail shows the last
@@ -81,7 +82,8 @@ KEYS = list(range(40))
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WINDOW = '{ kind = "time", size = "1s" }'
 # the kill tests' runs trim their upstream logs at once: a quiet partition whose windows
-# a watermark closed needs none of its rows, and its log keeps only token-only commits
+# a watermark closed needs none of its rows (its log keeps its last row and the
+# token-only commits after it)
 TRIM = "segment_kb = 4\ntrim_lag_s = 0"
 
 Row = tuple[int, int, int, int, float]  # key, window_start, window_end (us), count, value
