@@ -20,6 +20,28 @@ TEST_DRIVER_JVM_OPTS = "-XX:TieredStopAtLevel=1"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_DRIVER_JVM_OPTS)
 
 
+def _module_rank(item: pytest.Item) -> int:
+    if item.get_closest_marker("cluster") is not None:
+        return 0
+    return 1 if item.get_closest_marker("spark") is not None else 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules in this order: those with a standalone cluster, then those with Spark,
+    then the rest; each module's tests stay together and in their order.
+
+    The suite runs on two workers, a file at a time each (setup.cfg: ``-n 2 --dist
+    loadfile``), and a worker takes the next file when it is done: the long files
+    start first and the many short ones at the end fill both workers up to about the
+    same moment. The cluster tests mostly wait (for Spark's timeouts, for a late
+    Worker): the other worker runs Spark files beside them. The order is the same in
+    every worker (xdist requires it), and without xdist too."""
+    rank: dict[object, int] = {}
+    for item in items:
+        rank[item.path] = min(rank.get(item.path, 2), _module_rank(item))
+    items.sort(key=lambda item: rank[item.path])  # stable: the collection's order else
+
+
 @pytest.fixture(scope="session", autouse=True)
 def index_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """Every log index of the session in one temporary cache (``CEC_INDEX_DIR``), not
