@@ -18,6 +18,7 @@ from dataclasses import replace
 from cec.ingest_token import decode_token, encode_token
 from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.layout import RunLayout
+from recovery.upstream import upstream_trim_before
 from storage_log.cache import ID_FILE
 from storage_log.log import StreamLog
 
@@ -65,7 +66,7 @@ def trim_upstream(layout: RunLayout, logs: list[StreamLog | None]) -> int:
     """Drop upstream segments below what every recovery of their partition replays.
 
     Each operator task reports ``replay_after_seq`` in its state file
-    (:class:`cec_spark.run.task.ReplayFloor`); a segment whose records all lie at or
+    (:class:`cec_spark.run.task.ReplayAfterSeq`); a segment whose records all lie at or
     before it is never read again. A missing or unreadable report trims nothing.
     Returns the number of segments deleted.
     """
@@ -73,9 +74,9 @@ def trim_upstream(layout: RunLayout, logs: list[StreamLog | None]) -> int:
     for p, log in enumerate(logs):
         if log is None:  # another writer's log
             continue
-        floor = read_advisory(layout.state_file(p)).get("replay_after_seq")
-        if isinstance(floor, int) and not isinstance(floor, bool) and floor >= 0:
-            dropped += log.trim(before_seq=floor + 1)
+        after = read_advisory(layout.state_file(p)).get("replay_after_seq")
+        if isinstance(after, int) and not isinstance(after, bool) and after >= 0:
+            dropped += log.trim(before_seq=upstream_trim_before(after))
     return dropped
 
 
