@@ -25,6 +25,7 @@ from cec.ingest_token import IngestToken, encode_token
 from cec.policy import PolicyConfig
 from cec.windows import CountWindow, SessionWindow, TimeWindow, WindowSpec
 from recovery.partition import recover_partition
+from recovery.rescale import handoff, windows_table
 from recovery.upstream import watermark_of
 from storage_log.follow import CommitToken
 from storage_log.log import StreamLog
@@ -314,3 +315,61 @@ def test_a_quiet_partition_trimmed_up_to_its_last_record_recovers_exactly(
 def scn_input_schema() -> pa.Schema:
     from tests.recovery.harness import input_schema
     return input_schema()
+
+
+@pytest.mark.parametrize("impl", sorted(OPERATORS))
+def test_a_rescaled_partition_with_watermarks_recovers_exactly(tmp_path: Path,
+                                                               impl: str) -> None:
+    """A new generation's partition: its output log starts with the handoff record
+    (the open windows at the cut C, recovery.rescale.handoff), its upstream log with a
+    token carrying the cut's W at seq -1 (before C: the resumed task does not need it),
+    then the rows after C with their watermarks. Crashes anywhere after the handoff
+    recover exactly."""
+    rng = random.Random(11)
+    scn = Scenario(TimeWindow(30, 10), PolicyConfig(mode="targets", q="1x", u=20),
+                   impl=impl, function="sum")
+    inputs = make_stream(160, 4, 3, ts_step=4, max_batch=5, sparse=False)
+    k = len(inputs) // 2
+    before, after = inputs[:k], inputs[k:]
+    cut = int(before[-1].column("seq")[-1].as_py())
+    last_ts = int(before[-1].column("ts")[-1].as_py())
+    old = scn.operator()
+    for b in before:
+        old.process(b)
+    w_cut = last_ts  # every row after the cut is at or after it
+    old.watermark(w_cut, cut)
+    record = handoff([windows_table(old.state_at(), "int64")], cut=cut, ts=w_cut,
+                     partitions=1, groups=1, function="sum", key_type="int64",
+                     time_windows=True)[0]
+    assert record.num_rows
+    up = tmp_path / "up"
+    with StreamLog.open(up, writable=True, create=True, fsync="never") as log:
+        log.commit(encode_token(IngestToken(0, cut + 1, cut + 1, 0, w_cut)))
+    marks = write_upstream(tmp_path / "rest", after, rng)  # the rows after C, with W
+    with StreamLog.open(tmp_path / "rest") as rest, \
+            StreamLog.open(up, writable=True, fsync="never") as log:
+        for item in rest.read_forward(tokens=True):
+            if isinstance(item, CommitToken):
+                log.commit(item.token)
+            else:
+                log.append(item)
+        log.seal()
+    assert marks
+    base = tmp_path / "out"
+    with StreamLog.open(base, writable=True, create=True, fsync="never") as out:
+        out.append(record)
+        out.commit()
+    full = tmp_path / "full"
+    cut_copy(base, full, global_size(log_bytes(base)))
+    op = scn.operator()
+    res = recover_partition(full, up, op, fsync="never")
+    assert res.t_c == res.replay_after_seq == cut
+    boundaries: list[tuple[int, str]] = []
+    with res.output_log as out:
+        task_loop(op, up, out, res.t_c, rng, boundaries)
+    want = read_all(full)
+    assert "watermark" in {k for _, k in boundaries}
+    for j, (offset, _) in enumerate(boundaries[:-1]):
+        got = recover_and_finish(scn, up, full, offset, tmp_path / f"c{j}", rng)
+        for types in ((1,), (2,)):
+            assert r_rows(got, types).equals(r_rows(want, types)), (offset, types)
