@@ -62,6 +62,10 @@ class PartitionRun:
     """Wall clock time the task started, microseconds since the epoch."""
     updated_at_us: int | None
     """Wall clock time of its last counter update, microseconds since the epoch."""
+    watermark_us: int | None = None
+    """The last watermark the operator applied (event time, microseconds; null: none
+    above its own tuples' times yet). Its event time is the larger of this and the time
+    of its last tuple (``cec inspect extent`` shows that)."""
 
 
 @dataclass(frozen=True)

@@ -147,4 +147,5 @@ class TaskCounters:
             first_input_at_us=now_us(self.first_input_at), process_s=self.process_s,
             write_s=self.write_s, done=self.done, stopped=self.stopped,
             waiting=self.waiting, output_segments_trimmed=self.output_segments_trimmed,
-            started_at_us=now_us(self.started), updated_at_us=now_us(self.updated))
+            started_at_us=now_us(self.started), updated_at_us=now_us(self.updated),
+            watermark_us=self.watermark_us)
