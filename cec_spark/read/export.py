@@ -214,9 +214,11 @@ class ResultFile:
         self._pending_rows += table.num_rows
         while self._pending_rows >= ROW_GROUP_ROWS:
             rows = pa.concat_tables(self._pending)
-            self._write_group(rows.slice(0, ROW_GROUP_ROWS))
+            group = rows.slice(0, ROW_GROUP_ROWS).combine_chunks()
             rest = rows.slice(ROW_GROUP_ROWS)
+            del rows  # only the rows after the group stay held while it is written
             self._pending, self._pending_rows = [rest], rest.num_rows
+            self._write_group(group)
 
     def close(self, empty: pa.Table) -> None:
         """The last row group written and the file closed (``empty``: what an export
@@ -236,7 +238,7 @@ class ResultFile:
 
     def _write_group(self, rows: pa.Table) -> None:
         # one chunk, as the whole table's slice was: the pages are cut as they were
-        table = with_timestamps(rows.combine_chunks(), iso=False)
+        table = with_timestamps(rows.combine_chunks(), iso=False)  # (no copy if it is)
         self._write(table.replace_schema_metadata({"cec.window_end": self._end}))
 
     def _write(self, table: pa.Table) -> None:

@@ -40,11 +40,11 @@ from pyarrow import ipc
 
 SORT_ROWS = 1 << 19
 """Rows sorted in memory at once; more are spilled in run files of this size."""
-BLOCK_ROWS = 1 << 15
+BLOCK_ROWS = 1 << 13
 """Rows a run file's batches hold: what the merge loads of a run at a time."""
 FAN_IN = 64
 """Runs merged at once; more are merged in groups first."""
-STEP_ROWS = 1 << 18
+STEP_ROWS = 1 << 17
 """Rows a merge step takes at most (``STEP_ROWS // runs`` of each run, 1 at least)."""
 
 SORT_KEYS = [("key", "ascending"), ("window_start", "ascending"),
@@ -150,39 +150,46 @@ class SortedRuns:
 
 
 class _Run:
-    """A run file read a batch at a time: the loaded batch, where the next row to take
-    is, and each row's place in the order (:meth:`place`)."""
+    """A run file read a batch at a time: the rows loaded and not taken yet (at least a
+    step's, :meth:`fill`), and each row's place in the order (:meth:`place`)."""
 
-    def __init__(self, path: Path, index: int) -> None:
-        self.index = index
+    def __init__(self, path: Path, index: int, step: int) -> None:
+        self.index, self.step = index, step
         self._file = pa.OSFile(str(path))  # read, not mapped: a mapped file's pages count
         self._reader = ipc.open_file(self._file)  # as the process's resident memory
         self._next = 0
         self.base = 0  # the run's row number of the batch's first row
-        self.batch: pa.RecordBatch | None = None
+        self.batch = pa.RecordBatch.from_pylist([], schema=self._reader.schema)
         self.pos = 0
-        self.load()
+        self.fill()
 
-    def load(self) -> bool:
-        """The run's next non-empty batch (False: none left; the file is closed)."""
-        if self.batch is not None:
-            self.base += self.batch.num_rows
-        self.batch = None
-        while self._next < self._reader.num_record_batches:
-            b = self._reader.get_batch(self._next)
+    @property
+    def left(self) -> int:
+        """Rows loaded and not taken yet."""
+        return self.batch.num_rows - self.pos
+
+    def fill(self) -> bool:
+        """At least a step's rows not taken yet loaded (fewer at the run's end; the file
+        closed there); False: none left."""
+        if self.left >= self.step or self._file.closed:
+            return self.left > 0
+        parts = [self.batch.slice(self.pos)]
+        while sum(b.num_rows for b in parts) < self.step \
+                and self._next < self._reader.num_record_batches:
+            parts.append(self._reader.get_batch(self._next))
             self._next += 1
-            if b.num_rows:
-                self.batch, self.pos = b, 0
-                k = b.column("key")
-                self._key = k.to_numpy(zero_copy_only=False) \
-                    if pa.types.is_integer(k.type) and not k.null_count else None
-                self._keys = k
-                self._cols = [b.column(c).to_numpy() for c in
-                              ("window_start", "window_end", "tau1")]
-                self._blank: Any = 0 if pa.types.is_integer(k.type) else ""
-                return True
-        self._file.close()
-        return False
+        if self._next == self._reader.num_record_batches:
+            self._file.close()
+        self.base += self.pos
+        self.batch, self.pos = pa.concat_batches(parts), 0
+        k = self.batch.column("key")
+        self._key = k.to_numpy(zero_copy_only=False) \
+            if pa.types.is_integer(k.type) and not k.null_count else None
+        self._keys = k
+        self._cols = [self.batch.column(c).to_numpy() for c in
+                      ("window_start", "window_end", "tau1")]
+        self._blank: Any = 0 if pa.types.is_integer(k.type) else ""
+        return self.left > 0
 
     def place(self, i: int) -> tuple[Any, ...]:
         """Row ``i`` of the batch's place in the whole order (null keys last)."""
@@ -196,16 +203,15 @@ class _Run:
         ws, we, tau = self._cols
         return (null, key, int(ws[i]), int(we[i]), int(tau[i]), self.index, self.base + i)
 
-    def last(self, most: int) -> tuple[Any, ...]:
-        """The place of the last row of the next ``most`` rows not taken yet."""
-        assert self.batch is not None
-        return self.place(min(self.pos + most, self.batch.num_rows) - 1)
+    def last(self) -> tuple[Any, ...]:
+        """The place of the last row of the next step's rows."""
+        return self.place(min(self.pos + self.step, self.batch.num_rows) - 1)
 
     def take_upto(self, bound: tuple[Any, ...]) -> pa.RecordBatch | None:
-        """The loaded rows not taken yet that come at or before ``bound``; taken."""
-        assert self.batch is not None
-        n = self.batch.num_rows
-        end = bisect.bisect_right(range(n), bound, lo=self.pos, key=self.place)
+        """The rows of the next step's not after ``bound``; taken (those after the step
+        come after its last row, so after the bound)."""
+        hi = min(self.pos + self.step, self.batch.num_rows)
+        end = bisect.bisect_right(range(hi), bound, lo=self.pos, key=self.place)
         if end == self.pos:
             return None
         rows = self.batch.slice(self.pos, end - self.pos)
@@ -215,13 +221,12 @@ class _Run:
 
 def _merge(paths: list[Path], step_rows: int) -> Iterator[pa.Table]:
     """The rows of sorted run files (in the order they were written), in order, at most
-    ``step_rows`` (or 1,024 a run) a table."""
-    runs = [r for r in (_Run(p, i) for i, p in enumerate(paths)) if r.batch is not None]
-    step = max(1, step_rows // max(1, len(runs)))
+    ``step_rows`` (or 1 a run) a table."""
+    step = max(1, step_rows // max(1, len(paths)))
+    runs = [r for r in (_Run(p, i, step) for i, p in enumerate(paths)) if r.left]
     while runs:
-        bound = min(r.last(step) for r in runs)
+        bound = min(r.last() for r in runs)
         pieces = [b for b in (r.take_upto(bound) for r in runs) if b is not None]
         table = pa.Table.from_batches(pieces)
         yield table if len(pieces) == 1 else sort_results(table)
-        runs = [r for r in runs if r.batch is not None and (
-            r.pos < r.batch.num_rows or r.load())]
+        runs = [r for r in runs if r.fill()]
