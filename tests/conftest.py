@@ -31,7 +31,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     then the rest; each module's tests stay together and in their order.
 
     The suite runs on two workers, a file at a time each (setup.cfg: ``-n 2 --dist
-    loadfile``), and a worker takes the next file when it is done: the long files
+    loadfile --no-loadscope-reorder``, so xdist keeps this order), and a worker takes
+    the next file when it is done: the long files
     start first and the many short ones at the end fill both workers up to about the
     same moment. The cluster tests mostly wait (for Spark's timeouts, for a late
     Worker): the other worker runs Spark files beside them. The order is the same in
