@@ -32,11 +32,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     The suite runs on two workers, a file at a time each (setup.cfg: ``-n 2 --dist
     loadfile --no-loadscope-reorder``, so xdist keeps this order), and a worker takes
-    the next file when it is done: the long files
-    start first and the many short ones at the end fill both workers up to about the
-    same moment. The cluster tests mostly wait (for Spark's timeouts, for a late
-    Worker): the other worker runs Spark files beside them. The order is the same in
-    every worker (xdist requires it), and without xdist too."""
+    the next file when it is done: the long files start first and the many short ones
+    at the end fill both workers up to about the same moment. The cluster tests mostly
+    wait (for Spark's timeouts, for a late Worker): the other worker runs Spark files
+    beside them. The order is the same in every worker (xdist requires it), and
+    without xdist too."""
     rank: dict[object, int] = {}
     for item in items:
         rank[item.path] = min(rank.get(item.path, 2), _module_rank(item))
