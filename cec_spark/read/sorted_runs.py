@@ -7,24 +7,26 @@ sorted in memory and, if more follow, written as a **run file** (Arrow IPC, the
 columns given, batches of :data:`BLOCK_ROWS` rows, no compression) in a directory the
 caller owns and removes. :meth:`SortedRuns.sorted` then gives the rows in order: the
 one in-memory sort when nothing was spilled (as ``cec export`` always did), else a
-k-way merge of the runs, one batch of each in memory at a time.
+k-way merge of the runs, a few batches of each in memory at a time.
 
-**The merge, vectorized.** Each run is read a batch at a time. A row's place in the
-whole order is ``(key, window_start, window_end, tau1, run, position in its run)``:
-unique, and the stable order of the rows as added, since runs hold consecutive rows and
-each was sorted stably. The **bound** is the smallest of the runs' last loaded rows;
-every row not loaded yet comes after its run's last loaded row, so after the bound.
-Each step takes from every run the loaded rows up to the bound (a binary search; the
-bound is the smallest last row of each run's next ``STEP_ROWS / runs`` rows, so a step
-takes at most :data:`STEP_ROWS` rows), concatenates them in run order and sorts them
-stably (:func:`sort_results`: its quick path for integer keys, a ``sort_by`` else),
-then loads the next batch of each run that is used up. More than :data:`FAN_IN` runs
-are first merged in groups into fewer, longer run files (groups of consecutive runs
-keep the order of ties).
+**The merge, vectorized.** A row's place in the whole order is ``(key, window_start,
+window_end, tau1, run, position in its run)``: unique, and the stable order of the rows
+as added, since runs hold consecutive rows and each was sorted stably. Each run keeps
+its next **step** of rows loaded (``STEP_ROWS / runs`` rows: the rest of its loaded
+rows and as many next batches as that takes). The **bound** is the smallest place among
+the steps' last rows; a run's rows past its step come after the step's last row, so
+after the bound. A merge step takes from every run the rows of its step up to the bound
+(a binary search of their places), at most :data:`STEP_ROWS` rows in all, concatenates
+them in run order and sorts them stably (:func:`sort_results`: its quick path for
+integer keys, a ``sort_by`` else); at least the bound's whole step is taken. More than
+:data:`FAN_IN` runs are first merged in groups into fewer, longer run files (groups of
+consecutive runs keep the order of ties; each group's files are removed once merged).
 
-Memory: about ``SORT_ROWS`` rows while adding, ``FAN_IN * BLOCK_ROWS + STEP_ROWS`` rows
-while merging (with int64 keys, 48 bytes a row: ~25 MB, ~110 MB at most; longer string
-keys, more), whatever the number of rows.
+Memory: about ``SORT_ROWS`` rows while adding, ``FAN_IN * BLOCK_ROWS + 2 * STEP_ROWS``
+rows while merging (with int64 keys, 48 bytes a row: ~25 MB and ~37 MB; longer string
+keys, more), whatever the number of rows. ``cec export`` measured (bench/export_bench.py):
+about 400-450 MiB of peak resident memory at 10 and 30 M results, of which ~165 MiB is
+the process before it reads anything.
 """
 
 from __future__ import annotations
@@ -125,8 +127,13 @@ class SortedRuns:
             self._spill()
         runs = self._runs
         while len(runs) > self._fan_in:  # merge groups of runs into longer runs
-            runs = [self._write_run(_merge(runs[i:i + self._fan_in], self._step_rows))
-                    for i in range(0, len(runs), self._fan_in)]
+            longer = []
+            for i in range(0, len(runs), self._fan_in):
+                longer.append(self._write_run(_merge(runs[i:i + self._fan_in],
+                                                     self._step_rows)))
+                for path in runs[i:i + self._fan_in]:
+                    path.unlink()
+            runs = longer
         yield from _merge(runs, self._step_rows)
 
     def _spill(self) -> None:
@@ -166,7 +173,7 @@ class _Run:
     @property
     def left(self) -> int:
         """Rows loaded and not taken yet."""
-        return self.batch.num_rows - self.pos
+        return int(self.batch.num_rows) - self.pos
 
     def fill(self) -> bool:
         """At least a step's rows not taken yet loaded (fewer at the run's end; the file
