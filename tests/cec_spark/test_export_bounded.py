@@ -163,12 +163,13 @@ def test_the_bounded_export_equals_the_in_memory_one_byte_for_byte(
                     rows=rows, keys=keys)
     for fmt in ("csv", "parquet"):
         reference(root, tmp / f"want.{fmt}", fmt)
-        rows, keys = bounded(root, tmp / f"got.{fmt}", fmt, sort_rows=sort_rows,
-                             block_rows=block_rows, fan_in=fan_in, step_rows=step_rows)
+        got_rows, got_keys = bounded(root, tmp / f"got.{fmt}", fmt, sort_rows=sort_rows,
+                                     block_rows=block_rows, fan_in=fan_in,
+                                     step_rows=step_rows)
         assert (tmp / f"got.{fmt}").read_bytes() == (tmp / f"want.{fmt}").read_bytes()
         want = pq.read_table(tmp / "want.parquet") if fmt == "parquet" else None
     assert want is not None
-    assert rows == want.num_rows and keys == len(pc.unique(want.column("key")))
+    assert got_rows == want.num_rows and got_keys == len(pc.unique(want.column("key")))
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
