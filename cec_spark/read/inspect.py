@@ -57,8 +57,10 @@ def _partitions(layout: RunLayout, partition: int | None, total: int) -> list[in
 
 def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | None = None
                    ) -> ExtentResult:
-    """``cec inspect extent``: q, u, T, n_c, the oldest windows, G_check counts and (now,
-    not with ``at``) each partition's two watermarks, the ingest's and the operator's.
+    """``cec inspect extent``: q, u, T, n_c, the oldest windows, G_check counts and
+    each partition's two watermarks, the ingest's and the operator's, as they are now
+    (with ``at``: only where ``at`` is at or after them and the output log's last row,
+    so that the extent is the newest one; else null, not known as of ``at``).
 
     ``at`` (a timestamp, microseconds) looks at the extent as it was when the last
     output row with ``ts <= at`` was written.
@@ -68,7 +70,7 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                          "integer)")
     layout = RunLayout(Path(root))
     spec, settings = read_run_file(layout)
-    wms = _watermarks(layout, spec.run.partitions) if at is None else None
+    wms = _watermarks(layout, spec.run.partitions)
     late = late_rows(layout, spec.run.partitions)
     if at is not None and layout.generation and at < layout.generations[-1].cut_ts:
         g = layout.generations[-1]
@@ -93,9 +95,9 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                                  "t_c_ts_us": None, "q": None, "u": None,
                                  "extent_bytes": None, "g_open_found": None,
                                  "g_check_found": None, "oldest": [],
-                                 "late_rows": late[p], **(wms[p] if wms else {})}
+                                 "late_rows": late[p], **(wms[p] if at is None else {})}
         if not path.exists():
-            entry["empty"] = True
+            entry.update(empty=True, **_as_of(wms[p], at, None))
             parts.append(ExtentPartition(**entry))
             continue
         with StreamLog.open(path) as out:
@@ -112,6 +114,8 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                     continue
             rec = scan(out, at_ts=at)
             entry["counts"] = _counts(out, at)
+            if at is not None:  # as of at: shown where it is the newest extent
+                entry.update(_as_of(wms[p], at, out.last_ts))
             entry["sealed"] = bool(out.sealed)
         if isinstance(rec, NothingToRecover):
             entry.update(empty=True, reason=rec.reason)
@@ -127,6 +131,17 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
     return ExtentResult(run_dir=str(layout.root), at_us=at, partitions=parts, rto_s=objective,
                         fixed_s=fixed.seconds, fixed_how=fixed.how,
                         warnings=list(settings.warnings), standbys_ready=ready)
+
+
+def _as_of(wm: dict[str, Any], at: int | None, last_ts: int | None) -> dict[str, Any]:
+    """A partition's watermarks (now) for an extent as of ``at``: shown only where that
+    extent is the newest one, ``at`` at or after the output log's last row and after
+    both watermarks; before, what they were is not known (nothing is shown)."""
+    if at is None:
+        return wm
+    known = [t for t in (last_ts, wm["ingest_watermark_us"], wm["operator_watermark_us"])
+             if t is not None]
+    return wm if all(at >= t for t in known) else {}
 
 
 def _watermarks(layout: RunLayout, partitions: int) -> list[dict[str, Any]]:

@@ -76,12 +76,13 @@ class ExtentPartition:
     ingest_watermark_us: int | None = None
     """The ingest's watermark W, event time, microseconds: every row of the partition
     with ts < W has been released to its upstream log (the wm of the log's last commit
-    token; null: none yet, an older run, or --at)."""
+    token; null: none yet, an older run, or an --at before it or the log's last row)."""
     operator_watermark_us: int | None = None
     """The event time the partition's operator has reached, microseconds: the larger of
     the last watermark it applied and its last tuple's time. Its time windows ending at
     or before it are closed, and its sessions whose last + gap is before it; count
-    windows do not close on a watermark (null: none yet, or --at)."""
+    windows do not close on a watermark (null: none yet, or an --at before it or the
+    log's last row)."""
     operator_behind_s: float | None = None
     """How far the operator's watermark is behind the ingest's, seconds (null unless
     both are known)."""
