@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -41,7 +41,9 @@ from storage_log.walk import check_link
 if TYPE_CHECKING:
     from storage_log.reader import RecordReader
 
-__all__ = ["CommitToken", "Follower", "tail_items"]
+T = TypeVar("T")
+
+__all__ = ["CommitToken", "Follower", "poll", "tail_items"]
 
 #: frames smaller than this (every TOKEN frame) are decoded on the calling thread: a
 #: token is a copy of its payload, not worth a hand-off to the codec's pool
@@ -105,17 +107,19 @@ class Follower:
             self._pos, self._prev = c.position, c.last_seq
 
 
-def tail_items(follower: Follower, timeout: float) -> Iterator[pa.RecordBatch | CommitToken]:
-    """``LogReads.tail(tokens=True)``: ``follower``'s looks until the log is sealed and
-    read, or nothing new was committed for ``timeout`` seconds."""
+def poll(look: Callable[[], Iterator[T]], done: Callable[[bool], bool], timeout: float
+         ) -> Iterator[T]:
+    """A tailing reader's loop: ``look()`` again and again, yielding what each brings,
+    until ``done(got)`` (``got``: that look brought something) or nothing new came for
+    ``timeout`` seconds; the waits between empty looks double from 1 ms up to 50 ms."""
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:
         got = False
-        for item in follower.look():
+        for item in look():
             got = True
             yield item
-        if not got and follower.snapshot().sealed:
+        if done(got):
             return
         now = time.monotonic()
         if got:
@@ -125,6 +129,12 @@ def tail_items(follower: Follower, timeout: float) -> Iterator[pa.RecordBatch | 
             return
         time.sleep(min(delay, deadline - now))
         delay = min(delay * 2, 0.05)
+
+
+def tail_items(follower: Follower, timeout: float) -> Iterator[pa.RecordBatch | CommitToken]:
+    """``LogReads.tail(tokens=True)``: ``follower``'s looks until the log is sealed and
+    read, or nothing new was committed for ``timeout`` seconds."""
+    return poll(follower.look, lambda got: not got and follower.snapshot().sealed, timeout)
 
 
 def token_start(snapshot: Callable[[], Snapshot], locate: Locate, after_seq: int | None

@@ -11,7 +11,6 @@ code path, which pays nothing for tokens.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, overload
@@ -20,7 +19,7 @@ import pyarrow as pa
 
 from storage_log.entry import Entry, Snapshot
 from storage_log.errors import LogClosedError, LogUsageError
-from storage_log.follow import CommitToken, Follower, tail_items
+from storage_log.follow import CommitToken, Follower, poll, tail_items
 from storage_log.reader import RecordReader
 
 if TYPE_CHECKING:
@@ -136,23 +135,14 @@ class LogReads:
         return Follower(self._reader, self._snapshot, self._locate, after_seq=after_seq)
 
     def _tail(self, after_seq: int | None, timeout: float) -> Iterator[pa.RecordBatch]:
-        pos = after_seq
-        deadline = time.monotonic() + timeout
-        delay = 0.001
-        while True:
+        pos, sealed = after_seq, False
+
+        def look() -> Iterator[pa.RecordBatch]:
+            nonlocal pos, sealed
             snap, entry = self._locate(after_seq=pos)
-            got = False
+            sealed = snap.sealed  # sealed before this look: it reads the log to its end
             for batch in self._reader.forward(snap, entry, after_seq=pos):
-                got = True
                 pos = batch.column("seq")[-1].as_py()
                 yield batch
-            if snap.sealed:
-                return
-            now = time.monotonic()
-            if got:
-                deadline, delay = now + timeout, 0.001
-                continue
-            if now >= deadline:
-                return
-            time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, 0.05)
+
+        return poll(look, lambda got: sealed, timeout)
