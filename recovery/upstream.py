@@ -154,10 +154,13 @@ class ReplayFilter:
 
 def upstream_trim_before(replay_after_seq: int) -> int:
     """The ``before_seq`` (an exclusive bound, ``StreamLog.trim``) to trim an upstream log
-    with when a recovery replays its tuples after ``replay_after_seq``: a log trimmed so
-    still starts at or before ``replay_after_seq + 1``, which :func:`check_upstream`
-    accepts (seqs are integers; a later start may hide trimmed tuples)."""
-    return replay_after_seq + 1
+    with when a recovery replays its tuples after ``replay_after_seq`` (T): the segment
+    that holds T itself is kept, and so are the commit tokens right after T. A recovery
+    whose ``t_c`` is T re-applies a watermark at ``(T, W)`` whose output the crash lost
+    (ARCHITECTURE "Watermarks"); trimmed at ``T + 1``, a segment ending with the record
+    T would take those tokens with it when the next segment starts at ``T + 1``. A log
+    so trimmed starts at or before T, which :func:`check_upstream` accepts."""
+    return replay_after_seq
 
 
 def check_upstream(rec: EventualCheckpoint, upstream: UpstreamLogReader, *,
@@ -187,7 +190,7 @@ def check_upstream(rec: EventualCheckpoint, upstream: UpstreamLogReader, *,
     # T is the seq of a real input tuple: a log that starts after T was trimmed. It
     # still holds every tuple after T only if it starts at T + 1 (seqs are integers);
     # a later start may hide trimmed tuples (sparse seqs cannot tell), so it is refused.
-    if first > upstream_trim_before(rec.replay_after_seq) and not complete:
+    if first > rec.replay_after_seq + 1 and not complete:
         raise ReplayUnavailableError(
             f"the upstream log starts at seq {first}, after T={rec.replay_after_seq}: it "
             "was trimmed past "
