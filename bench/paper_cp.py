@@ -42,7 +42,8 @@ class Fig89Run:
     windows: int  # windows closed in the timed part
     response_mean_s: float
     response_median_s: float
-    g_check: int
+    g_check: int  # in the timed part
+    g_check_warm: int  # in the warm-up (the first, unlimited step usually falls there)
     extent_mean: float  # q sampled over the timed part
     extent_end: int
     series: list[tuple[float, float]] = field(default_factory=list)  # (t s, mean resp s)
@@ -92,7 +93,7 @@ def fig89_once(config: str, cp_ms: float | None, batches: Sequence[pa.RecordBatc
     sample_at = set(np.linspace(warm, n - 1, 16).astype(int).tolist()) if n > warm else set()
     extents: list[int] = []
     closes: list[tuple[np.ndarray, np.ndarray]] = []  # (tau1 of R rows, batch index)
-    g_check = 0
+    g_check = g_check_warm = 0
     t0 = time.perf_counter()
     t_warm = t0
     for i, b in enumerate(batches):
@@ -100,7 +101,9 @@ def fig89_once(config: str, cp_ms: float | None, batches: Sequence[pa.RecordBatc
         ends[i] = time.perf_counter()
         if i == warm:
             t_warm = ends[i - 1] if i else t0
-        if i >= warm:
+        if i < warm:
+            g_check_warm += int(np.count_nonzero(out.column("type").to_numpy() == 3))
+        else:
             typ = out.column("type").to_numpy()
             is_r = np.isin(typ, RESULT_TYPES)
             if is_r.any():
@@ -127,7 +130,8 @@ def fig89_once(config: str, cp_ms: float | None, batches: Sequence[pa.RecordBatc
         windows=len(resp),
         response_mean_s=float(resp.mean()) if len(resp) else float("nan"),
         response_median_s=float(np.median(resp)) if len(resp) else float("nan"),
-        g_check=g_check, extent_mean=float(np.mean(extents)) if extents else 0.0,
+        g_check=g_check, g_check_warm=g_check_warm,
+        extent_mean=float(np.mean(extents)) if extents else 0.0,
         extent_end=op.q, series=series,
     )
 

@@ -99,8 +99,13 @@ def test_fig89_rows_per_cp(run: tuple[Path, dict[str, Any]]) -> None:
     assert open_only["extent_end"] > 0  # G_open footprints, never moved by a G_check
     for r in rows:
         assert r["response_mean_s"] > 0
-    # the budget starts with a full CI of credit: every CP run checkpoints at least once
-    assert all(r["g_check"] > 0 for r in rows[2:])
+    # the budget starts with a full CI of credit: every CP run checkpoints at least once,
+    # in its warm-up or its timed part (the first step is unlimited; its debt, repaid at
+    # CI/CP of the wall time, can outlast a short timed part on a loaded machine)
+    runs = res["fig89"]["runs"]
+    for r in runs:
+        both = r["g_check"] + r["g_check_warm"]
+        assert both > 0 if r["cp_ms"] is not None else both == 0, r
     md = (out / "results.md").read_text()
     assert "| no CEC |" in md and "| G_open only |" in md and "| CP 250 ms |" in md
 
