@@ -43,7 +43,7 @@ import pytest
 import xxhash
 
 from cec_spark.rundir.lease import read_lease
-from storage_log.epoch import list_epochs, read_chain, read_epoch
+from storage_log.epoch import Chain, list_epochs, read_chain, read_epoch
 from storage_log.errors import StorageLogError
 from storage_log.framing import FLAG_COMMIT, FrameError, Kind
 from storage_log.log import StreamLog
@@ -95,6 +95,13 @@ def _drop(folder: Path, df: pd.DataFrame, i: int) -> None:
     tmp = folder / f".f{i:04d}.tmp"
     df.iloc[i * len(df) // FILES:(i + 1) * len(df) // FILES].to_csv(tmp, index=False)
     tmp.rename(folder / f"f{i:04d}.csv")
+
+
+def _feed(folder: Path, df: pd.DataFrame, first: int, end: int) -> None:
+    """Files ``first`` to ``end - 1``, one every 0.1 s."""
+    for i in range(first, end):
+        _drop(folder, df, i)
+        time.sleep(0.1)
 
 
 def _end(folder: Path) -> None:
@@ -182,7 +189,7 @@ class Frame:
     offset: int
     first_seq: int
     last_seq: int
-    committed_at: float | None = None  # monotonic
+    committed_poll: int | None = None  # the watch's poll that first saw its commit
 
 
 @dataclass
@@ -191,7 +198,7 @@ class Seen:
 
     last_seq: int
     digest: str
-    at: float  # monotonic
+    poll: int
 
 
 @dataclass
@@ -211,9 +218,15 @@ def _digest(batch: pa.RecordBatch) -> str:
 
 class LogWatch(threading.Thread):
     """Reads every log of the run every few ms until stopped: the epochs (and their
-    writers' process groups, while they live), every DATA frame of every segment file
-    (with the moment its commit appeared), and, through the public reader, every
-    committed record (with its content)."""
+    writers' lineage, while they live), every DATA frame of every segment file (with
+    the poll that first saw its commit), and, through the public reader, every
+    committed record (with its content).
+
+    Polls are numbered; poll ``k`` looks at the claim (``drivers/00000002``) first, then
+    at every log. A frame first seen in poll ``k`` was not there when poll ``k - 1``
+    walked its segment: so it was committed after the claim if poll ``k - 1`` already
+    saw the claim, and after an event the test marked during poll ``m`` if ``k >= m + 2``.
+    """
 
     def __init__(self, run: Path) -> None:
         super().__init__(daemon=True)
@@ -221,7 +234,8 @@ class LogWatch(threading.Thread):
         self.views = {name: LogView() for name in _logs(run)}
         self.halt = threading.Event()
         self.errors: list[str] = []
-        self.polls = 0
+        self.polls = 0  # the index of the poll under way
+        self.claim_poll: int | None = None  # the first poll that saw driver number 2
 
     def run(self) -> None:
         while not self.halt.is_set():
@@ -233,6 +247,8 @@ class LogWatch(threading.Thread):
                 view.reader.close()
 
     def _poll_all(self) -> None:
+        if self.claim_poll is None and (self.root / "drivers" / "00000002").exists():
+            self.claim_poll = self.polls
         for name, path in _logs(self.root).items():
             try:
                 self._poll(self.views[name], path)
@@ -254,9 +270,8 @@ class LogWatch(threading.Thread):
                 view.epochs[e] = Epoch(e, info.pid, info.created, _lineage(info.pid),
                                        None if info.fence is None else info.fence.last_seq)
         self._read(view, path)  # the reader first: its records' frames are walked below
-        now = time.monotonic()
         for sid in list_segments(path):
-            self._walk(view, path, sid, now)
+            self._walk(view, path, sid)
 
     def _read(self, view: LogView, path: Path) -> None:
         if view.reader is None:
@@ -264,7 +279,6 @@ class LogWatch(threading.Thread):
                 view.reader = StreamLog.open(path, threads=0)
             except StorageLogError:
                 return
-        now = time.monotonic()
         for batch in view.reader.read_forward(after_seq=view.read_to):
             seqs = batch.column("seq")
             first, last = seqs[0].as_py(), seqs[-1].as_py()
@@ -272,10 +286,10 @@ class LogWatch(threading.Thread):
             # output log's seqs are dense
             assert view.read_to is None or first == view.read_to + 1 or (
                 "upstream" in str(path) and first > view.read_to), (view.read_to, first)
-            view.seen[first] = Seen(last, _digest(batch), now)
+            view.seen[first] = Seen(last, _digest(batch), self.polls)
             view.read_to = last
 
-    def _walk(self, view: LogView, path: Path, sid: int, now: float) -> None:
+    def _walk(self, view: LogView, path: Path, sid: int) -> None:
         start = view.walked.get(sid, 0)
         try:
             with SegmentReader(segment_path(path, sid)) as seg:
@@ -286,7 +300,7 @@ class LogWatch(threading.Thread):
                             Frame(sid, info.offset, info.first_seq, info.last_seq))
                     if info.flags & FLAG_COMMIT:
                         for frame in view.uncommitted.pop(sid, []):
-                            frame.committed_at = now
+                            frame.committed_poll = self.polls
                             view.frames.append(frame)
                     view.walked[sid] = info.end
         except FileNotFoundError:  # trimmed
@@ -303,9 +317,8 @@ def _final_records(path: Path) -> dict[int, tuple[int, str]]:
                 for b in log.read_forward(after_seq=log.first_seq - 1)}
 
 
-def _frame_epoch(view: LogView, path: Path, first: int, last: int) -> int:
+def _frame_epoch(view: LogView, chain: Chain, path: Path, first: int, last: int) -> int:
     """The epoch of the frame holding records ``first..last`` on the log's chain."""
-    chain = read_chain(path)
     on = set(chain.segments)
     hits = {sid_epoch(f.sid) for f in view.frames
             if f.first_seq == first and f.last_seq == last and f.sid in on
@@ -368,17 +381,13 @@ def test_a_driver_frozen_alone_is_fenced_while_its_tasks_write_and_stops_when_wo
         assert tasks <= workers, (tasks, members)  # every operator task runs on
         for pid in frozen:
             os.kill(pid, signal.SIGSTOP)
-        froze_at = time.monotonic()
-        # the tasks keep ingesting and writing: a file every 0.15 s until the claim
-        i = FIRST
+        froze_poll = watch.polls
+        # the tasks keep ingesting and writing: a file every 0.1 s, through the claim
+        # and the takeover, for the old tasks and then the new ones
+        feeder = threading.Thread(target=_feed, args=(folder, data.rows, FIRST, FILES - 4))
+        feeder.start()
         claim_file = run / "drivers" / "00000002"
-        deadline = time.monotonic() + 60
-        while not claim_file.exists() and i < FILES - 6 and time.monotonic() < deadline:
-            _drop(folder, data.rows, i)
-            i += 1
-            time.sleep(0.15)
         wait_for(claim_file.exists, 60, "the standby to claim driver number 2")
-        claim_seen = time.monotonic()
         claim = json.loads(claim_file.read_text())
         assert claim["pid"] == standby.pid, claim
         # the new driver's tasks have recovered (their state files name their pids)
@@ -387,14 +396,15 @@ def test_a_driver_frozen_alone_is_fenced_while_its_tasks_write_and_stops_when_wo
                              for st in task_states(run, P)) or standby.poll() is not None,
                  240, "the standby's tasks to recover")
         assert standby.poll() is None, _text(tmp_path / "sb.log")[-3000:]
-        for j in range(i, i + 3):  # input for the new driver while the old one wakes
-            _drop(folder, data.rows, j)
-        i += 3
+        feeder.join(120)
+        assert not feeder.is_alive()
         # wake the old driver: it stops, writes nothing
         old_pids = set(_tree(driver.pid)) | set(members)
         before = _not_the_standbys(run, standby.pid)
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)
+        for j in range(FILES - 4, FILES):  # the new driver writes while the old one wakes
+            _drop(folder, data.rows, j)
         code = driver.wait(120)
         said = _text(tmp_path / "run.log")
         assert code == 2, said[-3000:]
@@ -406,8 +416,6 @@ def test_a_driver_frozen_alone_is_fenced_while_its_tasks_write_and_stops_when_wo
         assert after == before, {k: (before.get(k), after.get(k))
                                  for k in set(before) | set(after)
                                  if before.get(k) != after.get(k)}
-        for j in range(i, FILES):
-            _drop(folder, data.rows, j)
         _end(folder)
         code = standby.wait(300)
         sb = _text(tmp_path / "sb.log")
@@ -429,18 +437,28 @@ def test_a_driver_frozen_alone_is_fenced_while_its_tasks_write_and_stops_when_wo
                 os.kill(pid, signal.SIGKILL)
     watch.stop()
     assert not watch.errors, watch.errors[:5]
-    _check_logs(run, watch, float(claim["started"]), froze_at, claim_seen, old_pids,
-                driver.pid, standby.pid)
+    late = _check_logs(run, watch, float(claim["started"]), froze_poll, old_pids,
+                       driver.pid, standby.pid)
     _export_equals_pandas(run, tmp_path, data.reference)
+    if late:  # every promise above held; this one is the issue's, not STANDBY.md's
+        pytest.xfail(
+            "issue 39 item 3: the old driver's tasks committed to the logs after the "
+            f"standby's claim (log, segment, byte, seqs): {late}. STANDBY.md says they "
+            "stop at their next check of the driver number (every 0.5 s) and that the "
+            "logs' epochs fence what they write after the new writer's first write; so "
+            "these commits, between the claim and that check, are part of the logs "
+            "(the new driver continued from them, the export is exact), and 'no write "
+            "after the claim' does not hold")
 
 
-def _check_logs(run: Path, watch: LogWatch, claim: float, froze_at: float,
-                claim_seen: float, old_pids: set[int], old_root: int, new_root: int
-                ) -> None:
+def _check_logs(run: Path, watch: LogWatch, claim: float, froze_poll: int,
+                old_pids: set[int], old_root: int, new_root: int
+                ) -> list[tuple[str, str, int, int, int]]:
     """The promises, log by log, from what the watch read while it happened."""
-    written_frozen = 0  # old commits that appeared between the freeze and the claim
-    late = []  # old commits that appeared after the claim was seen: before the fence
-    zombies = []  # old commits on disk past the fence
+    assert watch.claim_poll is not None
+    written_frozen = 0  # old commits written after the freeze
+    late: list[tuple[str, str, int, int, int]] = []  # old commits after the claim
+    zombies = []  # old commits on disk past the fence (in no log)
     for name, path in _logs(run).items():
         view = watch.views[name]
         assert view.epochs, name
@@ -456,26 +474,30 @@ def _check_logs(run: Path, watch: LogWatch, claim: float, froze_at: float,
         for frame in view.frames:
             if sid_epoch(frame.sid) not in old:
                 continue
-            assert frame.committed_at is not None
-            if froze_at <= frame.committed_at < claim_seen:
+            assert frame.committed_poll is not None
+            if frame.committed_poll >= froze_poll + 2:
                 written_frozen += 1
             if frame.last_seq > fence:
                 zombies.append((name, segment_path(path, frame.sid).name, frame.offset,
                                 frame.first_seq, frame.last_seq))
-            elif frame.committed_at >= claim_seen:
-                late.append((name, frame.first_seq, frame.last_seq))
+            elif frame.committed_poll > watch.claim_poll:
+                late.append((name, segment_path(path, frame.sid).name, frame.offset,
+                             frame.first_seq, frame.last_seq))
         final = _final_records(path)
+        chain = read_chain(path)
         for first, (last, _) in final.items():  # an old record only up to the fence
-            if _frame_epoch(view, path, first, last) in old:
+            if _frame_epoch(view, chain, path, first, last) in old:
                 assert last <= fence, (name, first, last, fence)
         for first, seen in view.seen.items():  # nothing a reader saw is taken back
             if first in final or (final and first > min(final)):
                 assert final.get(first) == (seen.last_seq, seen.digest), (name, first)
         assert view.seen, name
-    print(f"polls={watch.polls} old commits during the freeze={written_frozen} "
-          f"after the claim (before the fence)={late} zombie commits past the fence={zombies}")
+    print(f"polls={watch.polls} (freeze at {froze_poll}, claim seen at {watch.claim_poll}); "
+          f"old commits after the freeze={written_frozen}, after the claim (before the "
+          f"fence)={late}, past the fence (zombies)={zombies}")
     assert written_frozen > 0, "the old tasks wrote nothing while the driver was frozen"
     assert not zombies, f"old driver's commits past the new epoch's fence: {zombies}"
+    return late
 
 
 def test_a_standby_started_after_the_driver_died_takes_over(
@@ -505,7 +527,9 @@ def test_a_standby_started_after_the_driver_died_takes_over(
         code = standby.wait(300)
         said = _text(tmp_path / "sb.log")
         assert code == 0, said[-3000:]
-        assert "driver 1: " in said and "taking the run over as driver 2" in said, said[-3000:]
+        # the lock was free when it began watching (not trusted): the pid told
+        assert "driver 1: its process is gone; taking the run over as driver 2" in said, \
+            said[-3000:]
         lease = read_lease(run / "drivers" / "00000002.live")
         assert lease is not None and lease.get("ended") == "completed", lease
         assert not (run / "drivers" / "00000003").exists()
