@@ -1,24 +1,29 @@
-"""``cec recover``, step 3: each partition's logs reconciled (with ``--repair``, cut at
-their first bad frame) and its eventual checkpoint rebuilt, or, dry run, predicted.
+"""``cec recover``, step 3: each partition's logs reconciled (with ``--repair``, an
+upstream log cut at its first bad frame; a damaged output log cut in any case), or,
+dry run, its recovery predicted.
 
-Per partition (:func:`recover_partitions`, in order; in parallel when the resumed
-tasks rebuild): its upstream log is reconciled (its writer may have died) and with
-``--repair`` cut, its last seq noted for the catch-up; its output log is reconciled
-by the first writable open (:func:`wait_for_lock` waits for a killed run's workers to
-let go of it); then its EC is rebuilt and its upstream replayed
-(:func:`recovery.partition.recover_partition`), a damaged output log first cut (it is
-derived data: EC and replay produce the lost records again). A dry run only reads
-(:func:`recovery.partition.predict`). :class:`Recovery` is one ``cec recover`` as it
-goes, which the steps of :mod:`cec_spark.recover.resume` share.
+The eventual checkpoints are not rebuilt here: each resumed operator task rebuilds its
+own as it starts (:func:`cec_spark.run.task._recover`), side by side, and reports it;
+what ``cec recover`` explains per partition is the task's report
+(:func:`cec_spark.report.recover.explained_by_tasks`). The driver's work per partition
+is a writable open of each log (:func:`wait_for_lock` waits for a killed run's
+workers to let go of it; the open reconciles a torn tail), never a scan of the
+eventual checkpoint's extent, and never a window's state: it does not grow with the
+run's state. The partitions go in parallel (threads: the work is I/O and waiting).
+A dry run only reads (:func:`recovery.partition.predict`), partitions in parallel too.
+:class:`Recovery` is one ``cec recover`` as it goes, which the steps of
+:mod:`cec_spark.recover.resume` share.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from cec.spec import PipelineSpec
 from cec_spark.report import (
@@ -27,19 +32,23 @@ from cec_spark.report import (
     UpstreamRepair,
     reconcile_of,
 )
-from cec_spark.run.task import operator_for
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.repair import unneeded_damage
 from cec_spark.rundir.run_file import RunSettings, read_run_file
 from cec_spark.watchdog import say
-from recovery.partition import predict, recover_partition
+from recovery.partition import predict
 from storage_log.errors import CorruptLogError, LogLockedError
 from storage_log.log import StreamLog
 from storage_log.reconcile import ReconcileReport
 
-__all__ = ["LOCK_WAIT_S", "Recovery", "recover_partitions", "wait_for_lock"]
+__all__ = ["LOCK_WAIT_S", "PARALLEL", "Recovery", "cut_output", "recover_partitions",
+           "wait_for_lock"]
 
 LOCK_WAIT_S = 30.0
+PARALLEL = 8
+"""Partitions reconciled (or predicted) at once: the work is I/O and waiting for locks."""
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -55,10 +64,6 @@ class Recovery:
     """What ``--repair`` repaired, one sentence each."""
     catch_up: dict[str, int | None] = field(default_factory=dict)
     """Each upstream log's last seq now (:mod:`cec_spark.run.rto`'s "caught up")."""
-    in_tasks: bool = False
-    """Leave the rebuild of each eventual checkpoint to the resumed operator tasks (they
-    rebuild it from the output log in any case): a standby's takeover, where the
-    driver's own rebuild would be the same work done twice before the tasks start."""
 
     def next_generation(self) -> None:
         """Read the run again after a rescale: its new generation, ``P'`` partitions."""
@@ -66,36 +71,56 @@ class Recovery:
         self.spec, self.settings = read_run_file(self.layout)
 
 
+def in_parallel(fn: Callable[[int], T], n: int) -> list[T]:
+    """``[fn(0), ..., fn(n - 1)]``, up to :data:`PARALLEL` at once (threads); the first
+    error is raised once every call has ended."""
+    if n < 2:
+        return [fn(p) for p in range(n)]
+    with ThreadPoolExecutor(max_workers=min(PARALLEL, n),
+                            thread_name_prefix="cec-recover") as pool:
+        return list(pool.map(fn, range(n)))
+
+
 def recover_partitions(run: Recovery) -> list[RecoverPartition]:
-    """Every partition recovered (dry run: predicted), in order. When the tasks rebuild
-    (``in_tasks``), what is left here is waiting for locks and reconciling, I/O: the
-    partitions then go in parallel."""
-    partitions = range(run.spec.run.partitions)
-    if not run.in_tasks or len(partitions) < 2:
-        return [_recover_partition(run, p) for p in partitions]
-    with ThreadPoolExecutor(max_workers=min(8, len(partitions)),
-                            thread_name_prefix="cec-reconcile") as pool:
-        return list(pool.map(lambda p: _recover_partition(run, p), partitions))
+    """Every partition reconciled (dry run: predicted), in parallel; the result in
+    partition order, and the repairs said in partition order too."""
+    head = len(run.repairs)
+    parts = in_parallel(lambda p: _recover_partition(run, p), run.spec.run.partitions)
+    run.repairs[head:] = sorted(run.repairs[head:],
+                                key=lambda line: int(line.split(":")[0].split()[-1]))
+    return parts
 
 
 def _recover_partition(run: Recovery, p: int) -> RecoverPartition:
-    """Partition ``p`` recovered (dry run: predicted)."""
+    """Partition ``p`` reconciled (dry run: predicted)."""
+    t0 = time.perf_counter()
     out_path, up_path = run.layout.output(p), run.layout.upstream(p)
     if not out_path.exists():
         return RecoverPartition(partition=p, fresh_start=True, reason="no output log yet")
     if run.dry_run:
         return _predict(run, p)
     upstream_repaired = _reconcile_upstream(run, p) if up_path.exists() else None
-    first = wait_for_lock(out_path)  # this open reconciles: keep its report
-    if upstream_repaired is not None:  # rebuilt by the resumed run, once the ingest
-        return RecoverPartition(  # has read the rows cut again
-            partition=p, fresh_start=None, reason="", refill=True,
-            upstream_repaired=upstream_repaired)
-    if run.in_tasks and first is not None:  # reconciled; not damaged
-        return RecoverPartition(partition=p, fresh_start=None,
-                                reason="rebuilt by its operator task as the run resumed",
-                                reconcile=reconcile_of(first))
-    return _rebuild(run, p, first)
+    first, sealed, empty = _open_output(out_path)  # this open reconciles: keep its report
+    repaired = None
+    if first is None:  # damaged before its committed end: cut (derived data)
+        repaired = cut_output(run.layout, p, run.spec.run.fsync)
+        sealed, empty = False, False  # the task tells
+    fresh: bool | None = None  # the task tells
+    if upstream_repaired is not None:
+        reason = ("rebuilt by its operator task once the ingest has read the rows cut "
+                  "from its upstream log again")
+    elif sealed:
+        fresh, reason = False, ("finished before (its output log is sealed): nothing to "
+                                "rebuild or replay")
+    elif empty:
+        fresh, reason = True, "nothing to recover: its output log holds no record"
+    else:
+        reason = "rebuilt by its operator task as the run resumed"
+    return RecoverPartition(partition=p, fresh_start=fresh,
+                            reason=reason, sealed=sealed, reconcile=reconcile_of(first),
+                            repaired=repaired, upstream_repaired=upstream_repaired,
+                            refill=upstream_repaired is not None,
+                            recover_s=time.perf_counter() - t0)
 
 
 def _predict(run: Recovery, p: int) -> RecoverPartition:
@@ -141,33 +166,18 @@ def _reconcile_upstream(run: Recovery, p: int) -> UpstreamRepair | None:
     return what
 
 
-def _rebuild(run: Recovery, p: int, first: ReconcileReport | None) -> RecoverPartition:
-    """Partition ``p``'s eventual checkpoint rebuilt and its upstream replayed; a
-    damaged output log is cut at its first bad record first (it is derived data: EC
-    and replay produce the lost records again, exactly). ``first``: what the first
-    writable open of the output log cut or rebuilt."""
-    layout, spec = run.layout, run.spec
-    out_path, up_path = layout.output(p), layout.upstream(p)
-    t0 = time.perf_counter()
-    repaired: OutputRepair | None = None
-    try:
-        rec = recover_partition(out_path, up_path, operator_for(spec, run.settings),
-                                fsync=spec.run.fsync, upstream_after=layout.cut)
-    except CorruptLogError as exc:
-        with StreamLog.open(out_path, writable=True, repair=True,
-                            fsync=spec.run.fsync) as log:
-            repaired = OutputRepair(error=str(exc),
-                                    reconcile=reconcile_of(log.reconcile_report))
-        rec = recover_partition(out_path, up_path, operator_for(spec, run.settings),
-                                fsync=spec.run.fsync, upstream_after=layout.cut)
-    with rec.output_log as out:
-        report = out.reconcile_report
-        if first is not None and (first.bytes_cut or first.rebuilt):
-            report = first  # what was cut was cut by the first open
-        sealed = out.sealed
-    return RecoverPartition.explained(p, rec.explain, sealed=sealed,
-                                      reconcile=reconcile_of(report), repaired=repaired,
-                                      recover_s=time.perf_counter() - t0)
+def cut_output(layout: RunLayout, p: int, fsync: str, error: str | None = None
+               ) -> OutputRepair:
+    """Partition ``p``'s damaged output log cut at its first bad record (a full scan);
+    its operator task rebuilds the eventual checkpoint from what is left and replays the
+    upstream log, which writes the records cut again, exactly. ``error``: the damage as
+    found (else what the cut says of it)."""
+    with StreamLog.open(layout.output(p), writable=True, repair=True, fsync=fsync) as log:
+        cut = reconcile_of(log.reconcile_report)
+    if error is None:
+        error = ("damaged" if cut is None or cut.cut_reason is None
+                 else f"{cut.cut_reason} at {cut.cut_at}")
+    return OutputRepair(error=error, reconcile=cut)
 
 
 def _repair_upstream(path: Path, fsync: str) -> UpstreamRepair:
@@ -177,12 +187,27 @@ def _repair_upstream(path: Path, fsync: str) -> UpstreamRepair:
                               reconcile=reconcile_of(log.reconcile_report))
 
 
-def wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S) -> ReconcileReport | None:
+def _open_output(path: Path) -> tuple[ReconcileReport | None, bool, bool]:
+    """The output log at ``path`` reconciled by a writable open (:func:`wait_for_lock`):
+    what the open cut or rebuilt (None: the log is damaged before its committed end),
+    whether the log is sealed, whether it holds no record."""
+    sealed, empty = False, False
+
+    def note(log: StreamLog) -> None:
+        nonlocal sealed, empty
+        sealed, empty = bool(log.sealed), log.last_seq is None
+
+    return wait_for_lock(path, seen=note), sealed, empty
+
+
+def wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S,
+                  seen: Callable[[StreamLog], None] | None = None) -> ReconcileReport | None:
     """Wait until no process holds the writer lock of ``path`` (a killed run's workers
     leave with their JVM, a moment after it); LogLockedError after ``timeout``.
 
     Returns what the writable open cut or rebuilt (None if the log is corrupt: the
-    caller repairs it). Says on stderr what it waits for after a few seconds.
+    caller repairs it); ``seen`` is called with the open log. Says on stderr what it
+    waits for after a few seconds.
     """
     started = time.monotonic()
     deadline = started + timeout
@@ -190,6 +215,8 @@ def wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S) -> ReconcileReport |
     while True:
         try:
             with StreamLog.open(path, writable=True) as log:
+                if seen is not None:
+                    seen(log)
                 return log.reconcile_report
         except LogLockedError as exc:
             if time.monotonic() >= deadline:

@@ -1,5 +1,5 @@
-"""``cec recover --from-log``: check and repair a run directory, rescale, recover each
-partition, and resume the run (the library function behind the command).
+"""``cec recover --from-log``: check and repair a run directory, rescale, reconcile
+each partition, and resume the run (the library function behind the command).
 
 Needs nothing but the run directory (``RUN/run.toml`` and the logs). The steps, in
 the order :func:`recover_run` takes them:
@@ -9,13 +9,20 @@ the order :func:`recover_run` takes them:
    still running this run stops before a log is touched);
 2. :func:`_rescale` (``--partitions P'``): the run moves to ``P'`` partitions
    (:mod:`cec_spark.recover.rescale`); a dry run answers with the plan here;
-3. :func:`cec_spark.recover.partitions.recover_partitions`, each partition: reconcile
-   (and with ``--repair`` cut) its upstream log, reconcile its output log, rebuild its
-   eventual checkpoint and replay (:func:`recovery.partition.recover_partition`), or,
-   dry run, predict it (:func:`recovery.partition.predict`) without writing;
+3. :func:`cec_spark.recover.partitions.recover_partitions`, every partition at once:
+   reconcile (and with ``--repair`` cut) its upstream log, reconcile its output log
+   (a damaged one is cut); or, dry run, predict its recovery
+   (:func:`recovery.partition.predict`) without writing;
 4. a dry run answers (:func:`would_do`); else :func:`_before_resume` checks that
    rows cut from an upstream log can be read again and notes what "caught up" means,
-   and the run resumes (:func:`cec_spark.driver.runner.resume_run`).
+   and the run resumes (:func:`cec_spark.driver.runner.resume_run`): each operator
+   task rebuilds its partition's eventual checkpoint and replays, side by side, and
+   what each recovered is the recovery's explain
+   (:func:`cec_spark.report.recover.explained_by_tasks`).
+
+The driver never rebuilds an eventual checkpoint nor loads a window's state (a
+rescale's hand-over aside, :mod:`cec_spark.recover.rescale`): its work on a recovery
+is a few opens per log, whatever the run's state.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from cec_spark.report import (
     RescaleResult,
     UpstreamRepair,
 )
+from cec_spark.report.recover import explained_by_tasks
 from cec_spark.run import rto
 from cec_spark.run.plan import RunPlan
 from cec_spark.run.slots import check_local_slots
@@ -55,17 +63,19 @@ def recover_run(run_dir: Path | str, *, dry_run: bool = False, progress: bool = 
                 master: str | None = None, conf: dict[str, str] | None = None,
                 repair: bool = False, trust: bool = False,
                 partitions: int | None = None, driver: int | None = None,
-                in_tasks: bool = False) -> RecoverResult:
-    """``cec recover --from-log RUN``: reconcile, rebuild every EC, explain; then resume.
+                in_tasks: bool = True) -> RecoverResult:
+    """``cec recover --from-log RUN``: reconcile every log, resume, explain.
 
     Per partition the explain has ``n_c``, ``T``, ``t_c``, the extent (records
     and bytes), the replay tuples and the time of each phase (reconcile, scan, load,
-    replay). With ``dry_run`` the logs are only read (nothing is reconciled; the
-    replay is counted exactly from the upstream log but not run, its time estimated)
-    and nothing is resumed. Without it every partition is
-    recovered for real (the logs are reconciled, torn tails cut), then the pipeline
-    resumes from where it stopped and runs to the end of a bounded source, on
-    ``master`` with ``conf`` over the stored Spark settings if given.
+    replay), as the resumed operator task that rebuilt it reports them. With
+    ``dry_run`` the logs are only read (nothing is reconciled; the replay is counted
+    exactly from the upstream log but not run, its time estimated), every partition
+    at once, and nothing is resumed. Without it every log is reconciled (torn tails
+    cut, a damaged output log cut), then the pipeline resumes from where it stopped
+    and runs to the end of a bounded source, on ``master`` with ``conf`` over the
+    stored Spark settings if given; each task rebuilds its eventual checkpoint and
+    replays as it starts.
 
     ``repair`` restores a damaged ``run.toml`` from its backup and cuts a damaged
     upstream log at its first bad frame; the rows cut are read again from the source
@@ -79,14 +89,13 @@ def recover_run(run_dir: Path | str, *, dry_run: bool = False, progress: bool = 
 
     ``driver``: the driver number the caller took already (a standby that claimed the
     run, :func:`~cec_spark.rundir.drivers.claim_driver`); else one is taken here. Either
-    way its lease ends with how this recovery ended (:class:`DriverTurn`). ``in_tasks``:
-    reconcile each log here but leave the rebuild to the resumed operator tasks, which do
-    it in any case (each partition's explain is then its task's, in ``resumed``); a
-    damaged output log is still cut here.
+    way its lease ends with how this recovery ended (:class:`DriverTurn`). ``in_tasks``
+    is accepted for the callers that asked for it (the standby's takeover): the rebuild
+    is always the tasks'.
     """
+    del in_tasks  # always: issue 38 item 1
     run, driver = _check_and_repair(Path(os.path.abspath(run_dir)), dry_run=dry_run,
                                     repair=repair, trust=trust, driver=driver)
-    run.in_tasks = in_tasks and not dry_run
     with DriverTurn(run.layout, driver) as turn:
         result = _recover_and_resume(run, driver, dry_run=dry_run, progress=progress,
                                      master=master, conf=conf, partitions=partitions,
@@ -119,7 +128,8 @@ def _recover_and_resume(run: Recovery, driver: int | None, *, dry_run: bool,
     resumed = resume_run(run.layout.root, progress=progress, driver=driver,
                          plan=RunPlan(run.spec.with_run(master=master, conf=conf),
                                       run.settings, run.layout, run_dir=str(run_dir)))
-    return RecoverResult(run_dir=str(run.layout.root), dry_run=False, partitions=parts,
+    return RecoverResult(run_dir=str(run.layout.root), dry_run=False,
+                         partitions=explained_by_tasks(parts, resumed),
                          repairs=run.repairs, resumed=resumed, rescale=rescaled)
 
 

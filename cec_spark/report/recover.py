@@ -1,12 +1,18 @@
-"""What ``cec recover`` returns: per partition, its reconcile, repair and rescale."""
+"""What ``cec recover`` returns: per partition, its reconcile, repair and rescale.
+
+The driver of ``cec recover`` only reconciles the logs; each resumed operator task
+rebuilds its partition's eventual checkpoint and replays, and reports it
+(``PartitionRun.recovered``): :func:`explained_by_tasks` makes each partition's line
+of the recovery from the driver's reconcile and its task's explain.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from cec_spark.report.common import _DOCS
-from cec_spark.report.run import RunResult
+from cec_spark.report.run import PartitionRun, RunResult
 from recovery.checkpoint import ExtentMetrics
 from recovery.explain import Phase, RateModel, RecoveryExplain
 from recovery.upstream import ReplayStats
@@ -76,9 +82,10 @@ class UpstreamRepair:
 class RecoverPartition:
     """One partition of ``cec recover``: its recovery explained.
 
-    The fields from ``fresh_start`` to ``rates`` are its RecoveryExplain's, null where
-    none was made (no output log yet, a dry run that cannot read a log, a partition
-    that the resumed run rebuilds).
+    The fields from ``fresh_start`` to ``rates`` are its RecoveryExplain's: the
+    operator task's that rebuilt it as the run resumed, or a dry run's prediction; null
+    where none was made (no output log yet, a sealed log, a dry run that cannot read a
+    log, a task that did not report).
     """
 
     __pydantic_config__ = _DOCS
@@ -126,7 +133,8 @@ class RecoverPartition:
     refill: bool = False
     """Rebuilt by the resumed run once the ingest has read the cut rows again."""
     recover_s: float | None = None
-    """Wall time of this partition's recovery, seconds."""
+    """Wall time of this partition's recovery, seconds: its task's (all phases,
+    measured), else the driver's reconcile."""
 
     @classmethod
     def explained(cls, partition: int, explain: RecoveryExplain,
@@ -139,6 +147,35 @@ class RecoverPartition:
                    extent=e.extent, replay=e.replay, phases=e.phases,
                    estimated_s=e.estimated_s, measured_s=e.measured_s, cpu_s=e.cpu_s,
                    rates=e.rates, **more)
+
+
+def explained_by_tasks(parts: list[RecoverPartition],
+                       resumed: RunResult | None) -> list[RecoverPartition]:
+    """Each partition of a recovery as the driver reconciled it (``parts``), with what
+    its resumed operator task recovered (``resumed``'s ``per_partition``): the task's
+    explain where it made one; a fresh start where its output log held nothing; the
+    driver's line as it is where nothing was left to recover (no output log, a sealed
+    one) or the task did not report (an interrupted run; no run at all: ``parts``)."""
+    if resumed is None:
+        return parts
+    tasks: dict[int, PartitionRun] = {t.partition: t for t in resumed.per_partition}
+    return [_by_task(e, tasks.get(e.partition)) for e in parts]
+
+
+def _by_task(e: RecoverPartition, task: PartitionRun | None) -> RecoverPartition:
+    if e.fresh_start is not None:  # no output log, or a sealed one: nothing rebuilt
+        return e
+    if task is None:
+        return replace(e, reason="its operator task did not report its recovery (the "
+                       "run ended first)")
+    more: dict[str, Any] = {"reconcile": e.reconcile, "repaired": e.repaired,
+                            "upstream_repaired": e.upstream_repaired, "refill": e.refill}
+    if task.recovered is None:  # the task found nothing to recover
+        return replace(e, fresh_start=True, reason="nothing to recover: its output log "
+                       "holds no record")
+    ex = task.recovered
+    return RecoverPartition.explained(e.partition, ex, sealed=False,
+                                      recover_s=ex.measured_s, **more)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,151 @@
+"""Issue 38 item 1: ``cec recover`` rebuilds in the operator tasks, not in its driver.
+
+A stream-folder run of 3 partitions is killed -9 after its first file was processed
+(its open windows in its output logs), the rest of the stream arrives, and
+``recover_run`` (what ``cec recover --from-log`` calls) runs in this process with every
+entry point that rebuilds or loads an eventual checkpoint made to fail here, in the
+driver (Spark's Python workers are other processes: the tasks rebuild as usual). The
+recovery must still be exact, and what it explains per partition (n_c, T, t_c, the
+extent, the replay) is the tasks' report, equal to what a dry run predicted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+import recovery.ec
+import recovery.partition  # noqa: F401 - loaded: sys.modules holds it
+from cec_spark.read.export import export
+from cec_spark.recover.resume import recover_run
+from tests.cec_spark.helpers import (
+    read_export_csv,
+    spec_text,
+    start_cec,
+    task_states,
+    wait_for,
+    write_items_csv,
+)
+
+pytestmark = pytest.mark.spark
+
+P = 3
+ROWS = 6_000
+SIZE = 10  # count windows
+
+#: every function that rebuilds an eventual checkpoint or loads window state from a log
+STATE_LOADERS = {
+    "recovery.partition": ("recover_partition", "recover_from_logs", "scan", "predict"),
+    "recovery.ec": ("reconstruct", "reconstruct_reference"),
+}
+
+
+def _reference(df: pd.DataFrame) -> pd.DataFrame:
+    """Closed tumbling count windows of SIZE per key, max price: the export's columns."""
+    df = df[df.item_price >= 0].reset_index(drop=True).copy()
+    df["w"] = df.groupby("item_id").cumcount() // SIZE
+    g = df.groupby(["item_id", "w"], sort=False)
+    out = pd.DataFrame({"key": g.item_id.first(), "window_start": g.item_time.first(),
+                        "window_end": g.item_time.last(), "count": g.item_price.size(),
+                        "value": g.item_price.max()}).reset_index(drop=True)
+    out = out[out["count"] == SIZE]
+    return out.sort_values(["key", "window_start", "window_end"]).reset_index(drop=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead for our purposes
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _forbid_state_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every loader of STATE_LOADERS, under each name a loaded module binds it to (an
+    import ``from recovery.partition import recover_partition`` included), raises in
+    this process; the names patched."""
+    originals = {id(getattr(sys.modules[m], n)): f"{m}.{n}"
+                 for m, names in STATE_LOADERS.items() for n in names}
+    patched = []
+    for mod_name, mod in list(sys.modules.items()):
+        if mod is None or not mod_name.startswith(("recovery", "cec_spark", "cec.")):
+            continue
+        for attr, value in list(vars(mod).items()):
+            what = originals.get(id(value))
+            if what is None:
+                continue
+
+            def refuse(*_a: Any, _what: str = what, **_k: Any) -> Any:
+                raise AssertionError(f"the driver of cec recover called {_what}")
+
+            monkeypatch.setattr(mod, attr, refuse)
+            patched.append(f"{mod_name}.{attr}")
+    return patched
+
+
+def test_the_driver_of_recover_loads_no_window_state(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch
+                                                     ) -> None:
+    df = write_items_csv(tmp_path / "all.csv", ROWS, keys=60, seed=11)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    half = ROWS // 2
+    df.iloc[:half].to_csv(folder / "f-000.csv", index=False)
+    spec = tmp_path / "s.toml"
+    spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\ntime_field = "item_time"\n'
+                              "poll_ms = 50", function="max", partitions=P))
+    run = tmp_path / "run"
+    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run)],
+                     tmp_path / "run.log")
+    first = int((df.iloc[:half].item_price >= 0).sum())
+    try:
+        wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in task_states(run, P))
+                 >= first or proc.poll() is not None, 180, "the first file processed")
+    finally:
+        pids = [int(s["pid"]) for s in task_states(run, P) if "pid" in s]  # type: ignore[call-overload]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "run.log").read_text()[-3000:]
+    # Spark's Python workers leave with their JVM (SIGHUP from the worker daemon)
+    wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    df.iloc[half:].to_csv(folder / ".f-001.tmp", index=False)
+    (folder / ".f-001.tmp").rename(folder / "f-001.csv")
+    (folder / "_END").touch()
+
+    dry = recover_run(run, dry_run=True)  # reads only: may scan the extents
+    predicted = {e.partition: (e.n_c, e.T, e.t_c) for e in dry.partitions}
+    assert all(n_c for n_c, _, _ in predicted.values()), dry  # open windows everywhere
+
+    patched = _forbid_state_loads(monkeypatch)
+    assert "cec_spark.recover.partitions.predict" in patched, patched
+    monkeypatch.setattr("cec_spark.recover.partitions._rebuild",
+                        lambda *_a, **_k: pytest.fail("the driver rebuilt an EC"),
+                        raising=False)
+    started = time.monotonic()
+    rec = recover_run(run, progress=False)  # `cec recover --from-log RUN`, in this process
+    print(f"recover_run in-process: {time.monotonic() - started:.1f} s", file=sys.stderr)
+    monkeypatch.undo()
+
+    assert rec.resumed is not None and rec.resumed.completed, rec
+    assert [e.partition for e in rec.partitions] == list(range(P))
+    for e in rec.partitions:  # the tasks' reports: what the dry run predicted
+        assert e.fresh_start is False and e.extent is not None and e.replay is not None, e
+        assert (e.n_c, e.T, e.t_c) == predicted[e.partition], (e, predicted)
+        assert {ph.name for ph in e.phases} >= {"scan", "load", "replay"}, e.phases
+        assert e.reason.startswith("EC of"), e.reason
+    out = tmp_path / "out.csv"
+    export(run, out, "csv")
+    got = read_export_csv(out)
+    cols = ["key", "window_start", "window_end", "count", "value"]
+    assert got[cols].values.tolist() == _reference(df)[cols].values.tolist()
