@@ -33,6 +33,7 @@ from cec_spark.ingest.stream import (
 from cec_spark.rundir.run_file import settings_for
 from cec_spark.source.types import Chunk, ColumnTypes, SourcePlan, WatchState
 from recovery.rescale import partitions_of
+from storage_log.log import StreamLog
 from tests.cec_spark.helpers import (
     cec,
     read_export_csv,
@@ -187,10 +188,27 @@ def test_filtered_stream_uses_the_long_lived_ingest_and_exports_exactly(
     assert (other / "poll.csv").read_bytes() == (tmp_path / "long.csv").read_bytes()
 
 
+def _upstream_bytes(run: Path) -> int:
+    return sum(p.stat().st_size for p in (run / "upstream").rglob("*.seg"))
+
+
+def _upstream_last_seq(run: Path) -> int:
+    """The highest source row committed to any upstream log (-1: none)."""
+    last = -1
+    for p in range(P):
+        with StreamLog.open(run / "upstream" / f"p{p:04d}", threads=0) as log:
+            last = max(last, -1 if log.last_seq is None else log.last_seq)
+    return last
+
+
 @pytest.mark.spark
 def test_kill9_mid_stream_then_recover_is_exact(tmp_path: Path) -> None:
+    """The kill lands mid-ingest: files of 4 chunks each (500 rows) are dropped at once
+    and the run is killed as soon as the upstream logs grow; afterwards the logs show
+    that not every dropped chunk was ingested (asserted: where the kill landed)."""
     df = write_items_csv(tmp_path / "all.csv", 20_000, keys=60, seed=13)
-    spec = _spec(tmp_path, extra_run="segment_kb = 4\ntrim_lag_s = 0")
+    spec = _spec(tmp_path, extra_run="segment_kb = 4\ntrim_lag_s = 0",
+                 source="chunk_rows = 500\n")
     folder, run = tmp_path / "in", tmp_path / "run"
     _drop(folder, df, 0, 0, 2_000)
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
@@ -198,15 +216,21 @@ def test_kill9_mid_stream_then_recover_is_exact(tmp_path: Path) -> None:
     wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in _states(run)) > 0, 180,  # type: ignore[call-overload]
              "the first file to be processed")
     seed = random.randrange(1 << 30)
-    kill_after = random.Random(seed).randrange(1, 6)
+    kill_after = random.Random(seed).randrange(3, 7)
+    wait_for(lambda: _upstream_last_seq(run) >= 1_900, 60, "the first file ingested")
+    idle = _upstream_bytes(run)
     for i in range(1, kill_after + 1):
         _drop(folder, df, i, i * 2_000, (i + 1) * 2_000)
-        time.sleep(0.15)
+    wait_for(lambda: _upstream_bytes(run) > idle, 60, "the ingest to write", step=0.001)
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
     before = _ingest_state(run)
+    landed = _upstream_last_seq(run)
+    dropped = (kill_after + 1) * 2_000
+    # mid-ingest: the last chunk dropped (500 rows, about half kept) was not committed
+    assert landed < dropped - 500, (landed, dropped)
     for i in range(kill_after + 1, 10):
         _drop(folder, df, i, i * 2_000, (i + 1) * 2_000)
     (folder / "_END").touch()
@@ -214,6 +238,7 @@ def test_kill9_mid_stream_then_recover_is_exact(tmp_path: Path) -> None:
     assert json.loads(rec.stdout)["resumed"]["completed"], rec.stdout
     assert PER_POLL not in rec.stderr, rec.stderr[-2000:]
     assert _ingest_state(run).get("source_rows") == 20_000
-    print(f"seed={seed}: killed after file {kill_after}; ingest then: {before}")
+    print(f"seed={seed}: killed with files 1-{kill_after} dropped ({dropped} rows), the "
+          f"upstream logs at row {landed}; ingest then: {before}")
     cec(["export", str(run), "--out", str(tmp_path / "out.csv")], check=True)
     _same_as_pandas(read_export_csv(tmp_path / "out.csv"), _reference(df))
