@@ -367,9 +367,10 @@ def test_a_driver_frozen_alone_is_fenced_while_its_tasks_write_and_stops_when_wo
         wait_for(lambda: READY in _text(tmp_path / "sb.log") or standby.poll() is not None,
                  240, "the standby to be ready")
         assert standby.poll() is None, _text(tmp_path / "sb.log")[-3000:]
-        wait_for(lambda: any(int(s.get("in_tuples", 0) or 0) > 0  # type: ignore[call-overload]
-                             for s in task_states(run, P)) or driver.poll() is not None,
-                 240, "the first processed batch")
+        wait_for(lambda: (all("pid" in s for s in task_states(run, P)) and
+                          any(int(s.get("in_tuples", 0) or 0) > 0  # type: ignore[call-overload]
+                              for s in task_states(run, P))) or driver.poll() is not None,
+                 240, "every task to run and the first processed batch")
         assert driver.poll() is None, _text(tmp_path / "run.log")[-3000:]
         watch.start()
         # the driver alone: the cec run process and its JVM; not its Python workers
