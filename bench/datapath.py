@@ -29,15 +29,11 @@ in batches as the upstream log holds them; the bytes held by the operator's arra
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -45,8 +41,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.fair_spark import CEC_SPEC, cec_output, compare, make_data  # noqa: E402
-from bench.profile_run import Watch  # noqa: E402
+from bench.fair_spark import CEC_SPEC, cec_output, make_data  # noqa: E402
+from bench.harness import checked, compare, load, measure, rotation  # noqa: E402
 
 
 def side(text: str) -> tuple[Path, dict[str, str]]:
@@ -73,32 +69,16 @@ def one_run(tree: Path, spec: Path, run_dir: Path, timeout: float,
     env = {**os.environ, "PYTHONPATH": str(tree), **(extra_env or {})}
     cmd = [sys.executable, "-m", "cli.app", "run", "pipeline", str(spec), "--log-dir",
            str(run_dir), "--json"]
-    load = os.getloadavg()[0]
-    t0 = time.perf_counter()
-    with run_dir.with_suffix(".json").open("wb") as out, \
-            run_dir.with_suffix(".err").open("wb") as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=tree, env=env,
-                                start_new_session=True)
-        watch = Watch(proc.pid)
-        thread = threading.Thread(target=watch.loop, daemon=True)
-        thread.start()
-        try:
-            code = proc.wait(timeout)
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            watch.stop.set()
-            thread.join()
-    wall = time.perf_counter() - t0
-    if code != 0:
-        raise SystemExit(f"{tree}: run pipeline exited {code}; see {run_dir}.err")
-    cpu: collections.Counter[str] = collections.Counter()
-    for p in watch.procs.values():
-        cpu[p.kind] += p.cpu
+    err = run_dir.with_suffix(".err")
+    err.unlink(missing_ok=True)
+    m = measure(cmd, err, timeout=timeout, stdout=run_dir.with_suffix(".json"), env=env,
+                cwd=tree, what="run pipeline's end")
+    if not m.ok:
+        raise SystemExit(f"{tree}: run pipeline: {m.status}; see {err}")
+    wall, cpu, load = m.wall_s, m.cpu_kind, m.load_start
     parquet = run_dir.with_suffix(".parquet")
-    subprocess.run([sys.executable, "-m", "cli.app", "export", str(run_dir), "--out",
-                    str(parquet), "--format", "parquet"], cwd=tree, env=env, check=True,
-                   stdout=subprocess.DEVNULL)
+    checked([sys.executable, "-m", "cli.app", "export", str(run_dir), "--out", str(parquet),
+             "--format", "parquet"], err, timeout=timeout, env=env, cwd=tree)
     summary = json.loads(run_dir.with_suffix(".json").read_text())
     return {"wall_s": wall, "cpu_s": sum(cpu.values()), "cpu": dict(cpu), "load": load,
             "output": cec_output(parquet), "warnings": summary.get("warnings"),
@@ -157,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         wp.add_argument("--keys", default="1000000,10000000")
         wp.add_argument("--batch", type=int, default=1_000_000)
         wargs = wp.parse_args(argv[1:])
-        print(f"load {os.getloadavg()[0]:.2f}")
+        print(f"load {load():.2f}")
         for keys in (int(k) for k in wargs.keys.split(",")):
             print(json.dumps(window_bytes(keys, wargs.batch)), flush=True)
         return 0
@@ -181,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     ref = None
     for i in range(args.pairs):
-        for name in ("AB" if i % 2 == 0 else "BA"):
+        for name in rotation(["A", "B"], i):
             tree = sides[name][0]
             env = {k[4:]: v for k, v in sides[name][1].items() if k.startswith("env:")}
             r = one_run(tree, specs[name], args.work / f"run-{name}", args.timeout, env)

@@ -54,13 +54,10 @@ import contextlib
 import json
 import os
 import shutil
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +66,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bench import harness
+from bench.harness import Run, alternate, checked, compare, summary
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "results" / "fair"
 START_US = 1_767_225_600_000_000
 SENTINEL_KEY = -1
 DEFINITION = 2  # output complete and usable on both sides; kills at the same row count
 KILL_TOLERANCE = 0.05  # the two kill points may differ by this share of the input
+KILL_WAIT_S = 900.0  # the longest wait for a kill point
 HEADLINE = ("output complete and usable: `cec run pipeline` + `cec export` (parquet) "
             "against Spark's whole process with its parquet sink written")
 
@@ -153,26 +154,6 @@ def normalize(table: pa.Table) -> pa.Table:
     return t.sort_by([("key", "ascending"), ("window_start", "ascending")])
 
 
-def compare(a: pa.Table, b: pa.Table, names: tuple[str, str] = ("cec", "spark")) -> str | None:
-    """None if equal (avg to 1e-9 relative), else what differs first."""
-    if a.num_rows != b.num_rows:
-        return f"{names[0]} has {a.num_rows} windows, {names[1]} {b.num_rows}"
-    for col in ("key", "window_start", "window_end"):
-        x, y = a.column(col).to_numpy(), b.column(col).to_numpy()
-        bad = np.flatnonzero(x != y)
-        if len(bad):
-            i = int(bad[0])
-            return (f"row {i}: {names[0]} {a.slice(i, 1).to_pylist()} vs "
-                    f"{names[1]} {b.slice(i, 1).to_pylist()} ({len(bad)} rows differ in {col})")
-    x, y = a.column("avg").to_numpy(), b.column("avg").to_numpy()
-    bad = np.flatnonzero(~np.isclose(x, y, rtol=1e-9, atol=0.0))
-    if len(bad):
-        i = int(bad[0])
-        return (f"row {i}: {names[0]} {a.slice(i, 1).to_pylist()} vs "
-                f"{names[1]} {b.slice(i, 1).to_pylist()} ({len(bad)} averages differ)")
-    return None
-
-
 def cec_output(export_file: Path) -> pa.Table:
     t = pq.read_table(export_file)
     return normalize(t.rename_columns(["avg" if c == "value" else c for c in t.column_names]))
@@ -183,47 +164,7 @@ def spark_output(folder: Path) -> pa.Table:
     return normalize(pa.concat_tables([pq.read_table(p) for p in files]))
 
 
-def summary(xs: Sequence[float]) -> dict[str, float]:
-    return {"median": round(statistics.median(xs), 2), "min": round(min(xs), 2),
-            "max": round(max(xs), 2), "n": len(xs)}
-
-
-def alternate(repeats: int, a: Callable[[int], Any], b: Callable[[int], Any]) -> None:
-    """a, b, a, b, ... (b first every other round, so a drift hits both alike)."""
-    for i in range(repeats):
-        first, second = (a, b) if i % 2 == 0 else (b, a)
-        first(i)
-        second(i)
-
-
 # ----------------------------------------------------------------------------- runs
-
-def _load() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
-def _spawn(cmd: list[str], log: Path, stdout: Path | None = None
-           ) -> subprocess.Popen[bytes]:
-    fh = log.open("ab")
-    out = fh if stdout is None else stdout.open("wb")
-    return subprocess.Popen(cmd, stdout=out, stderr=fh if stdout else subprocess.STDOUT,
-                            cwd=REPO, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-
-
-def _timed(cmd: list[str], log: Path, timeout: float = 1800, stdout: Path | None = None
-           ) -> float:
-    t0 = time.perf_counter()
-    proc = _spawn(cmd, log, stdout)
-    try:
-        code = proc.wait(timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    if code != 0:
-        raise RuntimeError(f"{' '.join(cmd[:6])}... exited {code}; see {log}")
-    return time.perf_counter() - t0
-
 
 CEC = [sys.executable, "-m", "cli.app"]
 
@@ -238,13 +179,13 @@ def cec_spec(work: Path, data: Path, sliding: bool, partitions: int) -> Path:
 
 def run_cec(spec: Path, run: Path, log: Path) -> dict[str, Any]:
     shutil.rmtree(run, ignore_errors=True)
-    load = _load()
+    load = harness.load()
     summary = run.with_suffix(".json")
-    wall = _timed([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--json"], log,
-                  stdout=summary)
+    wall = checked([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--json"], log,
+                   stdout=summary).wall_s
     out = run.with_suffix(".parquet")
-    export_s = _timed([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"],
-                      log)
+    export_s = checked([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"],
+                       log).wall_s
     phases: dict[str, Any] = {}
     try:  # cec's own account of the run, reported beside the whole-process time
         own = json.loads(summary.read_text())
@@ -267,23 +208,9 @@ def spark_cfg(work: Path, data: Path, name: str, store: str, files_per_trigger: 
 def run_spark(cfg: dict[str, Any], log: Path) -> dict[str, Any]:
     for key in ("out", "ckpt"):
         shutil.rmtree(cfg[key], ignore_errors=True)
-    load = _load()
-    wall = _timed([sys.executable, "-c", SPARK_CHILD, json.dumps(cfg)], log)
+    load = harness.load()
+    wall = checked([sys.executable, "-c", SPARK_CHILD, json.dumps(cfg)], log).wall_s
     return {"wall_s": round(wall, 2), "load": load, "output": spark_output(Path(cfg["out"]))}
-
-
-def _kill_when(proc: subprocess.Popen[bytes], ready: Callable[[], bool], what: str,
-               timeout: float = 900) -> None:
-    deadline = time.monotonic() + timeout
-    while not ready():
-        if proc.poll() is not None:
-            raise RuntimeError(f"the process ended before {what}")
-        if time.monotonic() > deadline:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(60)
 
 
 def cec_processed(run: Path) -> int:
@@ -299,15 +226,14 @@ def recover_cec(spec: Path, run: Path, kill_rows: int, rows: int, log: Path
     """Killed once its operators processed ``kill_rows`` rows; the restart timed to the
     output complete and usable (``cec recover`` + ``cec export``)."""
     shutil.rmtree(run, ignore_errors=True)
-    proc = _spawn([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run)], log)
-    _kill_when(proc, lambda: cec_processed(run) >= kill_rows,
-               f"{kill_rows:,} rows processed")
+    Run([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run)], log).kill_when(
+        lambda: cec_processed(run) >= kill_rows, f"{kill_rows:,} rows processed", KILL_WAIT_S)
     killed_at = cec_processed(run)
-    load = _load()
-    recover_s = _timed([*CEC, "recover", "--from-log", str(run)], log)
+    load = harness.load()
+    recover_s = checked([*CEC, "recover", "--from-log", str(run)], log).wall_s
     out = run.with_suffix(".parquet")
-    export_s = _timed([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"],
-                      log)
+    export_s = checked([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"],
+                       log).wall_s
     return {"restart_s": round(recover_s + export_s, 2), "recover_s": round(recover_s, 2),
             "export_s": round(export_s, 2), "killed_at_rows": killed_at,
             "killed_at_fraction": round(killed_at / rows, 3), "load": load,
@@ -325,18 +251,18 @@ def recover_spark(cfg: dict[str, Any], fraction: float, rows: int, file_rows: in
     (the same query on the same checkpoint) timed to its exit, the sink complete."""
     for key in ("out", "ckpt"):
         shutil.rmtree(cfg[key], ignore_errors=True)
-    proc = _spawn([sys.executable, "-c", SPARK_CHILD, json.dumps(cfg)], log)
+    proc = Run([sys.executable, "-c", SPARK_CHILD, json.dumps(cfg)], log)
     commits = Path(cfg["ckpt"]) / "commits"
 
     def done() -> int:
         n = len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.is_dir() else 0
         return committed_rows(n, cfg["files_per_trigger"], file_rows, rows)
 
-    _kill_when(proc, lambda: done() >= fraction * rows,
-               f"{fraction:.0%} of the rows committed")
+    proc.kill_when(lambda: done() >= fraction * rows, f"{fraction:.0%} of the rows committed",
+                   KILL_WAIT_S)
     killed_at = done()
-    load = _load()
-    wall = _timed([sys.executable, "-c", SPARK_CHILD, json.dumps(cfg)], log)
+    load = harness.load()
+    wall = checked([sys.executable, "-c", SPARK_CHILD, json.dumps(cfg)], log).wall_s
     return {"restart_s": round(wall, 2), "killed_at_rows": killed_at,
             "killed_at_fraction": round(killed_at / rows, 3), "load": load,
             "output": spark_output(Path(cfg["out"]))}
@@ -381,9 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = cec_spec(work, data, args.sliding, args.partitions)
     res: dict[str, Any] = {"rows": args.rows, "keys": args.keys, "partitions": args.partitions,
                            "window": "10 s / 5 s sliding" if args.sliding else "10 s tumbling",
-                           "file_rows": args.file_rows, "commit": _git_commit(),
+                           "file_rows": args.file_rows, **harness.commit(),
                            "definition": DEFINITION, "headline": HEADLINE,
-                           "load_start": _load(),
+                           "load_start": harness.load(),
                            "cpus": os.cpu_count(), "started": time.strftime("%Y-%m-%d %H:%M UTC",
                                                                             time.gmtime())}
     print(f"# fair: {args.rows:,} rows, {res['window']}, work dir {work}", flush=True)
@@ -457,7 +383,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "spark": {k: v for k, v in rs.items() if k != "output"},
             "ratio": (round(rc["restart_s"] / rs["restart_s"], 3)
                       if gap <= KILL_TOLERANCE else None)}
-    res["load_end"] = _load()
+    res["load_end"] = harness.load()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fair.json").write_text(json.dumps(res, indent=1) + "\n")
     md = report(res)
@@ -532,14 +458,6 @@ def report(res: dict[str, Any]) -> str:
              "chunks), more than the 5 % allowed"),
         ]
     return "\n".join(lines) + "\n"
-
-
-def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                              capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        return "?"
 
 
 if __name__ == "__main__":

@@ -67,13 +67,11 @@ started here (the reason is printed).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -91,14 +89,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from bench.fair_spark import (
-    alternate,
-    cec_output,
-    compare,
-    make_data,
-    normalize,
-    summary,
-)
+from bench import harness
+from bench.fair_spark import cec_output, make_data, normalize
+from bench.harness import Run, alternate, compare, summary
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / ".venv-flink"
@@ -303,7 +296,7 @@ def input_files(data: Path) -> list[Path]:
 
 def input_rows(data: Path) -> int:
     """Rows of the input without the sentinel (the parquet footers, no data read)."""
-    n = sum(pq.ParquetFile(f).metadata.num_rows for f in input_files(data))
+    n = sum(int(pq.ParquetFile(f).metadata.num_rows) for f in input_files(data))
     return n - 1 if any("sentinel" in f.name for f in input_files(data)) else n
 
 
@@ -371,10 +364,6 @@ def reference_output(data: Path, sliding: bool = False) -> pa.Table:
 
 # ----------------------------------------------------------------------------- processes
 
-def _load() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -393,41 +382,21 @@ class _Child:
         self.port = int(conf["rest.port"])
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["FLINK_LOG_DIR"] = str(work / "flink-logs" / name)  # Flink's own log, per job
-        self._log = log.open("ab")
-        self._events = self.events_file.open("wb")
-        self.t0 = time.perf_counter()
-        self.proc = subprocess.Popen([str(python), str(CHILD), str(job_file)],
-                                     stdout=self._events, stderr=self._log, cwd=work,
-                                     env=env, start_new_session=True)
+        self.run = Run([str(python), str(CHILD), str(job_file)], log,
+                       stdout=self.events_file, env=env, cwd=work)
+        self.t0 = self.run.t0
         self.log = log
 
     def wait(self, timeout: float) -> float:
-        """Seconds from the start to the exit; raises if it failed."""
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise RuntimeError(f"Flink job timed out after {timeout:.0f} s; "
-                               f"see {self.log}") from None
-        finally:
-            self._close()
-        if code != 0:
-            raise RuntimeError(f"Flink job exited {code}; see {self.log}")
-        return time.perf_counter() - self.t0
+        """Seconds from the start to the exit; :class:`bench.harness.Failed` (a
+        RuntimeError) if it failed or timed out."""
+        return self.run.check(timeout, "the Flink job's end").wall_s
 
     def kill(self) -> float:
         """SIGKILL to the whole process group (Python, the JVM); returns the kill time."""
         at = time.perf_counter()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(60)
-        self._close()
+        self.run.kill()
         return at
-
-    def _close(self) -> None:
-        for fh in (self._log, self._events):
-            if not fh.closed:
-                fh.close()
 
     def events(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -469,7 +438,7 @@ def run_flink(data: Path, work: Path, parallelism: int, *,
     conf = flink_conf(parallelism, rest_port=_free_port(), checkpoint_dir=ckpt.as_uri(),
                       checkpoint_interval_ms=interval, state_backend=state_backend)
     statements, insert = _job(csv, out, sliding)
-    load = _load()
+    load = harness.load()
     child = _Child(python, work, name, conf, statements, insert, log or work / "flink.log")
     wall = child.wait(timeout)
     return {"wall_s": round(wall, 2), "load": load, "parallelism": parallelism,
@@ -574,8 +543,8 @@ def restart_flink(data: Path, work: Path, parallelism: int, *, kill_at: float = 
     deadline = time.monotonic() + timeout
     killed_rows, restored_trigger = 0, None
     while True:
-        if first.proc.poll() is not None:
-            raise RuntimeError(f"the Flink job ended (exit {first.proc.returncode}) before "
+        if first.run.poll() is not None:
+            raise RuntimeError(f"the Flink job ended (exit {first.run.poll()}) before "
                                f"{kill_at:.0%} of the input was read; see {log}")
         if time.monotonic() > deadline:
             first.kill()
@@ -598,7 +567,7 @@ def restart_flink(data: Path, work: Path, parallelism: int, *, kill_at: float = 
         time.sleep(0.1)
     first_run_s = time.perf_counter() - first.t0
     t_kill = first.kill()
-    load = _load()
+    load = harness.load()
     candidates = latest_checkpoint(ckpt)
     if not candidates:
         raise RuntimeError(f"no completed checkpoint under {ckpt} after the kill")
@@ -689,7 +658,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(shlex.join(cmd))
         return 0
     print(f"# flink {FLINK_VERSION}: {rows:,} rows, parallelism {args.parallelism}, "
-          f"work dir {work}, load {_load()}", flush=True)
+          f"work dir {work}, load {harness.load()}", flush=True)
     interval = args.checkpoint_interval or None
     checks: list[tuple[str, pa.Table]] = []
     if args.cec_export is not None:
@@ -702,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_reference:
         checks.append(("reference", reference_output(data, args.sliding)))
     res: dict[str, Any] = {"rows": rows, "flink": FLINK_VERSION, "runs": [],
-                           "load_start": _load(), "cpus": os.cpu_count()}
+                           "load_start": harness.load(), "cpus": os.cpu_count()}
     ok = True
 
     free_of_failure: dict[int, pa.Table] = {}
@@ -744,7 +713,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ok &= _equal(f"  output after restart vs {what}", table, r["output"],
                              (what, "flink"))
             res["restarts"].append({k: v for k, v in r.items() if k != "output"})
-    res["load_end"] = _load()
+    res["load_end"] = harness.load()
     res["outputs_equal"] = ok
     print(json.dumps({k: v for k, v in res.items() if k != "runs"}, indent=1))
     if args.json is not None:

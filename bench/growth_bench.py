@@ -31,7 +31,7 @@ whole process (or two) started cold and timed from outside:
 
 Every run: wall seconds (the root process from its start to its exit), CPU seconds of
 the process tree and peak resident memory, both from ``/proc`` every 0.2 s
-(:class:`bench.profile_run.Watch`: per kind — driver, jvm, py-daemon, py-worker, other —
+(:func:`bench.harness.measure`: per kind — driver, jvm, py-daemon, py-worker, other —
 the peak of the sum of ``VmRSS`` over that kind's processes, and the peak of the whole
 tree's sum), the 1-minute load at its start and end (printed), and its status: ok,
 ``timeout`` (over ``--timeout`` seconds, the process group killed), ``out of memory``
@@ -39,7 +39,7 @@ tree's sum), the 1-minute load at its start and end (printed), and its status: o
 the kernel's OOM killer does) or ``failed (exit N)``; a failed run is reported, not
 raised. A system whose every run at a size failed is skipped at the larger sizes. Every
 output is compared with the size's reference (the first output of the size, cec's when
-it finished) by :func:`bench.fair_spark.compare`, every window, avg to 1e-9 relative; a
+it finished) by :func:`bench.harness.compare`, every window, avg to 1e-9 relative; a
 difference is reported with the run and makes the exit code 1.
 
 Runs alternate: ``--pairs`` rounds at each size, round i runs the sides in the order
@@ -72,11 +72,8 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -87,17 +84,25 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench import harness  # noqa: E402
 from bench.fair_spark import (  # noqa: E402
     CEC,
     SPARK_CHILD,
     cec_output,
     cec_spec,
-    compare,
     make_data,
     spark_cfg,
     spark_output,
 )
-from bench.profile_run import Watch  # noqa: E402
+from bench.harness import (  # noqa: E402
+    OTHERS_LIMIT,
+    Measured,
+    compare,
+    load,
+    measure,
+    quiet,
+    rotation,
+)
 
 OUT = REPO / "bench" / "results" / "growth"
 WORK = Path("/tmp/cec-growth")
@@ -107,7 +112,6 @@ KEYS = 100_000
 PARTITIONS = 4
 TIMEOUT_S = 1800.0
 LOAD_LIMIT = 4.0
-OTHERS_LIMIT = 0.25  # cores other processes may use on average during a judged run
 SPARK_MEMORY = "3:2g,30:14g,100:20g"
 SWEEP_AT_LEAST = 3_000_000
 FLINK_PARALLELISMS = (1, 2)
@@ -116,8 +120,6 @@ SPARK_BATCHES: tuple[int | None, ...] = (FILE_ROWS, 10 * FILE_ROWS, None)
 SPARK_STORES = ("hdfs", "rocksdb")
 FLINK_NOTE = ("Flink reads the same rows as CSV: its PyPI wheel has no parquet format "
               "(a handicap to Flink; the conversion is not timed)")
-OOM = re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit exceeded|"
-                 r"MemoryError|Cannot allocate memory|insufficient memory for the Java")
 # bytes on disk per input row, measured at 0.3 M rows (with room): the parquet input,
 # one CSV copy for Flink, cec's run directory, Spark's sink and checkpoint, Flink's out
 DISK_PER_ROW = {"parquet": 14, "csv": 34, "cec": 60, "spark": 40, "flink": 12}
@@ -196,23 +198,6 @@ def sweep_size(sizes: Sequence[int], at_least: int = SWEEP_AT_LEAST) -> int:
     """The smallest size of at least ``at_least`` rows, else the largest."""
     big = [s for s in sizes if s >= at_least]
     return min(big) if big else max(sizes)
-
-
-def rotation(sides: Sequence[str], round_i: int) -> list[str]:
-    """Round i's order: ``sides`` rotated left by i."""
-    k = round_i % len(sides)
-    return [*sides[k:], *sides[:k]]
-
-
-def status_of(code: int | None, timed_out: bool, log_text: str) -> str:
-    """ok, timeout, out of memory or failed (exit N), from how the process ended."""
-    if timed_out:
-        return "timeout"
-    if code == 0:
-        return "ok"
-    if OOM.search(log_text) or code == -signal.SIGKILL:
-        return "out of memory"
-    return f"failed (exit {code})"
 
 
 def disk_needed(sizes: Sequence[int], sweep_rows: int, sides: Sequence[str],
@@ -309,7 +294,7 @@ def judge(runs: Sequence[dict[str, Any]], sizes: Sequence[int],
         others = max_others(runs, on)
         state = "met" if ok else "missed"
         if others is not None:
-            if others > OTHERS_LIMIT:
+            if not quiet(others):
                 state = "not judged"
                 text += (f"; other processes used up to {others:.2f} cores during a run "
                          f"(> {OTHERS_LIMIT:g})")
@@ -505,121 +490,6 @@ def report(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ----------------------------------------------------------------------------- measuring
-
-@dataclass
-class Measured:
-    """One process tree's run, as :func:`measure` saw it."""
-
-    wall_s: float
-    cpu_s: float
-    status: str
-    code: int | None
-    load_start: float
-    load_end: float
-    cpu_kind: dict[str, float] = field(default_factory=dict)
-    peak_rss_total: int = 0
-    peak_rss_kind: dict[str, int] = field(default_factory=dict)
-    jvm_xmx: list[str] = field(default_factory=list)
-    others_cpu_s: float | None = None  # the machine's CPU seconds less the tree's
-
-    def then(self, other: Measured) -> Measured:
-        """This process followed by ``other`` (cec's run then its export)."""
-        kinds = dict(self.peak_rss_kind)
-        for k, v in other.peak_rss_kind.items():
-            kinds[k] = max(kinds.get(k, 0), v)
-        cpu = dict(self.cpu_kind)
-        for k, c in other.cpu_kind.items():
-            cpu[k] = cpu.get(k, 0.0) + c
-        return Measured(self.wall_s + other.wall_s, self.cpu_s + other.cpu_s,
-                        self.status if self.status != "ok" else other.status,
-                        self.code if self.status != "ok" else other.code,
-                        self.load_start, other.load_end, cpu,
-                        max(self.peak_rss_total, other.peak_rss_total), kinds,
-                        self.jvm_xmx + other.jvm_xmx,
-                        None if self.others_cpu_s is None or other.others_cpu_s is None
-                        else self.others_cpu_s + other.others_cpu_s)
-
-
-def _load() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
-def busy_cpu_s() -> float | None:
-    """CPU seconds the whole machine has spent busy since boot (``/proc/stat``; all but
-    idle and iowait), None where it cannot be read."""
-    try:
-        with open("/proc/stat") as fh:
-            fields = fh.readline().split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "cpu":
-        return None
-    ticks = [int(x) for x in fields[1:]]
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-    return (sum(ticks[:8]) - idle) / os.sysconf("SC_CLK_TCK")
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def measure(cmd: list[str], log: Path, *, timeout: float, stdout: Path | None = None,
-            env: dict[str, str] | None = None, cwd: Path = REPO) -> Measured:
-    """Run ``cmd`` in its own session, watched; never raises for how it ended."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    load0 = _load()
-    busy0 = busy_cpu_s()
-    with log.open("ab") as err, (stdout.open("wb") if stdout else log.open("ab")) as out:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, start_new_session=True,
-                                env=env if env is not None else
-                                {**os.environ, "PYTHONPATH": str(REPO)})
-        watch = Watch(proc.pid)
-        thread = threading.Thread(target=watch.loop, daemon=True)
-        thread.start()
-        timed_out = False
-        try:
-            code: int | None = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            timed_out, code = True, None
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(60)
-        finally:
-            wall = time.perf_counter() - t0
-            watch.stop.set()
-            thread.join()
-            # whatever the root left running (a JVM exiting) may not run into the next run
-            deadline = time.monotonic() + 15
-            while _group_alive(proc.pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if _group_alive(proc.pid):
-                os.killpg(proc.pid, signal.SIGKILL)
-    try:
-        with log.open("rb") as fh:
-            fh.seek(max(0, log.stat().st_size - 4_000_000))
-            tail = fh.read().decode(errors="replace")
-    except OSError:
-        tail = ""
-    xmx = sorted({m for p in watch.procs.values()  # not spark-class's launcher (128m)
-                  if p.kind == "jvm" and "org.apache.spark.launcher.Main" not in p.cmd
-                  for m in re.findall(r"-Xmx(\S+)", p.cmd)})
-    cpu = watch.cpu_by_kind()
-    busy1 = busy_cpu_s()
-    others = None if busy0 is None or busy1 is None else round(
-        max(0.0, busy1 - busy0 - sum(cpu.values())), 2)
-    return Measured(round(wall, 2), round(sum(cpu.values()), 2),
-                    status_of(code, timed_out, tail), code, load0, _load(),
-                    {k: round(v, 2) for k, v in cpu.items()}, watch.peak_rss_total,
-                    dict(watch.peak_rss_kind), xmx, others)
-
-
 # ----------------------------------------------------------------------------- the sides
 
 @dataclass
@@ -728,8 +598,7 @@ class Bench:
         m, table, extra = go()
         rec: dict[str, Any] = {"rows": s.rows, "system": system, "round": round_i,
                                "setting": setting, **asdict(m), **extra, "equal": None,
-                               "others_cores": None if m.others_cpu_s is None or not m.wall_s
-                               else round(m.others_cpu_s / m.wall_s, 3)}
+                               "others_cores": m.others_cores}
         if table is not None:
             ref = self.refs.get(s.rows)
             if ref is None:
@@ -804,9 +673,7 @@ def _machine() -> dict[str, Any]:
         kb = int(Path("/proc/meminfo").read_text().split()[1])
     except (OSError, ValueError, IndexError):
         kb = 0
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                            capture_output=True, text=True, check=False).stdout.strip()
-    return {"cpus": os.cpu_count(), "memory_gib": round(kb / 2**20, 1), "commit": commit,
+    return {"cpus": os.cpu_count(), "memory_gib": round(kb / 2**20, 1), **harness.commit(),
             "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
@@ -871,10 +738,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     res: dict[str, Any] = {**_machine(), "sizes": sizes, "sides": sides, "pairs": args.pairs,
                            "command": "python bench/growth_bench.py " + " ".join(argv),
                            "timeout_s": args.timeout, "spark_memory": args.spark_memory,
-                           "sweep_rows": at, "load_start": _load()}
+                           "sweep_rows": at, "load_start": load()}
     print(f"# growth: sizes {', '.join(f'{r:,}' for r in sizes)} rows, {args.pairs} "
           f"round(s), sides {', '.join(sides)}, sweep at {at:,} rows, work {args.work}, "
-          f"load {_load()}", flush=True)
+          f"load {load()}", flush=True)
     needs_sweep = (("spark" in sides and fixed is None)
                    or ("flink" in sides and args.flink_parallelism is None))
     if needs_sweep:
@@ -910,7 +777,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                   f"{b.spark_setting.rows_per_batch or 'all'}"
                                   if b.spark_setting else None),
             "flink_parallelism": b.flink_parallelism, "flink_note": FLINK_NOTE,
-            "load_end": _load()}
+            "load_end": load()}
     res["judgement"] = judge(b.runs, sizes)
     args.out.mkdir(parents=True, exist_ok=True)
     try:

@@ -485,20 +485,21 @@ def default_env() -> dict[str, str]:
 
 class Run:
     """``cmd`` started in its own session: standard error appended to ``log``, standard
-    output to ``stdout`` (truncated) or the log. ``watch``: its tree watched
+    output to ``stdout`` (truncated, or appended to with ``stdout_append``), to a pipe
+    (``stdout_pipe``: :attr:`stdout`) or to the log. ``watch``: its tree watched
     (:class:`Watch`, ``on_new`` called with each new process). End it with :meth:`wait`,
     :meth:`kill` or :meth:`kill_when`; each leaves no process of its group behind."""
 
     def __init__(self, cmd: Sequence[str], log: Path, *, stdout: Path | None = None,
                  env: dict[str, str] | None = None, cwd: Path = REPO, watch: bool = False,
                  on_new: Callable[[Proc], None] | None = None, threads: bool = False,
-                 stdout_pipe: bool = False) -> None:
+                 stdout_pipe: bool = False, stdout_append: bool = False) -> None:
         self.cmd = [str(x) for x in cmd]
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
         self._files: list[IO[bytes]] = [log.open("ab")]
         if stdout is not None:
-            self._files.append(stdout.open("wb"))
+            self._files.append(stdout.open("ab" if stdout_append else "wb"))
         out: IO[bytes] | int = (subprocess.PIPE if stdout_pipe else self._files[-1])
         self.load_start = load()
         self.busy0 = busy_cpu_s()

@@ -38,18 +38,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import harness  # noqa: E402
 from bench.fair_spark import cec_spec, make_data  # noqa: E402
-
-CLK = os.sysconf("SC_CLK_TCK")
+from bench.harness import Proc, Run, Watch, thread_kind  # noqa: E402
 
 # (stage, a frame substring): the first stage whose substring is in a frame, looking from
 # the leaf frame up to the root, names the sample. Order matters within one frame only.
@@ -139,178 +137,6 @@ def fold(path: Path, driver: bool = False) -> collections.Counter[str]:
     return out
 
 
-# ----------------------------------------------------------------------------- /proc
-
-
-def _stat(pid: int | str, tid: int | str | None = None) -> tuple[str, int, float] | None:
-    """(comm, ppid, cpu seconds) of a process or thread; None if gone."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    try:
-        raw = Path(path).read_text()
-    except OSError:
-        return None
-    comm = raw[raw.index("(") + 1:raw.rindex(")")]
-    rest = raw[raw.rindex(")") + 2:].split()
-    return comm, int(rest[1]), (int(rest[11]) + int(rest[12])) / CLK
-
-
-def _rss(pid: int | str) -> int:
-    """Resident memory of a process in bytes (``VmRSS`` of /proc/PID/status); 0 if it is
-    gone or a zombie (no ``VmRSS`` line)."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    for line in text.splitlines():
-        if line.startswith("VmRSS:"):
-            parts = line.split()
-            return int(parts[1]) * 1024 if len(parts) > 1 and parts[1].isdigit() else 0
-    return 0
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace")
-    except OSError:
-        return ""
-
-
-def _kind(cmd: str, parent_kind: str | None) -> str:
-    if "py-spy" in cmd:
-        return "py-spy"
-    if "java" in cmd.split(" ", maxsplit=1)[0] or "org.apache.spark" in cmd:
-        return "jvm"
-    if "pyspark.daemon" in cmd or "pyspark/daemon" in cmd:
-        return "py-worker" if parent_kind in ("py-daemon", "py-worker") else "py-daemon"
-    if "pyspark.worker" in cmd:
-        return "py-worker"
-    return "other"
-
-
-_THREAD_KINDS = [("task threads", "Executor task"), ("GC", "GC"), ("GC", "G1"),
-                 ("JIT compiler", "Compiler"), ("python runner", "stdout writer"),
-                 ("python runner", "Python"), ("python runner", "pyspark")]
-
-
-def thread_kind(name: str) -> str:
-    for kind, needle in _THREAD_KINDS:
-        if needle in name:
-            return kind
-    return "other threads"
-
-
-@dataclass
-class Proc:
-    pid: int
-    kind: str
-    cmd: str
-    first_seen: float
-    last_seen: float
-    cpu: float = 0.0
-    rss: int = 0  # bytes resident at the last look
-    peak_rss: int = 0  # the most bytes resident at any look
-
-
-@dataclass
-class Watch:
-    """The run's process tree as seen every ``every`` seconds (CPU kept at its last value).
-
-    Memory: at each look, every live process's ``VmRSS``; kept are, per kind (driver,
-    jvm, py-daemon, py-worker, other), the peak over the looks of the sum over that
-    kind's processes (:attr:`peak_rss_kind`) and the peak of the whole tree's sum
-    (:attr:`peak_rss_total`), in bytes. RSS counts pages shared between processes (a
-    forked worker's pages shared with its daemon, mapped libraries) in each of them, so
-    a sum over processes can exceed the memory really used; a peak shorter than
-    ``every`` can be missed."""
-
-    root: int
-    every: float = 0.2
-    procs: dict[int, Proc] = field(default_factory=dict)
-    jvm_threads: dict[int, tuple[str, float]] = field(default_factory=dict)
-    on_new: Any = None  # called with each new Proc
-    stop: threading.Event = field(default_factory=threading.Event)
-    peak_rss_kind: dict[str, int] = field(default_factory=dict)
-    peak_rss_total: int = 0
-    looks: int = 0
-
-    def record_rss(self, sample: list[tuple[str, int]]) -> None:
-        """One look's (kind, bytes) per live process into the peaks (no I/O)."""
-        by_kind: dict[str, int] = collections.defaultdict(int)
-        for kind, rss in sample:
-            by_kind[kind] += rss
-        for kind, total in by_kind.items():
-            if total > self.peak_rss_kind.get(kind, -1):
-                self.peak_rss_kind[kind] = total
-        self.peak_rss_total = max(self.peak_rss_total, sum(by_kind.values()))
-        self.looks += 1
-
-    def cpu_by_kind(self) -> dict[str, float]:
-        """CPU seconds per process kind (each process at its last looked-at value)."""
-        out: dict[str, float] = collections.defaultdict(float)
-        for p in self.procs.values():
-            out[p.kind] += p.cpu
-        return dict(out)
-
-    def _children(self) -> dict[int, list[int]]:
-        kids: dict[int, list[int]] = collections.defaultdict(list)
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                st = _stat(entry)
-                if st is not None:
-                    kids[st[1]].append(int(entry))
-        return kids
-
-    def look(self) -> None:
-        now = time.time()
-        kids = self._children()
-        todo: list[tuple[int, str | None]] = [(self.root, None)]
-        sample: list[tuple[str, int]] = []
-        while todo:
-            pid, parent_kind = todo.pop()
-            st = _stat(pid)
-            if st is None:
-                continue
-            proc = self.procs.get(pid)
-            if proc is None or proc.kind == "other":
-                # a process may exec (spark-submit's shell becomes the JVM): looked at
-                # again until it is known
-                cmd = _cmdline(pid)
-                kind = "driver" if pid == self.root else _kind(cmd, parent_kind)
-                if proc is None or kind != proc.kind:
-                    proc = Proc(pid, kind, cmd, now if proc is None else proc.first_seen, now)
-                    self.procs[pid] = proc
-                    if self.on_new is not None:
-                        self.on_new(proc)
-            elif proc.kind == "jvm" and "java" not in proc.cmd.split(" ", maxsplit=1)[0]:
-                # named jvm by its arguments while still a launcher script (spark-submit
-                # runs spark-class, which execs java): its command read again until java
-                proc.cmd = _cmdline(pid) or proc.cmd
-            proc.cpu, proc.last_seen = st[2], now
-            if proc.kind != "py-spy":
-                proc.rss = _rss(pid)
-                proc.peak_rss = max(proc.peak_rss, proc.rss)
-                sample.append((proc.kind, proc.rss))
-            if proc.kind == "jvm":
-                try:
-                    tids = os.listdir(f"/proc/{pid}/task")
-                except OSError:
-                    tids = []
-                for tid in tids:
-                    ts = _stat(pid, tid)
-                    if ts is not None:
-                        self.jvm_threads[int(tid)] = (ts[0], ts[2])
-            if proc.kind != "py-spy":
-                todo.extend((k, proc.kind) for k in kids.get(pid, []))
-        if sample:
-            self.record_rss(sample)
-
-    def loop(self) -> None:
-        while not self.stop.is_set():
-            self.look()
-            self.stop.wait(self.every)
-
-
 # ----------------------------------------------------------------------------- event log
 
 
@@ -394,12 +220,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             *args.conf]
     cmd = [sys.executable, "-m", "cli.app", "run", "pipeline", str(spec), "--log-dir",
            str(run_dir), "--json", *[x for c in conf for x in ("--conf", c)]]
-    load0 = os.getloadavg()
-    t0 = time.time()
-    out = (work / "run.json").open("wb")
-    err = (work / "run.err").open("wb")
-    proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=REPO, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    load0 = harness.load()
     spies: list[subprocess.Popen[bytes]] = []
 
     def spy(p: Proc) -> None:
@@ -410,33 +231,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True))
 
-    watch = Watch(proc.pid, on_new=spy)
-    thread = threading.Thread(target=watch.loop, daemon=True)
-    thread.start()
-    try:
-        code = proc.wait(args.timeout)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        watch.stop.set()
-        thread.join()
-    t_end = time.time()
+    proc = Run(cmd, work / "run.err", stdout=work / "run.json", watch=True, on_new=spy,
+               threads=True)
+    m = proc.wait(args.timeout, "cec run pipeline's end")
+    assert proc.watch is not None
+    watch = proc.watch
+    t0, t_end = proc.started_at, proc.started_at + m.wall_s
+    # the spies' CPU: what the children this process waited for used after the run (the
+    # run itself, reaped by then, is in RUSAGE_CHILDREN too)
+    before_spies = _children_cpu()
     for s in spies:  # each ends with its process; py-spy then writes its file
         try:
             s.wait(30)
         except subprocess.TimeoutExpired:
             s.send_signal(signal.SIGINT)
             s.wait(10)
-    spy_cpu = _children_cpu()
+    spy_cpu = _children_cpu() - before_spies
     (work / "procs.json").write_text(json.dumps(
         [{"pid": p.pid, "kind": p.kind, "cpu": p.cpu, "cmd": p.cmd[:300],
           "first": p.first_seen - t0, "last": p.last_seen - t0} for p in watch.procs.values()],
         indent=1))
-    out.close()
-    err.close()
-    if code != 0:
-        raise SystemExit(f"cec run pipeline exited {code}; see {work / 'run.err'}")
-    return {"t0": t0, "t_end": t_end, "load_start": load0[0], "load_end": os.getloadavg()[0],
+    if not m.ok:
+        raise SystemExit(harness.failure(cmd, m, work / "run.err", args.timeout))
+    return {"t0": t0, "t_end": t_end, "load_start": load0, "load_end": harness.load(),
             "watch": watch, "summary": json.loads((work / "run.json").read_text()),
             "events": spark_summary(read_events(evdir)), "stacks": stacks,
             "spy_cpu": spy_cpu, "cmd": cmd}
@@ -450,12 +267,16 @@ def _children_cpu() -> float:
 # ----------------------------------------------------------------------------- report
 
 
+def _most(d: dict[str, float]) -> list[tuple[str, float]]:
+    return sorted(d.items(), key=lambda kv: -kv[1])
+
+
 def report(res: dict[str, Any], args: argparse.Namespace) -> str:
     w: Watch = res["watch"]
     t0, t_end = res["t0"], res["t_end"]
     wall = t_end - t0
     s, ev = res["summary"], res["events"]
-    by_kind: collections.Counter[str] = collections.Counter()
+    by_kind: dict[str, float] = collections.defaultdict(float)
     for p in w.procs.values():
         by_kind[p.kind] += p.cpu
     jvm_first = min((p.first_seen for p in w.procs.values() if p.kind == "jvm"), default=t0)
@@ -492,24 +313,24 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> str:
     lines += ["## CPU seconds per process kind (/proc, user + system)", "",
               f"Wall {wall:.2f} s x {cores} cores = {wall * cores:.2f} core-seconds.", "",
               "| process | CPU s | share of the core-seconds |", "|---|--:|--:|"]
-    for kind, cpu in by_kind.most_common():
+    for kind, cpu in _most(by_kind):
         lines.append(f"| {kind} | {cpu:.2f} | {cpu / (wall * cores):.0%} |")
     lines.append(f"| py-spy (all samplers) | {res['spy_cpu']:.2f} | "
                  f"{res['spy_cpu'] / (wall * cores):.0%} |")
     idle = wall * cores - sum(by_kind.values()) - res["spy_cpu"]
     lines += [f"| idle or other processes | {idle:.2f} | {idle / (wall * cores):.0%} |", ""]
 
-    threads: collections.Counter[str] = collections.Counter()
+    threads: dict[str, float] = collections.defaultdict(float)
     for name, cpu in w.jvm_threads.values():
         threads[thread_kind(name)] += cpu
     lines += ["## JVM CPU by thread kind (/proc/JVM/task)", "", "| threads | CPU s |",
               "|---|--:|"]
-    lines += [f"| {k} | {v:.2f} |" for k, v in threads.most_common()]
-    names: collections.Counter[str] = collections.Counter()
+    lines += [f"| {k} | {v:.2f} |" for k, v in _most(threads)]
+    names: dict[str, float] = collections.defaultdict(float)
     for name, cpu in w.jvm_threads.values():
         names[re.sub(r"[0-9]+", "N", name)] += cpu
     lines += ["", "Busiest JVM threads (digits as N): " + "; ".join(
-        f"{k} {v:.2f} s" for k, v in names.most_common(10))]
+        f"{k} {v:.2f} s" for k, v in _most(names)[:10])]
     lines += ["", "## Spark tasks (event log)", "",
               "| job group | jobs | tasks | task wall s | run s | JVM task-thread CPU s | GC s |",
               "|---|--:|--:|--:|--:|--:|--:|"]
@@ -523,7 +344,7 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> str:
             f"{k[5:]} {ev['tasks'].get('ingest', {}).get(k, 0):,.0f}" for k in extra)]
 
     # py-spy: samples per stage, scaled to each worker's measured CPU
-    per_stage: collections.Counter[str] = collections.Counter()
+    per_stage: dict[str, float] = collections.defaultdict(float)
     samples_total = 0
     for path in sorted(res["stacks"].glob("*.txt")):
         pid = int(path.stem.split("-")[-1])

@@ -47,17 +47,9 @@ if __package__ in (None, ""):  # run as `python bench/sessions_bench.py`
 import numpy as np
 import pyarrow as pa
 
-from bench.fair_spark import (
-    CEC,
-    _git_commit,
-    _load,
-    _timed,
-    alternate,
-    cec_output,
-    compare,
-    normalize,
-    summary,
-)
+from bench import harness
+from bench.fair_spark import CEC, cec_output, normalize
+from bench.harness import alternate, checked, compare, summary
 from bench.workload import WorkloadSpec, generate_columns, write_dataset
 from cec.durations import parse_duration
 from cec.operator import OperatorConfig, VectorOperator
@@ -139,7 +131,7 @@ def operator_pass(window: WindowSpec, warm: Sequence[pa.RecordBatch],
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     return {"tuples": n, "cpu_s": round(cpu, 4), "wall_s": round(wall, 4),
             "cpu_rate": round(n / cpu), "wall_rate": round(n / wall),
-            "mean_open": round(float(np.mean(opens))), "load": _load()}
+            "mean_open": round(float(np.mean(opens))), "load": harness.load()}
 
 
 def bench_operator(rows: int, warmup: int, gap: str, reps: int, batch_rows: int = 65_536
@@ -147,11 +139,11 @@ def bench_operator(rows: int, warmup: int, gap: str, reps: int, batch_rows: int 
     batches = _batches(rows, batch_rows)
     k = warmup // batch_rows
     warm, timed = batches[:k], batches[k:]
-    windows = {"session": session_window(gap), "time": time_window("10s")}
+    windows: dict[str, WindowSpec] = {"session": session_window(gap),
+                                      "time": time_window("10s")}
     runs: dict[str, list[dict[str, float]]] = {"session": [], "time": []}
     for i in range(reps):
-        order = ["session", "time"] if i % 2 == 0 else ["time", "session"]
-        for kind in order:
+        for kind in harness.rotation(["session", "time"], i):
             r = operator_pass(windows[kind], warm, timed)
             runs[kind].append(r)
             print(f"operator {kind}: {r['cpu_rate'] / 1e6:.2f} M tuples/s per core "
@@ -175,21 +167,21 @@ def bench_operator(rows: int, warmup: int, gap: str, reps: int, batch_rows: int 
 
 def run_cec(spec: Path, run: Path, log: Path) -> dict[str, Any]:
     shutil.rmtree(run, ignore_errors=True)
-    load = _load()
+    load = harness.load()
     summary_file = run.with_suffix(".json")
-    wall = _timed([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--json"], log,
-                  stdout=summary_file)
+    wall = checked([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--json"], log,
+                   stdout=summary_file).wall_s
     out = run.with_suffix(".parquet")
-    export_s = _timed([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"],
-                      log)
+    export_s = checked([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"],
+                       log).wall_s
     return {"wall_s": round(wall, 2), "export_s": round(export_s, 2),
             "total_s": round(wall + export_s, 2), "load": load, "output": cec_output(out)}
 
 
 def run_spark(cfg: dict[str, Any], log: Path) -> dict[str, Any]:
     shutil.rmtree(cfg["out"], ignore_errors=True)
-    load = _load()
-    wall = _timed([sys.executable, "-c", SPARK_CHILD, json.dumps(cfg)], log)
+    load = harness.load()
+    wall = checked([sys.executable, "-c", SPARK_CHILD, json.dumps(cfg)], log).wall_s
     import pyarrow.parquet as pq
 
     files = sorted(Path(cfg["out"]).glob("*.parquet"))
@@ -309,8 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    res: dict[str, Any] = {"definition": DEFINITION, "commit": _git_commit(),
-                           "cpus": os.cpu_count(), "load_start": _load(),
+    res: dict[str, Any] = {"definition": DEFINITION, **harness.commit(),
+                           "cpus": os.cpu_count(), "load_start": harness.load(),
                            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if not args.no_operator:
         res["operator"] = bench_operator(args.op_rows, args.warmup, args.gap, args.reps)
@@ -320,7 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"# pipeline: {args.rows:,} rows, gap {args.gap}, work dir {work}", flush=True)
         res["pipeline"] = bench_pipeline(args.rows, args.gap, args.partitions, args.repeats,
                                          work)
-    res["load_end"] = _load()
+    res["load_end"] = harness.load()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sessions.json").write_text(json.dumps(res, indent=1) + "\n")
     md = report(res)

@@ -16,9 +16,11 @@ the report); ``--rewrite`` runs nothing and recomputes the summaries there.
       the run, warms, says ``ready``; the run's process group is SIGKILLed once its
       operators processed half the rows **and** the standby is ready (if it becomes
       ready later, the kill is later: the fraction is recorded). Timed: from the kill
-      to the standby's exit (the run complete), plus ``cec export`` (as
-      fair_spark.recover_cec adds it); both are given. The takeover's parts come from
-      ``RUN/state/takeover.json`` and the tasks' state files;
+      to the standby's exit (the takeover, then the rest of the input run to its end:
+      the run complete), plus ``cec export`` (as fair_spark.recover_cec adds it); both
+      are given, and beside them the takeover alone: from the kill to every task
+      recovered (``tasks_recovered_at`` of ``RUN/state/takeover.json``). The takeover's
+      parts come from that file and the tasks' state files;
    b. ``cec recover --from-log`` without a standby (fair_spark.recover_cec) killed at the
       same row count as (a): recover + export;
    c. Spark Structured Streaming restarting from its checkpoint (fair_spark.recover_spark;
@@ -47,7 +49,11 @@ the report); ``--rewrite`` runs nothing and recomputes the summaries there.
    ``cec run``, the ratio of the medians; beside it the standby's own CPU seconds (its
    whole session, from /proc) while it warmed and while it waited.
 
-Each number keeps the 1-minute load average (``uptime``) at its start. Writes
+Each number keeps the 1-minute load average (``uptime``) at its start and the cores other
+processes used on average meanwhile (``others_cores``: the machine's busy CPU from
+``/proc/stat`` less this benchmark's process tree's, :class:`bench.harness.Others`); the
+targets are judged only when no run saw more than :data:`bench.harness.OTHERS_LIMIT`
+(results recorded without it: by the load, below :data:`QUIET_LOAD`). Writes
 ``bench/results/standby/standby.json`` and ``standby.md``; BENCHMARKS.md shows it
 through bench/report.py.
 """
@@ -61,9 +67,7 @@ import os
 import random
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -73,21 +77,18 @@ from typing import Any
 
 import pyarrow as pa
 
+from bench import harness
 from bench.fair_spark import (
     CEC,
-    _kill_when,
-    _spawn,
-    _timed,
-    alternate,
     cec_output,
     cec_processed,
     cec_spec,
-    compare,
     make_data,
     recover_cec,
     recover_spark,
     spark_cfg,
 )
+from bench.harness import Others, Run, Watch, alive, alternate, checked, compare, load, quiet
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "results" / "standby"
@@ -101,14 +102,10 @@ TARGET_WITHIN = 0.95
 TARGET_COST = 1.05
 ITEMS_TARGETS = ('Q = "2x"\n', 'U = 1000000\n')
 WAIT_S = 900.0
-QUIET_LOAD = 4.0  # the targets are judged only below this 1-min load average
+QUIET_LOAD = 4.0  # results recorded without others' CPU: judged only below this load
 
 
 # ----------------------------------------------------------------------------- pure parts
-
-def load() -> float:
-    return round(os.getloadavg()[0], 2)
-
 
 def spark_batch_files(files: int, fraction: float, most: int = 10) -> int:
     """Files per Spark micro-batch: the largest count <= ``most`` that puts a batch
@@ -149,34 +146,6 @@ def items_spec(text: str, rows: int) -> str:
     if n != 1:
         raise ValueError("items.toml: expected one 'rows = N' line in [source]")
     return new
-
-
-def stat_session_ticks(stat: str) -> tuple[int, int, int]:
-    """(session id, start time, CPU clock ticks: user + system) from a
-    ``/proc/PID/stat`` line."""
-    rest = stat[stat.rindex(")") + 2:].split()
-    # after the comm: state ppid pgrp session tty tpgid flags minflt cminflt majflt
-    # cmajflt utime stime cutime cstime priority nice threads itrealvalue starttime
-    return int(rest[3]), int(rest[19]), int(rest[11]) + int(rest[12])
-
-
-class SessionCpu:
-    """A session's CPU time that only grows: each process's ticks as last seen, kept
-    after it ends (a process that ends takes its ticks out of /proc, and its parent's
-    ``cutime`` gets them only if it waits for it)."""
-
-    def __init__(self, sid: int) -> None:
-        self.sid = sid
-        self.seen: dict[tuple[int, int], int] = {}  # (pid, start time) -> ticks
-
-    def add(self, pid: int, stat: str) -> None:
-        sid, start, ticks = stat_session_ticks(stat)
-        if sid == self.sid:
-            key = (pid, start)
-            self.seen[key] = max(ticks, self.seen.get(key, 0))
-
-    def seconds(self, hz: float) -> float:
-        return sum(self.seen.values()) / hz
 
 
 def caught_up_s(states: Sequence[dict[str, Any]], partitions: int, since: float
@@ -277,45 +246,17 @@ def _json(path: Path) -> dict[str, Any]:
     return raw if isinstance(raw, dict) else {}
 
 
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie (a standby is not this process's child)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
-def session_cpu_s(cpu: SessionCpu) -> float:
-    """Look at every process in /proc; the session's CPU seconds so far."""
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                cpu.add(int(d.name), (d / "stat").read_text())
-    return cpu.seconds(os.sysconf("SC_CLK_TCK"))
-
-
-def _end_session(pid: int, timeout: float = 60) -> None:
-    """SIGKILL the session (process group) ``pid`` leads, which this benchmark started."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-def _wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while _alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
+def tree_cpu_s(watch: Watch) -> float:
+    """Look at the process tree now; its CPU seconds so far (each process at its last
+    looked-at value, also after it ended)."""
+    watch.look()
+    return watch.cpu_s()
 
 
 def export(run: Path, log: Path) -> tuple[float, pa.Table]:
     out = run.with_suffix(".parquet")
-    s = _timed([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"], log)
+    s = checked([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"],
+                log).wall_s
     return s, exact(cec_output(out))
 
 
@@ -334,27 +275,47 @@ def check(ref: pa.Table, got: pa.Table, what: str) -> None:
 def reference(spec: Path, run: Path, log: Path) -> tuple[pa.Table, float]:
     """A failure-free run and its export: the output every other is compared with."""
     shutil.rmtree(run, ignore_errors=True)
-    wall = _timed([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run)], log)
+    wall = checked([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run)], log).wall_s
     return export(run, log)[1], wall
+
+
+def observed(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """``fn(*args)``'s record with the cores other processes used on average meanwhile
+    (``others_cores``: the machine's busy CPU less this benchmark's process tree's)."""
+    with Others() as o:
+        r = fn(*args)
+    r["others_cores"] = o.cores()
+    return r
+
+
+def part_others(part: dict[str, Any]) -> float | None:
+    """The most cores other processes used during one of a part's runs (None: a run
+    recorded none, as results measured before it was recorded)."""
+    runs = part.get("kills") or [r for rs in (part.get("runs") or {}).values() for r in rs]
+    xs = [r.get("others_cores") for r in runs]
+    if not xs or any(not isinstance(x, int | float) for x in xs):
+        return None
+    return max(float(x) for x in xs)
 
 
 # ------------------------------------------------------------------------ 1: the takeover
 
 def takeover(spec: Path, run: Path, kill_rows: int, rows: int, log: Path) -> dict[str, Any]:
     """(a): a standby started before the run; kill -9 of the run once ``kill_rows`` rows
-    are processed and the standby is ready; timed to the standby's exit, then export."""
+    are processed and the standby is ready; timed to the standby's exit (the takeover,
+    then the rest of the input to the run's end), then export."""
     shutil.rmtree(run, ignore_errors=True)
     sb_log = run.with_name(run.name + "-standby.log")
     sb_log.unlink(missing_ok=True)
-    sb = _spawn([*CEC, "standby", "--from-log", str(run)], sb_log)
+    sb = Run([*CEC, "standby", "--from-log", str(run)], sb_log)
     t_start = time.time()
-    proc = _spawn([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run)], log)
+    proc = Run([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run)], log)
     seen: dict[str, float] = {}
 
     def ready() -> bool:
         if sb.poll() is not None:
-            _end_session(proc.pid)
-            raise RuntimeError(f"the standby exited {sb.returncode} before the kill:\n"
+            proc.kill()
+            raise RuntimeError(f"the standby exited {sb.wait(60).code} before the kill:\n"
                                + _text(sb_log)[-2000:])
         if "ready" not in seen and READY in _text(sb_log):
             seen["ready"] = time.time()
@@ -365,28 +326,25 @@ def takeover(spec: Path, run: Path, kill_rows: int, rows: int, log: Path) -> dic
         return False
 
     try:
-        _kill_when(proc, ready, f"{kill_rows:,} rows processed and the standby ready",
-                   timeout=WAIT_S)
+        proc.kill_when(ready, f"{kill_rows:,} rows processed and the standby ready", WAIT_S)
     except BaseException:
-        _end_session(sb.pid)
+        sb.kill()
         raise
     killed = cec_processed(run)
     lo = load()
-    try:
-        code = sb.wait(WAIT_S)
-    except subprocess.TimeoutExpired:
-        _end_session(sb.pid)
+    m = sb.wait(WAIT_S, "the standby to finish the run")
+    if m.status == "timeout":
         raise RuntimeError(f"the standby did not finish the run within {WAIT_S:.0f} s; "
-                           f"see {sb_log}") from None
-    t_exit = time.time()
-    if code != 0:
-        raise RuntimeError(f"the standby exited {code} after the takeover:\n"
+                           f"see {sb_log}")
+    t_exit = sb.started_at + m.wall_s
+    if not m.ok:
+        raise RuntimeError(f"the standby exited {m.code} after the takeover:\n"
                            + _text(sb_log)[-3000:])
     export_s, output = export(run, log)
     tk = _json(run / "state" / "takeover.json")
     states = _states(run)
     kill_at = seen["kill"]
-    return {"takeover_s": round(t_exit - kill_at, 3), "export_s": round(export_s, 3),
+    return {"to_exit_s": round(t_exit - kill_at, 3), "export_s": round(export_s, 3),
             "restart_s": round(t_exit - kill_at + export_s, 3),
             "killed_at_rows": killed, "killed_at_fraction": round(killed / rows, 3),
             "ready_after_start_s": round(seen["ready"] - t_start, 3),
@@ -416,16 +374,16 @@ def part1(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
 
     def a(i: int) -> None:
         _log(f"part 1 round {i}: (a) kill -9 with a ready standby")
-        r = takeover(spec, work / "cec-sb", kill_rows, args.rows, log)
+        r = observed(lambda: takeover(spec, work / "cec-sb", kill_rows, args.rows, log))
         check(ref, r.pop("output"), "(a) cec with a standby")
         runs["a"].append(r)
-        _log(f"  (a) kill -> standby exit {r['takeover_s']} s + export {r['export_s']} s; "
+        _log(f"  (a) kill -> standby exit {r['to_exit_s']} s + export {r['export_s']} s; "
              f"killed at {r['killed_at_fraction']:.1%}; parts {r['parts']}")
 
     def b(i: int) -> None:
         rows_at = runs["a"][-1]["killed_at_rows"] if runs["a"] else kill_rows
         _log(f"part 1 round {i}: (b) kill -9, cec recover")
-        r = recover_cec(spec, work / "cec-rec", rows_at, args.rows, log)
+        r = observed(lambda: recover_cec(spec, work / "cec-rec", rows_at, args.rows, log))
         check(ref, exact(r.pop("output")), "(b) cec recover")
         runs["b"].append(r)
         _log(f"  (b) recover {r['recover_s']} s + export {r['export_s']} s; killed at "
@@ -434,7 +392,7 @@ def part1(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
     def c(i: int) -> None:
         _log(f"part 1 round {i}: (c) kill -9, Spark restart")
         cfg = spark_cfg(work, data, "spark-rec", "hdfs", fpt, False, args.partitions)
-        r = recover_spark(cfg, args.kill_at, args.rows, file_rows, log)
+        r = observed(lambda: recover_spark(cfg, args.kill_at, args.rows, file_rows, log))
         check(ref, exact(r.pop("output")), "(c) Spark restart")
         runs["c"].append(r)
         _log(f"  (c) restart {r['restart_s']} s; killed at {r['killed_at_fraction']:.1%}")
@@ -446,9 +404,9 @@ def part1(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
 
         _log(f"part 1 round {i}: (d) kill -9, Flink restart")
         try:
-            r = flink_job.restart_flink(data, work / "flink", args.partitions,
-                                        kill_at=args.kill_at, rows=args.rows,
-                                        log=work / "flink.log")
+            r = observed(lambda: flink_job.restart_flink(
+                data, work / "flink", args.partitions, kill_at=args.kill_at, rows=args.rows,
+                log=work / "flink.log"))
         except (RuntimeError, OSError, flink_job.FlinkUnavailable) as exc:
             res["flink"] = f"not measured: restart_flink failed: {exc}"
             _log(f"  (d) {res['flink']}")
@@ -459,10 +417,7 @@ def part1(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
         _log(f"  (d) kill -> output complete {r['restart_s']} s (restart process "
              f"{r['process_s']} s); killed at {r['killed_at_fraction']:.1%}")
 
-    order: list[Callable[[int], None]] = [a, b, c, d]
-    for i in range(args.rounds):
-        for step in (order if i % 2 == 0 else order[::-1]):
-            step(i)
+    alternate(args.rounds, a, b, c, d, reverse=True)
     summarize1(res)
     return res
 
@@ -486,8 +441,15 @@ def summarize1(p1: dict[str, Any]) -> None:
         s["frac_median"] = median([kill_fraction(k, r, p1["rows"]) for r in rs])
         s["loads"] = [r["load"] for r in rs]
         summ[k] = s
-    summ["a_takeover_only"] = spread([r["takeover_s"] for r in runs["a"]])
+    # kill -> the standby's exit: the takeover, then the rest of the input to the run's
+    # end (named takeover_s in results recorded before)
+    summ["a_to_exit"] = spread([r.get("to_exit_s", r.get("takeover_s")) for r in runs["a"]])
+    # kill -> every task recovered (takeover.json): the takeover alone
+    summ["a_takeover"] = spread([r["parts"]["recover_since_kill_s"] for r in runs["a"]
+                                 if "recover_since_kill_s" in (r.get("parts") or {})])
+    summ.pop("a_takeover_only", None)  # the earlier name of a_to_exit
     p1["summary"] = summ
+    p1["others_cores"] = part_others(p1)
     p1["ratios"] = {"a/b": kill_ratio(summ["a"], summ["b"]),
                     "a/c": kill_ratio(summ["a"], summ["c"]),
                     "a/d": kill_ratio(summ["a"], summ["d"])}
@@ -528,10 +490,8 @@ def kill_with_standby(spec: Path, run: Path, objective: str, frac: float, rows: 
     standby runs the run to its end, the export compared."""
     shutil.rmtree(run, ignore_errors=True)
     err.unlink(missing_ok=True)
-    proc = subprocess.Popen([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run),
-                             "--rto", objective, "--standby"], stdout=log.open("ab"),
-                            stderr=err.open("wb"), cwd=REPO, start_new_session=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = Run([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--rto",
+                objective, "--standby"], err, stdout=log, stdout_append=True)
     target = int(frac * rows)
     seen: dict[str, float] = {}
 
@@ -546,11 +506,10 @@ def kill_with_standby(spec: Path, run: Path, objective: str, frac: float, rows: 
     pid: int | None = None
     try:
         try:
-            _kill_when(proc, ready, f"{target:,} tuples and the standby ready",
-                       timeout=WAIT_S)
+            proc.kill_when(ready, f"{target:,} tuples and the standby ready", WAIT_S)
         except RuntimeError as exc:
             text = _text(err)
-            if proc.returncode == 2 and "below the floor" in text:
+            if proc.poll() == 2 and "below the floor" in text:
                 return {"frac": round(frac, 3), "refused": text.strip().splitlines()[-1]}
             if "ended before" in str(exc):
                 return {"frac": round(frac, 3), "skipped": "the run ended before the "
@@ -567,11 +526,11 @@ def kill_with_standby(spec: Path, run: Path, objective: str, frac: float, rows: 
         measured = None
         while measured is None:
             measured = caught_up_s(_states(run), partitions, kill_at)
-            if measured is None and (not _alive(pid) or time.monotonic() > deadline):
+            if measured is None and (not alive(pid) or time.monotonic() > deadline):
                 raise RuntimeError("the standby ended or timed out before every partition "
                                    "caught up:\n" + _text(run / "standby.log")[-3000:])
             time.sleep(0.05)
-        if not _wait_gone(pid, WAIT_S):
+        if not harness.wait_gone(pid, WAIT_S):
             raise RuntimeError(f"the standby did not end the run within {WAIT_S:.0f} s")
         tk = _json(run / "state" / "takeover.json")
         out = _text(run / "standby.log")
@@ -587,10 +546,9 @@ def kill_with_standby(spec: Path, run: Path, objective: str, frac: float, rows: 
                                    default=None),
                 "load": lo}
     finally:
-        if proc.poll() is None:
-            _end_session(proc.pid)
-        if pid is not None and _alive(pid):
-            _end_session(pid)
+        proc.kill()  # the driver's group (killed already, or ended)
+        if pid is not None and alive(pid):
+            harness.end_group(pid)  # the standby's session
 
 
 def part2(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
@@ -605,8 +563,8 @@ def part2(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
     objective = "1s"
     for i, frac in enumerate(kill_fractions(args.seed, args.kills)):
         _log(f"part 2 kill {i + 1}/{args.kills} at {frac:.0%} (--rto {objective})")
-        k = kill_with_standby(spec, work / "kill", objective, frac, args.rows, 4, ref, log,
-                              work / "kill.err")
+        k = observed(kill_with_standby, spec, work / "kill", objective, frac, args.rows, 4,
+                     ref, log, work / "kill.err")
         if "refused" in k:
             res["refused"] = k["refused"]
             sug = suggested_rto(k["refused"])
@@ -615,14 +573,15 @@ def part2(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
             objective = f"{sug:g}s"
             res["objective"] = objective
             _log(f"  refused: {k['refused']}; the kills run with --rto {objective}")
-            k = kill_with_standby(spec, work / "kill", objective, frac, args.rows, 4, ref,
-                                  log, work / "kill.err")
+            k = observed(kill_with_standby, spec, work / "kill", objective, frac, args.rows,
+                         4, ref, log, work / "kill.err")
         _log(f"  {json.dumps(k)}")
         res["kills"].append(k)
     done = [k for k in res["kills"] if "measured_s" in k]
     res["within_1s_share"] = (round(sum(k["within_1s"] for k in done) / len(done), 3)
                               if done else None)
     res["measured"] = spread([k["measured_s"] for k in done])
+    res["others_cores"] = part_others(res)
     return res
 
 
@@ -635,31 +594,30 @@ def free_run(spec: Path, run: Path, with_standby: bool, log: Path, err: Path
     err.unlink(missing_ok=True)
     lo = load()
     t0 = time.time()
-    proc = subprocess.Popen([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run),
-                             *(["--standby"] if with_standby else [])],
-                            stdout=log.open("ab"), stderr=err.open("wb"), cwd=REPO,
-                            start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    proc = Run([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run),
+                *(["--standby"] if with_standby else [])], err, stdout=log, stdout_append=True)
     ready_at, cpu_ready, pid = None, None, None
-    cpu: SessionCpu | None = None
+    cpu: Watch | None = None  # the standby's process tree
     last: tuple[float, float] | None = None  # (when, the standby's CPU s), every 0.5 s
     while proc.poll() is None:  # the same 0.1 s look in both arms
         text = _text(run / "standby.log")
         if with_standby and pid is None:
             pid = standby_pid(_text(err))
-            cpu = SessionCpu(pid) if pid else None
+            cpu = Watch(pid) if pid else None
         if cpu is not None and (last is None or time.time() - last[0] >= 0.5):
-            last = (time.time(), session_cpu_s(cpu))
+            last = (time.time(), tree_cpu_s(cpu))
         if ready_at is None and READY in text:
             ready_at = time.time()
-            cpu_ready = session_cpu_s(cpu) if cpu else None
+            cpu_ready = tree_cpu_s(cpu) if cpu else None
             last = (ready_at, cpu_ready) if cpu_ready is not None else last
         if time.time() - t0 > WAIT_S:
-            _end_session(proc.pid)
+            proc.kill()
             raise RuntimeError(f"cec run did not end within {WAIT_S:.0f} s")
         time.sleep(0.1)
     wall = time.time() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"cec run exited {proc.returncode}: {_text(err)[-2000:]}")
+    code = proc.wait(60).code
+    if code != 0:
+        raise RuntimeError(f"cec run exited {code}: {_text(err)[-2000:]}")
     out: dict[str, Any] = {"wall_s": round(wall, 3), "load": lo}
     if with_standby:
         pid = pid or standby_pid(_text(err))
@@ -670,8 +628,8 @@ def free_run(spec: Path, run: Path, with_standby: bool, log: Path, err: Path
         if last is not None and cpu_ready is not None and ready_at is not None:
             out["standby_cpu_waiting_s"] = round(last[1] - cpu_ready, 2)
             out["standby_waited_s"] = round(last[0] - ready_at, 3)
-        if pid is not None and not _wait_gone(pid, 120):
-            _end_session(pid)
+        if pid is not None and not harness.wait_gone(pid, 120):
+            harness.end_group(pid)
             raise RuntimeError("the standby did not end after the run completed:\n"
                                + _text(run / "standby.log")[-2000:])
         out["standby_said"] = [ln for ln in _text(run / "standby.log").splitlines()
@@ -692,7 +650,8 @@ def part3(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
             nonlocal ref
             name = "standby" if with_standby else "none"
             _log(f"part 3 rep {i + 1}: failure-free run, {name}")
-            r = free_run(spec, work / f"free-{name}", with_standby, log, work / "free.err")
+            r = observed(lambda: free_run(spec, work / f"free-{name}", with_standby, log,
+                                          work / "free.err"))
             output = export(work / f"free-{name}", log)[1]
             if ref is None:
                 ref = output
@@ -704,8 +663,8 @@ def part3(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
     alternate(args.reps, one(True), one(False))
     s, n = spread([r["wall_s"] for r in runs["standby"]]), \
         spread([r["wall_s"] for r in runs["none"]])
-    pairs = [x["wall_s"] / y["wall_s"] for x, y in zip(runs["standby"], runs["none"],
-                                                          strict=True)]
+    pairs = harness.ratios([x["wall_s"] for x in runs["standby"]],
+                           [y["wall_s"] for y in runs["none"]])
     waits = [r for r in runs["standby"] if r.get("standby_waited_s")]
     return {"rows": args.rows, "reps": args.reps, "runs": runs, "standby": s, "none": n,
             "ratio": ratio(s["median"], n["median"]), "ratio_pairs": spread(pairs),
@@ -717,23 +676,41 @@ def part3(args: argparse.Namespace, work: Path, log: Path) -> dict[str, Any]:
                                                    for r in runs["standby"]
                                                    if r.get("standby_ready_after_start_s")]),
             "standby_cpu_warm_s": median([r["standby_cpu_warm_s"] for r in runs["standby"]
-                                          if r.get("standby_cpu_warm_s") is not None])}
+                                          if r.get("standby_cpu_warm_s") is not None]),
+            "others_cores": part_others({"runs": runs})}
 
 
 # ----------------------------------------------------------------------------- report
 
 def judged(res: dict[str, Any]) -> str | None:
     """Why the targets cannot be judged from ``res`` (None: they can): they are set for
-    the full sizes on a quiet machine (1-min load average below :data:`QUIET_LOAD` at
-    the start and the end)."""
+    the full sizes on a quiet machine: other processes used at most
+    :data:`bench.harness.OTHERS_LIMIT` cores on average during each run
+    (:func:`others`). Results recorded before that was measured are judged by the
+    1-minute load average at the start and the end (below :data:`QUIET_LOAD`)."""
     why = []
     runs = [res, *(res.get("earlier") or {}).values()]  # parts kept from earlier runs
     if any(r.get("quick") or "--quick" in str(r.get("command", "")) for r in runs):
         why.append("--quick sizes")
+    busy = others(res)
+    if busy is not None:
+        if not quiet(busy):
+            why.append(f"other processes used up to {busy:.2f} cores during a run")
+        return ", ".join(why) or None
     worst = max(float(r.get(k) or 0) for r in runs for k in ("load_start", "load_end"))
     if worst >= QUIET_LOAD:
         why.append(f"load {worst:.1f}")
     return ", ".join(why) or None
+
+
+def others(res: dict[str, Any]) -> float | None:
+    """The most cores other processes used on average during one run of the parts in
+    ``res`` (None: a part recorded none)."""
+    parts = [res[k] for k in ("part1", "part2", "part3") if isinstance(res.get(k), dict)]
+    xs = [part_others(p) for p in parts]
+    if not xs or any(x is None for x in xs):
+        return None
+    return max(x for x in xs if x is not None)
 
 
 def targets(res: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
@@ -754,8 +731,7 @@ def _targets(res: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         rows.append((f"kill -9 at half the input → output complete, with a ready standby "
                      f"({p1['rows']:,} rows; kill → standby's exit + export)",
                      f"≤ {TARGET_TAKEOVER_S:g} s",
-                     f"{a['median']} s (takeover alone "
-                     f"{p1['summary']['a_takeover_only']['median']} s)",
+                     f"{a['median']} s ({takeover_text(p1)})",
                      None if a["median"] is None else a["median"] <= TARGET_TAKEOVER_S))
         r = p1["ratios"]["a/d"]
         bound = (p1.get("ratio_bounds") or {}).get("a/d")
@@ -784,14 +760,26 @@ def _targets(res: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
     return rows
 
 
+def takeover_text(p1: dict[str, Any]) -> str:
+    """What the parts of (a) took, each named by what it timed: kill → every task
+    recovered (the takeover alone), kill → the standby's exit (the takeover and the rest
+    of the input, run to its end)."""
+    summ = p1["summary"]
+    to_exit = summ.get("a_to_exit") or summ.get("a_takeover_only") or {}
+    alone = (summ.get("a_takeover") or {}).get("median")
+    if alone is None:  # results summarized before a_takeover: the parts' medians
+        alone = (p1.get("parts_median") or {}).get("recover_since_kill_s")
+    return (f"kill → every task recovered {alone} s; kill → standby's exit, the rest of "
+            f"the input run to its end, {to_exit.get('median')} s")
+
+
 def markdown(res: dict[str, Any]) -> str:
     lines = ["## A warm standby: kill -9 of the driver, takeover, cost (issue 27)", "",
              f"`python -m bench.standby_bench{' --quick' if res.get('quick') else ''}` "
              f"(`{res.get('command', '')}`); {res['cpus']} CPUs; commit {res['commit']}; "
              f"{res['started']}; 1-min load average {res['load_start']} at the start, "
              f"{res.get('load_end')} at the end."
-             + (" **The machine was not quiet** (load ≥ 2): the times are load-bound."
-                if max(res["load_start"], res.get("load_end") or 0) >= 2 else "")
+             + _not_quiet(res)
              + "".join(f" Part {k.removeprefix('part')} is kept from an earlier run "
                        f"(`{e.get('command')}`, {e.get('started')}, commit "
                        f"{e.get('commit')}, load {e.get('load_start')} → {e.get('load_end')})."
@@ -821,10 +809,9 @@ def markdown(res: dict[str, Any]) -> str:
             lines.append(f"| {names[k]} | {s['n']} | {s['median']} | {s['min']} | "
                          f"{s['max']} | {s['frac_median']:.1%} | "
                          f"{', '.join(f'{x:.1f}' for x in s['loads'])} |")
-        t = p1["summary"]["a_takeover_only"]
         rt = p1["ratios"]
-        lines += ["", f"(a) without the export (kill → the standby's exit, the run "
-                  f"complete in its output log): median {t['median']} s. Ratios of the "
+        lines += ["", f"(a) without the export: {takeover_text(p1)} (the run complete in "
+                  "its output log). Ratios of the "
                   f"medians: (a)/(b) **{rt['a/b']}**, (a)/(c) **{rt['a/c']}**, (a)/(d) "
                   f"**{rt['a/d']}** (None: not measured, or kills more than 5 % of the "
                   "input apart). Upper bounds where the other system was killed later "
@@ -887,14 +874,16 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _not_quiet(res: dict[str, Any]) -> str:
+    busy = others(res)
+    if busy is not None:
+        return ("" if quiet(busy) else f" **The machine was not quiet** (other processes "
+                f"used up to {busy:.2f} cores during a run): the times are load-bound.")
+    return (" **The machine was not quiet** (load ≥ 2): the times are load-bound."
+            if max(res["load_start"], res.get("load_end") or 0) >= 2 else "")
+
+
 # ----------------------------------------------------------------------------- main
-
-def _commit() -> str:
-    with contextlib.suppress(OSError):
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                              capture_output=True, text=True, check=False).stdout.strip()
-    return "?"
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -945,7 +934,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     log = work / "runs.log"
     res: dict[str, Any] = {"command": "python -m bench.standby_bench " + " ".join(argv),
-                           "quick": args.quick, "commit": _commit(), "cpus": os.cpu_count(),
+                           "quick": args.quick, **harness.commit(), "cpus": os.cpu_count(),
                            "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                            "load_start": load(), "work": str(work)}
     args.out.mkdir(parents=True, exist_ok=True)

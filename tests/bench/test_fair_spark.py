@@ -7,14 +7,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.fair_spark import (
-    SENTINEL_KEY,
-    alternate,
-    compare,
-    make_data,
-    normalize,
-    summary,
-)
+from bench.fair_spark import SENTINEL_KEY, make_data, normalize
+from bench.harness import alternate, compare, summary
 
 
 def _windows(rows: list[tuple[int, int, int, float]]) -> pa.Table:

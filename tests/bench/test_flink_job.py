@@ -10,7 +10,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from bench.fair_spark import SENTINEL_KEY, START_US, compare, make_data, normalize
+from bench.fair_spark import SENTINEL_KEY, START_US, make_data, normalize
 from bench.flink_job import (
     checkpoint_rows,
     committed_files,
@@ -27,6 +27,7 @@ from bench.flink_job import (
     source_rows,
     split_round_robin,
 )
+from bench.harness import compare
 
 
 def test_round_robin_keeps_every_row_once_and_each_part_in_order() -> None:

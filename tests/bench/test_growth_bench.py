@@ -1,19 +1,14 @@
 """bench/growth_bench.py: its pure parts (sizes, settings, ratios, marginal rates, the
-judgement, the tables) and the measuring of a real child process tree's CPU and peak
-memory (bench.profile_run.Watch); no Spark, no Flink."""
+judgement, the tables); its measuring is bench/harness.py's (tests/bench/test_harness.py);
+no Spark, no Flink."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench import growth_bench as g
-from bench.profile_run import Watch
 
 M = 1_000_000
 
@@ -60,16 +55,6 @@ def test_the_sweep_size_and_the_rotated_order() -> None:
     assert [g.rotation(sides, i) for i in range(4)] == [
         ["cec", "spark", "flink"], ["spark", "flink", "cec"], ["flink", "cec", "spark"],
         ["cec", "spark", "flink"]]
-
-
-def test_status_names_how_a_run_ended() -> None:
-    assert g.status_of(0, False, "") == "ok"
-    assert g.status_of(None, True, "") == "timeout"
-    assert g.status_of(1, False, "java.lang.OutOfMemoryError: Java heap space") == \
-        "out of memory"
-    assert g.status_of(1, False, "MemoryError") == "out of memory"
-    assert g.status_of(-signal.SIGKILL, False, "") == "out of memory"  # the OOM killer
-    assert g.status_of(2, False, "Traceback: ValueError") == "failed (exit 2)"
 
 
 def test_ratios_are_taken_round_by_round_over_finished_equal_runs() -> None:
@@ -166,59 +151,6 @@ def test_disk_needed_counts_only_what_is_not_there() -> None:
     assert kept == 30 * M * (per["cec"] + per["spark"] + per["flink"])
 
 
-def test_measured_then_adds_time_and_keeps_the_larger_peaks() -> None:
-    a = g.Measured(10.0, 15.0, "ok", 0, 1.0, 2.0, {"driver": 5.0, "jvm": 10.0}, 100,
-                   {"driver": 40, "jvm": 60}, ["2g"])
-    b = g.Measured(2.0, 1.5, "ok", 0, 2.0, 2.5, {"driver": 1.5}, 70, {"driver": 70})
-    both = a.then(b)
-    assert (both.wall_s, both.cpu_s, both.status, both.load_start, both.load_end) == \
-        (12.0, 16.5, "ok", 1.0, 2.5)
-    assert both.cpu_kind == {"driver": 6.5, "jvm": 10.0}
-    assert (both.peak_rss_total, both.peak_rss_kind) == (100, {"driver": 70, "jvm": 60})
-    bad = g.Measured(1.0, 1.0, "timeout", None, 1.0, 1.0).then(b)
-    assert bad.status == "timeout"
-
-
-def test_watch_keeps_the_peak_per_kind_and_of_the_whole_tree() -> None:
-    w = Watch(root=1)
-    w.record_rss([("driver", 100), ("py-worker", 50), ("py-worker", 30), ("jvm", 500)])
-    w.record_rss([("driver", 90), ("py-worker", 200), ("jvm", 400)])
-    w.record_rss([("driver", 120)])
-    assert w.peak_rss_kind == {"driver": 120, "py-worker": 200, "jvm": 500}
-    assert w.peak_rss_total == 690  # the first look's sum; no look summed 120 + 200 + 500
-    assert w.looks == 3
-
-
-CHILD = """
-import subprocess, sys, time
-big = bytearray(160 * 2**20)  # resident: every page written
-for i in range(0, len(big), 4096):
-    big[i] = 1
-kid = subprocess.Popen([sys.executable, "-c",
-    "b = bytearray(80 * 2**20)\\nfor i in range(0, len(b), 4096): b[i] = 1\\n"
-    "import time; time.sleep(1.2)"])
-kid.wait()
-sys.stderr.write(sys.argv[1])
-sys.exit(int(sys.argv[2]))
-"""
-
-
-def test_measure_reads_a_real_process_tree(tmp_path: Path) -> None:
-    m = g.measure([sys.executable, "-c", CHILD, "", "0"], tmp_path / "a.log", timeout=60)
-    assert m.status == "ok" and m.code == 0
-    assert m.peak_rss_kind["driver"] >= 160 * 2**20  # the root, alive all along
-    assert m.peak_rss_kind["other"] >= 80 * 2**20  # its child, another python
-    assert m.peak_rss_total >= 240 * 2**20  # both at once
-    assert m.wall_s >= 1.2 and m.cpu_s > 0 and set(m.cpu_kind) == {"driver", "other"}
-
-    oom = g.measure([sys.executable, "-c", CHILD, "java.lang.OutOfMemoryError", "1"],
-                    tmp_path / "b.log", timeout=60)
-    assert (oom.status, oom.code) == ("out of memory", 1)
-    late = g.measure([sys.executable, "-c", "import time; time.sleep(30)"],
-                     tmp_path / "c.log", timeout=0.5)
-    assert late.status == "timeout" and late.wall_s < 10
-
-
 def test_a_system_skipped_after_failing_says_why() -> None:
     runs = [run(30 * M, "cec", 0, 10.0), run(30 * M, "spark", 0, 1800.0, status="timeout"),
             run(100 * M, "cec", 0, 25.0),
@@ -247,15 +179,3 @@ def test_judged_by_the_cpu_of_other_processes_when_runs_recorded_it() -> None:
     # a run without the measure: judged by the load, as before
     del quiet[1]["others_cores"]
     assert g.judge(quiet, sizes)[0]["state"] == "not judged"
-
-
-def test_measure_counts_the_cpu_of_other_processes(tmp_path: Path) -> None:
-    busy = [sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"]
-    other = subprocess.Popen(busy)  # another process, busy for 3 s on a core of its own
-    try:
-        m = g.measure([sys.executable, "-c", "import time; time.sleep(1.5)"],
-                      tmp_path / "a.log", timeout=60)
-    finally:
-        other.wait(10)
-    assert m.others_cpu_s is not None and m.cpu_s < 0.5
-    assert m.others_cpu_s >= 0.5 * m.wall_s  # the spinning process, not the sleeper

@@ -47,28 +47,6 @@ def test_items_spec_drops_q_and_u_and_sets_the_rows() -> None:
         sb.items_spec(out, 10)
 
 
-def _stat(sid: int, utime: int, start: int = 5) -> str:
-    fields = ["S", "1", "100", str(sid), "0", "-1", "4194304", "10", "0", "0", "0",
-              str(utime), "17", "8", "2", "20", "0", "1", "0", str(start)]
-    return "123 (py (x) thon) " + " ".join(fields) + " 2998272 363"
-
-
-def test_stat_session_ticks_reads_past_a_comm_with_spaces_and_parens() -> None:
-    assert sb.stat_session_ticks(_stat(777, 25)) == (777, 5, 42)  # utime + stime
-
-
-def test_session_cpu_keeps_the_ticks_of_processes_that_ended() -> None:
-    cpu = sb.SessionCpu(777)
-    cpu.add(10, _stat(777, 83))  # 100 ticks
-    cpu.add(11, _stat(777, 183))  # 200
-    cpu.add(12, _stat(999, 983))  # another session: not counted
-    assert cpu.seconds(100) == 3.0
-    cpu.add(10, _stat(777, 183))  # pid 10 went on to 200 ticks; pid 11 ended (not seen)
-    assert cpu.seconds(100) == 4.0
-    cpu.add(11, _stat(777, 0, start=9))  # pid 11 reused by a new process
-    assert cpu.seconds(100) == 4.17
-
-
 def test_caught_up_needs_every_partition_after_the_kill() -> None:
     sts = [{"caught_up_at": 101.0}, {"caught_up_at": 100.4}]
     assert sb.caught_up_s(sts, 2, 100.0) == pytest.approx(1.0)
@@ -110,8 +88,10 @@ def test_part1_summary_takes_flinks_kill_point_from_its_checkpoint() -> None:
         return {"restart_s": t, "killed_at_fraction": frac, "load": 1.0, **more}
 
     p1: dict[str, Any] = {"rows": 1000, "runs": {
-        "a": [run(2.0, 0.5, takeover_s=1.5, parts={"detect_s": 0.1}),
-              run(4.0, 0.52, takeover_s=3.0, parts={"detect_s": 0.3})],
+        "a": [run(2.0, 0.5, to_exit_s=1.5, parts={"detect_s": 0.1,
+                                                    "recover_since_kill_s": 0.9}),
+              run(4.0, 0.52, takeover_s=3.0, parts={"detect_s": 0.3,  # the earlier name
+                                                     "recover_since_kill_s": 1.1})],
         "b": [run(10.0, 0.5), run(12.0, 0.5)], "c": [run(30.0, 0.6)],
         "d": [run(20.0, 1.0, checkpoint_rows=510)]}}
     sb.summarize1(p1)
@@ -120,8 +100,11 @@ def test_part1_summary_takes_flinks_kill_point_from_its_checkpoint() -> None:
     assert p1["ratios"] == {"a/b": 0.273, "a/c": None, "a/d": 0.15}
     # Spark was killed later (0.6 > 0.51): (a)/(c) is at most 3/30
     assert p1["ratio_bounds"] == {"a/b": None, "a/c": 0.1, "a/d": 0.15}
-    assert p1["summary"]["a_takeover_only"]["median"] == 2.25
-    assert p1["parts_median"] == {"detect_s": 0.2}
+    assert p1["summary"]["a_to_exit"]["median"] == 2.25  # kill -> the standby's exit
+    assert p1["summary"]["a_takeover"]["median"] == 1.0  # kill -> every task recovered
+    assert "a_takeover_only" not in p1["summary"]
+    assert p1["parts_median"] == {"detect_s": 0.2, "recover_since_kill_s": 1.0}
+    assert p1["others_cores"] is None  # the runs recorded none
 
 
 def _res() -> dict[str, Any]:
@@ -130,7 +113,8 @@ def _res() -> dict[str, Any]:
             "load": 1.0}
     summ = {k: {"n": 1, "median": m, "min": m, "max": m, "frac_median": 0.5, "loads": [1.0]}
             for k, m in (("a", 1.2), ("b", 9.0), ("c", 20.0), ("d", 12.0))}
-    summ["a_takeover_only"] = {"n": 1, "median": 0.9}
+    summ["a_to_exit"] = {"n": 1, "median": 0.9}
+    summ["a_takeover"] = {"n": 1, "median": 0.5}
     return {"quick": False, "command": "python -m bench.standby_bench", "cpus": 2,
             "commit": "abc", "started": "now", "load_start": 0.5, "load_end": 0.7,
             "part1": {"rows": 3_000_000, "kill_at": 0.5, "windows": 10, "reference_run_s": 9,
@@ -187,3 +171,35 @@ def test_markdown_has_every_part_and_says_a_loaded_machine() -> None:
     res = _res()
     res["load_start"] = 9.0
     assert "not quiet" in sb.markdown(res)
+
+
+def test_labels_say_what_was_timed() -> None:
+    """Issue 39: kill -> the standby's exit includes running the rest of the input; the
+    takeover alone is kill -> every task recovered."""
+    row = sb.targets(_res())[0][2]
+    assert "kill → every task recovered 0.5 s" in row
+    assert "kill → standby's exit, the rest of the input run to its end, 0.9 s" in row
+    assert "takeover alone" not in sb.markdown(_res())
+    old = _res()  # a result summarized before a_takeover: the parts' median
+    summ = old["part1"]["summary"]
+    del summ["a_takeover"]
+    summ["a_takeover_only"] = summ.pop("a_to_exit")
+    old["part1"]["parts_median"]["recover_since_kill_s"] = 2.269
+    assert "every task recovered 2.269 s" in sb.targets(old)[0][2]
+    assert "run to its end, 0.9 s" in sb.targets(old)[0][2]
+
+
+def test_quiet_is_judged_by_the_cpu_of_other_processes() -> None:
+    res = _res()
+    res["load_start"] = res["load_end"] = 9.0  # the load alone judges no longer
+    for run in [*res["part1"]["runs"]["a"], *res["part2"]["kills"],
+                *res["part3"]["runs"]["standby"], *res["part3"]["runs"]["none"]]:
+        run["others_cores"] = 0.1
+    assert sb.others(res) == 0.1 and sb.judged(res) is None
+    assert "not quiet" not in sb.markdown(res)
+    res["part2"]["kills"][0]["others_cores"] = 0.7
+    assert sb.judged(res) == "other processes used up to 0.70 cores during a run"
+    assert "other processes used up to 0.70 cores" in sb.markdown(res)
+    assert all(met is None for *_, met in sb.targets(res))
+    del res["part3"]["runs"]["none"][0]["others_cores"]  # a run without: the load judges
+    assert sb.others(res) is None and sb.judged(res) == "load 9.0"
