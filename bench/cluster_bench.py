@@ -25,8 +25,6 @@ import argparse
 import hashlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +34,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench import harness  # noqa: E402
+from bench.harness import Run  # noqa: E402
 from tests.on_cluster.standalone import Cluster, missing_tools  # noqa: E402
 
 P = 4
@@ -47,21 +47,21 @@ def _cores(workers: int) -> int:
     return max(2, -(-(P + 1) // workers))
 
 
-def _cec(cluster: Cluster, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "cli.app", *args], cwd=REPO,
-                            env={**cluster.env(), "PYTHONPATH": str(REPO)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+def _cec(cluster: Cluster, log: Path, *args: str) -> Run:
+    """``cec ARGS`` in its own session: standard error to ``log``, output to LOG.out."""
+    log.unlink(missing_ok=True)
+    return Run([sys.executable, "-m", "cli.app", *args], log, stdout=log.with_suffix(".out"),
+               env={**cluster.env(), "PYTHONPATH": str(REPO)})
 
 
-def _finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
-    try:
-        out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise SystemExit(f"{proc.args} hung ({RUN_TIMEOUT_S} s):\n{err[-3000:]}") from None
-    return proc.returncode, out, err
+def _finish(run: Run) -> tuple[int, str, str]:
+    """Its exit code, standard output and error (SystemExit if it hung)."""
+    m = run.wait(RUN_TIMEOUT_S, "its exit")
+    err = run.log.read_text(errors="replace")
+    if m.status == "timeout":
+        raise SystemExit(f"{run.name} hung ({RUN_TIMEOUT_S} s):\n{err[-3000:]}")
+    assert m.code is not None
+    return m.code, run.log.with_suffix(".out").read_text(errors="replace"), err
 
 
 def _state(run: Path, p: int) -> dict[str, Any]:
@@ -74,7 +74,8 @@ def _state(run: Path, p: int) -> dict[str, Any]:
 
 def _export_digest(cluster: Cluster, run: Path) -> str:
     out = run.parent / f"{run.name}.csv"
-    code, _, err = _finish(_cec(cluster, "export", str(run), "--out", str(out)))
+    code, _, err = _finish(_cec(cluster, run.parent / f"{run.name}-export.log", "export",
+                                str(run), "--out", str(out)))
     if code != 0:
         raise SystemExit(f"export of {run} failed: {err[-2000:]}")
     return hashlib.sha256(out.read_bytes()).hexdigest()
@@ -103,8 +104,9 @@ def measure(workers: int, base: Path, rows: int | None, kill_at: float) -> dict[
         spec = _spec(shared, rows)
         run = shared / "free"
         t0 = time.monotonic()
-        code, out, err = _finish(_cec(cluster, "run", "pipeline", str(spec), "--log-dir",
-                                      str(run), "--master", cluster.url, "--json"))
+        code, out, err = _finish(_cec(cluster, base / "free.log", "run", "pipeline", str(spec),
+                                      "--log-dir", str(run), "--master", cluster.url,
+                                      "--json"))
         whole = time.monotonic() - t0
         if code != 0:
             raise SystemExit(f"failure-free run on {workers} Workers: exit {code}\n"
@@ -115,11 +117,12 @@ def measure(workers: int, base: Path, rows: int | None, kill_at: float) -> dict[
         steady = float(summary.get("steady_s") or 0.0)
 
         run = shared / "killed"
-        proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
-                    "--master", cluster.url, "--json")
+        proc = _cec(cluster, base / "killed.log", "run", "pipeline", str(spec), "--log-dir",
+                    str(run), "--master", cluster.url, "--json")
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while _consumed(run) < kill_at * tuples:
             if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
                 raise SystemExit(f"the run on {workers} Workers ended before the kill point")
             time.sleep(0.05)
         at = _consumed(run) / tuples
@@ -131,7 +134,8 @@ def measure(workers: int, base: Path, rows: int | None, kill_at: float) -> dict[
         recovered_by = "run"
         if code != 0:  # the run gave up: recover on the same cluster
             recovered_by = "recover"
-            code, _, err = _finish(_cec(cluster, "recover", "--from-log", str(run)))
+            code, _, err = _finish(_cec(cluster, base / "recover.log", "recover",
+                                        "--from-log", str(run)))
             if code != 0:
                 raise SystemExit(f"recover on {workers} Workers: exit {code}\n{err[-3000:]}")
         to_complete = time.monotonic() - killed_at
@@ -164,9 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     meta: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                 capture_output=True, text=True, check=False).stdout.strip(),
-        "load_start": os.getloadavg()[0], "cpus": os.cpu_count()}
+        **harness.commit(), "load_start": harness.load(), "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="cec-cluster-bench-") as tmp:
         for w in (int(x) for x in args.workers.split(",")):
             r = measure(w, Path(tmp) / f"w{w}", args.rows, args.kill_at)
@@ -191,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['kill_to_complete_s'] / one['kill_to_complete_s']:.2f} | "
               f"{r['completed_by']} |")
     args.out.mkdir(parents=True, exist_ok=True)
-    meta["load_end"] = os.getloadavg()[0]
+    meta["load_end"] = harness.load()
     (args.out / "cluster.json").write_text(json.dumps({**meta, "runs": results}, indent=2))
     return 0
 

@@ -55,8 +55,6 @@ import datetime as dt
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -70,6 +68,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 REPO = Path(__file__).resolve().parents[1]
 
+from bench.harness import Run, checked, commit, load  # noqa: E402 (after the path fix)
 from bench.latency_stats import (  # noqa: E402 (after the path fix)
     BUSY_PARTITION,
     keys_of,
@@ -158,11 +157,9 @@ class TailObserver(threading.Thread):
     def __init__(self, run: Path, log: Path) -> None:
         super().__init__(daemon=True)
         self.log = log
-        with log.open("wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "cli.app", "tail", str(run), "--format", "csv",
-                 "--from-start"], stdout=subprocess.PIPE, stderr=err, cwd=REPO,
-                start_new_session=True)
+        log.unlink(missing_ok=True)
+        self.proc = Run([sys.executable, "-m", "cli.app", "tail", str(run), "--format", "csv",
+                         "--from-start"], log, stdout_pipe=True, env=dict(os.environ))
         self.lines: list[tuple[float, str]] = []  # (arrival, line) of every result line
 
     def run(self) -> None:
@@ -186,11 +183,7 @@ class TailObserver(threading.Thread):
         return out
 
     def end(self, timeout: float) -> None:
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
+        self.proc.wait(timeout, "the tail's end after the run's")  # else the group killed
         self.join(10)
 
 
@@ -201,16 +194,14 @@ def _iso_us(text: str) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def _start_run(args: argparse.Namespace, work: Path, spec: Path, run: Path
-               ) -> subprocess.Popen[bytes]:
-    log = (work / "cec.log").open("wb")
-    out = (work / "cec.json").open("wb")
-    return subprocess.Popen([sys.executable, "-m", "cli.app", "run", "pipeline", str(spec),
-                             "--log-dir", str(run), "--json"], stdout=out, stderr=log,
-                            cwd=REPO, start_new_session=True)
+def _start_run(args: argparse.Namespace, work: Path, spec: Path, run: Path) -> Run:
+    (work / "cec.log").unlink(missing_ok=True)
+    return Run([sys.executable, "-m", "cli.app", "run", "pipeline", str(spec), "--log-dir",
+                str(run), "--json"], work / "cec.log", stdout=work / "cec.json",
+               env=dict(os.environ))
 
 
-def _wait_operators(proc: subprocess.Popen[bytes], run: Path, work: Path) -> None:
+def _wait_operators(proc: Run, run: Path, work: Path) -> None:
     deadline = time.time() + 300
     state = run / "state"
     while not (state.is_dir() and any(state.glob("p*.json"))):  # operators running
@@ -224,15 +215,15 @@ def _tail_equals_export(run: Path, work: Path, tail: TailObserver) -> bool:
     """The tail's lines are the export's (as multisets: the tail prints partitions as
     they commit, the export one partition after the other)."""
     out = work / "export.csv"
-    subprocess.run([sys.executable, "-m", "cli.app", "export", str(run), "--out", str(out)],
-                   cwd=REPO, check=True, capture_output=True)
+    checked([sys.executable, "-m", "cli.app", "export", str(run), "--out", str(out)],
+            work / "export.log", timeout=600, env=dict(os.environ))
     exported = out.read_text().splitlines()[1:]
     return sorted(exported) == sorted(line for _, line in tail.lines)
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
     """One run at ``args.rate``: latencies measured through ``cec tail``."""
-    load_start = os.getloadavg()[0]
+    load_start = load()
     folder = work / "in"
     folder.mkdir(parents=True)
     spec = work / "spec.toml"
@@ -255,16 +246,15 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
         tail.start()
         prod.start()
         prod.join()
-        code = proc.wait(timeout=args.seconds + 300)
+        m = proc.wait(args.seconds + 300, "cec run pipeline's end after the input's")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        proc.kill()  # (ended already unless something above raised)
         if tail is not None:
             tail.end(60)  # a tail ends after the last result of an ended run
-    if code != 0:
-        raise RuntimeError(f"cec exited {code}: {(work / 'cec.log').read_text()[-2000:]}")
-    if not tail.lines or tail.proc.returncode != 0:
-        raise RuntimeError(f"cec tail exited {tail.proc.returncode} after {len(tail.lines)} "
+    if not m.ok:
+        raise RuntimeError(f"cec: {m.status}: {(work / 'cec.log').read_text()[-2000:]}")
+    if not tail.lines or tail.proc.poll() != 0:
+        raise RuntimeError(f"cec tail exited {tail.proc.poll()} after {len(tail.lines)} "
                            f"lines: {tail.log.read_text()[-2000:]}")
     stderr = (work / "cec.log").read_text()
     w_us = args.window_ms * 1000
@@ -321,7 +311,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
         # the machine's 1-minute load average before and after (2 cores here: a load
         # above 2 means cec waited for the CPU)
         "load_avg_1m_start": round(load_start, 2),
-        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "load_avg_1m": load(),
         **skew,
     }
 
@@ -358,7 +348,7 @@ def sweep(args: argparse.Namespace) -> dict[str, object]:
     head = next((r for r in runs if r["rate_rows_per_s"] == args.rate), runs[-1])
     if getattr(args, "skewed", False):
         return {**head, "rates": runs, "targets": skewed_targets(head),
-                "started": started, "commit": _commit()}
+                "started": started, **commit()}
     targets = {}
     for rate, ms in TARGETS_MS.items():
         r = next((x for x in runs if x["rate_rows_per_s"] == rate), None)
@@ -372,15 +362,6 @@ def sweep(args: argparse.Namespace) -> dict[str, object]:
             "p99_passes_1s_at_rows_per_s": knee,
             "p99_passes_1s_note": None if knee is not None else
             f"not within the rates measured (up to {max(rates):,.0f} rows/s)"}
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=30,
-                              check=False).stdout.strip() or "?"
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
 
 
 def main(argv: list[str] | None = None) -> int:

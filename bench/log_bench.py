@@ -35,6 +35,7 @@ import pyarrow as pa
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import harness
 from storage_log.cache import index_path
 from storage_log.framing import OVERHEAD
 from storage_log.log import StreamLog
@@ -130,7 +131,10 @@ def sizes(path: Path, records: int, batches: list[pa.RecordBatch]) -> dict[str, 
     from storage_log.index import LogIndex
 
     disk = sum(p.stat().st_size for p in path.glob("*.seg"))
-    idx = LogIndex(index_path(path), create=False)
+    where = index_path(path)
+    if where is None:
+        raise RuntimeError(f"{path}: the log has no index on this host (no log id)")
+    idx = LogIndex(where, create=False)
     try:
         entries = list(idx.entries())
     finally:
@@ -194,17 +198,17 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"# storage_log benchmark: {n:,} tuples of {TUPLE_BYTES} B, "
           f"{args.per_record} tuples per record\n")
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load = harness.load()
     print(f"Machine: {os.cpu_count()} cores, load average {load:.1f} at the end of the run.\n")
     print(f"Wall-clock rates, best of {max(1, args.repeat)} rounds; the CPU column divides by "
           "this process's CPU time (all its threads): the rate if the cores were not "
           "contended.\n")
     print("| measure | tuples/s | vs plain write | tuples/CPU-s | fsyncs | target |")
     print("|---|---:|---:|---:|---:|---|")
-    for name, wall, cpu, commits, target in results:
+    for name, wall, cpu, fsyncs, target in results:
         ratio = f"{plain / wall:.2f}" if not name.startswith(("forward", "backward")) else ""
         print(f"| {name} | {n / wall / 1e6:.2f} M | {ratio} | "
-              f"{n / max(cpu, 1e-9) / 1e6:.2f} M | {commits} | {target} |")
+              f"{n / max(cpu, 1e-9) / 1e6:.2f} M | {fsyncs} | {target} |")
     print()
     print("| bytes | value | target |")
     print("|---|---:|---|")

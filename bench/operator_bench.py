@@ -36,6 +36,7 @@ import pyarrow as pa
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import harness
 from bench.workload import WorkloadSpec, generate_columns
 from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator
 from cec.policy import PolicyConfig
@@ -119,9 +120,10 @@ def run_once(impl: type, w: Workload, mode: str, warm: Sequence[pa.RecordBatch],
     for o in outs:
         counts = [a + b for a, b in zip(counts, tuple_counts(o.column("type").to_numpy()),
                                         strict=True)]
+    r_rows, g_open, g_check = counts
     return Result(w.name, impl.__name__.removesuffix("Operator").lower(), mode,
                   sum(b.num_rows for b in timed), wall, cpu, sum(o.num_rows for o in outs),
-                  *counts, op.n_open, op.q, op.u)
+                  r_rows, g_open, g_check, op.n_open, op.q, op.u)
 
 
 def bench_workload(w: Workload, *, tuples: int, ref_tuples: int, batch_rows: int,
@@ -184,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             w = Workload(w.name, w.window_size, w.n_keys, args.warmup)
         results += bench_workload(w, tuples=args.tuples, ref_tuples=args.ref_tuples,
                                   batch_rows=args.batch, reps=args.reps)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    load = harness.load()
     print(f"# cec operator benchmark (batch {args.batch:,} tuples, best of {args.reps}; "
           f"load average {load:.2f}; {time.perf_counter() - t0:.1f} s)\n")
     print(table(results))

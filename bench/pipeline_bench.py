@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,9 +40,11 @@ from typing import Any
 if __package__ in (None, ""):  # run as `python bench/pipeline_bench.py`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import harness
 from bench.workload import DEFAULT_KEYS, DEFAULT_SEED, ensure_dataset
 
 REPO = Path(__file__).resolve().parents[1]
+SESSION_TIMEOUT_S = 3600.0  # one session of pipeline runs
 
 
 def _spec(source: str, partitions: int, chunk_rows: int) -> str:
@@ -122,11 +122,13 @@ def run_cec_specs(specs: Sequence[tuple[str, str]], work: Path) -> list[dict[str
     cfg = work / f"session-{tag}.json"
     result = work / f"session-{tag}.result.json"
     cfg.write_text(json.dumps({"runs": runs, "result": str(result)}))
-    proc = subprocess.run([sys.executable, "-m", "bench.pipeline_bench", "_session", str(cfg)],
-                          capture_output=True, text=True, cwd=REPO, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"cec session run failed ({proc.returncode}):\n"
-                           f"{proc.stderr[-3000:]}")
+    log = work / f"session-{tag}.log"
+    m = harness.measure([sys.executable, "-m", "bench.pipeline_bench", "_session", str(cfg)],
+                        log, timeout=SESSION_TIMEOUT_S, watch=False,
+                        what="the session's runs to end")
+    if not m.ok:
+        raise RuntimeError(f"cec session run failed ({m.status}):\n"
+                           f"{log.read_text(errors='replace')[-3000:]}")
     out = json.loads(result.read_text())
     return [_cec_summary(summary, name, Path(run["log_dir"]), i)
             for i, (summary, run, (name, _)) in enumerate(zip(out, runs, specs, strict=True))]
@@ -183,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
 
-    load = os.getloadavg()[0]
+    load = harness.load()
     with tempfile.TemporaryDirectory(prefix="cec-pipeline-bench-") as tmp:
         work = Path(args.workdir) if args.workdir else Path(tmp)
         work.mkdir(parents=True, exist_ok=True)

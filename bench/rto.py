@@ -41,15 +41,15 @@ import json
 import os
 import random
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from bench import harness
+from bench.harness import Run
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "results" / "rto" / "rto.json"
@@ -58,25 +58,12 @@ TARGETS = 'Q = "2x"\nU = 1000000\n'
 WAIT_S = 300.0
 
 
-def _load() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
 
 
-def _spawn(args: list[str], log: Path, stdout: Path | None = None) -> subprocess.Popen[bytes]:
-    fh = log.open("ab")
-    out = fh if stdout is None else stdout.open("wb")
-    return subprocess.Popen([*CEC, *args], stdout=out, stderr=fh, cwd=REPO,
-                            start_new_session=True, env=_env())
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(60)
+def _spawn(args: list[str], log: Path) -> Run:
+    return Run([*CEC, *args], log, env=_env())
 
 
 def specs(work: Path) -> tuple[Path, Path]:
@@ -99,43 +86,28 @@ def states(run: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _wait(cond: Callable[[], bool], proc: subprocess.Popen[bytes], what: str,
-          timeout: float = WAIT_S) -> bool:
-    """Poll ``cond`` every 50 ms; False if the process ended first."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if proc.poll() is not None:
-            return cond()
-        if time.monotonic() > deadline:
-            _kill(proc)
-            raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.05)
-    return True
-
-
 def free_run(spec: Path, rto: float | None, work: Path, log: Path) -> dict[str, Any]:
     """One failure-free whole run; ``refused`` if the objective was refused at start."""
     run = work / "free"
     shutil.rmtree(run, ignore_errors=True)
     summary = work / "free.json"
-    load = _load()
-    t0 = time.perf_counter()
+    load = harness.load()
     errs = work / "free.err"
-    proc = subprocess.run([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--json",
-                           *(["--rto", f"{rto:g}s"] if rto is not None else [])],
-                          stdout=summary.open("wb"), stderr=errs.open("wb"), cwd=REPO,
-                          env=_env(), timeout=1800, check=False)
-    wall = time.perf_counter() - t0
+    errs.unlink(missing_ok=True)
+    m = harness.measure([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--json",
+                         *(["--rto", f"{rto:g}s"] if rto is not None else [])], errs,
+                        stdout=summary, env=_env(), timeout=1800, watch=False)
+    wall = m.wall_s
     err = errs.read_text(errors="replace")
     with log.open("a") as fh:
         fh.write(err)
-    if proc.returncode == 2 and "below the floor" in err:
+    if m.code == 2 and "below the floor" in err:
         line = err.strip().splitlines()[-1]
         with contextlib.suppress(ValueError, TypeError, KeyError):
             line = json.loads(line)["error"]  # --json: the error is a JSON object
         return {"refused": line, "wall_s": round(wall, 2), "load": load}
-    if proc.returncode != 0:
-        raise RuntimeError(f"cec run pipeline exited {proc.returncode}; see {log}")
+    if not m.ok:
+        raise RuntimeError(f"cec run pipeline: {m.status}; see {log}")
     res = json.loads(summary.read_text())
     parts = res["per_partition"]
     sts = states(run)
@@ -163,15 +135,16 @@ def kill_and_recover(spec: Path, rto: float, frac: float, rows: int, work: Path,
     proc = _spawn(["run", "pipeline", str(spec), "--log-dir", str(run), "--rto", f"{rto:g}s"],
                   log)
     target = int(frac * rows)
-    reached = _wait(lambda: sum(int(s.get("in_tuples", 0)) for s in states(run)) >= target,
-                    proc, f"{target:,} tuples processed")
+    reached = proc.wait_for(
+        lambda: sum(int(s.get("in_tuples", 0)) for s in states(run)) >= target,
+        f"{target:,} tuples processed", WAIT_S)
     before = states(run)
-    _kill(proc)
+    proc.kill()
     if not reached:
         return {"frac": frac, "skipped": "the run ended before the kill point"}
     killed_at = sum(int(s.get("in_tuples", 0)) for s in before)
     preds = [s.get("rto", {}).get("predicted_s") for s in before]
-    load = _load()
+    load = harness.load()
     t_spawn = time.time()
     rec = _spawn(["recover", "--from-log", str(run)], log)
 
@@ -182,8 +155,8 @@ def kill_and_recover(spec: Path, rto: float, frac: float, rows: int, work: Path,
             for s in st)
 
     try:
-        if not _wait(caught_up, rec, "every partition caught up"):
-            raise RuntimeError(f"cec recover exited {rec.returncode} before catching up; "
+        if not rec.wait_for(caught_up, "every partition caught up", WAIT_S):
+            raise RuntimeError(f"cec recover exited {rec.poll()} before catching up; "
                                f"see {log}")
         st = states(run)
         measured = max(float(s["caught_up_at"]) for s in st) - t_spawn
@@ -194,10 +167,10 @@ def kill_and_recover(spec: Path, rto: float, frac: float, rows: int, work: Path,
                 return "startup_recover_s" in json.loads(rto_file.read_text())
             return False
 
-        _wait(metered, rec, "the start-up measurement", timeout=30)
+        rec.wait_for(metered, "the start-up measurement", 30)
         meter = json.loads(rto_file.read_text())
     finally:
-        _kill(rec)
+        rec.kill()
     task_s = [sum(float(ph.get("measured_s") or 0) for ph in s["recovered"]["phases"])
               for s in st if isinstance(s.get("recovered"), dict)]
     began = [float(s["recover_started_at"]) - t_spawn for s in st]
@@ -262,9 +235,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     rows = 3_000_000
     res: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO,
-                                 capture_output=True, text=True, check=False).stdout.strip(),
-        "load_start": _load(), "cpus": os.cpu_count(), "rows": rows, "partitions": 4,
+        **harness.commit(),
+        "load_start": harness.load(), "cpus": os.cpu_count(), "rows": rows, "partitions": 4,
         "startup_history_at_start": history_summary(startup_path()),
         "quick": args.quick, "kills_per_objective": args.kills, "reps": args.reps,
         "none": [], "settings": []}
@@ -299,7 +271,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     kills = [k for s in settings for k in s["kills"] if "measured_s" in k]
     res["within_share_all"] = (round(sum(k["within"] for k in kills) / len(kills), 3)
                                if kills else None)
-    res["load_end"] = _load()
+    res["load_end"] = harness.load()
     with contextlib.suppress(OSError, ValueError):
         res["machine_startups"] = json.loads(startup_path().read_text())
     return res
