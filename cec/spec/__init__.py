@@ -30,9 +30,11 @@ storage_log's (:data:`storage_log.FSYNC_MODES`).
 from cec.durations import parse_duration_us
 from cec.spec.dump import dump_spec, spec_to_tables
 from cec.spec.model import (
+    DEFAULT_KEY_GROUPS,
     FILE_FORMATS,
     FSYNC_MODES,
     FUNCTIONS,
+    MAX_KEY_GROUPS,
     MODES,
     RESERVED_COLUMNS,
     SOURCE_KINDS,
@@ -52,9 +54,11 @@ from cec.spec.model import (
 from cec.spec.parse import load_spec, parse_spec, parse_stored_spec
 
 __all__ = [
+    "DEFAULT_KEY_GROUPS",
     "FILE_FORMATS",
     "FSYNC_MODES",
     "FUNCTIONS",
+    "MAX_KEY_GROUPS",
     "MODES",
     "RESERVED_COLUMNS",
     "SOURCE_KINDS",

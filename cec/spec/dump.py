@@ -68,6 +68,8 @@ def spec_to_tables(spec: PipelineSpec) -> dict[str, dict[str, object]]:
                               "slot_timeout_s": spec.run.slot_timeout_s}
     if spec.run.ingest_tasks != 1:
         run["ingest_tasks"] = spec.run.ingest_tasks
+    if spec.run.key_groups is not None:  # else the run's own are [cec] key_groups
+        run["key_groups"] = spec.run.key_groups
     if spec.run.output_keep_mb is not None:
         run["output_keep_mb"] = spec.run.output_keep_mb
     if spec.run.output_keep_s is not None:

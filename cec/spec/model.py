@@ -27,6 +27,11 @@ WINDOW_KINDS = ("count", "time", "session")
 MODES = ("none", "open-only", "targets")  # cec.policy.MODES
 RESERVED_COLUMNS = ("ts", "seq")
 GENERATOR_COLUMNS = ("item_id", "item_price", "item_time")
+# key groups (Flink's max parallelism): a key goes to group pmod(xxhash64(key), G), a
+# partition owns a range of groups, so a run can be rescaled to at most G partitions.
+# Without [run] key_groups a new run takes max(DEFAULT_KEY_GROUPS, partitions).
+DEFAULT_KEY_GROUPS = 128
+MAX_KEY_GROUPS = 32_768
 
 SourceKind = Literal["csv", "parquet", "jsonl", "generator", "stream-dir"]
 FileFormat = Literal["csv", "parquet", "jsonl"]
@@ -36,11 +41,13 @@ TimeUnit = Literal["s", "ms", "us", "ns"]
 LatePolicy = Literal["error", "drop"]
 
 __all__ = [
+    "DEFAULT_KEY_GROUPS",
     "FILE_FORMATS",
     "FSYNC_MODES",
     "FUNCTIONS",
     "GENERATOR_COLUMNS",
     "LATE_POLICIES",
+    "MAX_KEY_GROUPS",
     "MODES",
     "RESERVED_COLUMNS",
     "SOURCE_KINDS",
@@ -167,10 +174,22 @@ class RunSpec:
     # ingest_tasks was written in the spec; else the run chooses it from the task slots
     # (cec_spark.run.plan.choose_ingest_tasks); not part of the value, like targets_given
     ingest_tasks_given: bool = field(default=False, compare=False)
+    # the key groups a new run hashes keys into (None: max(DEFAULT_KEY_GROUPS,
+    # partitions)); fixed at creation ([cec] key_groups in run.toml), the largest
+    # partition count a rescale may reach. 1..MAX_KEY_GROUPS, >= partitions
+    key_groups: int | None = None
 
     @property
     def effective_master(self) -> str:
         return self.master or default_master(self.partitions)
+
+    @property
+    def new_run_key_groups(self) -> int:
+        """The key groups a run created with this spec gets: ``key_groups``, else
+        ``max(DEFAULT_KEY_GROUPS, partitions)``. A run reads its own from its run.toml
+        (``RunSettings.key_groups``), never this: a rescale changes ``partitions``."""
+        return self.key_groups if self.key_groups is not None else \
+            max(DEFAULT_KEY_GROUPS, self.partitions)
 
     @property
     def spark_conf(self) -> dict[str, str]:
@@ -214,6 +233,14 @@ class PipelineSpec:
         if partitions is not None:
             if partitions < 1:
                 raise SpecError(f"--partitions: must be >= 1, got {partitions}")
+            if run.key_groups is not None and partitions > run.key_groups:
+                raise SpecError(f"--partitions: {partitions} is more than {self.origin}'s "
+                                f"[run].key_groups ({run.key_groups}): a partition owns at "
+                                "least one key group (raise key_groups, up to "
+                                f"{MAX_KEY_GROUPS})")
+            if partitions > MAX_KEY_GROUPS:
+                raise SpecError(f"--partitions: must be <= {MAX_KEY_GROUPS} (the most key "
+                                f"groups a run can have), got {partitions}")
             run = replace(run, partitions=partitions)
         if master is not None:
             run = replace(run, master=master)

@@ -27,6 +27,7 @@ from cec.spec.model import (
     FUNCTIONS,
     GENERATOR_COLUMNS,
     LATE_POLICIES,
+    MAX_KEY_GROUPS,
     MODES,
     RESERVED_COLUMNS,
     SOURCE_KINDS,
@@ -284,6 +285,17 @@ class RunTable(Table):
     output_keep_mb: Annotated[float | None, number()] = None
     output_keep_s: Annotated[float | None, number()] = None
     ingest_tasks: Annotated[int, integer(1)] = _RUN.ingest_tasks
+    key_groups: Annotated[int | None, integer(1, MAX_KEY_GROUPS)] = None
+
+    @model_validator(mode="after")
+    def _groups_cover_partitions(self) -> RunTable:
+        if self.key_groups is not None and self.key_groups < self.partitions:
+            raise Problem(f"must be >= partitions ({self.partitions}): a partition owns at "
+                          f"least one key group, got {self.key_groups}", "key_groups")
+        if self.partitions > MAX_KEY_GROUPS:
+            raise Problem(f"must be <= {MAX_KEY_GROUPS} (the most key groups a run can "
+                          f"have), got {self.partitions}", "partitions")
+        return self
 
 
 class SpecDocument(Table):

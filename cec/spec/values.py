@@ -38,12 +38,14 @@ def string(value: object) -> str:
     return value
 
 
-def integer(minimum: int | None = None) -> BeforeValidator:
+def integer(minimum: int | None = None, maximum: int | None = None) -> BeforeValidator:
     def check(value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise Problem(f"must be an integer, got {value!r}")
         if minimum is not None and value < minimum:
             raise Problem(f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise Problem(f"must be <= {maximum}, got {value}")
         return value
     return BeforeValidator(check)
 

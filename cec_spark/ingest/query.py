@@ -122,7 +122,8 @@ def partition_expr(key: Column, partitions: int, key_groups: int | None = None) 
     if key_groups is None:
         return F.pmod(F.xxhash64(key), F.lit(partitions)).cast("int")
     kg = F.pmod(F.xxhash64(key), F.lit(key_groups))
-    # kg * P < 2^31 and the quotient's distance to an integer is >= 1/G: exact in double
+    # kg * P < G * P <= 2^30 (P <= G <= MAX_KEY_GROUPS = 2^15, any G: no power of two
+    # needed) and the quotient's distance to an integer is >= 1/G: exact in double
     return F.floor(kg * F.lit(partitions) / F.lit(key_groups)).cast("int")
 
 

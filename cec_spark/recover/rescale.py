@@ -41,7 +41,7 @@ import pyarrow.compute as pc
 from cec.errors import RecoveryError, UsageError
 from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.records import G_CHECK, output_schema
-from cec.spec import PipelineSpec
+from cec.spec import MAX_KEY_GROUPS, PipelineSpec
 from cec_spark.report import RescalePartition as OldPartition
 from cec_spark.report import RescaleResult
 from cec_spark.run.task import operator_for
@@ -64,8 +64,11 @@ def check_rescale(settings: RunSettings, spec: PipelineSpec, partitions: int,
                          "count; resume it with its own partitions "
                          f"({spec.run.partitions}) or start a new run")
     if not 1 <= partitions <= settings.key_groups:
-        raise UsageError(f"--partitions: {partitions} is not in 1..{settings.key_groups} "
-                         f"(the run's key groups: a partition owns at least one)")
+        raise UsageError(f"--partitions: {partitions} is not in 1..{settings.key_groups}: "
+                         f"the run has {settings.key_groups} key groups ([cec] key_groups "
+                         "in its run.toml, fixed when it was created) and a partition owns "
+                         "at least one; a run that must grow further is started with "
+                         f"[run] key_groups = N (up to {MAX_KEY_GROUPS})")
 
 
 def common_cut(layout: RunLayout, gen: int, partitions: int

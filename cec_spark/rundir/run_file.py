@@ -20,7 +20,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cec.errors import CorruptionError, UsageError
-from cec.spec import PipelineSpec, default_master, dump_spec, parse_stored_spec
+from cec.spec import (
+    DEFAULT_KEY_GROUPS,
+    MAX_KEY_GROUPS,
+    PipelineSpec,
+    default_master,
+    dump_spec,
+    parse_stored_spec,
+)
 from cec_spark.rundir.checksum import (
     CHECKSUM_PREFIX,
     FORMAT_VERSION,
@@ -31,10 +38,12 @@ from cec_spark.rundir.layout import BACKUP_FILE, RUN_FILE, RunLayout
 from cec_spark.source.types import ColumnTypes
 from storage_log.durable import write_durable
 
-# New runs hash keys into this many key groups (``pmod(xxhash64(key), G)``); partition
-# ``p`` of ``P`` owns the groups ``kg`` with ``kg * P // G == p`` (Flink's key groups),
-# so a rescale (``cec recover --partitions P'``, ``P' <= G``) moves whole groups.
-KEY_GROUPS = 128
+# New runs hash keys into G key groups (``pmod(xxhash64(key), G)``); partition ``p`` of
+# ``P`` owns the groups ``kg`` with ``kg * P // G == p`` (Flink's key groups), so a
+# rescale (``cec recover --partitions P'``, ``P' <= G``) moves whole groups. G is the
+# spec's ``[run] key_groups`` (1..MAX_KEY_GROUPS, >= P), else max(KEY_GROUPS, P),
+# fixed at creation in ``[cec] key_groups``.
+KEY_GROUPS = DEFAULT_KEY_GROUPS
 VALUE_FALLBACK = "__cec_value"  # the value column of a `count` aggregate without field
 
 
@@ -55,8 +64,9 @@ class RunSettings:
     source_files: tuple[dict[str, Any], ...] = ()
     # what looked wrong about the source when the run was planned (the time unit)
     warnings: tuple[str, ...] = ()
-    # the key groups of the key partition (KEY_GROUPS); None: a run from before key
-    # groups, partitioned by pmod(xxhash64(key), P), which cannot be rescaled
+    # the key groups of the key partition (RunSpec.new_run_key_groups at creation);
+    # None: a run from before key groups, partitioned by pmod(xxhash64(key), P), which
+    # cannot be rescaled
     key_groups: int | None = None
 
     @property
@@ -71,7 +81,7 @@ def settings_for(spec: PipelineSpec, columns: ColumnTypes, max_tuples: int | Non
                  warnings: tuple[str, ...] = ()) -> RunSettings:
     """The settings of a new run (with a new run id)."""
     return RunSettings(max_tuples, columns, spec.aggregate.group_by, uuid.uuid4().hex,
-                       source_files, warnings, max(KEY_GROUPS, spec.run.partitions))
+                       source_files, warnings, spec.run.new_run_key_groups)
 
 
 def run_text(spec: PipelineSpec, settings: RunSettings) -> str:
@@ -124,8 +134,13 @@ def parse_run_text(text: str, origin: str, repair: str = "") -> tuple[PipelineSp
         warnings = tuple(str(w) for w in cec.get("warnings", []))
         groups = cec.get("key_groups")
         if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int)
-                                   or groups < 1):
-            raise ValueError(f"key_groups must be a positive integer, got {groups!r}")
+                                   or not spec.run.partitions <= groups <= MAX_KEY_GROUPS):
+            raise ValueError(f"key_groups must be an integer in {spec.run.partitions}.."
+                             f"{MAX_KEY_GROUPS} (the run's partitions up to the most key "
+                             f"groups), got {groups!r}")
+        if spec.run.key_groups is not None and groups != spec.run.key_groups:
+            raise ValueError(f"key_groups {groups!r} is not [run].key_groups "
+                             f"({spec.run.key_groups})")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptionError(f"{origin}: [cec] table missing or damaged: {exc}"
                               f"{tail}") from exc
