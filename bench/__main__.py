@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import paper, report
+from bench import harness, paper, report
 from bench.tables import (
     PAPER_OPENWINS,
     PAPER_SECTIONS,
@@ -111,12 +111,7 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    mem_gb = float("nan")
-    try:
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-        mem_gb = kb / 2**20
-    except (OSError, ValueError, IndexError):
-        pass
+    mem_gb = harness.memory_gib()
     try:
         import pyspark
 
@@ -125,14 +120,13 @@ def machine() -> dict[str, Any]:
         spark_version = "not installed"
     java = _cmd(["java", "-version"]).splitlines()
     return {
-        "cpu": cpu, "cores": os.cpu_count(), "memory_gb": round(mem_gb, 1),
+        "cpu": cpu, "cores": os.cpu_count(), "memory_gb": mem_gb,
         "os": platform.platform(), "python": platform.python_version(),
         "numpy": numpy.__version__, "pyarrow": pyarrow.__version__,
         "matplotlib": matplotlib.__version__, "pyspark": spark_version,
         "java": java[0] if java else "?",
-        "commit": _cmd(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]),
-        "dirty": bool(_cmd(["git", "-C", str(REPO), "status", "--porcelain"])),
-        "load_avg_start": os.getloadavg()[0],
+        **harness.commit(REPO),
+        "load_avg_start": harness.load(),
     }
 
 
@@ -260,7 +254,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         _log("latency: bench/latency.py")
         target = out / "latency" / "latency.json"
         started = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-        load = os.getloadavg()[0]
+        load = harness.load()
         code = latency.main(["--seconds", f"{preset.latency_seconds:g}", "--out", str(target)])
         if code != 0:
             raise SystemExit(f"python -m bench: bench/latency.py exited {code}")
@@ -271,7 +265,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         target.write_text(json.dumps(lat, indent=1) + "\n")
         _log("latency: bench/latency.py --skewed (one partition's keys quiet for 10 s)")
         skewed = out / "latency" / "skewed.json"
-        load = os.getloadavg()[0]
+        load = harness.load()
         code = latency.main(["--skewed", "--seconds", f"{preset.latency_seconds:g}",
                              "--out", str(skewed)])
         if code != 0:
@@ -338,7 +332,7 @@ def _earlier(out: Path) -> dict[str, Any] | None:
 def _write(out: Path, res: dict[str, Any], t_all: float) -> None:
     """results.json and results.md as they stand (after every section)."""
     res["total_s"] = time.perf_counter() - t_all
-    res["machine"]["load_avg_end"] = os.getloadavg()[0]
+    res["machine"]["load_avg_end"] = harness.load()
     (out / "results.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     (out / "results.md").write_text(results_md(res))
 

@@ -22,9 +22,7 @@ import argparse
 import filecmp
 import os
 import shutil
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +30,10 @@ import numpy as np
 import pyarrow as pa
 
 REPO = Path(__file__).resolve().parents[1]
+EXPORT_TIMEOUT_S = 3600.0  # one export process
 sys.path.insert(0, str(REPO))
 
+from bench import harness  # noqa: E402
 from cec.records import G_CHECK, R, output_schema  # noqa: E402
 from cec_spark.ingest.logs import create_logs  # noqa: E402
 from cec_spark.run.plan import pipeline_spec, plan_new_run  # noqa: E402
@@ -194,17 +194,16 @@ class Timed:
 
 
 def export_in(tree: Path, run: Path, out: Path, fmt: str) -> Timed:
-    """``cec export`` of ``run`` by the source tree ``tree``, in its own process."""
+    """``cec export`` of ``run`` by the source tree ``tree``, in its own process (its
+    wall time to the exit, its CPU and peak RSS from wait4's rusage)."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    t = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(run), str(out), fmt], env=env,
-                            cwd=out.parent)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode:
-        raise SystemExit(f"export by {tree} failed: exit {proc.returncode}")
-    return Timed(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024)
+    log = out.with_name(out.name + ".log")
+    m = harness.measure([sys.executable, "-c", CHILD, str(run), str(out), fmt], log,
+                        timeout=EXPORT_TIMEOUT_S, env=env, cwd=out.parent, watch=False,
+                        what="the export's end")
+    if not m.ok:
+        raise SystemExit(f"export by {tree} failed: {m.status}; see {log}")
+    return Timed(m.wall_s, m.cpu_s, m.peak_rss_total)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -409,7 +409,7 @@ def report(res: dict[str, Any]) -> str:
         "",
         f"{res['rows']:,} rows, {res['keys']:,} keys, {res['window']} average per key, "
         f"P = {res['partitions']}, {res['windows']:,} windows (every run's output compared "
-        f"equal to cec's reference); {res['cpus']} CPUs; commit {res['commit']}; "
+        f"equal to cec's reference); {res['cpus']} CPUs; commit {harness.commit_text(res)}; "
         f"{res['started']}; 1-min load average {res.get('load_end')} at the end. Whole "
         "processes, from the command to the output complete and usable.",
         "",

@@ -447,7 +447,7 @@ def report(res: dict[str, Any]) -> str:
         "outside (cec: `run pipeline` + `export`, the output complete and usable); CPU and "
         "peak resident memory (VmRSS) of the process tree from /proc every 0.2 s; every "
         "output compared equal with the size's reference. "
-        f"{res['cpus']} CPUs, {res['memory_gib']} GiB; commit {res['commit']}; "
+        f"{res['cpus']} CPUs, {res['memory_gib']} GiB; commit {harness.commit_text(res)}; "
         f"{res['started']}; {res['pairs']} round(s) per size, the sides' order rotated "
         "each round. Peak memory: per kind, the peak of the sum of VmRSS over that "
         "kind's processes (pages shared between processes count in each); Spark's driver "
@@ -669,11 +669,7 @@ class Bench:
 
 
 def _machine() -> dict[str, Any]:
-    try:
-        kb = int(Path("/proc/meminfo").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        kb = 0
-    return {"cpus": os.cpu_count(), "memory_gib": round(kb / 2**20, 1), **harness.commit(),
+    return {"cpus": os.cpu_count(), "memory_gib": harness.memory_gib(), **harness.commit(),
             "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 

@@ -76,6 +76,21 @@ def commit(repo: Path = REPO) -> dict[str, Any]:
     return {"commit": sha, "dirty": None if status is None else bool(status)}
 
 
+def memory_gib() -> float:
+    """The machine's memory (``MemTotal`` of /proc/meminfo) in GiB, to 0.1 (nan if
+    unreadable)."""
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+    return round(kb / 2**20, 1)
+
+
+def commit_text(res: dict[str, Any]) -> str:
+    """A result's commit as a report names it (said when the tree had other changes)."""
+    return f"{res.get('commit')}" + (" (with uncommitted changes)" if res.get("dirty") else "")
+
+
 def busy_cpu_s() -> float | None:
     """CPU seconds the whole machine has spent busy since boot (``/proc/stat``; all but
     idle and iowait), None where it cannot be read."""
@@ -514,21 +529,35 @@ class Run:
         if watch:
             self.watch = Watch(self.pid, on_new=on_new, threads=threads).__enter__()
         self.result: Measured | None = None
+        # a thread blocks in wait4 for the root: its exit is timed when it happens, and
+        # its rusage (the root and the descendants it waited for) kept
+        self._done = threading.Event()
+        self._exit_t: float | None = None
+        self._code: int | None = None
         self._rusage_cpu: float | None = None
+        self._rusage_peak = 0
+        threading.Thread(target=self._reaper, daemon=True).start()
+
+    def _reaper(self) -> None:
+        try:
+            _, status, ru = os.wait4(self.pid, 0)
+        except ChildProcessError:  # reaped elsewhere: no code, no rusage
+            self._exit_t = time.perf_counter()
+            self._done.set()
+            return
+        self._exit_t = time.perf_counter()
+        self._rusage_cpu = ru.ru_utime + ru.ru_stime
+        self._rusage_peak = ru.ru_maxrss * 1024  # the largest single process's peak
+        self._code = self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self._done.set()
 
     @property
     def stdout(self) -> IO[bytes] | None:
         return self.proc.stdout
 
     def poll(self) -> int | None:
-        if self.proc.returncode is not None:
-            return self.proc.returncode
-        pid, status, ru = os.wait4(self.pid, os.WNOHANG)
-        if pid == 0:
-            return None
-        self.proc.returncode = os.waitstatus_to_exitcode(status)
-        self._rusage_cpu = ru.ru_utime + ru.ru_stime
-        return self.proc.returncode
+        """The exit code once the root has exited (None before)."""
+        return self._code if self._done.is_set() else None
 
     def wait_for(self, cond: Callable[[], bool], what: str, timeout: float) -> bool:
         """Poll ``cond`` every 50 ms: True once it holds, False if the process ended
@@ -566,12 +595,8 @@ class Run:
 
     def wait(self, timeout: float, what: str = "its exit") -> Measured:
         """Wait for the exit (never raises for how it ended; :meth:`check` does)."""
-        deadline = time.monotonic() + timeout
-        code = self.poll()
-        while code is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-            code = self.poll()
-        return self._end(code, timed_out=code is None, what=what)
+        done = self._done.wait(timeout)
+        return self._end(self.poll(), timed_out=not done, what=what)
 
     def check(self, timeout: float, what: str = "its exit") -> Measured:
         """:meth:`wait`, then :class:`Failed` unless it exited 0."""
@@ -585,17 +610,13 @@ class Run:
         return command_name(self.cmd)
 
     def _reap(self, timeout: float) -> int | None:
-        deadline = time.monotonic() + timeout
-        code = self.poll()
-        while code is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-            code = self.poll()
-        return code
+        self._done.wait(timeout)
+        return self.poll()
 
     def _end(self, code: int | None, *, timed_out: bool, what: str) -> Measured:
         if self.result is not None:
             return self.result
-        wall = time.perf_counter() - self.t0
+        wall = (self._exit_t if self._exit_t is not None else time.perf_counter()) - self.t0
         if timed_out:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pid, signal.SIGKILL)
@@ -622,7 +643,8 @@ class Run:
             peak, kinds = w.peak_rss_total, dict(w.peak_rss_kind)
         else:
             cpu = {"tree": self._rusage_cpu} if self._rusage_cpu is not None else {}
-            xmx, peak, kinds = [], 0, {}
+            peak = self._rusage_peak
+            xmx, kinds = [], ({"tree": peak} if peak else {})
         busy1 = busy_cpu_s()
         others = None if self.busy0 is None or busy1 is None else round(
             max(0.0, busy1 - self.busy0 - sum(cpu.values())

@@ -245,7 +245,7 @@ def report(res: dict[str, Any]) -> str:
     lines = ["## Session windows: the operator alone, and the pipeline against Spark's "
              "`session_window`", "",
              f"`python -m bench.sessions_bench`; measured {res['started']}, commit "
-             f"{res['commit']}, {res['cpus']} CPUs, 1-min load average "
+             f"{harness.commit_text(res)}, {res['cpus']} CPUs, 1-min load average "
              f"{res['load_start']} at the start, {res.get('load_end')} at the end (the "
              "machine is shared: every run records its load).", ""]
     op = res.get("operator")

@@ -776,7 +776,8 @@ def takeover_text(p1: dict[str, Any]) -> str:
 def markdown(res: dict[str, Any]) -> str:
     lines = ["## A warm standby: kill -9 of the driver, takeover, cost (issue 27)", "",
              f"`python -m bench.standby_bench{' --quick' if res.get('quick') else ''}` "
-             f"(`{res.get('command', '')}`); {res['cpus']} CPUs; commit {res['commit']}; "
+             f"(`{res.get('command', '')}`); {res['cpus']} CPUs; "
+             f"commit {harness.commit_text(res)}; "
              f"{res['started']}; 1-min load average {res['load_start']} at the start, "
              f"{res.get('load_end')} at the end."
              + _not_quiet(res)

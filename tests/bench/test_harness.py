@@ -129,9 +129,11 @@ def test_kill_when_and_wait_for(tmp_path: Path) -> None:
 
 
 def test_unwatched_runs_take_the_cpu_from_rusage(tmp_path: Path) -> None:
-    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass"
+    spin = ("import time\nb = bytearray(64 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+            "t = time.process_time()\nwhile time.process_time() - t < 0.3: pass")
     m = h.measure([sys.executable, "-c", spin], tmp_path / "a.log", timeout=60, watch=False)
     assert m.ok and m.cpu_kind.keys() == {"tree"} and m.cpu_s >= 0.3
+    assert m.peak_rss_total >= 64 * 2**20 and m.peak_rss_kind == {"tree": m.peak_rss_total}
     bad = h.measure([sys.executable, "-c", "import sys; sys.exit(3)"], tmp_path / "b.log",
                     timeout=60, watch=False)
     assert (bad.status, bad.code) == ("failed (exit 3)", 3)
