@@ -98,7 +98,7 @@ class CompiledWhere:
         doc = json.loads(text)
         return cls(str(doc["where"]), doc["tree"], tuple(doc["columns"]))
 
-    def keep(self, batch: pa.RecordBatch) -> pa.BooleanArray:
+    def keep(self, batch: pa.RecordBatch | pa.Table) -> pa.BooleanArray:
         """The rows of ``batch`` Spark's filter keeps (:func:`evaluate`)."""
         return evaluate(self.tree, batch, self.where)
 

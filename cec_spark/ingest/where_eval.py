@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cec_spark.errors import InputError
+from cec_spark.source.types import SEQ
 
 __all__ = ["ARROW", "NUMERIC", "Tree", "arrow_type", "decimal_type", "evaluate",
            "supported_type"]
@@ -60,10 +61,14 @@ def decimal_type(t: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def evaluate(tree: Tree, batch: pa.RecordBatch, where: str = "") -> pa.BooleanArray:
+def evaluate(tree: Tree, batch: pa.RecordBatch | pa.Table, where: str = "") -> pa.BooleanArray:
     """The rows of ``batch`` the condition keeps (TRUE; FALSE and NULL drop), without
     nulls. An ANSI error of Spark's (division by zero, overflow) is an
-    :class:`~cec_spark.errors.InputError` naming the row and ``where``."""
+    :class:`~cec_spark.errors.InputError` naming the row and ``where``. A Table (columns
+    of several chunks) is evaluated as one batch: its rows counted from its start."""
+    if isinstance(batch, pa.Table):
+        batch = pa.RecordBatch.from_arrays([c.combine_chunks() for c in batch.columns],
+                                           schema=batch.schema)
     ev = _Evaluator(batch, where)
     out = ev.run(tree, np.ones(batch.num_rows, dtype=bool))
     if out.type == pa.null():
@@ -99,10 +104,16 @@ class _Evaluator:
         self.batch, self.where, self.n = batch, where, batch.num_rows
 
     def fail(self, rows: np.ndarray, what: str) -> None:
-        """Spark's ANSI error for the first of ``rows`` (a mask) that has one."""
+        """Spark's ANSI error for the first of ``rows`` (a mask) that has one: the same
+        row Spark's job fails on (its rows in order). A batch of the source's rows (a
+        ``SEQ`` column) names the row's seq too: its row number in the source (without
+        allowed_lateness; with it, its place in the ingest's order)."""
         hit = np.flatnonzero(rows)
         if hit.size:
-            raise InputError(f"[filter].where {self.where!r}: row {int(hit[0])} of the batch: "
+            k = int(hit[0])
+            i = self.batch.schema.get_field_index(SEQ)
+            seq = "" if i < 0 else f", seq {self.batch.column(i)[k].as_py()}"
+            raise InputError(f"[filter].where {self.where!r}: row {k} of the batch{seq}: "
                              f"{what} (Spark SQL with spark.sql.ansi.enabled fails the job "
                              "here)")
 
