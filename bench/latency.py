@@ -26,7 +26,9 @@ dropped at both ends):
 * the ingest's mode (the long-lived task, or one Spark job per poll), the load at the
   start and the end (2 cores here: a load above 2 means cec waited for the CPU).
 
-Then the targets (tail p99 < 100 ms at 50 k rows/s, < 250 ms at 200 k, at load < 2) and
+Then the targets (tail p99 < 100 ms at 50 k rows/s, < 250 ms at 200 k, on a quiet machine:
+other processes used at most :data:`bench.harness.OTHERS_LIMIT` cores on average during
+the run, ``others_cores``; results recorded without it: at load < 2) and
 the first rate at which the tail's p99 passes 1 s (``--find-knee`` doubles the last rate
 until it does). The result's top-level keys are the ``--rate`` run's (``bench/report.py``
 reads them); every run is under ``rates``.
@@ -68,7 +70,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 REPO = Path(__file__).resolve().parents[1]
 
-from bench.harness import Run, checked, commit, load  # noqa: E402 (after the path fix)
+from bench.harness import Others, Run, checked, commit, load, quiet  # noqa: E402 (after the path fix)
 from bench.latency_stats import (  # noqa: E402 (after the path fix)
     BUSY_PARTITION,
     keys_of,
@@ -236,6 +238,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
                     busy_keys=busy_keys)
     prod.write_file(time.time_ns() // 1000, 1)  # a stream folder starts with a file
     run = work / "run"
+    others = Others().__enter__()  # other processes' CPU while the run runs
     proc = _start_run(args, work, spec, run)
     tail: TailObserver | None = None
     try:
@@ -248,6 +251,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
         prod.join()
         m = proc.wait(args.seconds + 300, "cec run pipeline's end after the input's")
     finally:
+        others.__exit__()
         proc.kill()  # (ended already unless something above raised)
         if tail is not None:
             tail.end(60)  # a tail ends after the last result of an ended run
@@ -312,6 +316,9 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
         # above 2 means cec waited for the CPU)
         "load_avg_1m_start": round(load_start, 2),
         "load_avg_1m": load(),
+        # the cores other processes used on average meanwhile (the machine's busy CPU
+        # less this benchmark's process tree's): the targets' quiet machine
+        "others_cores": others.cores(),
         **skew,
     }
 
@@ -357,7 +364,8 @@ def sweep(args: argparse.Namespace) -> dict[str, object]:
             targets[f"{rate}"] = {"p99_target_ms": ms, "p99_ms": p99,
                                   "met": p99 is not None and p99 < ms,
                                   "load_below_2": max(float(r["load_avg_1m_start"]),  # type: ignore[arg-type]
-                                                      float(r["load_avg_1m"])) < 2}  # type: ignore[arg-type]
+                                                      float(r["load_avg_1m"])) < 2,  # type: ignore[arg-type]
+                                  "quiet": quiet(r.get("others_cores"))}  # type: ignore[arg-type]
     return {**head, "rates": runs, "targets": targets,
             "p99_passes_1s_at_rows_per_s": knee,
             "p99_passes_1s_note": None if knee is not None else

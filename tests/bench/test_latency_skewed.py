@@ -127,11 +127,16 @@ def test_spans_and_target() -> None:
            "quiet_partitions": {"watermark": {"n": 400, "p99_ms": 180.0}}}
     tg = skewed_targets(res)["watermark_p99"]
     assert tg == {"rate_rows_per_s": 50_000.0, "p99_target_ms": SKEWED_TARGET_MS,
-                  "p99_ms": 180.0, "met": True, "load_below_2": True}
+                  "p99_ms": 180.0, "met": True, "load_below_2": True,
+                  "quiet": None}  # others' CPU not recorded: the load judges
     res["quiet_partitions"] = {"watermark": {"n": 0}}
     res["load_avg_1m"] = 3.0
     tg = skewed_targets(res)["watermark_p99"]
     assert tg["met"] is False and tg["p99_ms"] is None and tg["load_below_2"] is False
+    res["others_cores"] = 0.1  # recorded: quiet by others' CPU, whatever the load
+    assert skewed_targets(res)["watermark_p99"]["quiet"] is True
+    res["others_cores"] = 0.9
+    assert skewed_targets(res)["watermark_p99"]["quiet"] is False
 
 
 def test_benchmarks_md_shows_the_skewed_case_from_its_file(tmp_path: Path) -> None:

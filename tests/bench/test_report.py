@@ -113,3 +113,14 @@ def test_no_recovery_ratio_when_the_kills_landed_apart(tmp_path: Path) -> None:
     assert rec[3] is None and "apart" in rec[2]
     md = report.benchmarks_md(tmp_path)
     assert "no ratio: the kills landed 33% of the input apart" in md and "0.7**" not in md
+
+
+def test_latency_targets_are_judged_by_the_cpu_of_other_processes() -> None:
+    """Issue 39: a run that recorded others' CPU is judged by it, not by the load."""
+    assert report._latency_condition({"quiet": True, "load_below_2": False}) == \
+        ("on a quiet machine", True, "")
+    cond, ok, why = report._latency_condition({"quiet": False, "load_below_2": True})
+    assert cond == "on a quiet machine" and not ok and "other processes" in why
+    assert report._latency_condition({"load_below_2": True}) == ("load < 2", True, "")
+    cond, ok, why = report._latency_condition({"quiet": None, "load_below_2": False})
+    assert (cond, ok) == ("load < 2", False) and "load >= 2" in why
