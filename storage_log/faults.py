@@ -12,41 +12,63 @@ driver's environment in local mode; on a cluster pass it with
 ``spark.executorEnv.CEC_CRASH_AT``) dies by SIGKILL when it reaches the point the
 ``n``-th time, as a crash of the host would stop it: no ``finally``, no ``atexit``, no
 flush. ``CEC_CRASH_MARK=DIR``: before dying, the process creates ``DIR/<point>.<pid>``
-(an ``O_EXCL`` file, fsynced), so the test can assert where the kill landed.
+(an ``O_EXCL`` file, fsynced, holding the process's tag and ``sys.argv``), so the test
+can assert where the kill landed and in which process; and with a
+mark directory a point kills once: the first process to reach it claims
+``DIR/.<point>.once`` (``O_EXCL``) and dies, every later one goes past it. A crash of a
+host happens once; the retry of a killed Spark task (whose new worker counts its hits
+from zero) or a recovery started with the same environment goes on, as after a real
+crash. Without a mark directory every process that reaches the n-th hit dies.
 
 The points are named ``<component>.<moment>``; :data:`POINTS` lists every one that the
 code calls, and :func:`crash_point` refuses a name not in it, so the matrix of tests
 and the code cannot drift apart. The tag (``%p1``) narrows a point to the processes
-that called :func:`set_tag` with it (e.g. the operator task of partition 1).
+that called :func:`set_tag` with it: ``p<partition>`` an operator task, ``i<writer>`` an
+ingest writer task (while it writes); the driver, a standby and a tail have none.
+tests/faults/test_crash_points.py kills the real programs at every point.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 
 __all__ = ["POINTS", "armed", "crash_point", "set_tag"]
 
 #: every crash point in the code, with where it is (the test matrix iterates over these)
 POINTS: dict[str, str] = {
-    # storage_log/log.py, StreamLog
-    "log.after_append": "a batch appended to the segment, not yet fsynced or indexed",
-    "log.before_commit": "appended and fsynced, before the index commit",
-    "log.between_fsyncs": "the segment fsynced, the index not yet",
-    "log.during_reconcile": "a writable open reconciling a torn tail, before its cut",
-    # cec_spark/ingest/writer.py
-    "ingest.between_logs": "one upstream log committed, the next not yet",
-    "ingest.after_token": "every log committed with its token, before the next chunk",
-    # cec_spark/run/task.py (operator task)
+    # storage_log/log.py, StreamLog (every writer of a log: the ingest, the operator tasks)
+    "log.after_append": "a record appended (held in memory, or written ahead without the "
+                        "COMMIT flag), not committed",
+    "log.before_commit": "a commit's frames written to the segment (the last flagged "
+                         "COMMIT), not yet fsynced, not in the index",
+    "log.between_fsyncs": "the segment fsynced, the index's transaction (its own fsync) "
+                          "not yet",
+    # storage_log/reconcile.py: a writable open (an operator task's recovery, an ingest)
+    "log.during_reconcile": "a writable open found the segments past its index (commits "
+                            "to index, a torn tail to cut, or an index to rebuild), "
+                            "before it cuts or indexes",
+    # cec_spark/ingest/writer.py, _UpstreamWriter
+    "ingest.between_logs": "the first upstream log of a commit committed with its token, "
+                           "the others not yet (armed, they commit after it)",
+    "ingest.after_token": "every upstream log committed with its token (a chunk's or a "
+                          "watermark's), before the trim and the next append",
+    # cec_spark/run/task.py (operator task, tagged p<partition>)
     "operator.before_group_commit": "a group of batches' output appended, not committed",
     "operator.after_group_commit": "a group committed, its state file not yet written",
-    # cec_spark/rundir/drivers.py and the standby's takeover
-    "driver.after_number": "a driver number taken, nothing started yet",
-    "driver.during_claim": "a standby's claim written, the old driver not yet fenced",
-    # cec_spark/read/tail.py
-    "tail.after_intent": "the tail's intent to print a batch recorded, nothing printed",
-    "tail.after_print": "the batch printed (flushed), not yet acknowledged",
-    "tail.before_ack": "the acknowledgement built, not yet written",
+    # cec_spark/rundir/drivers.py and cec_spark/standby/standby.py
+    "driver.after_number": "a driver number and its lease taken (cec run, cec recover, a "
+                           "standby's claim), nothing started under it yet",
+    "driver.during_claim": "a standby won the next driver number from a dead driver, "
+                           "before it takes the run over",
+    # cec_spark/read/tail.py, a tail with --consumer
+    "tail.after_intent": "the intent of a batch durable, nothing of it printed",
+    "tail.mid_print": "the first half of a batch printed and flushed, the rest not "
+                      "(armed, a batch is written in two halves)",
+    "tail.after_print": "a batch printed and flushed, not yet acknowledged",
+    "tail.before_ack": "a restarted tail found its predecessor's batch printed, before "
+                       "it completes that batch's acknowledgement",
 }
 
 
@@ -71,9 +93,11 @@ _HITS: dict[str, int] = {}
 _STATE: dict[str, str] = {}  # "tag": this process's tag
 
 
-def armed() -> bool:
-    """A crash point is named in this process's environment."""
-    return _ARMED is not None
+def armed(name: str | None = None) -> bool:
+    """A crash point (``name``: that one) is named in this process's environment. For
+    code that reaches a point's state only in a slower way (two halves of a write, one
+    commit after another), taken only while the point is armed."""
+    return _ARMED is not None and (name is None or _ARMED[0] == name)
 
 
 def set_tag(tag: str) -> None:
@@ -95,11 +119,25 @@ def crash_point(name: str) -> None:
         return
     mark = os.environ.get("CEC_CRASH_MARK")
     if mark:
-        try:
-            fd = os.open(os.path.join(mark, f"{name}.{os.getpid()}"),
-                         os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            os.fsync(fd)
-            os.close(fd)
-        except OSError:
-            pass  # the kill matters more than the mark
+        if not _claim(os.path.join(mark, f".{name}.once")):
+            return  # another process died here already: a crash happens once
+        who = f"tag={_STATE.get('tag', '')}\nargv={' '.join(sys.argv)}\n"
+        _claim(os.path.join(mark, f"{name}.{os.getpid()}"), who.encode())
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _claim(path: str, data: bytes = b"") -> bool:
+    """Create ``path`` exclusively and durably with ``data``; False if it exists.
+    Another error (the directory is gone) is True: the kill matters more than the mark."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True

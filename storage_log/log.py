@@ -76,6 +76,7 @@ from storage_log.errors import (
     LogUsageError,
     write_error,
 )
+from storage_log.faults import crash_point
 from storage_log.framing import Kind, encode_schema
 from storage_log.index import LogIndex
 from storage_log.lock import WriterLock
@@ -331,6 +332,7 @@ class StreamLog(LogReads):
             self._first_seq = first_seq
         self._last_seq, self._last_ts = last_seq, last_ts
         self._records += 1
+        crash_point("log.after_append")
 
     def commit(self, token: bytes | None = None) -> None:
         """Make everything appended durable (per ``fsync``) and visible, with ``token``."""
@@ -410,9 +412,11 @@ class StreamLog(LogReads):
             self._take_epoch()
             out.new_segment(self._last_seq + 1 if self._last_seq is not None else 0)
         out.flush(commit=True)
+        crash_point("log.before_commit")
         index = self._writer_index()
         if out.sync() and out.fsync != "always":
             index.sync()
+        crash_point("log.between_fsyncs")
         self._check_fence()
         committed = Committed(out.active, out.size, self._last_seq, self._last_ts,
                               self._records)

@@ -42,6 +42,7 @@ from storage_log.durable import fsync_dir
 from storage_log.entry import EMPTY, Committed, Snapshot
 from storage_log.epoch import Chain, read_chain, take_epoch, write_rebuilt
 from storage_log.errors import CorruptLogError
+from storage_log.faults import armed, crash_point
 from storage_log.framing import FLAG_COMMIT, FrameError, decode_schema
 from storage_log.index import IndexCorrupt, LogIndex
 from storage_log.lock import WriterLock
@@ -160,6 +161,9 @@ def reconcile(directory: Path, index: LogIndex, report: ReconcileReport, *,
     # and a crash during the cut leaves a valid chain.
     if repair and res.bad is not None:
         take_epoch(directory, res.point)
+    if armed("log.during_reconcile") and (res.point != start.committed
+                                          or _past(directory, walked, res.point)):
+        crash_point("log.during_reconcile")  # a crash here: the next open does it again
     _cut(directory, walked, res, report)
     _store_index(directory, index, snap, res, report, full=start.full)
     schema = decode_schema(res.schema_bytes) if res.schema_bytes is not None else None
@@ -275,6 +279,14 @@ def _cut(directory: Path, walked: list[int], res: WalkResult,
     if report.bytes_cut:
         report.cut_reason = res.bad[2] if res.bad is not None else "uncommitted records"
         fsync_dir(directory)
+
+
+def _past(directory: Path, walked: list[int], point: Committed) -> bool:
+    """Bytes past the commit point: a torn tail, or segments after it (what _cut cuts)."""
+    if not walked or walked[-1] > point.segment:
+        return bool(walked)
+    return walked[-1] == point.segment and \
+        segment_path(directory, point.segment).stat().st_size > point.end
 
 
 def _store_index(directory: Path, index: LogIndex, snap: Snapshot, res: WalkResult,

@@ -26,6 +26,7 @@ from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import value_column
 from cec_spark.source.order import LATE
 from cec_spark.source.types import Chunk
+from storage_log.faults import armed, crash_point, set_tag
 from storage_log.log import StreamLog
 
 PART = "__cec_part"
@@ -118,6 +119,7 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
         logs: list[StreamLog | None] = [
             open_upstream(cfg, p) if p % writers == w else None
             for p in range(cfg.partitions)]
+        set_tag(f"i{w}")  # this writer's crash points (storage_log.faults): %i<w>
         try:
             writer = _UpstreamWriter(cfg, layout, logs, job)
             writer.write(batches)
@@ -125,6 +127,7 @@ def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 
             for log in logs:
                 if log is not None:
                     log.close()
+            set_tag("")
         yield writer.figures()
 
     return write
@@ -229,6 +232,7 @@ class _UpstreamWriter:
         errors = [e for e in (f.exception() for f in commits) if e is not None]
         if errors:
             raise errors[0]
+        crash_point("ingest.after_token")
         if self.cfg.trim:
             self.trimmed += trim_upstream(self.layout, self.logs)
         self.clock[2] += time.perf_counter() - t0
@@ -326,6 +330,10 @@ class _UpstreamWriter:
     def _submit(self, todo: list[tuple[StreamLog, bytes]]) -> None:
         """Start the logs' commits with their tokens, each on a thread."""
         self._wm_at = time.monotonic()
+        if len(todo) > 1 and armed("ingest.between_logs"):  # (a test) one log, then the rest
+            log, token = todo.pop(0)
+            log.commit(token)
+            crash_point("ingest.between_logs")
         if todo:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(len(todo), "cec-ingest-commit")

@@ -55,6 +55,7 @@ from cec_spark.rundir.run_file import current_spec, read_run_file
 from cec_spark.watchdog import say
 from storage_log.durable import write_durable
 from storage_log.errors import StorageLogError
+from storage_log.faults import armed, crash_point
 from storage_log.log import StreamLog
 from storage_log.notify import CommitWatch
 
@@ -293,7 +294,14 @@ class Tail:
         layout.consumers_dir.mkdir(exist_ok=True)
         intent = {"acks": new, "out": _out_identity(self.out), "bytes": len(data)}
         write_durable(self._intent_path(layout), json.dumps(intent))
+        crash_point("tail.after_intent")
+        if armed("tail.mid_print"):  # (a test) a kill inside the write: half, then the rest
+            half = len(lines) // 2
+            self._write(lines[:half])
+            crash_point("tail.mid_print")
+            lines = lines[half:]
         self._write(lines)
+        crash_point("tail.after_print")
         write_ack(layout, self.consumer, new)
         with contextlib.suppress(FileNotFoundError):
             self._intent_path(layout).unlink()
@@ -330,6 +338,7 @@ class Tail:
                 f"{self.consumer!r} was stopped while printing to another output; its last "
                 "batch is printed again (at least once: only a file tells what was printed)")
         elif now[2] >= then[2] + nbytes:
+            crash_point("tail.before_ack")
             write_ack(layout, self.consumer, acks)  # printed: complete the ack
         elif now[2] > then[2]:
             os.ftruncate(self.out.fileno(), then[2])  # a torn batch: cut, print it whole

@@ -36,6 +36,7 @@ from cec_spark.rundir.lease import (
     same_machine,
 )
 from storage_log.durable import write_durable
+from storage_log.faults import crash_point
 
 if TYPE_CHECKING:
     from cec_spark.rundir.layout import RunLayout
@@ -73,6 +74,7 @@ def claim_driver(layout: RunLayout, after: int) -> int | None:
     if old is not None:  # this process's older driver of the run: superseded
         old[1].end("superseded", 2)
     _HELD[key] = (n, Lease(layout.driver_lease(n), {"driver": n}))
+    crash_point("driver.after_number")
     return n
 
 

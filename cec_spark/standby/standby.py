@@ -67,6 +67,7 @@ from cec_spark.standby.watch import (
     wait_for_run,
 )
 from cec_spark.watchdog import say
+from storage_log.faults import crash_point
 
 __all__ = ["StandbyEnd", "standby"]
 
@@ -183,6 +184,7 @@ def _guard(plan: RunPlan, spark: SparkSession, key: tuple[object, ...], lease: L
             say(f"standby: driver {verdict.driver}: {verdict.how}; another process took "
                 "the run over first: watching it")
             continue
+        crash_point("driver.during_claim")
         lease.update(state="taking over", driver=mine)
         say(f"standby: driver {verdict.driver}: {verdict.how}; taking the run over as "
             f"driver {mine}")
