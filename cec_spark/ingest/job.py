@@ -35,12 +35,14 @@ source the driver seals every upstream log.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from cec_spark.errors import InputError
 from cec_spark.ingest.logs import (
     commit_watermark,
     committed_chunk,
@@ -65,7 +67,12 @@ from cec_spark.ingest.writer import open_upstream
 from cec_spark.run.plan import RunPlan
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
-from cec_spark.source.fingerprint import check_fingerprint
+from cec_spark.source.fingerprint import (
+    check_fingerprint,
+    fingerprint,
+    record,
+    stored_fingerprint,
+)
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.planner import plan_source
 from cec_spark.source.types import Chunk, SourcePlan, WatchState
@@ -81,6 +88,17 @@ JOB_ROWS = 4_000_000  # source rows per ingest job (many chunks, one commit each
 DIRECT_JOB_ROWS = 16_000_000
 
 
+
+
+_TASK_INPUT_ERROR = re.compile(r"\bcec_spark\.errors\.InputError: ([^\n]+)")
+
+
+def task_input_error(exc: BaseException) -> InputError | None:
+    """The InputError a failed Spark job carries from its task (a bad row the task
+    found, :attr:`cec_spark.source.types.Chunk.check`): the same error in the driver
+    (exit 2, the message naming file, line or row, field), not a failed job retried."""
+    found = _TASK_INPUT_ERROR.findall(str(exc))
+    return InputError(found[-1].strip()) if found else None
 
 
 def _jobs(chunks: Sequence[Chunk], resume: int, job_rows: int = JOB_ROWS
@@ -118,16 +136,16 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
         progress.finished = time.monotonic()
         return
     resume, resume_next = committed_chunk(layout, spec.run.partitions)
-    if resume >= 0:  # a resumed ingest reads the source again: it must be the same
-        check_fingerprint(spec, list(settings.source_files))
     if spec.source.kind == "stream-dir":
         if not _ingest_folder(spark, plan, progress, should_stop, driver,
                               (resume, resume_next)):
             return  # stopped before the folder's end: nothing to seal
     else:
         source = plan.source
-        if source is None:
-            source = plan_source(spec, max_rows=settings.max_tuples)
+        if source is None:  # from file metadata: the tasks check the rows they read
+            source = plan_source(spec, max_rows=settings.max_tuples, validate=False)
+        if resume >= 0:  # a resumed ingest reads the source again: the same up to its
+            _check_source(plan, source, resume)  # tokens (a bad row fixed after them)
         progress.chunks_total = len(source.chunks)
         check_resume(spec, source.chunks, resume, resume_next)
         _run_jobs(IngestQuery(spark, plan, driver), source.chunks, resume, progress,
@@ -137,6 +155,22 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
     seal_upstream(layout, spec.run.partitions, spec.run.fsync)
     progress.sealed = True
     progress.finished = time.monotonic()
+
+
+def _check_source(plan: RunPlan, source: SourcePlan, resume: int) -> None:
+    """A resumed ingest's source is what the run read up to chunk ``resume``, its last
+    committed one (:func:`check_fingerprint`); from there on it may differ (a bad row
+    fixed). The fingerprint of what it reads now is recorded before it reads it."""
+    spec, root = plan.spec, plan.layout.root
+    stored = stored_fingerprint(root, list(plan.settings.source_files))
+    upto: tuple[str, int | None] | None = None
+    if resume < len(source.chunks):
+        last = source.chunks[resume]
+        upto = (last.file, None if last.fmt == "parquet" else last.stop)
+    check_fingerprint(spec, stored, read_upto=upto)
+    files = list(source.files) or fingerprint(spec)
+    if files and files != stored:
+        record(root, files)
 
 
 _said: set[str] = set()  # the fallback reasons said on stderr (once each per process)
@@ -240,7 +274,13 @@ def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: int,
         if should_stop():
             return
         t0 = time.monotonic()
-        progress.tuples += query.run(job, progress)
+        try:
+            progress.tuples += query.run(job, progress)
+        except Exception as exc:
+            bad = task_input_error(exc)
+            if bad is None:
+                raise
+            raise bad from None
         progress.job_seconds.append(time.monotonic() - t0)
         if should_stop():  # the job may have ended at a chunk before its last
             chunk, nxt = committed_chunk(RunLayout(Path(query.cfg.run_dir)),

@@ -83,19 +83,22 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
     """Check everything about a new run that can be checked before anything is written.
 
     A bad ``--max-tuples``, too few local task slots, a log directory that holds
-    anything, a bad bounded source or a stream folder that ends before its first file:
-    UsageError (exit 2), nothing on disk. An empty stream folder: wait for its first
-    file. The run directory is made absolute, so that every host of a cluster opens
-    the same one. ``staged``: the one entry the run directory may already hold, the
-    run's own source written there by the caller (the Python API stages a DataFrame as
-    ``RUN/source``, :mod:`cec_spark.api`).
+    anything, a bounded source without its files or columns, a bad row in its first
+    chunk or a stream folder that ends before its first file: UsageError (exit 2),
+    nothing on disk. The other rows of a bounded source are not read here (its plan
+    costs its files, not its rows): the ingest tasks check them. An empty stream
+    folder: wait for its first file. The run directory is made absolute, so that every
+    host of a cluster opens the same one. ``staged``: the one entry the run directory
+    may already hold, the run's own source written there by the caller (the Python API
+    stages a DataFrame as ``RUN/source``, :mod:`cec_spark.api`).
     """
     if max_tuples is not None and max_tuples < 0:
         raise UsageError(f"--max-tuples: must be >= 0, got {max_tuples}")
     check_local_slots(spec.run.partitions, spec.run.effective_master)
     run_dir = run_dir if run_dir is not None else default_run_dir(Path(spec_path))
     layout = check_log_dir(run_dir, staged=staged)
-    source = plan_source(spec, max_rows=max_tuples)
+    # from the files' metadata: the ingest tasks check the rows (Chunk.check)
+    source = plan_source(spec, max_rows=max_tuples, validate=False)
     if spec.source.kind == "stream-dir" and not source.columns.names:
         raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
                          "first file fixes the column types")
@@ -105,7 +108,8 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
                                      cores=os.cpu_count() or 1)
     if tasks != spec.run.ingest_tasks:
         spec = replace(spec, run=replace(spec.run, ingest_tasks=tasks))
-    settings = settings_for(spec, source.columns, max_tuples, tuple(fingerprint(spec)),
+    files = source.files or tuple(fingerprint(spec))  # made while planning, or now
+    settings = settings_for(spec, source.columns, max_tuples, files,
                             source.warnings + ((why,) if why is not None else ()))
     return RunPlan(spec, settings, layout, source, str(run_dir))
 

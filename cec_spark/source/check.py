@@ -15,11 +15,14 @@ import itertools
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
+import pyarrow.parquet as pq
+import xxhash
 
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
@@ -27,11 +30,16 @@ from cec_spark.source.order import OrderState
 from cec_spark.source.read import (
     _csv_header,
     _diagnose,
+    _ends_with_newline,
     _header_text,
-    _line_starts,
     _parse_text,
     _read_bytes,
+    check_big_ints,
+    check_order,
+    check_values,
+    has_blank_line,
     parquet_file,
+    text_lines,
     with_time_us,
 )
 from cec_spark.source.times import _duration, iso, kind_of, unit_warnings
@@ -53,9 +61,16 @@ def _type_name(t: pa.DataType) -> str:
 class _FileState:
     """Running state of a validation pass over the files of one source."""
 
-    def __init__(self, spec: PipelineSpec, max_rows: int | None) -> None:
+    def __init__(self, spec: PipelineSpec, max_rows: int | None, *,
+                 light: bool = False) -> None:
         self.spec = spec
         self.max_rows = max_rows
+        # light: read the rows of the source's first chunk only (it fixes the column
+        # types); every other chunk is planned from file metadata and checked by the
+        # ingest task that reads it (Chunk.check). Not with lateness settings, whose
+        # plan is made from every row's time (cec_spark.source.order).
+        self.light = light and not TimeSpec.of(spec).reorders
+        self.files: list[dict[str, Any]] = []  # the fingerprint made on the way
         self.columns: ColumnTypes | None = None
         self.chunks: list[Chunk] = []
         self.next_seq = 0
@@ -97,6 +112,22 @@ class _FileState:
         if agg.field is not None:
             cols.append(agg.field)
         return cols
+
+    def add_light(self, chunk: Chunk, last: int | None, last_where: str) -> None:
+        """Plan ``chunk``, whose rows are not read here: the task that reads them checks
+        them from the row before it (``prev_ts``); ``last``: the time of its last row
+        (None: unknown; its task names what is wrong with it), its watermark."""
+        chunk = replace(chunk, check=True, prev_ts=self.last_ts, prev_where=self.last_where,
+                        wm=last)
+        self.last_ts, self.last_where = last, last_where
+        self.chunks.append(chunk)
+        self.next_seq += chunk.rows
+
+    def cut(self, rows: int) -> int:
+        """``rows`` of a next chunk, cut at ``max_rows``."""
+        if self.max_rows is None:
+            return rows
+        return max(0, min(rows, self.max_rows - self.next_seq))
 
     def fix_types(self, table: pa.Table, name: str) -> ColumnTypes:
         if self.columns is not None:
@@ -155,18 +186,7 @@ class _FileState:
 
     def check(self, table: pa.Table, name: str, first_line: int, unit: str) -> pa.Table:
         """Nulls and non-decreasing time of one parsed chunk; returns it, cut to max_rows."""
-        for col in self.needed():
-            arr = table.column(col)
-            if arr.null_count:
-                i = int(pc.index(pc.is_null(arr), True).as_py())
-                raise InputError(f"{name}: {unit} {first_line + i}: {col}: missing value")
-            if pa.types.is_floating(arr.type):
-                finite = pc.is_finite(arr)
-                if not pc.all(finite).as_py():
-                    i = int(pc.index(finite, False).as_py())
-                    raise InputError(f"{name}: {unit} {first_line + i}: {col}: "
-                                     f"{arr[i].as_py()!r} is not a finite number (inf and "
-                                     "nan are refused)")
+        check_values(table, self.time, name, first_line, unit)
         if self.max_rows is not None and self.next_seq + table.num_rows > self.max_rows:
             table = table.slice(0, self.max_rows - self.next_seq)
         tf = self.spec.source.time_field
@@ -181,33 +201,37 @@ class _FileState:
                     f"{iso(before)}, the latest time before it (late = \"error\"; "
                     "late = \"drop\" drops such rows)")
         elif len(ts):
-            if self.last_ts is not None and ts[0] < self.last_ts:
-                raise InputError(
-                    f"{name}: {unit} {first_line}: {tf}: {int(ts[0])} is before the previous "
-                    f"row's {self.last_ts} ({self.last_where}); the time field must be "
-                    "non-decreasing")
-            back = np.flatnonzero(np.diff(ts) < 0)
-            if len(back):
-                i = int(back[0]) + 1
-                raise InputError(
-                    f"{name}: {unit} {first_line + i}: {tf}: {int(ts[i])} is before the "
-                    f"previous row's {int(ts[i - 1])}; the time field must be non-decreasing")
+            check_order(ts, tf, name, first_line, unit, self.last_ts, self.last_where)
             self.last_ts = int(ts[-1])
             self.last_where = f"{unit} {first_line + len(ts) - 1}"
         return table
 
 
 def _plan_text_file(st: _FileState, path: Path, fmt: str) -> None:
-    """Plan one csv or jsonl file: chunks of ``chunk_rows`` lines, each parsed and
-    checked (the first chunk of the source fixes the column types)."""
+    """Plan one csv or jsonl file: chunks of ``chunk_rows`` lines (the first chunk of the
+    source fixes the column types). Each chunk is parsed and checked here, or, light
+    (:attr:`_FileState.light`), only the source's first: the others are cut by counting
+    newlines and the time of each one's last line read (its watermark); their tasks
+    check their rows (:attr:`Chunk.check`)."""
     spec = st.spec
     columns, header_len, first_line = _text_header(st, path, fmt)
-    offsets, _, size = _line_starts(path, header_len, spec.source.chunk_rows)
-    offsets.append(size)
+    scan = _scan_lines(path, header_len, spec.source.chunk_rows, digest=st.light)
+    offsets = [*scan.offsets, scan.size]
     line = first_line
-    for start, stop in itertools.pairwise(offsets):
+    n_chunks = len(offsets) - 1
+    lasts: list[tuple[int, int, int, int, int, bytes]] = []  # light chunks, then parsed
+    for k, (start, stop) in enumerate(itertools.pairwise(offsets)):
         if st.full or start >= stop:
             break
+        if st.light and st.columns is not None:
+            n_lines = spec.source.chunk_rows if k < n_chunks - 1 else \
+                scan.lines - spec.source.chunk_rows * (n_chunks - 1)
+            rows = st.cut(n_lines)
+            lasts.append((start, stop, line, rows, n_lines,
+                          _nth_line(path, start, stop, rows, n_lines)))
+            st.next_seq += rows  # (the chunks are added below, in order)
+            line += n_lines
+            continue
         data = _read_bytes(str(path), start, stop)
         table, n_lines = _parse_text_chunk(st, path.name, fmt, data, line, columns)
         if st.columns is None:
@@ -219,6 +243,128 @@ def _plan_text_file(st: _FileState, path: Path, fmt: str) -> None:
         st.add_chunk(Chunk(len(st.chunks), fmt, str(path), start, stop, st.next_seq,
                            cut.num_rows, line, columns), cut)
         line += n_lines
+    if lasts:
+        st.next_seq -= sum(r for _, _, _, r, _, _ in lasts)
+        times = _last_times(st, path.name, fmt, columns,
+                            [(first + rows - 1, text) for _, _, first, rows, _, text in lasts])
+        for (start, stop, first, rows, _, _), last in zip(lasts, times, strict=True):
+            st.add_light(Chunk(len(st.chunks), fmt, str(path), start, stop, st.next_seq,
+                               rows, first, columns), last, f"line {first + rows - 1}")
+    if st.light:
+        st.files.extend({"file": str(path), "bytes": at, "xxh64": h} for at, h in scan.digests)
+
+
+class _Scan(NamedTuple):
+    offsets: list[int]  # every chunk's first byte (the first: the first data line)
+    lines: int  # the data lines of the file
+    size: int
+    digests: list[tuple[int, str]]  # (bytes, xxh64 of the file's first bytes): at each
+    #                                 chunk boundary, then the whole file's; [] unasked
+
+
+def _scan_lines(path: Path, begin: int, every: int, *, digest: bool) -> _Scan:
+    """One pass over a text file: the offset of every ``every``-th line start from
+    ``begin``, the lines, and (``digest``) the xxh64 of the whole file and of each
+    prefix ending at a chunk boundary (:mod:`cec_spark.source.fingerprint`: a resumed
+    ingest checks the part it read): numpy's work per byte, none per line."""
+    size = path.stat().st_size
+    offsets, lines, pos = [begin], 0, 0
+    h = xxhash.xxh64() if digest else None
+    digests: list[tuple[int, str]] = []
+    with path.open("rb") as fh:
+        while block := fh.read(_SCAN_BLOCK):
+            ends, n = _boundaries(block, max(0, begin - pos), lines, every)
+            done = 0
+            for e in ends:
+                if pos + e >= size:
+                    continue
+                offsets.append(pos + e)
+                if h is not None:
+                    h.update(block[done:e])
+                    done = e
+                    digests.append((pos + e, h.hexdigest()))
+            if h is not None:
+                h.update(block[done:] if done else block)
+            lines += n
+            pos += len(block)
+    if size > begin and not _ends_with_newline(path, size):
+        lines += 1
+    if h is not None:
+        digests.append((size, h.hexdigest()))
+    return _Scan(offsets, lines, size, digests)
+
+
+def _boundaries(block: bytes, skip: int, lines: int, every: int) -> tuple[list[int], int]:
+    """The offsets in ``block`` just after each newline that ends line ``k * every``
+    (counting the ``lines`` before the block; newlines before ``skip`` are not lines'),
+    and the block's newlines. The newlines' positions are made only for a block that
+    holds such a line."""
+    eq = np.frombuffer(block, dtype=np.uint8)[skip:] == 10
+    n = int(np.count_nonzero(eq))
+    want = (lines // every + 1) * every  # the next line number ending a chunk
+    if lines + n < want:
+        return [], n
+    nl = np.flatnonzero(eq)[want - lines - 1::every] + skip + 1
+    return nl.tolist(), n
+
+
+_SCAN_BLOCK = 16 << 20
+
+
+def _nth_line(path: Path, start: int, stop: int, n: int, lines: int) -> bytes:
+    """The bytes of line ``n`` (1-based) of the chunk ``[start, stop)`` of ``lines``
+    lines: the last one read backwards from ``stop`` (a few bytes), another (a cut at
+    ``max_rows``) found by reading the chunk; b"" for ``n`` 0."""
+    if n <= 0:
+        return b""
+    with path.open("rb") as fh:
+        if n < lines:
+            fh.seek(start)
+            data = fh.read(stop - start)
+            at = 0
+            for _ in range(n - 1):
+                at = data.index(b"\n", at) + 1
+            end = data.find(b"\n", at)
+            return data[at:end if end >= 0 else len(data)]
+        back = 4096
+        while True:
+            lo = max(start, stop - back)
+            fh.seek(lo)
+            data = fh.read(stop - lo).rstrip(b"\n")
+            nl = data.rfind(b"\n")
+            if nl >= 0 or lo == start:
+                return data[nl + 1:]
+            back *= 4
+
+
+def _last_times(st: _FileState, name: str, fmt: str, columns: tuple[str, ...],
+                lines: list[tuple[int, bytes]]) -> list[int | None]:
+    """The time of each ``(line number, bytes)`` (chunks' last lines), as microseconds;
+    None for a line that does not give one (its chunk's task names what is wrong).
+    Parsed in one go; only if that fails, line by line. Notes the times for
+    :meth:`_FileState.warnings`: the source's largest time is a chunk's last."""
+    assert st.columns is not None
+    tf = st.time.field
+
+    def times(part: list[tuple[int, bytes]]) -> list[int | None]:
+        data = b"".join(text.rstrip(b"\r") + b"\n" for _, text in part)
+        table = _parse_text(fmt, data, columns, st.columns, {})
+        if table.num_rows != len(part) or tf not in table.column_names:
+            raise ValueError("lines")
+        us = st.time_us(table.select([tf]), name, part[0][0], "line").column(tf)
+        return [None if v is None else int(v) for v in us.to_pylist()]
+
+    try:
+        return times(lines)
+    except (InputError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError, KeyError):
+        pass
+    out: list[int | None] = []
+    for item in lines:
+        try:
+            out.extend(times([item]))
+        except (InputError, ValueError, pa.ArrowInvalid, pa.ArrowTypeError, KeyError):
+            out.append(None)
+    return out
 
 
 def _text_header(st: _FileState, path: Path, fmt: str) -> tuple[tuple[str, ...], int, int]:
@@ -247,11 +393,10 @@ def _parse_text_chunk(st: _FileState, name: str, fmt: str, data: bytes, line: in
     try:
         table = _parse_text(fmt, data, columns, st.columns, overrides)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise _diagnose(fmt, name, data, line, columns, spec, st.columns, exc) from exc
-    n_lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
-    if table.num_rows != n_lines or data.startswith((b"\n", b"\r\n")) \
-            or b"\n\n" in data or b"\n\r\n" in data:  # a blank line: name it
-        raise _diagnose(fmt, name, data, line, columns, spec, st.columns,
+        raise _diagnose(fmt, name, data, line, columns, st.time, st.columns, exc) from exc
+    n_lines = text_lines(data)
+    if table.num_rows != n_lines or has_blank_line(data):  # a blank line: name it
+        raise _diagnose(fmt, name, data, line, columns, st.time, st.columns,
                         ValueError(f"{n_lines} lines gave {table.num_rows} rows"))
     if fmt == "jsonl":
         table = _jsonl_time_as_text(st, name, data, line, table)
@@ -291,7 +436,7 @@ def _csv_time_kind(st: _FileState, name: str, data: bytes, line: int,
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         types = ColumnTypes(tuple(columns), tuple(
             "int64" if c == tf else "string" for c in columns))
-        raise _diagnose("csv", name, data, line, columns, spec, types, exc) from exc
+        raise _diagnose("csv", name, data, line, columns, st.time, types, exc) from exc
     return table.set_column(table.column_names.index(tf), tf, ints)
 
 
@@ -331,17 +476,16 @@ def _plan_parquet_file(st: _FileState, path: Path) -> None:
     for lo, hi in groups:
         if st.full:
             break
+        if st.light and st.columns is not None:
+            n = sum(pf.metadata.row_group(g).num_rows for g in range(lo, hi))
+            rows = st.cut(n)
+            st.add_light(Chunk(len(st.chunks), "parquet", str(path), lo, hi, st.next_seq,
+                               rows, row), _last_row_time(st, pf, name, hi - 1, row, n, rows),
+                         f"row {row + rows - 1}")
+            row += n
+            continue
         table = pf.read_row_groups(list(range(lo, hi)))
-        field = st.spec.aggregate.field
-        if field is not None and pa.types.is_integer(table.column(field).type):
-            # the aggregate reads its field as a double: above 2^53 an integer changes
-            big = pc.greater(pc.abs(table.column(field)), 1 << 53)
-            if pc.any(big).as_py():
-                i = int(pc.index(big, True).as_py())
-                raise InputError(f"{name}: row {row + i} (row groups {lo}-{hi - 1}): "
-                                 f"{field}: {table.column(field)[i].as_py()} is beyond "
-                                 "2^53, where a double (the aggregate's type) loses "
-                                 "integer precision")
+        check_big_ints(table, st.spec.aggregate.field, name, row, lo, hi)
         if st.columns is None:
             st.fix_types(table, name)
         assert st.columns is not None
@@ -355,6 +499,50 @@ def _plan_parquet_file(st: _FileState, path: Path) -> None:
         st.add_chunk(Chunk(len(st.chunks), "parquet", str(path), lo, hi, st.next_seq,
                            cut.num_rows, row), cut)
         row += table.num_rows
+    if st.light:
+        st.files.append({"file": str(path), "bytes": path.stat().st_size,
+                         "xxh64": _digest(path)})
+
+
+def _last_row_time(st: _FileState, pf: pq.ParquetFile, name: str, group: int, row: int,
+                   n: int, rows: int) -> int | None:
+    """The time of row ``rows - 1`` of a chunk of ``n`` rows (its row groups' last is
+    ``group``), in microseconds, from the footer: the group's largest value of an
+    integer time field (its last one when the times are non-decreasing, which the task
+    checks), else read from that group's time column alone. None: none to be had (the
+    chunk's task names what is wrong)."""
+    assert st.columns is not None
+    tf = st.time.field
+    if rows <= 0:
+        return None
+    try:
+        field = pf.schema_arrow.field(tf)
+        if rows == n and pa.types.is_integer(field.type) \
+                and pf.metadata.num_columns == len(pf.schema_arrow):
+            stats = pf.metadata.row_group(group).column(
+                pf.schema_arrow.get_field_index(tf)).statistics
+            if stats is not None and stats.has_min_max and not stats.null_count:
+                table = pa.table({tf: pa.array([stats.max], field.type)})
+                return int(st.time_us(table, name, row + rows - 1, "row").column(tf)[0]
+                           .as_py())
+        col = pf.read_row_group(group, columns=[tf])
+        before = n - col.num_rows  # rows of the chunk's groups before the last
+        i = rows - 1 - before
+        if i < 0:  # the cut ends in an earlier group: read the groups' times
+            return None
+        table = col.slice(i, 1)
+        return int(st.time_us(table, name, row + rows - 1, "row").column(tf)[0].as_py())
+    except (InputError, KeyError, TypeError, ValueError, pa.ArrowInvalid,
+            pa.ArrowNotImplementedError, OSError):
+        return None
+
+
+def _digest(path: Path) -> str:
+    h = xxhash.xxh64()
+    with path.open("rb") as fh:
+        while block := fh.read(_SCAN_BLOCK):
+            h.update(block)
+    return h.hexdigest()
 
 
 def source_files(path: Path, fmt: str | None) -> list[Path]:

@@ -1,17 +1,25 @@
 """A bounded source's fingerprint: what a resumed ingest checks before it reads again.
 
-A run that resumes (after a crash, a ``--repair`` that cut an upstream log) reads
-its source again from a chunk on and must find the same rows with the same
-positions. Each data file's name, size and an xxh64 of its content are stored in
-``run.toml`` when the run starts; a resume that needs the source refuses one that
-differs (InputError, exit 2, naming the file and what changed). A completed run
-never reads its source, so it is not checked (it may be gone). Stream folders are
-not fingerprinted: files are consumed as they appear, in name order, and a file that
-sorts before one already consumed is refused by the watcher.
+A run that resumes (after a crash, a ``--repair`` that cut an upstream log, a bad row
+fixed) reads its source again from a chunk on and must find the same rows with the same
+positions up to there. Each data file's name, size and an xxh64 of its content are
+stored in ``run.toml`` when the run starts; for a text file also the xxh64 of each
+prefix ending at a chunk boundary (an entry with the same name and fewer bytes), made
+by the planner in its one pass over the file (:func:`cec_spark.source.check._scan_lines`).
+A resumed ingest checks the part its logs' tokens say was read (:func:`check_fingerprint`
+with ``read_upto``): every file before the last committed chunk's unchanged, that
+file's bytes up to the chunk's end unchanged (parquet: the whole file); the rest may
+differ (a bad row fixed where nothing was committed yet). The fingerprint of the source
+it then reads is written to ``RUN/source_files.json`` (:func:`record`), which later
+resumes check instead. A check without ``read_upto`` (``--repair``) wants every file as
+it was. A completed run never reads its source, so it is not checked (it may be gone).
+Stream folders are not fingerprinted: files are consumed as they appear, in name order,
+and a file that sorts before one already consumed is refused by the watcher.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +28,7 @@ import xxhash
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
 from cec_spark.source.check import source_files
+from storage_log.durable import write_durable
 
 CHUNK = 8 << 20
 
@@ -43,25 +52,125 @@ def fingerprint(spec: PipelineSpec) -> list[dict[str, Any]]:
     return [{"file": str(p), "bytes": p.stat().st_size, "xxh64": _digest(p)} for p in files]
 
 
-def check_fingerprint(spec: PipelineSpec, stored: list[dict[str, Any]]) -> None:
-    """InputError unless the source is still what ``stored`` describes."""
+def _whole(stored: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each file's whole-file entry (its largest), in the stored order."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in stored:
+        if f["file"] not in out or int(f["bytes"]) > int(out[f["file"]]["bytes"]):
+            out[f["file"]] = f
+    return out
+
+
+def _prefix_digest(path: Path, n: int) -> str:
+    h = xxhash.xxh64()
+    with path.open("rb") as fh:
+        left = n
+        while left > 0 and (block := fh.read(min(CHUNK, left))):
+            h.update(block)
+            left -= len(block)
+    return h.hexdigest()
+
+
+def _changed(old: dict[str, Any], path: Path) -> str:
+    size = path.stat().st_size
+    return (f"{old['file']}: the source changed since the run started: {old['bytes']} "
+            f"bytes (xxh64 {old['xxh64']}) then, {size} bytes (xxh64 {_digest(path)}) now "
+            "(a resumed run must read the same input)")
+
+
+def check_fingerprint(spec: PipelineSpec, stored: list[dict[str, Any]], *,
+                      read_upto: tuple[str, int | None] | None = None) -> None:
+    """InputError unless the source is still what ``stored`` describes.
+
+    ``read_upto``: the file and byte (None: the whole file, parquet) where the last
+    chunk the run committed ends: only what is before it must be as it was (the caller
+    then :func:`record` s the source it reads); without it, every file.
+    """
     if not stored:
         return
+    whole = _whole(stored)
+    if read_upto is None or read_upto[0] not in whole:
+        _check_all(spec, whole)
+    else:
+        _check_read(spec, stored, whole, *read_upto)
+
+
+def _check_all(spec: PipelineSpec, whole: dict[str, dict[str, Any]]) -> None:
     try:
         now = {f["file"]: f for f in fingerprint(spec)}
     except (OSError, InputError) as exc:
         raise InputError(f"{spec.source.path}: the source cannot be read again: {exc}") \
             from exc
-    for old in stored:
+    for old in whole.values():
         new = now.pop(old["file"], None)
         if new is None:
             raise InputError(f"{old['file']}: the source changed since the run started: "
                              "the file is gone (a resumed run must read the same input)")
         if new["bytes"] != old["bytes"] or new["xxh64"] != old["xxh64"]:
-            raise InputError(f"{old['file']}: the source changed since the run started: "
-                             f"{old['bytes']} bytes (xxh64 {old['xxh64']}) then, "
-                             f"{new['bytes']} bytes (xxh64 {new['xxh64']}) now (a resumed "
-                             "run must read the same input)")
+            raise InputError(_changed(old, Path(old["file"])))
     if now:
         raise InputError(f"{next(iter(now))}: the source changed since the run started: "
                          "a file was added (a resumed run must read the same input)")
+
+
+def _check_read(spec: PipelineSpec, stored: list[dict[str, Any]],
+                whole: dict[str, dict[str, Any]], upto_file: str, upto_byte: int | None
+                ) -> None:
+    """The files before ``upto_file`` as they were, and it up to ``upto_byte``."""
+    assert spec.source.path is not None
+    src = Path(spec.source.path)
+    try:
+        paths = [str(p) for p in source_files(src, spec.source.kind
+                                              if src.is_dir() else None)]
+    except (OSError, InputError) as exc:
+        raise InputError(f"{spec.source.path}: the source cannot be read again: {exc}") \
+            from exc
+    added = [p for p in paths if p <= upto_file and p not in whole]
+    if added:
+        raise InputError(f"{added[0]}: the source changed since the run started: a file "
+                         "was added before the part already read (a resumed run must "
+                         "read the same input)")
+    for name in (f for f in whole if f <= upto_file):
+        old, path = whole[name], Path(name)
+        if not path.is_file():
+            raise InputError(f"{name}: the source changed since the run started: the "
+                             "file is gone (a resumed run must read the same input)")
+        size = path.stat().st_size
+        if size == int(old["bytes"]) and _digest(path) == old["xxh64"]:
+            continue
+        if name != upto_file or upto_byte is None:
+            raise InputError(_changed(old, path))
+        prefix = [f for f in stored if f["file"] == name and int(f["bytes"]) == upto_byte]
+        if not prefix or size < upto_byte or \
+                _prefix_digest(path, upto_byte) != prefix[0]["xxh64"]:
+            raise InputError(
+                f"{name}: the source changed since the run started in the part already "
+                f"read (its first {upto_byte} bytes; a resumed run must read the same "
+                "input up to there, and may read a fixed file after it)")
+
+
+AMENDED = "source_files.json"  # in the run directory
+
+
+def stored_fingerprint(root: Path, settings_files: list[dict[str, Any]]
+                       ) -> list[dict[str, Any]]:
+    """The fingerprint a resume checks: the last one :func:`record` wrote, else the
+    one ``run.toml`` holds."""
+    path = root / AMENDED
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return settings_files
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: unreadable ({exc}); the fingerprint of the source a "
+                         "resumed run read") from exc
+    if not isinstance(raw, list) or not all(
+            isinstance(f, dict) and {"file", "bytes", "xxh64"} <= f.keys() for f in raw):
+        raise InputError(f"{path}: not a list of files with bytes and xxh64")
+    return raw
+
+
+def record(root: Path, files: list[dict[str, Any]]) -> None:
+    """Write the fingerprint of the source a resumed ingest reads from here on (after it
+    passed :func:`check_fingerprint`), durably, before any of its rows is committed."""
+    write_durable(root / AMENDED, json.dumps(files))

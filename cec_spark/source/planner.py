@@ -9,10 +9,15 @@ numbered densely from 0 in stream order; planning is deterministic (the same fil
 give the same chunks), which is what lets a restarted ingest skip what its logs'
 commit tokens already cover.
 
-Bounded sources are validated completely by :func:`plan_source` before anything is
-written: a missing file or column, a malformed row or a time field that goes back
-raises :class:`InputError` (exit status 2) naming the file, line (row for parquet) and
-field. ``stream-dir`` sources are watched by :class:`StreamDirWatcher`; its files are
+A run plans a bounded source from its files' metadata (:func:`plan_source` with
+``validate=False``: names, sizes, headers, parquet footers, newline counts, the
+fingerprint; the rows of its first chunk and each chunk's last time): its cost grows
+with the files, not the rows. The ingest task that reads a chunk checks its rows
+before it yields one (:attr:`Chunk.check`): a missing file or column, a malformed row
+or a time field that goes back raises :class:`InputError` (exit status 2) naming the
+file, line (row for parquet) and field, and nothing from that chunk on is committed.
+``plan_source`` with ``validate=True`` (its default) runs the same checks at once.
+``stream-dir`` sources are watched by :class:`StreamDirWatcher`; its files are
 consumed in name order (names starting with ``.`` or ``_`` are ignored: write a file
 under such a name and rename it into place), each validated as it is found, and the
 stream ends when a file named ``_END`` appears. A stream folder may start empty: a new
@@ -34,9 +39,9 @@ import time
 
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
-from cec_spark.source.check import _FileState, _plan_file, source_files
+from cec_spark.source.check import _digest, _FileState, _plan_file, source_files
 from cec_spark.source.folder import StreamDirWatcher
-from cec_spark.source.read import read_chunk
+from cec_spark.source.read import chunk_table, read_chunk
 from cec_spark.source.types import (
     END_MARKER,
     EXTENSIONS,
@@ -44,6 +49,7 @@ from cec_spark.source.types import (
     Chunk,
     ColumnTypes,
     SourcePlan,
+    TimeSpec,
     WatchState,
 )
 from cec_spark.watchdog import announce_wait
@@ -53,8 +59,18 @@ __all__ = ["END_MARKER", "EXTENSIONS", "SEQ", "Chunk", "ColumnTypes", "InputErro
            "source_files"]
 
 
-def plan_source(spec: PipelineSpec, *, max_rows: int | None = None) -> SourcePlan:
-    """Validate a bounded source completely and cut it into chunks.
+def plan_source(spec: PipelineSpec, *, max_rows: int | None = None,
+                validate: bool = True) -> SourcePlan:
+    """Cut a source into chunks and, with ``validate``, check every row of it.
+
+    ``validate=False`` (a run's planning): the files' metadata is read (names, sizes,
+    csv headers, parquet footers, newline counts, the fingerprint), and of the rows
+    only the first chunk's (it fixes the column types) and each chunk's last time
+    (its watermark); every other row is checked by the ingest task that reads it
+    (:attr:`Chunk.check`, :func:`cec_spark.source.read.chunk_table`). ``validate=True``
+    then runs those same checks here, chunk by chunk (the first bad row, in order,
+    is the InputError). With lateness settings every row is read and checked here
+    either way (:mod:`cec_spark.source.order` plans from every row's time).
 
     For ``stream-dir`` this is the plan of the files present now (use
     :class:`StreamDirWatcher` to follow the folder).
@@ -76,18 +92,29 @@ def plan_source(spec: PipelineSpec, *, max_rows: int | None = None) -> SourcePla
         watcher.poll()
         return watcher.plan if watcher.plan.columns.names else _first_file(watcher, spec)
     assert src.path is not None
-    st = _FileState(spec, max_rows)
+    st = _FileState(spec, max_rows, light=True)
     files = source_files(src.path, src.kind if src.path.is_dir() else None)
     if not files:
         raise InputError(f"{src.path}: [source].path: no {src.kind} files in this folder")
     for path in files:
-        _plan_file(st, path, src.kind)
-        if st.full:
+        if not st.full:
+            _plan_file(st, path, src.kind)
+        elif st.light:  # past --max-tuples: in the fingerprint all the same
+            st.files.append({"file": str(path), "bytes": path.stat().st_size,
+                             "xxh64": _digest(path)})
+        else:
             break
     st.flush()
     if st.columns is None:
         raise InputError(f"{src.path}: the source holds no rows")
-    return SourcePlan(st.columns, tuple(st.chunks), True, warnings=tuple(st.warnings()))
+    plan = SourcePlan(st.columns, tuple(st.chunks), True, warnings=tuple(st.warnings()),
+                      files=tuple(st.files) if st.light else ())
+    if validate:
+        time = TimeSpec.of(spec)
+        for chunk in plan.chunks:
+            if chunk.check:
+                chunk_table(chunk, plan.columns, time)
+    return plan
 
 
 def _first_file(watcher: StreamDirWatcher, spec: PipelineSpec) -> SourcePlan:

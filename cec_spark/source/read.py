@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
 from cec_spark.source.order import reorder
 from cec_spark.source.times import TimeValueError, to_us
@@ -31,33 +31,6 @@ from cec_spark.source.types import SEQ, Chunk, ColumnTypes, TimeSpec
 # The slow diagnosis (Python's csv) must read every line the fast path (Arrow) reads:
 # Python's default limit of 128 KiB per field made a long line a raw traceback.
 csv.field_size_limit(1 << 30)
-
-
-def _line_starts(path: Path, begin: int, every: int) -> tuple[list[int], int, int]:
-    """Offsets of every ``every``-th line start from ``begin``; (offsets, lines, size).
-
-    A final line without a newline counts; ``offsets[0] == begin``.
-    """
-    size = path.stat().st_size
-    offsets = [begin]
-    lines = 0
-    pos = begin
-    with path.open("rb") as fh:
-        fh.seek(begin)
-        while True:
-            block = fh.read(64 << 20)
-            if not block:
-                break
-            nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
-            ends = nl + pos + 1  # the offsets just after each newline
-            for k in range(len(ends)):
-                if (lines + k + 1) % every == 0 and ends[k] < size:
-                    offsets.append(int(ends[k]))
-            lines += len(nl)
-            pos += len(block)
-    if size > begin and not _ends_with_newline(path, size):
-        lines += 1
-    return offsets, lines, size
 
 
 def _ends_with_newline(path: Path, size: int) -> bool:
@@ -118,9 +91,10 @@ def _parse_text(fmt: str, data: bytes, columns: tuple[str, ...],
 
 
 def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[str, ...],
-              spec: PipelineSpec, types: ColumnTypes | None, cause: Exception) -> InputError:
-    """Find the first bad line of a chunk the fast parser refused, slowly and exactly."""
-    checks = _value_checks(spec, types)
+              rules: TimeSpec, types: ColumnTypes | None, cause: Exception) -> InputError:
+    """Find the first bad line of a chunk the fast parser refused, slowly and exactly
+    (``rules``: the time field, its unit and the columns every row must hold)."""
+    checks = _value_checks(rules, types)
     lines = data.decode("utf-8", errors="replace").splitlines()
     for i, line in enumerate(lines):
         where = f"{name}: line {first_line + i}"
@@ -128,24 +102,23 @@ def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[
         if isinstance(values, InputError):
             return values
         for col, kind in checks.items():
-            problem = _check_value(values, col, kind, where, spec)
+            problem = _check_value(values, col, kind, where, rules)
             if problem is not None:
                 return problem
     return InputError(f"{name}: lines {first_line}-{first_line + len(lines) - 1}: "
                       f"cannot parse: {cause}")
 
 
-def _value_checks(spec: PipelineSpec, types: ColumnTypes | None) -> dict[str, type]:
+def _value_checks(rules: TimeSpec, types: ColumnTypes | None) -> dict[str, type]:
     """The columns a line must hold and what each must parse as (str: ISO time)."""
-    agg = spec.aggregate
-    tf = spec.source.time_field
+    tf = rules.field
     time_kind = types.kind(tf) if types is not None and tf in types.names else "int64"
     checks: dict[str, type] = {tf: str if time_kind == "iso" else int}
-    if agg.field is not None:
-        checks[agg.field] = float
-    if (types is not None and agg.group_by in types.names
-            and types.types[types.names.index(agg.group_by)] == "int64"):
-        checks[agg.group_by] = int
+    if rules.value_field is not None:
+        checks[rules.value_field] = float
+    if (types is not None and rules.group_by in types.names
+            and types.types[types.names.index(rules.group_by)] == "int64"):
+        checks[rules.group_by] = int
     return checks
 
 
@@ -179,7 +152,7 @@ def _json_values(line: str, where: str) -> dict[str, object] | InputError:
 
 
 def _check_value(values: dict[str, object], col: str, kind: type, where: str,
-                 spec: PipelineSpec) -> InputError | None:
+                 rules: TimeSpec) -> InputError | None:
     """What is wrong with ``values[col]`` as a ``kind`` (None: nothing)."""
     if col not in values or values[col] in (None, ""):
         return InputError(f"{where}: {col}: missing value")
@@ -198,8 +171,8 @@ def _check_value(values: dict[str, object], col: str, kind: type, where: str,
         return InputError(f"{where}: {col}: {raw!r} {exc.why}")
     except (TypeError, ValueError, OverflowError):
         what = "an integer" if kind is int else "a number"
-        if col == spec.source.time_field:
-            what = f"an integer (epoch {spec.source.time_unit}, [source].time_unit)"
+        if col == rules.field:
+            what = f"an integer (epoch {rules.unit}, [source].time_unit)"
         shown = raw if not isinstance(raw, str) or len(raw) <= 40 else raw[:40] + "..."
         return InputError(f"{where}: {col}: {shown!r} is not {what}")
     return None
@@ -224,10 +197,119 @@ def parquet_file(path: str) -> pq.ParquetFile:
     return pq.ParquetFile(path, coerce_int96_timestamp_unit="us")
 
 
+def check_values(table: pa.Table, rules: TimeSpec, name: str, first: int, unit: str
+                 ) -> None:
+    """Every needed column of a chunk's rows holds a value, and a finite one
+    (:attr:`TimeSpec.needed`); else an InputError naming the file, line or row, field."""
+    for col in rules.needed:
+        arr = table.column(col)
+        if arr.null_count:
+            i = int(pc.index(pc.is_null(arr), True).as_py())
+            raise InputError(f"{name}: {unit} {first + i}: {col}: missing value")
+        if pa.types.is_floating(arr.type):
+            finite = pc.is_finite(arr)
+            if not pc.all(finite).as_py():
+                i = int(pc.index(finite, False).as_py())
+                raise InputError(f"{name}: {unit} {first + i}: {col}: "
+                                 f"{arr[i].as_py()!r} is not a finite number (inf and "
+                                 "nan are refused)")
+
+
+def check_order(ts: np.ndarray, field: str, name: str, first: int, unit: str,
+                prev_ts: int | None, prev_where: str) -> None:
+    """The times of a chunk's rows are non-decreasing, from ``prev_ts`` (the row before
+    the chunk, at ``prev_where``; None: none); else an InputError naming the row."""
+    if not len(ts):
+        return
+    if prev_ts is not None and ts[0] < prev_ts:
+        raise InputError(
+            f"{name}: {unit} {first}: {field}: {int(ts[0])} is before the previous "
+            f"row's {prev_ts} ({prev_where}); the time field must be non-decreasing")
+    back = np.flatnonzero(np.diff(ts) < 0)
+    if len(back):
+        i = int(back[0]) + 1
+        raise InputError(
+            f"{name}: {unit} {first + i}: {field}: {int(ts[i])} is before the "
+            f"previous row's {int(ts[i - 1])}; the time field must be non-decreasing")
+
+
+def check_big_ints(table: pa.Table, field: str | None, name: str, row: int, lo: int,
+                   hi: int) -> None:
+    """A parquet integer value field beyond 2^53 (the aggregate reads it as a double,
+    which loses integer precision there) is an InputError naming the row."""
+    if field is None or field not in table.column_names \
+            or not pa.types.is_integer(table.column(field).type):
+        return
+    big = pc.greater(pc.abs(table.column(field)), 1 << 53)
+    if pc.any(big).as_py():
+        i = int(pc.index(big, True).as_py())
+        raise InputError(f"{name}: row {row + i} (row groups {lo}-{hi - 1}): "
+                         f"{field}: {table.column(field)[i].as_py()} is beyond "
+                         "2^53, where a double (the aggregate's type) loses "
+                         "integer precision")
+
+
+def text_lines(data: bytes) -> int:
+    """The lines of a chunk's bytes (a last line without a newline counts)."""
+    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+def has_blank_line(data: bytes) -> bool:
+    return data.startswith((b"\n", b"\r\n")) or b"\n\n" in data or b"\n\r\n" in data
+
+
+def _checked_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Table:
+    """The rows of a chunk the planner did not read (``chunk.check``), each checked as
+    the planner checks the rows it reads (:mod:`cec_spark.source.check`): parsed, every
+    needed value there and finite, times in microseconds and non-decreasing from the
+    row before the chunk. The first bad row is an InputError naming the file, line
+    (row for parquet) and field; no row of the chunk is returned before all are checked."""
+    name = Path(chunk.file).name
+    first = chunk.first_line
+    if chunk.fmt == "parquet":
+        unit = "row"
+        lo, hi = chunk.start, chunk.stop
+        try:
+            table = parquet_file(chunk.file).read_row_groups(list(range(lo, hi)))
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(f"{name}: row groups {lo}-{hi - 1}: not readable: {exc}") \
+                from exc
+        check_big_ints(table, time.value_field, name, first, lo, hi)
+        try:
+            table = with_time_us(table.select(list(columns.names)), time,
+                                 columns.kind(time.field), name, first, unit)
+            table = table.cast(columns.schema())
+        except (KeyError, pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise InputError(f"{name}: row groups {lo}-{hi - 1}: columns do not match the "
+                             f"source's first file: {exc}") from exc
+    else:
+        unit = "line"
+        data = _read_bytes(chunk.file, chunk.start, chunk.stop)
+        try:
+            table = _parse_text(chunk.fmt, data, chunk.columns, columns, {})
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise _diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
+                            exc) from exc
+        n_lines = text_lines(data)
+        if table.num_rows != n_lines or has_blank_line(data):  # a blank line: name it
+            raise _diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
+                            ValueError(f"{n_lines} lines gave {table.num_rows} rows"))
+        table = with_time_us(table, time, columns.kind(time.field), name, first, unit)
+        table = table.select(list(columns.names)).cast(columns.schema())
+    check_values(table, time, name, first, unit)
+    table = table.slice(0, chunk.rows)
+    check_order(table.column(time.field).to_numpy(), time.field, name, first, unit,
+                chunk.prev_ts, chunk.prev_where)
+    return table
+
+
 def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Table:
-    """The rows of a chunk, typed as the ingest reads them (times in microseconds)."""
+    """The rows of a chunk, typed as the ingest reads them (times in microseconds);
+    checked row by row first when the planner did not read them (``chunk.check``)."""
     if chunk.rows == 0:  # a flush chunk (cec_spark.source.order) has none of its own
         return columns.schema().empty_table()
+    if chunk.check:
+        return _checked_table(chunk, columns, time)
     if chunk.fmt == "parquet":
         table = parquet_file(chunk.file).read_row_groups(
             list(range(chunk.start, chunk.stop)), columns=list(columns.names))

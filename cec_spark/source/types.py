@@ -50,6 +50,13 @@ class Chunk:
     # the watermark after this chunk (cec.ingest_token's ``wm``): every row of the source
     # after it has a time >= wm (None: no row yet); set by the planner
     wm: int | None = None
+    # True: the planner did not read this chunk's rows (it read file metadata only,
+    # cec_spark.source.check); the ingest task that reads it checks every row before it
+    # yields one (cec_spark.source.read.chunk_table), against the time of the row before
+    # the chunk (``prev_ts``, None: none or unknown; ``prev_where`` names that row)
+    check: bool = False
+    prev_ts: int | None = None
+    prev_where: str = ""
 
     @property
     def next_seq(self) -> int:
@@ -111,12 +118,15 @@ class ColumnTypes:
 
 @dataclass(frozen=True)
 class TimeSpec:
-    """What the reader needs to know of the time field (``[source]``); JSON-serialisable."""
+    """What the reader needs to know of the time field (``[source]``) and, to check a
+    chunk's rows in the ingest task, of the columns every row must hold; JSON-serialisable."""
 
     field: str
     unit: str = "us"  # of an integer time field
     allowed_lateness_us: int = 0
     late: str = "error"
+    group_by: str = ""  # the key column ("": not known, no check of it)
+    value_field: str | None = None  # the aggregate's field (None: none)
 
     @property
     def reorders(self) -> bool:
@@ -132,7 +142,14 @@ class TimeSpec:
     @classmethod
     def of(cls, spec: PipelineSpec) -> TimeSpec:
         src = spec.source
-        return cls(src.time_field, src.time_unit, src.allowed_lateness_us, src.late)
+        return cls(src.time_field, src.time_unit, src.allowed_lateness_us, src.late,
+                   spec.aggregate.group_by, spec.aggregate.field)
+
+    @property
+    def needed(self) -> list[str]:
+        """The columns every row must hold a value of: the time, the key, the field."""
+        cols = [self.field] + ([self.group_by] if self.group_by else [])
+        return cols + ([self.value_field] if self.value_field is not None else [])
 
 
 @dataclass(frozen=True)
@@ -156,6 +173,9 @@ class SourcePlan:
     ended: bool = True  # False while an unbounded source may still grow
     watch: WatchState | None = None  # a stream folder's: where its watcher stands
     warnings: tuple[str, ...] = ()  # what looks wrong (the time unit), nothing changed
+    # the source's fingerprint made while planning (cec_spark.source.fingerprint; ():
+    # none made, fingerprint() makes it)
+    files: tuple[dict[str, Any], ...] = ()
 
     @property
     def rows(self) -> int:

@@ -1,0 +1,141 @@
+"""Planning a file source costs its files, not its rows (issue 38 item 2): the driver
+reads file metadata (and the first chunk, which fixes the column types); the ingest
+tasks check the rows they read. A bad row is still named (file, line, field) with exit
+2, nothing from its chunk on is committed, and the run goes on after the fix with
+``cec recover``, exactly."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cec.errors import exit_code
+from cec.ingest_token import decode_token
+from cec_spark.driver.runner import run_pipeline
+from cec_spark.errors import InputError
+from cec_spark.read.export import export
+from cec_spark.recover.resume import recover_run
+from cec_spark.run.session import build_session
+from cec_spark.rundir.layout import RunLayout
+from cec_spark.source import check as check_mod
+from cec_spark.source import read as read_mod
+from cec_spark.source.fingerprint import AMENDED
+from storage_log.log import StreamLog
+from tests.cec_spark.helpers import read_export_csv, reference_count_windows, spec_text
+
+pytestmark = pytest.mark.spark
+
+P = 2
+FILES = 200
+ROWS = 400  # per file: one chunk each (chunk_rows = ROWS); 80 k rows in all
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[object]:
+    session = build_session(f"local[{P + 2},3]", P)
+    yield session
+    session.stop()
+
+
+def _write_files(folder: Path, files: int, rows: int, seed: int = 3) -> pd.DataFrame:
+    """``files`` csv files of ``rows`` rows each, times non-decreasing across them."""
+    folder.mkdir()
+    rng = np.random.default_rng(seed)
+    n = files * rows
+    df = pd.DataFrame({
+        "item_id": rng.integers(0, 60, n),
+        "item_price": np.round(rng.uniform(0.0, 100.0, n), 2),
+        "item_time": 1_700_000_000_000_000 + np.cumsum(rng.integers(0, 5_000, n)),
+    })
+    for f in range(files):
+        df.iloc[f * rows:(f + 1) * rows].to_csv(folder / f"f{f:03d}.csv", index=False)
+    return df
+
+
+def _spec(tmp: Path, folder: Path, rows: int) -> Path:
+    src = f'kind = "csv"\npath = "{folder}"\ntime_field = "item_time"\nchunk_rows = {rows}'
+    path = tmp / "s.toml"
+    path.write_text(spec_text(src, partitions=P, where=None))
+    return path
+
+
+def _committed(run: Path) -> list[tuple[int, int]]:
+    """Each upstream log's (last committed chunk, its largest committed seq; -1: none)."""
+    out = []
+    for p in range(P):
+        with StreamLog.open(RunLayout(run).upstream(p)) as log:
+            tok = decode_token(log.last_token())
+            out.append((-1 if tok is None else tok.chunk,
+                        -1 if log.last_seq is None else int(log.last_seq)))
+    return out
+
+
+def _assert_exact(run: Path, out: Path, df: pd.DataFrame) -> None:
+    export(run, out)
+    got, ref = read_export_csv(out), reference_count_windows(df, 10, where_nonneg=False)
+    assert len(got) == len(ref) > 0
+    for col in ("key", "window_start", "window_end", "count"):
+        assert got[col].tolist() == ref[col].tolist(), col
+    np.testing.assert_allclose(got["value"].to_numpy(), ref["value"].to_numpy(), rtol=1e-9)
+
+
+def test_a_bad_row_in_the_last_of_200_files(spark: object, tmp_path: Path) -> None:
+    """Named, exit 2; nothing from its chunk on committed (the chunks before it may
+    be); after the fix, ``cec recover`` goes on and the results are exact."""
+    df = _write_files(tmp_path / "src", FILES, ROWS)
+    bad = tmp_path / "src" / f"f{FILES - 1:03d}.csv"
+    good_text = bad.read_text()
+    lines = good_text.splitlines(keepends=True)
+    lines[8] = lines[8].replace(lines[8].split(",")[1], "abc", 1)  # line 9: a price
+    bad.write_text("".join(lines))
+    run = tmp_path / "run"
+    with pytest.raises(InputError) as exc:
+        run_pipeline(_spec(tmp_path, tmp_path / "src", ROWS), run, progress=False)
+    assert exit_code(exc.value) == 2
+    assert str(exc.value) == f"{bad.name}: line 9: item_price: 'abc' is not a number"
+    first_bad_seq = (FILES - 1) * ROWS
+    committed = _committed(run)
+    for chunk, last_seq in committed:
+        assert chunk < FILES - 1 and last_seq < first_bad_seq
+    # the job's first chunks were committed one by one (over 64 k rows were left):
+    # the resume below reads from one of them on, past a source that changed after it
+    assert min(chunk for chunk, _ in committed) >= 0
+    bad.write_text(good_text)  # the fix
+    rec = recover_run(run, progress=False)
+    assert rec.resumed is not None and rec.resumed.completed
+    _assert_exact(run, tmp_path / "out.csv", df)
+    # the fixed source's fingerprint is what a later resume checks
+    assert (run / AMENDED).is_file()
+
+
+def test_the_driver_reads_no_row_past_the_first_chunk(spark: object, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """The driver's planning parses the first chunk (its types) and each chunk's last
+    line (its watermark) only; the row checks run in the ingest tasks (other processes:
+    this one's check raises if called), and the run is exact."""
+    rows = 300
+    df = _write_files(tmp_path / "src", 12, rows)
+    parsed: list[int] = []
+    parse = check_mod._parse_text
+
+    def counting(*args: object, **kwargs: object) -> object:
+        table = parse(*args, **kwargs)  # type: ignore[arg-type]
+        parsed.append(table.num_rows)
+        return table
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise AssertionError("the driver checked a chunk's rows")
+
+    monkeypatch.setattr(check_mod, "_parse_text", counting)
+    monkeypatch.setattr(read_mod, "_checked_table", refuse)
+    run = tmp_path / "run"
+    summary = run_pipeline(_spec(tmp_path, tmp_path / "src", rows), run, progress=False)
+    assert summary.completed and summary.source_rows == len(df)
+    # the first chunk, then one line per other chunk (each file's parsed in one go)
+    assert parsed[0] == rows and sum(parsed[1:]) == 11, parsed
+    _assert_exact(run, tmp_path / "out.csv", df)
