@@ -1,6 +1,22 @@
 """Session windows through a real pipeline equal Spark's own ``session_window``
 (issue 31): several gaps, keys with one tuple, sessions spanning the whole input and
-many ties at exactly ``last + gap`` (times on a 50 ms grid, gaps multiples of it)."""
+many ties at exactly ``last + gap`` (times on a 50 ms grid, gaps multiples of it);
+sum, avg, count, min and max, integer and string keys (issue 39).
+
+Widened (issue 39) with the input Spark and cec treat differently, each difference
+asserted: a NaN price (Spark aggregates it, NaN the largest; cec refuses the source,
+naming file, line and field), an empty source (Spark: no session; cec refuses it; a
+source whose every row the filter drops: no session in either), and rows out of order
+(``allowed_lateness`` with ``late = "drop"``: cec keeps its documented rule, a row is
+late when more than the lateness behind the largest time before it in the source,
+whatever the chunks; the reference applies that rule in Spark SQL, then Spark's
+``session_window``). Spark's own streaming watermark drops differently, so it is no
+reference: it drops a row only when its session ends at or before the watermark of
+the micro-batch *before* the row's (the largest time through the one before that, less
+the delay), so which rows go depends on how the input is cut into micro-batches; a
+probe on Spark 4.0 kept rows 3, 3.5 and 9 s behind the largest time with a 2 s delay
+when they came one micro-batch after it.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +28,9 @@ import pandas as pd
 import pytest
 
 from cec_spark.driver.runner import run_pipeline
+from cec_spark.errors import InputError
 from cec_spark.read.export import results_table
+from cec_spark.report import RunResult
 from cec_spark.run.session import build_session
 from tests.cec_spark.helpers import spec_text
 
@@ -29,27 +47,47 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
-def write_csv(path: Path, rows: int = 3000, keys: int = 12, seed: int = 3) -> pd.DataFrame:
+def write_csv(path: Path, rows: int = 3000, keys: int = 12, seed: int = 3, *,
+              string_keys: bool = False, late: bool = False) -> pd.DataFrame:
+    """Items on a 50 ms grid; ``late``: some rows moved back in time, most by less than
+    2 s (within the lateness), some by up to 10 s."""
     rng = np.random.default_rng(seed)
     step = rng.integers(0, 3, rows) * 50_000  # a 50 ms grid: ties at the gap are common
     df = pd.DataFrame({"item_id": rng.integers(0, keys, rows),
                        "item_price": np.round(rng.uniform(-5.0, 100.0, rows), 2),
                        "item_time": BASE + np.cumsum(step)})
     df.loc[df.index[::500], "item_id"] = 1000 + np.arange(len(df.index[::500]))  # singletons
+    if late:
+        back = rng.choice([0, 0, 0, 0, 0, 0, 0, 0, 1, 2], rows)  # 0: in order
+        by = np.where(back == 1, rng.integers(1, 40, rows), rng.integers(41, 200, rows))
+        df["item_time"] -= np.where(back > 0, by * 50_000, 0)
+    if string_keys:  # not numbers: the source keeps them strings
+        df["item_id"] = "k" + df["item_id"].astype(str)
     df.to_csv(path, index=False)
     return df
 
 
-def spark_sessions(spark: object, csv: Path, gap: str, function: str) -> pd.DataFrame:
-    from pyspark.sql import SparkSession
+def spark_sessions(spark: object, csv: Path, gap: str, function: str,
+                   lateness_us: int | None = None) -> pd.DataFrame:
+    """Spark's ``session_window`` of the CSV's rows that pass the filter; with
+    ``lateness_us``, of those cec's rule does not drop as late (computed here in Spark
+    SQL over the file's row order, before the filter)."""
+    from pyspark.sql import SparkSession, Window
     from pyspark.sql import functions as F
 
     assert isinstance(spark, SparkSession)
-    df = (spark.read.option("header", True).option("inferSchema", True).csv(str(csv))
-          .where("item_price >= 0")
-          .withColumn("t", F.timestamp_micros("item_time")))
+    df = spark.read.option("header", True).option("inferSchema", True).csv(str(csv))
+    if lateness_us is not None:
+        assert df.rdd.getNumPartitions() == 1  # the row ids follow the file's order
+        before = Window.orderBy("row").rowsBetween(Window.unboundedPreceding, -1)
+        df = (df.withColumn("row", F.monotonically_increasing_id())
+              .withColumn("max_before", F.max("item_time").over(before))
+              .where(F.col("max_before").isNull()
+                     | (F.col("item_time") >= F.col("max_before") - lateness_us)))
+    df = df.where("item_price >= 0").withColumn("t", F.timestamp_micros("item_time"))
     agg = {"sum": F.sum("item_price"), "avg": F.avg("item_price"),
-           "count": F.count("*").cast("double")}[function]
+           "count": F.count("*").cast("double"), "min": F.min("item_price"),
+           "max": F.max("item_price")}[function]
     out = (df.groupBy("item_id", F.session_window("t", gap).alias("w"))
            .agg(F.count("*").alias("count"), agg.alias("value"))
            .select(F.col("item_id").alias("key"),
@@ -58,25 +96,97 @@ def spark_sessions(spark: object, csv: Path, gap: str, function: str) -> pd.Data
     return out.toPandas().sort_values(["key", "window_start"]).reset_index(drop=True)
 
 
-@pytest.mark.parametrize("gap,spark_gap,function", [
-    ("100ms", "100 milliseconds", "sum"),    # ties at exactly last + gap on the grid
-    ("1s", "1 second", "avg"),
-    ("1h", "1 hour", "count"),               # one session per key spanning the input
-])
-def test_sessions_equal_spark_session_window(spark: object, tmp_path: Path, gap: str,
-                                             spark_gap: str, function: str) -> None:
-    write_csv(tmp_path / "items.csv")
-    src = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"\nchunk_rows = 700'
+def _run(tmp_path: Path, gap: str, function: str, source: str = "") -> RunResult:
+    src = ('kind = "csv"\npath = "items.csv"\ntime_field = "item_time"\nchunk_rows = 700'
+           + source)
     (tmp_path / "s.toml").write_text(spec_text(
         src, window=f'{{ kind = "session", gap = "{gap}" }}', function=function,
         partitions=P))
-    run = tmp_path / "run"
-    assert run_pipeline(tmp_path / "s.toml", run, progress=False).completed
-    got = results_table(run).to_pandas()
-    got = got.sort_values(["key", "window_start"]).reset_index(drop=True)
-    ref = spark_sessions(spark, tmp_path / "items.csv", spark_gap, function)
+    result = run_pipeline(tmp_path / "s.toml", tmp_path / "run", progress=False)
+    assert result.completed
+    return result
+
+
+def _assert_equal(got: pd.DataFrame, ref: pd.DataFrame) -> None:
     assert len(got) == len(ref) > 0
-    for col in ("key", "window_start", "window_end", "count"):
+    assert got["key"].tolist() == ref["key"].tolist()
+    for col in ("window_start", "window_end", "count"):
         assert got[col].astype("int64").tolist() == ref[col].astype("int64").tolist(), col
     np.testing.assert_allclose(got["value"].to_numpy(), ref["value"].to_numpy(), rtol=1e-9)
     assert (ref["count"] == 1).any()  # keys with one tuple are there
+
+
+def _results(tmp_path: Path) -> pd.DataFrame:
+    got = results_table(tmp_path / "run").to_pandas()
+    return got.sort_values(["key", "window_start"]).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("gap,spark_gap,function,string_keys", [
+    ("100ms", "100 milliseconds", "sum", False),    # ties at exactly last + gap on the grid
+    ("1s", "1 second", "avg", False),
+    ("1h", "1 hour", "count", False),               # one session per key spanning the input
+    ("1s", "1 second", "min", True),
+    ("100ms", "100 milliseconds", "max", True),
+])
+def test_sessions_equal_spark_session_window(spark: object, tmp_path: Path, gap: str,
+                                             spark_gap: str, function: str,
+                                             string_keys: bool) -> None:
+    write_csv(tmp_path / "items.csv", string_keys=string_keys)
+    _run(tmp_path, gap, function)
+    got = _results(tmp_path)
+    assert (got["key"].map(type) == (str if string_keys else int)).all()
+    _assert_equal(got, spark_sessions(spark, tmp_path / "items.csv", spark_gap, function))
+
+
+def test_rows_past_the_lateness_are_dropped_by_the_documented_rule(spark: object,
+                                                                  tmp_path: Path) -> None:
+    df = write_csv(tmp_path / "items.csv", rows=2000, late=True)
+    t = df["item_time"].to_numpy()
+    before = np.maximum.accumulate(np.concatenate([[t[0]], t[:-1]]))
+    late = t < before - 2_000_000
+    back = (t < before) & ~late
+    assert late.sum() > 20 and back.sum() > 20  # both kinds are there
+    result = _run(tmp_path, "1s", "max", '\nallowed_lateness = "2s"\nlate = "drop"')
+    assert result.late_rows == int((late & (df["item_price"] >= 0)).sum())  # after the filter
+    ref = spark_sessions(spark, tmp_path / "items.csv", "1 second", "max",
+                         lateness_us=2_000_000)
+    _assert_equal(_results(tmp_path), ref)
+
+
+def test_nan_prices_spark_aggregates_and_cec_refuses(spark: object, tmp_path: Path) -> None:
+    df = write_csv(tmp_path / "items.csv", rows=300)
+    row = int(np.flatnonzero(df["item_price"] >= 0)[10])
+    df["item_price"] = df["item_price"].astype(object)
+    df.loc[row, "item_price"] = "NaN"
+    df.to_csv(tmp_path / "items.csv", index=False)
+    ref = spark_sessions(spark, tmp_path / "items.csv", "1 second", "max")
+    key, ts = df.loc[row, "item_id"], int(df.loc[row, "item_time"])
+    hit = ref[(ref["key"] == key) & (ref["window_start"] <= ts) & (ts < ref["window_end"])]
+    assert len(hit) == 1 and np.isnan(hit["value"].iloc[0])  # NaN: Spark's largest double
+    assert not np.isnan(ref.drop(hit.index)["value"]).any()
+    with pytest.raises(InputError, match=rf"items.csv: line {row + 2}: item_price: nan is not "
+                       "a finite number") as err:
+        _run(tmp_path, "1s", "max")
+    assert err.value.exit_code == 2
+
+
+def test_empty_input(spark: object, tmp_path: Path) -> None:
+    """An empty source: Spark finds no session, cec refuses it (exit 2, naming the
+    source); a source the filter empties: no session in either."""
+    (tmp_path / "items.csv").write_text("item_id,item_price,item_time\n")
+    schema = "item_id BIGINT, item_price DOUBLE, item_time BIGINT"
+    from pyspark.sql import SparkSession
+
+    assert isinstance(spark, SparkSession)
+    empty = spark.read.schema(schema).option("header", True).csv(str(tmp_path / "items.csv"))
+    assert empty.count() == 0
+    with pytest.raises(InputError, match="the source holds no rows") as err:
+        _run(tmp_path, "1s", "sum")
+    assert err.value.exit_code == 2
+    df = write_csv(tmp_path / "items.csv", rows=200)
+    df["item_price"] = -1.0 - df["item_price"].abs()
+    df.to_csv(tmp_path / "items.csv", index=False)
+    assert len(spark_sessions(spark, tmp_path / "items.csv", "1 second", "sum")) == 0
+    result = _run(tmp_path, "1s", "sum")
+    assert result.source_rows == 200 and result.results == 0
+    assert results_table(tmp_path / "run").num_rows == 0
