@@ -15,6 +15,7 @@ import pytest
 
 from cec.errors import exit_code
 from cec.ingest_token import decode_token
+from cec.spec import parse_spec
 from cec_spark.driver.runner import run_pipeline
 from cec_spark.errors import InputError
 from cec_spark.read.export import export
@@ -23,7 +24,8 @@ from cec_spark.run.session import build_session
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source import check as check_mod
 from cec_spark.source import read as read_mod
-from cec_spark.source.fingerprint import AMENDED
+from cec_spark.source.fingerprint import AMENDED, check_fingerprint
+from cec_spark.source.planner import plan_source
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import read_export_csv, reference_count_windows, spec_text
 
@@ -139,3 +141,34 @@ def test_the_driver_reads_no_row_past_the_first_chunk(spark: object, tmp_path: P
     # the first chunk, then one line per other chunk (each file's parsed in one go)
     assert parsed[0] == rows and sum(parsed[1:]) == 11, parsed
     _assert_exact(run, tmp_path / "out.csv", df)
+
+
+def test_a_resume_checks_the_source_only_up_to_what_it_read(tmp_path: Path) -> None:
+    """The fingerprint keeps a digest per chunk boundary: a file fixed after the last
+    committed chunk passes (also in the same file), one changed before it does not;
+    ``--repair``'s check (no ``read_upto``) still wants every file as it was (no Spark)."""
+    df = _write_files(tmp_path / "src", 2, 30)
+    spec = parse_spec(_spec(tmp_path, tmp_path / "src", 10).read_text(), origin="s.toml",
+                      base=tmp_path)
+    plan = plan_source(spec, validate=False)
+    assert [c.check for c in plan.chunks] == [False] + [True] * 5  # the first: types
+    assert [c.prev_ts for c in plan.chunks[1:]] == [c.wm for c in plan.chunks[:-1]]
+    assert [c.wm for c in plan.chunks] == df.item_time.iloc[9::10].tolist()
+    stored = list(plan.files)
+    second = plan.chunks[4]  # f001.csv's second chunk; its third is after it
+    f1 = Path(second.file)
+    text = f1.read_text().splitlines(keepends=True)
+    text[-2] = text[-2].replace(text[-2].split(",")[1], "7.5", 1)  # in the third chunk
+    f1.write_text("".join(text))
+    check_fingerprint(spec, stored, read_upto=(second.file, second.stop))
+    with pytest.raises(InputError, match=r"f001\.csv: the source changed since the run"):
+        check_fingerprint(spec, stored)
+    text[2] = text[2].replace(text[2].split(",")[1], "8.5", 1)  # in its first chunk
+    f1.write_text("".join(text))
+    with pytest.raises(InputError, match=r"f001\.csv: the source changed since the run "
+                       r"started in the part already read \(its first \d+ bytes"):
+        check_fingerprint(spec, stored, read_upto=(second.file, second.stop))
+    f0 = tmp_path / "src" / "f000.csv"
+    f0.write_text(f0.read_text().replace(",", ", ", 1))
+    with pytest.raises(InputError, match=r"f000\.csv: the source changed"):
+        check_fingerprint(spec, stored, read_upto=(second.file, second.stop))
