@@ -50,7 +50,6 @@ the headline without ``cec export``, the kills at different fractions).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -214,11 +213,8 @@ def run_spark(cfg: dict[str, Any], log: Path) -> dict[str, Any]:
 
 
 def cec_processed(run: Path) -> int:
-    n = 0
-    for f in (run / "state").glob("p*.json"):
-        with contextlib.suppress(OSError, ValueError):
-            n += int(json.loads(f.read_text()).get("in_tuples", 0))
-    return n
+    """Rows cec's operators processed so far (their state files' ``in_tuples``)."""
+    return sum(int(s.get("in_tuples", 0)) for s in harness.task_states(run))
 
 
 def recover_cec(spec: Path, run: Path, kill_rows: int, rows: int, log: Path

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import json
 import os
 import re
 import signal
@@ -686,6 +687,20 @@ def checked(cmd: Sequence[str], log: Path, *, timeout: float = 1800,
     """:func:`measure` (unwatched by default), :class:`Failed` unless it exited 0."""
     run = Run(cmd, log, stdout=stdout, env=env, cwd=cwd, watch=watch)
     return run.check(timeout, what)
+
+
+# ----------------------------------------------------------------------------- a cec run
+
+def task_states(run: Path) -> list[dict[str, Any]]:
+    """A cec run's task state files (``RUN/state/pNNNN.json``) in partition order; one
+    being replaced or unreadable at that moment is left out."""
+    out = []
+    for f in sorted((run / "state").glob("p*.json")):
+        with contextlib.suppress(OSError, ValueError):
+            raw = json.loads(f.read_text())
+            if isinstance(raw, dict):
+                out.append(raw)
+    return out
 
 
 # ----------------------------------------------------------------------------- alternation

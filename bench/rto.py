@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import harness
-from bench.harness import Run
+from bench.harness import Run, task_states
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "results" / "rto" / "rto.json"
@@ -78,14 +78,6 @@ def specs(work: Path) -> tuple[Path, Path]:
     return plain, bare
 
 
-def states(run: Path) -> list[dict[str, Any]]:
-    out = []
-    for f in sorted((run / "state").glob("p*.json")):
-        with contextlib.suppress(OSError, ValueError):
-            out.append(json.loads(f.read_text()))
-    return out
-
-
 def free_run(spec: Path, rto: float | None, work: Path, log: Path) -> dict[str, Any]:
     """One failure-free whole run; ``refused`` if the objective was refused at start."""
     run = work / "free"
@@ -110,7 +102,7 @@ def free_run(spec: Path, rto: float | None, work: Path, log: Path) -> dict[str, 
         raise RuntimeError(f"cec run pipeline: {m.status}; see {log}")
     res = json.loads(summary.read_text())
     parts = res["per_partition"]
-    sts = states(run)
+    sts = task_states(run)
     preds = [st.get("rto", {}).get("predicted_s") for st in sts]
     probes = [s for st in sts for s in (st.get("rto") or {}).get("samples", [])
               if s.get("kind") == "probe"]
@@ -136,9 +128,9 @@ def kill_and_recover(spec: Path, rto: float, frac: float, rows: int, work: Path,
                   log)
     target = int(frac * rows)
     reached = proc.wait_for(
-        lambda: sum(int(s.get("in_tuples", 0)) for s in states(run)) >= target,
+        lambda: sum(int(s.get("in_tuples", 0)) for s in task_states(run)) >= target,
         f"{target:,} tuples processed", WAIT_S)
-    before = states(run)
+    before = task_states(run)
     proc.kill()
     if not reached:
         return {"frac": frac, "skipped": "the run ended before the kill point"}
@@ -149,7 +141,7 @@ def kill_and_recover(spec: Path, rto: float, frac: float, rows: int, work: Path,
     rec = _spawn(["recover", "--from-log", str(run)], log)
 
     def caught_up() -> bool:
-        st = states(run)
+        st = task_states(run)
         return len(st) == len(before) and all(
             isinstance(s.get("caught_up_at"), int | float) and s["caught_up_at"] >= t_spawn
             for s in st)
@@ -158,7 +150,7 @@ def kill_and_recover(spec: Path, rto: float, frac: float, rows: int, work: Path,
         if not rec.wait_for(caught_up, "every partition caught up", WAIT_S):
             raise RuntimeError(f"cec recover exited {rec.poll()} before catching up; "
                                f"see {log}")
-        st = states(run)
+        st = task_states(run)
         measured = max(float(s["caught_up_at"]) for s in st) - t_spawn
         rto_file = run / "state" / "rto.json"
 

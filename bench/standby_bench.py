@@ -61,7 +61,6 @@ through bench/report.py.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import random
@@ -88,7 +87,18 @@ from bench.fair_spark import (
     recover_spark,
     spark_cfg,
 )
-from bench.harness import Others, Run, Watch, alive, alternate, checked, compare, load, quiet
+from bench.harness import (
+    Others,
+    Run,
+    Watch,
+    alive,
+    alternate,
+    checked,
+    compare,
+    load,
+    quiet,
+    task_states,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "bench" / "results" / "standby"
@@ -230,14 +240,6 @@ def _text(path: Path) -> str:
         return ""
 
 
-def _states(run: Path) -> list[dict[str, Any]]:
-    out = []
-    for f in sorted((run / "state").glob("p*.json")):
-        with contextlib.suppress(OSError, ValueError):
-            out.append(json.loads(f.read_text()))
-    return out
-
-
 def _json(path: Path) -> dict[str, Any]:
     try:
         raw = json.loads(path.read_text())
@@ -342,7 +344,7 @@ def takeover(spec: Path, run: Path, kill_rows: int, rows: int, log: Path) -> dic
                            + _text(sb_log)[-3000:])
     export_s, output = export(run, log)
     tk = _json(run / "state" / "takeover.json")
-    states = _states(run)
+    states = task_states(run)
     kill_at = seen["kill"]
     return {"to_exit_s": round(t_exit - kill_at, 3), "export_s": round(export_s, 3),
             "restart_s": round(t_exit - kill_at + export_s, 3),
@@ -516,7 +518,7 @@ def kill_with_standby(spec: Path, run: Path, objective: str, frac: float, rows: 
                         "standby was ready and the kill point reached"}
             raise
         kill_at = seen["kill"]
-        before = _states(run)
+        before = task_states(run)
         killed = sum(int(s.get("in_tuples", 0)) for s in before)
         lo = load()
         pid = standby_pid(_text(err))
@@ -525,7 +527,7 @@ def kill_with_standby(spec: Path, run: Path, objective: str, frac: float, rows: 
         deadline = time.monotonic() + WAIT_S
         measured = None
         while measured is None:
-            measured = caught_up_s(_states(run), partitions, kill_at)
+            measured = caught_up_s(task_states(run), partitions, kill_at)
             if measured is None and (not alive(pid) or time.monotonic() > deadline):
                 raise RuntimeError("the standby ended or timed out before every partition "
                                    "caught up:\n" + _text(run / "standby.log")[-3000:])
@@ -540,7 +542,7 @@ def kill_with_standby(spec: Path, run: Path, objective: str, frac: float, rows: 
         return {"frac": round(frac, 3), "killed_at_tuples": killed,
                 "killed_at_fraction": round(killed / rows, 3),
                 "measured_s": round(measured, 3), "within_1s": measured <= TARGET_RTO_S,
-                "parts": takeover_parts(tk, kill_at), "task_phases": task_phases(_states(run)),
+                "parts": takeover_parts(tk, kill_at), "task_phases": task_phases(task_states(run)),
                 "predicted_s": max((p for p in (s.get("rto", {}).get("predicted_s")
                                                 for s in before) if p is not None),
                                    default=None),
