@@ -13,7 +13,8 @@ found files (~180 ms each, then queueing). Here the driver runs ONE Spark job of
    distinct key of a batch) → the writer of the per-poll path
    (:class:`_UpstreamWriter`: append per partition, commit with the chunk's token, trim);
 3. is woken by inotify on the folder (:class:`CommitWatch`: a file renamed into place),
-   with the spec's ``poll_ms`` as the bound when nothing wakes it; with ``[source]
+   with the spec's ``poll_ms`` as the bound when nothing wakes it (the poll for a
+   producer on another host of a shared file system); with ``[source]
    idle_close`` it commits every log with a watermark advanced by the wall clock once
    no file came for that long (:mod:`cec_spark.ingest.watermark`), every
    :data:`~cec_spark.ingest.watermark.WM_EVERY_S` while idle;
@@ -28,7 +29,10 @@ ingest tasks, a key that is not int64/string, a value that is a string, a filter
 evaluator does not reproduce. One semantics either way.
 
 The task reports where it stands in ``RUN/state/ingest.json`` (advisory, for the driver's
-progress view), never what recovery depends on: that is the upstream logs' tokens.
+progress view), never what recovery depends on: that is the upstream logs' tokens. It
+rewrites it only when something in it changed (not the count of polls alone): an idle
+ingest writes nothing, and looks for a newer driver every
+:data:`~cec_spark.rundir.lease.FENCE_LOOK_S` (docs/CLUSTER.md, "Control-plane cost").
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from cec_spark.rundir.access import check_visible
 from cec_spark.rundir.advisory import read_advisory, write_advisory
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.lease import FENCE_LOOK_S
 from cec_spark.rundir.run_file import parse_run_text
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.read import read_chunk
@@ -216,6 +221,8 @@ class _StreamIngest:
         self.state = _State(started_at=time.time())
         self.clock = [0.0, 0.0, 0.0]
         self._reported = 0.0
+        self._fenced = time.monotonic()  # the last look for a newer driver
+        self._written: dict[str, Any] | None = None  # the state file's figures
 
     def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``upstream_frame``'s rows: ts, seq, key, value, PART (filtered first)."""
@@ -238,13 +245,24 @@ class _StreamIngest:
             self.clock[i] += v
 
     def report(self, force: bool = False) -> None:
+        """The state file, at most every :data:`STATE_EVERY_S` (``force``: now), and
+        only when it changed (:func:`_figures`); first a look for a newer driver, which
+        an idle ingest also takes every :data:`FENCE_LOOK_S`."""
         now = time.monotonic()
         if not force and now - self._reported < STATE_EVERY_S:
             return
         self._reported = now
+        figures = _figures(self.result())
+        if not force and figures == self._written:
+            if now - self._fenced >= FENCE_LOOK_S:
+                check_driver(self.layout, self.driver)
+                self._fenced = now
+            return
         check_driver(self.layout, self.driver)
+        self._fenced = now
         self.state.updated = time.time()
         write_advisory(state_path(self.layout), self.result())
+        self._written = figures
 
     def result(self) -> dict[str, Any]:
         return {**asdict(self.state), "writer_s": dict(zip(("wait_s", "append_s", "commit_s"),
@@ -264,7 +282,7 @@ class _StreamIngest:
         wait_s = spec.source.poll_ms / 1000
         idle = _idle_clock(spec, logs)
         try:
-            with CommitWatch([Path(spec.source.path)]) as watch:
+            with CommitWatch([Path(spec.source.path)], fallback_s=wait_s) as watch:
                 while not self.stop_now():
                     new = planned if planned is not None else watcher.poll()
                     planned = None
@@ -294,6 +312,12 @@ class _StreamIngest:
         self.state.stopped = not self.state.ended
         self.report(force=True)
         return self.result()
+
+
+def _figures(state: dict[str, Any]) -> dict[str, Any]:
+    """What a state report says, but for what changes at every poll of an idle folder
+    (the count of polls, the time of the report)."""
+    return {k: v for k, v in state.items() if k not in ("polls", "updated")}
 
 
 def _committed_w(logs: list[StreamLog | None]) -> int | None:

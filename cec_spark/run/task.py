@@ -50,12 +50,14 @@ from cec_spark.rundir.acks import consumer_acks
 from cec_spark.rundir.advisory import read_advisory, write_advisory
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.rundir.lease import FENCE_LOOK_S
 from cec_spark.rundir.retention import Lagged, retention_before
 from cec_spark.rundir.run_file import RunSettings, parse_run_text, read_run_file, value_column
 from recovery.errors import ReplayUnavailableError
 from recovery.partition import Recovered, recover_partition
 from recovery.upstream import watermark_of
 from storage_log.epoch import read_chain
+from storage_log.faults import crash_point, set_tag
 from storage_log.follow import CommitToken
 from storage_log.log import StreamLog
 from storage_log.notify import CommitWatch
@@ -66,11 +68,16 @@ TAIL_TIMEOUT_S = 0.25  # idle this long: report state, check the driver (on_idle
 # the upstream log's directory wakes it at once on the writer's host (a commit ends with
 # that write: storage_log.notify.CommitWatch, inotify), so this is the poll for a writer
 # on another host of a shared file system, or where inotify is missing. A look costs
-# ~1 ms of CPU; every 15 ms a commit is seen within 15 ms, and after TAIL_SLOW_AFTER_S
-# without input every TAIL_SLOW_S (issue 16 item 4).
+# ~1 ms of CPU and ~17 file-system calls (two directory listings, two opens of the
+# active segment: the log's snapshot); every 15 ms a commit is seen within 15 ms, after
+# TAIL_SLOW_AFTER_S without input every TAIL_SLOW_S, and the longer the partition stays
+# quiet the longer the wait, TAIL_IDLE_SHARE of its quiet time up to TAIL_IDLE_S (issue
+# 16 item 4, issue 38 item 6: :func:`idle_wait`; docs/CLUSTER.md "Control-plane cost").
 TAIL_POLL_S = 0.015
 TAIL_SLOW_S = 0.05
 TAIL_SLOW_AFTER_S = 2.0
+TAIL_IDLE_SHARE = 0.05
+TAIL_IDLE_S = 0.5
 REFILL_WAIT_S = 600.0
 STATE_EVERY_S = 0.5
 # An output commit covers at most this many upstream records, output rows or seconds
@@ -179,6 +186,7 @@ def run_partition(run_dir: str, p: int, run_id: str | None = None, driver: int |
     ``run_text``: the run's ``run.toml`` text the driver planned
     (:attr:`cec_spark.run.plan.RunPlan.run_text`), parsed here instead of read again.
     """
+    set_tag(f"p{p}")  # CEC_CRASH_AT=point%pN: this partition's task (storage_log.faults)
     layout = RunLayout(Path(run_dir))
     check_visible(layout, run_id)
     check_driver(layout, driver)
@@ -240,6 +248,7 @@ class _PartitionLoop:
         self.pending: list[tuple[pa.RecordBatch, int | None, int | None]] = []
         self.pending_rows = 0
         self.pending_since = 0.0  # perf_counter of the first of them
+        self.fenced_at = time.monotonic()  # the last look for a newer driver
 
     def run(self) -> None:
         # records decoded on this thread (threads=0): P operator tasks share a few cores,
@@ -321,7 +330,9 @@ class _PartitionLoop:
         if not self.pending:
             return
         t0 = time.perf_counter()
+        crash_point("operator.before_group_commit")
         self.out.commit()
+        crash_point("operator.after_group_commit")
         for result, replay_after_seq, extent in self.pending:
             self.counters.count(result)
             self.replay_after_seq.add(replay_after_seq)
@@ -332,22 +343,31 @@ class _PartitionLoop:
 
     def report(self) -> None:
         """Check the run is still this driver's, trim the output, write the state."""
-        check_driver(self.layout, self.driver)
+        self.check_driver()
         self.counters.output_segments_trimmed += self.keeper.trim(self.out)
         self.counters.observe(self.op, self.replay_after_seq.value())
         self.counters.rto = self.rto.tick(self.op, self.counters)
         write_advisory(self.layout.state_file(self.p), self.counters.to_dict())
         self.reported = self.counters.in_batches
 
-    def report_idle(self) -> None:
-        """While no record comes: check the driver; report the last batches too."""
+    def check_driver(self) -> None:
+        """DriverSupersededError if a newer driver took the run (one listing of
+        ``RUN/drivers``)."""
         check_driver(self.layout, self.driver)
+        self.fenced_at = time.monotonic()
+
+    def report_idle(self) -> None:
+        """While no record comes: write the state only if it changed (checking the
+        driver first), and look for a newer driver every :data:`FENCE_LOOK_S`."""
         if self.counters.in_batches != self.reported or \
                 self.replay_after_seq.value() != self.counters.replay_after_seq or \
                 self.op.current_watermark != self.counters.watermark_us:
+            self.check_driver()
             self.counters.observe(self.op, self.replay_after_seq.value())
             write_advisory(self.layout.state_file(self.p), self.counters.to_dict())
             self.reported = self.counters.in_batches
+        elif time.monotonic() - self.fenced_at >= FENCE_LOOK_S:
+            self.check_driver()
 
     def finish(self, up: StreamLog) -> None:
         """Step 4: the upstream log is sealed and read: ``finish()``, append, commit, seal."""
@@ -444,6 +464,50 @@ def _sealed(log: Any) -> bool:
     return bool(log.sealed)
 
 
+def idle_wait(quiet_s: float) -> float:
+    """How long the tail sleeps when nothing wakes it, after ``quiet_s`` seconds without
+    input: :data:`TAIL_POLL_S` while input came within :data:`TAIL_SLOW_AFTER_S`, then
+    :data:`TAIL_IDLE_SHARE` of the quiet time, between :data:`TAIL_SLOW_S` and
+    :data:`TAIL_IDLE_S`. So a busy partition is looked at as often as before, and a
+    quiet one, where only a writer on another host is not seen at once (inotify sees
+    this host's), sees its next commit within 5 % of its quiet time, 0.5 s at most."""
+    if quiet_s < TAIL_SLOW_AFTER_S:
+        return TAIL_POLL_S
+    return min(TAIL_IDLE_S, max(TAIL_SLOW_S, quiet_s * TAIL_IDLE_SHARE))
+
+
+class _LookSnapshot:
+    """The snapshot a :class:`~storage_log.follow.Follower`'s look took (None: the look
+    took none through :attr:`Follower.snapshot`, e.g. its first, by an index lookup):
+    whether the log is sealed and its last seq, without a second snapshot (half of an
+    idle look's file-system calls)."""
+
+    def __init__(self, follower: Any) -> None:
+        self.last: Any = None
+        inner = follower.snapshot
+
+        def snapshot() -> Any:
+            self.last = inner()
+            return self.last
+
+        follower.snapshot = snapshot
+
+
+def _read_to_seal(up: Any, snap: Any, last: int | None) -> bool:
+    """After an empty look that ended at ``last``: the log is sealed and read to its end.
+    The look's own snapshot (``snap``) says so without another one (a sealed log gets no
+    more commits, so the look read it to its end); a look that took none: ask the log."""
+    if snap is None:
+        if not _sealed(up):
+            return False
+        last_seq = up.last_seq
+    elif not snap.sealed:
+        return False
+    else:
+        last_seq = snap.committed.last_seq
+    return last_seq is None or (last is not None and last >= last_seq)
+
+
 def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], None]
           ) -> Iterator[pa.RecordBatch | CommitToken | None]:
     """Upstream records after ``after`` and the commit tokens among them (a token at
@@ -451,12 +515,12 @@ def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], N
     None after what one look found (nothing more is there at once).
 
     Looks when a write in the log's directory wakes it (the ingest's commit, on this
-    host), else every :data:`TAIL_POLL_S` (:data:`TAIL_SLOW_S` once idle for a while);
-    ``on_idle`` is called whenever nothing new came for :data:`TAIL_TIMEOUT_S`. Each
-    look reads on from where the last one ended: a quiet partition's token-only
-    commits are read once each.
+    host), else after :func:`idle_wait` (:data:`TAIL_POLL_S` while input flows, longer
+    the longer none came); ``on_idle`` is called whenever nothing new came for
+    :data:`TAIL_TIMEOUT_S`. Each look reads on from where the last one ended: a quiet
+    partition's token-only commits are read once each.
     """
-    with CommitWatch([Path(up.path)], fallback_s=TAIL_SLOW_S) as watch:
+    with CommitWatch([Path(up.path)], fallback_s=TAIL_IDLE_S) as watch:
         yield from _tail_watched(up, after, layout, on_idle, watch)
 
 
@@ -464,11 +528,13 @@ def _tail_watched(up: Any, after: int | None, layout: RunLayout,
                   on_idle: Callable[[], None], watch: CommitWatch
                   ) -> Iterator[pa.RecordBatch | CommitToken | None]:
     follower = up.follow(after_seq=after)
+    looked = _LookSnapshot(follower)
     got_at = reported_at = time.monotonic()
     while True:
         got = came = False
         while True:  # one look, more while commits come
             came = False
+            looked.last = None
             for item in follower.look():
                 if not isinstance(item, CommitToken) and item.num_rows == 0:
                     continue
@@ -483,9 +549,7 @@ def _tail_watched(up: Any, after: int | None, layout: RunLayout,
             yield None  # the look found no more: what was processed is committed now
         if layout.stop_file.exists():
             return
-        last = follower.after_seq
-        if not got and _sealed(up) and (up.last_seq is None or
-                                        (last is not None and last >= up.last_seq)):
+        if not got and _read_to_seal(up, looked.last, follower.after_seq):
             return
         now = time.monotonic()
         if got:
@@ -494,4 +558,4 @@ def _tail_watched(up: Any, after: int | None, layout: RunLayout,
         if now - reported_at >= TAIL_TIMEOUT_S:
             on_idle()
             reported_at = now
-        watch.wait(TAIL_POLL_S if now - got_at < TAIL_SLOW_AFTER_S else TAIL_SLOW_S)
+        watch.wait(idle_wait(now - got_at))

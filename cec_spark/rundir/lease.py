@@ -18,6 +18,17 @@ A third, when the watcher can tell the holder runs on its own machine (same boot
 same pid namespace, :func:`same_machine`): whether the holder's pid still lives (with
 the process start time, so a reused pid is not mistaken for it).
 
+What the beat needs from the file system (docs/CLUSTER.md, "Control-plane cost"): a
+watcher on another host must read each beat within the lease time. A watcher opens
+the file for every look, so close-to-open consistency (NFS's default ``cto``; a FUSE
+mount without ``kernel_cache``) hands it the server's bytes whatever the attribute
+cache (``actimeo``); the writer's side must put each beat *on the server*: an NFS
+client keeps a ``pwrite`` in its page cache until a flush, close or ``fsync`` (the
+kernel's write-back may wait 30 s). So on a file system that is not known to be local
+(:func:`needs_sync`: NFS, FUSE, CIFS, Ceph, Lustre, ...) each beat is followed by an
+``fdatasync``; on a local file system, where every reader shares the writer's page
+cache, it is not (a flush every 0.25 s would only cost the logs' disk time).
+
 When the holder ends by itself it says how (:meth:`Lease.end`: ``completed``,
 ``stopped``, ``failed``, ``superseded``, with its exit status): a watcher tells a death
 from an end. The record is a JSON object padded to :data:`RECORD_BYTES`, written with
@@ -32,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import json
 import os
 import socket
@@ -42,8 +54,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["BEAT_S", "DEFAULT_LEASE_S", "RECORD_BYTES", "BeatJudge", "Lease", "lock_state",
-           "machine_id", "pid_alive", "read_lease", "released", "same_machine"]
+__all__ = ["BEAT_S", "DEFAULT_LEASE_S", "FENCE_LOOK_S", "RECORD_BYTES", "BeatJudge", "Lease",
+           "lock_state", "machine_id", "needs_sync", "pid_alive", "read_lease", "released",
+           "same_machine"]
 
 BEAT_S = 0.25
 """How often a holder rewrites its beat."""
@@ -51,11 +64,65 @@ DEFAULT_LEASE_S = 2.0
 """How long a watcher lets a beat stand still before it calls the holder dead (at least
 four beats: a holder under load may miss one or two)."""
 RECORD_BYTES = 1024
+FENCE_LOOK_S = DEFAULT_LEASE_S / 2
+"""How often a task with nothing to write (an idle operator or ingest task) looks in
+``RUN/drivers`` for a newer driver: a superseded task ends within about this long (a
+busy one looks at each state report; every write it makes is fenced by its log's
+epoch anyway)."""
+
+#: file systems whose readers all share the writer's page cache (one host): no beat sync
+LOCAL_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "ramfs", "f2fs",
+                      "zfs", "overlay", "jfs", "reiserfs", "bcachefs", "vfat", "exfat"})
 
 
+def _unescape(field: str) -> str:
+    """A /proc/self/mountinfo field: octal escapes (``\\040`` a space) undone."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def fs_type(path: Path, mountinfo: str | None = None) -> str:
+    """The type of the file system holding ``path`` (``/proc/self/mountinfo``, this
+    process's mount namespace: the longest mount point that holds it); '' when
+    unknown."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return ""
+    target = os.path.realpath(path)
+    best, kind = -1, ""
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        try:
+            point = _unescape(fields[4])
+            fstype = fields[fields.index("-") + 1]
+        except (IndexError, ValueError):
+            continue
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= best:  # >=: the later of two mounts at one point
+            best, kind = len(point), fstype
+    return kind
+
+
+def needs_sync(path: Path, mountinfo: str | None = None) -> bool:
+    """Whether a beat written in ``path`` must be ``fdatasync``-ed to reach a watcher on
+    another host: True unless its file system is known to be local (:data:`LOCAL_FS`)."""
+    return fs_type(path, mountinfo) not in LOCAL_FS
+
+
+@functools.cache
 def machine_id() -> str:
     """This machine's boot and pid namespace: two processes with the same id can judge
-    each other's pids. ('' when unknown: then no pid is judged.)"""
+    each other's pids. ('' when unknown: then no pid is judged.) Read once per process
+    (a process keeps its boot and its pid namespace)."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         ns = os.readlink("/proc/self/ns/pid")
@@ -100,10 +167,11 @@ class Lease:
 
     ``info`` goes into every record (who holds it and why); :meth:`update` changes it;
     :meth:`end` says how the holder ended and lets go. The beat thread is a daemon: a
-    process that dies takes it along, which is the point.
+    process that dies takes it along, which is the point. ``sync``: ``fdatasync`` each
+    beat (default: :func:`needs_sync` of the lease's folder).
     """
 
-    def __init__(self, path: Path, info: dict[str, Any]) -> None:
+    def __init__(self, path: Path, info: dict[str, Any], *, sync: bool | None = None) -> None:
         self.path = path
         self.info = {"host": socket.gethostname(), "pid": os.getpid(),
                      "start": process_start(os.getpid()), "machine": machine_id(),
@@ -112,6 +180,7 @@ class Lease:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.sync = needs_sync(path.parent) if sync is None else sync
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -134,6 +203,8 @@ class Lease:
                 raise ValueError(f"{self.path}: lease record over {RECORD_BYTES} bytes")
             with contextlib.suppress(OSError):  # a full disk: the watchers see no beat
                 os.pwrite(self._fd, data.ljust(RECORD_BYTES - 1) + b"\n", 0)
+                if self.sync:  # onto the server, for a watcher on another host
+                    os.fdatasync(self._fd)
 
     def _beat(self) -> None:
         while not self._stop.wait(BEAT_S):

@@ -15,8 +15,9 @@ over (:class:`Verdict`). While watching, a newer driver (a ``cec recover``, anot
 standby that took over) becomes the one watched.
 
 :func:`judge` is the decision, pure; :class:`DriverWatch` feeds it what it sees. The
-standby's main thread sleeps on an event between looks (every :data:`LOOK_S`, a stat
-and a 1 KiB read): no busy polling, and the lock's release wakes it at once.
+standby's main thread sleeps on an event between looks (every :data:`LOOK_S`, one
+open and 1 KiB read of the lease; a listing of ``RUN/drivers`` every
+:data:`NEWER_LOOK_S`): no busy polling, and the lock's release wakes it at once.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from cec.errors import UsageError
 from cec_spark.rundir.drivers import latest_driver
 from cec_spark.rundir.layout import BEFORE_RUN_FILE, RUN_FILE, RunLayout
 from cec_spark.rundir.lease import (
+    FENCE_LOOK_S,
     BeatJudge,
     lock_state,
     pid_alive,
@@ -43,6 +45,9 @@ from cec_spark.watchdog import say
 from storage_log.log import StreamLog
 
 LOOK_S = 0.25  # between looks at the lease (a beat is 0.25 s)
+# between looks for a newer driver: nothing waits on it (a newer driver's number also
+# stops the watched driver, whose lease then says ``superseded``, seen at the next look)
+NEWER_LOOK_S = FENCE_LOOK_S
 RUN_LOOK_S = 0.5  # between looks for a run that does not exist yet
 
 
@@ -95,6 +100,7 @@ class DriverWatch:
         self.trusted_lock = False
         self.released = False
         self._armed = False
+        self._newer_at: float | None = None  # when RUN/drivers was last listed
 
     def _arm(self) -> None:
         """Once the lease exists: trust its lock if it is held in this domain, and wait
@@ -116,17 +122,19 @@ class DriverWatch:
 
     def look(self) -> Verdict | None:
         """One look: a verdict, or None while the driver lives."""
-        newest = latest_driver(self.layout)
-        if newest > self.n:
-            return Verdict(self.n, "newer", f"driver {newest} took the run")
-        self._arm()
         now = self.clock()
+        if self._newer_at is None or now - self._newer_at >= NEWER_LOOK_S:
+            self._newer_at = now
+            newest = latest_driver(self.layout)
+            if newest > self.n:
+                return Verdict(self.n, "newer", f"driver {newest} took the run")
+        self._arm()
         record = read_lease(self.path)
         self.judge.see(now, record)
         stood = self.judge.stood_s(now)
         pid_gone = record is not None and same_machine(record) and not pid_alive(
             int(record.get("pid", -1)), record.get("start"))
-        missing = now - self.started if not self.path.exists() else 0.0
+        missing = now - self.started if record is None and not self.path.exists() else 0.0
         said = judge(released_=self.released, trusted_lock=self.trusted_lock,
                      record=record, pid_gone=pid_gone, stood_s=stood,
                      lease_s=self.lease_s, missing_s=missing)
