@@ -248,6 +248,7 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_p32_killed_recovered_killed_then_rescaled_to_48(
         tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
     """P = 32, key_groups = 256, a stream folder given in three parts: kill -9 mid-run
