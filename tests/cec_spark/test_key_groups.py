@@ -94,6 +94,20 @@ def test_bad_key_groups_name_the_field_and_the_limit(extra: str, partitions: int
     assert err.value.exit_code == 2  # the documented exit status of a bad spec
 
 
+def test_the_cli_refuses_them_with_exit_2(tmp_path: Path) -> None:
+    """``cec run pipeline --partitions`` above the spec's key groups: the spec error
+    names the option, the file, the field and the limit, exit 2, before any run
+    directory or Spark exists (the spec's own checks: the unit tests above)."""
+    write_items_csv(tmp_path / "items.csv", 10)
+    spec = tmp_path / "kg.toml"
+    spec.write_text(spec_text(CSV, partitions=4, extra_run="key_groups = 256"))
+    over = cec(["run", "pipeline", str(spec), "--log-dir", str(tmp_path / "run"),
+                "--partitions", "300"])
+    assert over.returncode == 2, over.stderr
+    assert "--partitions: 300 is more than kg.toml's [run].key_groups (256)" in over.stderr
+    assert not (tmp_path / "run").exists()
+
+
 def test_key_groups_are_stored_and_read_back() -> None:
     spec = _spec("key_groups = 256", partitions=32)
     text = run_text(spec, settings_for(spec, COLUMNS, None))
@@ -150,6 +164,11 @@ def test_32768_groups_stay_cheap() -> None:
         # every partition reached (at P = G each owns one group: nearly all of them)
         assert len(np.unique(got)) >= min(partitions, 32_000)
         print(f"P={partitions}: 200k int64 keys partitioned in {took * 1e3:.0f} ms")
+    # groups that are no power of two (np.mod, not the low bits)
+    for partitions, groups in ((7, 1000), (48, MAX_KEY_GROUPS - 1), (300, 300)):
+        got = np.asarray(Partitioner(partitions, groups)(pa.array(keys[::50])))
+        assert got.tolist() == partitions_of(keys[::50].tolist(), partitions,
+                                             groups).tolist()
     # strings: one hash per distinct key, whatever the groups
     strs = pa.array([f"k{i}" for i in range(5_000)])
     got = np.asarray(Partitioner(7, 1000)(strs))
