@@ -167,7 +167,7 @@ def _check_source(plan: RunPlan, source: SourcePlan, resume: int) -> None:
     if resume < len(source.chunks):
         last = source.chunks[resume]
         upto = (last.file, None if last.fmt == "parquet" else last.stop)
-    check_fingerprint(spec, stored, read_upto=upto)
+    check_fingerprint(spec, stored, read_upto=upto, now=list(source.files))
     files = list(source.files) or fingerprint(spec)
     if files and files != stored:
         record(root, files)

@@ -79,12 +79,15 @@ def _changed(old: dict[str, Any], path: Path) -> str:
 
 
 def check_fingerprint(spec: PipelineSpec, stored: list[dict[str, Any]], *,
-                      read_upto: tuple[str, int | None] | None = None) -> None:
+                      read_upto: tuple[str, int | None] | None = None,
+                      now: list[dict[str, Any]] | None = None) -> None:
     """InputError unless the source is still what ``stored`` describes.
 
     ``read_upto``: the file and byte (None: the whole file, parquet) where the last
     chunk the run committed ends: only what is before it must be as it was (the caller
-    then :func:`record` s the source it reads); without it, every file.
+    then :func:`record` s the source it reads); without it, every file. ``now``: the
+    fingerprint the source's plan made just now (:attr:`SourcePlan.files`), whose
+    digests are used instead of reading the files again.
     """
     if not stored:
         return
@@ -92,7 +95,22 @@ def check_fingerprint(spec: PipelineSpec, stored: list[dict[str, Any]], *,
     if read_upto is None or read_upto[0] not in whole:
         _check_all(spec, whole)
     else:
-        _check_read(spec, stored, whole, *read_upto)
+        _check_read(spec, stored, whole, *read_upto, _Digests(now or []))
+
+
+class _Digests:
+    """The xxh64 of a file's first ``n`` bytes: from a fingerprint made just now when it
+    has that entry, else read."""
+
+    def __init__(self, now: list[dict[str, Any]]) -> None:
+        self.known = {(f["file"], int(f["bytes"])): str(f["xxh64"]) for f in now}
+
+    def __call__(self, path: Path, n: int | None = None) -> str:
+        size = path.stat().st_size if n is None else n
+        known = self.known.get((str(path), size))
+        if known is not None:
+            return known
+        return _digest(path) if n is None else _prefix_digest(path, n)
 
 
 def _check_all(spec: PipelineSpec, whole: dict[str, dict[str, Any]]) -> None:
@@ -114,8 +132,8 @@ def _check_all(spec: PipelineSpec, whole: dict[str, dict[str, Any]]) -> None:
 
 
 def _check_read(spec: PipelineSpec, stored: list[dict[str, Any]],
-                whole: dict[str, dict[str, Any]], upto_file: str, upto_byte: int | None
-                ) -> None:
+                whole: dict[str, dict[str, Any]], upto_file: str, upto_byte: int | None,
+                digest: _Digests) -> None:
     """The files before ``upto_file`` as they were, and it up to ``upto_byte``."""
     assert spec.source.path is not None
     src = Path(spec.source.path)
@@ -136,13 +154,13 @@ def _check_read(spec: PipelineSpec, stored: list[dict[str, Any]],
             raise InputError(f"{name}: the source changed since the run started: the "
                              "file is gone (a resumed run must read the same input)")
         size = path.stat().st_size
-        if size == int(old["bytes"]) and _digest(path) == old["xxh64"]:
+        if size == int(old["bytes"]) and digest(path) == old["xxh64"]:
             continue
         if name != upto_file or upto_byte is None:
             raise InputError(_changed(old, path))
         prefix = [f for f in stored if f["file"] == name and int(f["bytes"]) == upto_byte]
         if not prefix or size < upto_byte or \
-                _prefix_digest(path, upto_byte) != prefix[0]["xxh64"]:
+                digest(path, upto_byte) != prefix[0]["xxh64"]:
             raise InputError(
                 f"{name}: the source changed since the run started in the part already "
                 f"read (its first {upto_byte} bytes; a resumed run must read the same "
