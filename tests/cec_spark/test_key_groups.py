@@ -225,7 +225,7 @@ def _seq(state: dict[str, Any]) -> int:
     return -1 if seq is None else int(seq)
 
 
-def _kill(proc: subprocess.Popen[bytes], run: Path, tmp: Path) -> None:
+def _kill(proc: subprocess.Popen[bytes], run: Path) -> None:
     """kill -9 the whole process group; wait for its Python workers to go."""
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]
     os.killpg(proc.pid, signal.SIGKILL)
@@ -296,7 +296,7 @@ def test_p32_killed_recovered_killed_then_rescaled_to_48(
              "the first two files processed")
     t1 = time.monotonic()
     print(f"P={P}: started and processed the first files in {t1 - t0:.1f}s")
-    _kill(procs[-1], run, tmp_path)
+    _kill(procs[-1], run)
     first = _processed(run)
     assert sum(kept[:2]) <= first < sum(kept), first  # mid-run: input was still to come
     assert len(_states(run)) == P
@@ -313,7 +313,7 @@ def test_p32_killed_recovered_killed_then_rescaled_to_48(
     wait_for(lambda: _last_seq(run) >= after, 240, "rows after the first kill processed")
     t3 = time.monotonic()
     print(f"recovered and processed new rows in {t3 - t2:.1f}s")
-    _kill(procs[-1], run, tmp_path)
+    _kill(procs[-1], run)
     states = _states(run)
     assert _last_seq(run) < ROWS - 1  # mid-run: the last three files were still to come
     # the tasks that went past the first kill started from the logs (a recovery each)
