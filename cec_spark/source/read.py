@@ -290,13 +290,22 @@ def _checked_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Tab
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise _diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
                             exc) from exc
-        n_lines = text_lines(data)
-        if table.num_rows != n_lines or has_blank_line(data):  # a blank line: name it
+        # a line the parser skipped (a blank jsonl line): a row fewer than lines (the
+        # planner counted them: chunk.rows, but for a cut at max_rows)
+        if table.num_rows != chunk.rows and table.num_rows != (n := text_lines(data)):
             raise _diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
-                            ValueError(f"{n_lines} lines gave {table.num_rows} rows"))
-        table = with_time_us(table, time, columns.kind(time.field), name, first, unit)
-        table = table.select(list(columns.names)).cast(columns.schema())
-    check_values(table, time, name, first, unit)
+                            ValueError(f"{n} lines gave {table.num_rows} rows"))
+        try:
+            table = with_time_us(table, time, columns.kind(time.field), name, first, unit)
+            table = table.select(list(columns.names)).cast(columns.schema())
+            check_values(table, time, name, first, unit)
+        except InputError:
+            if has_blank_line(data):  # a blank csv line is a row of nulls: name the line
+                raise _diagnose(chunk.fmt, name, data, first, chunk.columns, time,
+                                columns, ValueError("a blank line")) from None
+            raise
+    if chunk.fmt == "parquet":
+        check_values(table, time, name, first, unit)
     table = table.slice(0, chunk.rows)
     check_order(table.column(time.field).to_numpy(), time.field, name, first, unit,
                 chunk.prev_ts, chunk.prev_where)

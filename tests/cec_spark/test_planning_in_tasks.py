@@ -177,3 +177,68 @@ def test_a_resume_checks_the_source_only_up_to_what_it_read(tmp_path: Path) -> N
     f0.write_text(f0.read_text().replace(",", ", ", 1))
     with pytest.raises(InputError, match=r"f000\.csv: the source changed"):
         check_fingerprint(spec, stored, read_upto=upto)
+
+
+HEAD = "item_id,item_price,item_time\n"
+GOOD = "1,1.0,10\n2,2.0,11\n3,3.0,12\n4,4.0,13\n"  # lines 2-5: two chunks of 2
+
+
+def _jsonl(rows: str) -> str:
+    out = []
+    for line in rows.splitlines(keepends=True):
+        if not line.strip():
+            out.append(line)
+            continue
+        k, v, t = line.strip().split(",")
+        out.append(f'{{"item_id": {k}, "item_price": {v}, "item_time": {t}}}\n')
+    return "".join(out)
+
+
+@pytest.mark.parametrize(("kind", "bad", "message"), [
+    ("csv", "5,2.5,14\n\n6,1.0,15\n", "a.csv: line 7: the line is blank"),
+    ("csv", "5,2.5,14\n6,inf,15\n", "a.csv: line 7: item_price: inf is not a finite number"),
+    ("csv", "5,2.5,14\n6,x,15\n", "a.csv: line 7: item_price: 'x' is not a number"),
+    ("csv", "5,2.5,14\n6,1.0\n", "a.csv: line 7: expected 3 fields"),
+    ("csv", "5,2.5,12\n", "a.csv: line 6: item_time: 12 is before the previous row's 13 "
+                          "(line 5)"),
+    ("csv", "5,2.5,14\n6,2.5,13\n", "a.csv: line 7: item_time: 13 is before the previous "
+                                    "row's 14"),
+    ("jsonl", "5,2.5,14\n\n6,1.0,15\n", "a.jsonl: line 6: the line is blank"),
+    ("jsonl", "5,2.5,12\n", "a.jsonl: line 5: item_time: 12 is before the previous row's "
+                            "13 (line 4)"),
+])
+def test_a_bad_row_past_the_first_chunk_is_named_by_the_tasks_check(
+        tmp_path: Path, kind: str, bad: str, message: str) -> None:
+    """The checks a task runs (here through ``plan_source(validate=True)``, which runs
+    them in order) name a bad row in a later chunk as the planner named it in the
+    first one; ``validate=False`` plans the same source without reading that row."""
+    text = HEAD + GOOD + bad if kind == "csv" else _jsonl(GOOD + bad)
+    (tmp_path / f"a.{kind}").write_text(text)
+    src = f'kind = "{kind}"\npath = "a.{kind}"\ntime_field = "item_time"\nchunk_rows = 2'
+    spec = parse_spec(spec_text(src), origin="t.toml", base=tmp_path)
+    plan = plan_source(spec, validate=False)
+    assert plan.chunks[0].check is False and all(c.check for c in plan.chunks[1:])
+    with pytest.raises(InputError) as exc:
+        plan_source(spec)
+    assert str(exc.value).startswith(message), str(exc.value)
+
+
+def test_a_bad_parquet_row_past_the_first_chunk(tmp_path: Path) -> None:
+    """Parquet: the chunk's row groups are read by its task, the row named from 0 within
+    the file, as the planner names it; the plan takes each chunk's last time from the
+    footer (no row read)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    times = [10, 11, 12, 13, 14, 15, 9, 16]
+    table = pa.table({"item_id": pa.array(range(8), pa.int64()),
+                      "item_price": pa.array([1.0] * 8),
+                      "item_time": pa.array(times, pa.int64())})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=2)
+    src = 'kind = "parquet"\npath = "a.parquet"\ntime_field = "item_time"\nchunk_rows = 2'
+    spec = parse_spec(spec_text(src), origin="t.toml", base=tmp_path)
+    plan = plan_source(spec, validate=False)
+    assert [c.wm for c in plan.chunks] == [11, 13, 15, 16]  # the groups' largest times
+    with pytest.raises(InputError, match=r"^a\.parquet: row 6: item_time: 9 is before the "
+                       r"previous row's 15"):
+        plan_source(spec)
