@@ -508,8 +508,9 @@ def _last_row_time(st: _FileState, pf: pq.ParquetFile, name: str, group: int, ro
                    n: int, rows: int) -> int | None:
     """The time of row ``rows - 1`` of a chunk of ``n`` rows (its row groups' last is
     ``group``), in microseconds, from the footer: the group's largest value of an
-    integer time field (its last one when the times are non-decreasing, which the task
-    checks), else read from that group's time column alone. None: none to be had (the
+    integer or INT64 timestamp time field (its last one when the times are
+    non-decreasing, which the task checks), else read from that group's time column
+    alone (INT96 timestamps have no statistics). None: none to be had (the
     chunk's task names what is wrong)."""
     assert st.columns is not None
     tf = st.time.field
@@ -517,14 +518,16 @@ def _last_row_time(st: _FileState, pf: pq.ParquetFile, name: str, group: int, ro
         return None
     try:
         field = pf.schema_arrow.field(tf)
-        if rows == n and pa.types.is_integer(field.type) \
-                and pf.metadata.num_columns == len(pf.schema_arrow):
+        stats = None
+        if rows == n and pf.metadata.num_columns == len(pf.schema_arrow):
             stats = pf.metadata.row_group(group).column(
                 pf.schema_arrow.get_field_index(tf)).statistics
-            if stats is not None and stats.has_min_max and not stats.null_count:
-                table = pa.table({tf: pa.array([stats.max], field.type)})
-                return int(st.time_us(table, name, row + rows - 1, "row").column(tf)[0]
-                           .as_py())
+        if stats is not None and stats.has_min_max and not stats.null_count and (
+                pa.types.is_integer(field.type) or (pa.types.is_timestamp(field.type)
+                                                    and stats.physical_type == "INT64")):
+            # the stored value: an integer, or a timestamp's count in its unit
+            table = pa.table({tf: pa.array([stats.max_raw], pa.int64()).cast(field.type)})
+            return int(st.time_us(table, name, row + rows - 1, "row").column(tf)[0].as_py())
         col = pf.read_row_group(group, columns=[tf])
         before = n - col.num_rows  # rows of the chunk's groups before the last
         i = rows - 1 - before

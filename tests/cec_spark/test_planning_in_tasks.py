@@ -242,3 +242,30 @@ def test_a_bad_parquet_row_past_the_first_chunk(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"^a\.parquet: row 6: item_time: 9 is before the "
                        r"previous row's 15"):
         plan_source(spec)
+
+
+@pytest.mark.parametrize("unit", ["ms", "us", "ns"])
+def test_parquet_timestamps_plan_from_the_footer(tmp_path: Path, unit: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """An INT64 TIMESTAMP time field (pyarrow's, Spark's with TIMESTAMP_MICROS): each
+    chunk's last time comes from its last row group's statistics, no row group read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = 1_700_000_000_000_000
+    us = [base + i * 1000 for i in range(8)]
+    scale = {"ms": 1 / 1000, "us": 1, "ns": 1000}[unit]
+    raw = pa.array([int(t * scale) for t in us], pa.int64())
+    table = pa.table({"item_id": pa.array(range(8), pa.int64()),
+                      "item_price": pa.array([1.0] * 8),
+                      "item_time": raw.cast(pa.timestamp(unit, tz="UTC"))})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=2)
+    src = 'kind = "parquet"\npath = "a.parquet"\ntime_field = "item_time"\nchunk_rows = 2'
+    spec = parse_spec(spec_text(src), origin="t.toml", base=tmp_path)
+
+    def refuse(*args: object, **kwargs: object) -> object:
+        raise AssertionError("a row group read")
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", refuse)
+    plan = plan_source(spec, validate=False)
+    assert [c.wm for c in plan.chunks] == [us[1], us[3], us[5], us[7]]
