@@ -1,10 +1,18 @@
 """Validation and chunk planning of a source's files (csv, jsonl, parquet).
 
-Each file is parsed once, chunk by chunk, as the ingest will read it: a missing
-column, a malformed row, a missing or non-finite value or a time field that goes back
-raises :class:`InputError` naming the file, line (row for parquet) and field.
-:class:`_FileState` carries what a pass over several files needs (the column types
-the first file fixed, the next ``seq``, the last time seen).
+A run's plan is **light** (:attr:`_FileState.light`): chunk boundaries from file
+metadata (a csv header, a parquet footer's row counts, a text file's newlines counted
+in one pass with its fingerprint, :func:`_scan_lines`), the source's first chunk parsed
+and checked (it fixes the column types) and each other chunk's last time read (its
+watermark, and the time its successor's first row must not be below,
+:meth:`_FileState.add_light`); the ingest task checks the other rows
+(:attr:`~cec_spark.source.types.Chunk.check`). Otherwise (lateness settings, whose plan
+needs every row's time; a stream folder's watcher) each file is parsed once, chunk by
+chunk, as the ingest will read it. Either way a missing column, a malformed row, a
+missing or non-finite value or a time field that goes back raises :class:`InputError`
+naming the file, line (row for parquet) and field. :class:`_FileState` carries what a
+pass over several files needs (the column types the first file fixed, the next ``seq``,
+the last time seen).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Reading a source's bytes: line offsets, CSV headers, the Arrow parse of a chunk, the
-exact diagnosis of a chunk the parser refused, and :func:`read_chunk`.
+"""Reading a source's bytes: CSV headers, the Arrow parse of a chunk, the exact
+diagnosis of a chunk the parser refused, the row checks, and :func:`read_chunk`.
 
 :func:`read_chunk` is what the ingest's Spark task (:mod:`cec_spark.ingest.query`)
 calls on an executor to produce Arrow batches; the planner
-(:mod:`cec_spark.source.check`) parses with the same functions, so what it validated
-is what the task reads.
+(:mod:`cec_spark.source.check`) parses with the same functions. A chunk the planner
+did not read (``Chunk.check``) is checked here, row by row, before any of its rows is
+yielded (:func:`chunk_table`): the task names a bad row as the planner would have.
 """
 
 from __future__ import annotations
