@@ -401,13 +401,14 @@ def test_int_and_decimal_columns_keep_what_spark_keeps(
         spark.conf.set("spark.sql.ansi.enabled", "true")
 
 
-def _first_row_spark_rejects(spark: Any, rows: list[tuple[Any, ...]], schema: str,
-                             where: str, error: str, k: int) -> None:
-    """Spark keeps rows 0..k-1 without an error and fails on 0..k with ``error``: row k
-    is the first row Spark's filter rejects (one partition, rows in order)."""
-    spark.createDataFrame(rows[:k], schema).coalesce(1).filter(where).count()
+def _first_row_spark_rejects(df: Any, where: str, error: str, k: int) -> None:
+    """Spark's filter of rows 0..k-1 passes and of rows 0..k fails with ``error``: row k
+    is the first row Spark's filter rejects (``df`` is one partition of the rows in
+    order; Spark filters after a limit, never before it)."""
+    assert df.rdd.getNumPartitions() == 1
+    df.limit(k).filter(where).count()
     with pytest.raises(Exception, match=error):
-        spark.createDataFrame(rows[:k + 1], schema).coalesce(1).filter(where).count()
+        df.limit(k + 1).filter(where).count()
 
 
 @pytest.mark.spark
@@ -417,17 +418,17 @@ def test_the_failing_row_is_the_one_spark_rejects(
     """An ANSI error names the row: the first row Spark's job fails on (Spark's own
     message names no row; it is found here as the shortest prefix of the rows Spark
     fails on). In a Table of several chunks the row counts from the Table's start."""
-    wide_rows, _, wide_batch = wide
-    cases = [(_rows(), table[1], SCHEMA, *FAIL[0]), (_rows(), table[1], SCHEMA, *FAIL[2]),
-             *((wide_rows, wide_batch, WIDE_SCHEMA, w, e) for w, e in WIDE_FAIL[::3])]
-    for rows, batch, schema, where, error in cases:
+    _, wide_df, wide_batch = wide
+    cases = [(*table, SCHEMA, *FAIL[0]), (*table, SCHEMA, *FAIL[2]),
+             *((wide_df, wide_batch, WIDE_SCHEMA, w, e) for w, e in WIDE_FAIL[::3])]
+    for df, batch, schema, where, error in cases:
         with pytest.raises(InputError, match=error) as err:
             _our_ids(spark, batch, where, schema)
         m = re.search(r"row (\d+) of the batch", str(err.value))
         assert m and repr(where) in str(err.value), str(err.value)
         k = int(m.group(1))
         assert k > 0, (where, "a row after the first: the test tells rows apart")
-        _first_row_spark_rejects(spark, rows, schema, where, error, k)
+        _first_row_spark_rejects(df, where, error, k)
         chunked = pa.Table.from_batches([batch.slice(0, k // 2), batch.slice(k // 2)])
         with pytest.raises(InputError, match=rf"row {k} of the batch"):
             _our_ids(spark, chunked, where, schema)
@@ -442,10 +443,9 @@ FILE_COLUMNS = [("item_time", "BIGINT", pa.int64()), ("item_id", "BIGINT", pa.in
                 ("a", "BIGINT", pa.int64()), ("z", "BIGINT", pa.int64()),
                 ("d", "DOUBLE", pa.float64()), ("s", "STRING", pa.string()),
                 ("b", "BOOLEAN", pa.bool_())]
-FILE_WHERE = ["a > 10", "a <=> null", "a in (1, null)", "a + z > 20", "z <> 0 and a / z > 1",
-              "d > 0.5", "d = 'NaN'", "d < 'NaN'", "d >= 0", "d = 0", "isnan(d) or d > 1",
-              "-d < 0", "s = 'ab'", "s < 'b'", "s like 'a%'", "s is not null", "b", "not b",
-              "b is null", "b or d is null"]
+FILE_WHERE = ["a <=> null", "a in (1, null)", "z <> 0 and a / z > 1", "d > 0.5", "d = 'NaN'",
+              "d < 'NaN'", "d = 0", "-d < 0", "s < 'b'", "s like 'a%'", "s is not null",
+              "not b", "b or d is null"]
 
 
 def _file_rows(n: int = 200) -> list[dict[str, Any]]:
