@@ -21,7 +21,9 @@ cell asserts. Then:
 * the tail cells (no Spark: the run's logs are written here as the ingest and the
   operator tasks write them) kill ``cec tail --consumer c >> FILE`` after its intent,
   inside its write, after its print, and a restarted tail before it completes its
-  predecessor's acknowledgement; the file must hold every result exactly once.
+  predecessor's acknowledgement, each time asserting what the kill left in the file
+  (none, part or all of the batch its intent names); the file must hold every result
+  exactly once.
 
 Every cell ends with the results equal, cell for cell and to the last bit of every
 float, to pandas: tumbling count windows per key, each window's values added left to
@@ -373,12 +375,21 @@ def _tail(layout: RunLayout, sink: Path, log: Path, **extra: str
                       stdout=out)
 
 
-TAIL_CELLS = {  # point: (CEC_CRASH_AT, what the restarted tail finds)
+TAIL_CELLS = {  # point: CEC_CRASH_AT (what the restarted tail finds)
     "tail.after_intent": "tail.after_intent@3",  # the file at its old size: print
     "tail.mid_print": "tail.mid_print@3",  # part of the batch: cut it, print it whole
     "tail.after_print": "tail.after_print@3",  # the whole batch: complete the ack
     "tail.before_ack": "tail.after_print@3",  # the same, and that tail killed too
 }
+
+
+def _printed_of_intent(layout: RunLayout, sink: Path) -> str:
+    """After a kill between intent and ack: how much of the intent's batch is in the
+    file (``none``, ``part``, ``all``), from the intent's size of the file and bytes."""
+    intent = json.loads(layout.consumer_intent("c").read_text())
+    before, nbytes, size = intent["out"][2], intent["bytes"], sink.stat().st_size
+    assert nbytes > 0 and before <= size <= before + nbytes, (intent, size)
+    return "none" if size == before else "all" if size == before + nbytes else "part"
 
 
 def _tail_params() -> list[object]:
@@ -411,6 +422,8 @@ def test_a_tail_killed_at_the_point_prints_every_result_once(tmp_path: Path,
             assert proc.returncode == -signal.SIGKILL, log.read_text()[-3000:]
             killed = landed(mark, point_of(first))
             assert "tail" in killed.argv
+            assert _printed_of_intent(layout, sink) == {
+                "tail.after_intent": "none", "tail.mid_print": "part"}.get(point, "all")
             if point == "tail.before_ack":  # the restarted tail dies completing the ack
                 again = _tail(layout, sink, log, CEC_CRASH_AT="tail.before_ack",
                               CEC_CRASH_MARK=str(mark))
@@ -426,8 +439,13 @@ def test_a_tail_killed_at_the_point_prints_every_result_once(tmp_path: Path,
     assert_exact(_tail_lines(sink), ref, point)
 
 
-def test_every_point_has_a_cell() -> None:
-    """The matrix covers POINTS: a point without a cell fails here."""
+def test_every_point_has_a_cell_and_a_call() -> None:
+    """The matrix covers POINTS, and the code calls each of them (crash_point refuses
+    a name not in POINTS): a point without a cell or a call fails here."""
     covered = {point_of(c.at) for c in CELLS} | set(TAIL_CELLS) | {
         "log.during_reconcile", "driver.after_number", "driver.during_claim"}
     assert covered == set(POINTS)
+    code = "\n".join(f.read_text() for pkg in ("storage_log", "cec_spark")
+                     for f in (REPO / pkg).rglob("*.py"))
+    called = {p for p in POINTS if f'crash_point("{p}")' in code}
+    assert called == set(POINTS), f"never called: {sorted(set(POINTS) - called)}"
