@@ -271,7 +271,9 @@ def _checked_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Tab
         unit = "row"
         lo, hi = chunk.start, chunk.stop
         try:
-            table = parquet_file(chunk.file).read_row_groups(list(range(lo, hi)))
+            pf = parquet_file(chunk.file)
+            names = [n for n in columns.names if n in pf.schema_arrow.names]
+            table = pf.read_row_groups(list(range(lo, hi)), columns=names)
         except (pa.ArrowInvalid, OSError) as exc:
             raise InputError(f"{name}: row groups {lo}-{hi - 1}: not readable: {exc}") \
                 from exc
