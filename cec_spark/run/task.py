@@ -76,7 +76,7 @@ TAIL_TIMEOUT_S = 0.25  # idle this long: report state, check the driver (on_idle
 TAIL_POLL_S = 0.015
 TAIL_SLOW_S = 0.05
 TAIL_SLOW_AFTER_S = 2.0
-TAIL_IDLE_SHARE = 0.05
+TAIL_IDLE_SHARE = 0.025  # at 2 s quiet: 50 ms, as before; 0.5 s from 20 s on
 TAIL_IDLE_S = 0.5
 REFILL_WAIT_S = 600.0
 STATE_EVERY_S = 0.5
@@ -470,7 +470,7 @@ def idle_wait(quiet_s: float) -> float:
     :data:`TAIL_IDLE_SHARE` of the quiet time, between :data:`TAIL_SLOW_S` and
     :data:`TAIL_IDLE_S`. So a busy partition is looked at as often as before, and a
     quiet one, where only a writer on another host is not seen at once (inotify sees
-    this host's), sees its next commit within 5 % of its quiet time, 0.5 s at most."""
+    this host's), sees its next commit within 2.5 % of its quiet time, 0.5 s at most."""
     if quiet_s < TAIL_SLOW_AFTER_S:
         return TAIL_POLL_S
     return min(TAIL_IDLE_S, max(TAIL_SLOW_S, quiet_s * TAIL_IDLE_SHARE))
