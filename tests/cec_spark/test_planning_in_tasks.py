@@ -269,3 +269,23 @@ def test_parquet_timestamps_plan_from_the_footer(tmp_path: Path, unit: str,
     monkeypatch.setattr(pq.ParquetFile, "read_row_group", refuse)
     plan = plan_source(spec, validate=False)
     assert [c.wm for c in plan.chunks] == [us[1], us[3], us[5], us[7]]
+
+
+@pytest.mark.parametrize(("prices", "message"), [
+    ([5, 6, 7, (1 << 53) + 1], r"^a\.parquet: row 3 \(row groups 1-1\): "
+                                          r"item_price: 9007199254740993 is beyond 2\^53"),
+    ([5.0, 6.0, float("nan"), 7.0], r"^a\.parquet: row 2: item_price: nan is not a finite"),
+])
+def test_parquet_values_past_the_first_chunk(tmp_path: Path, prices: list[float],
+                                             message: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"item_id": pa.array(range(4), pa.int64()), "item_price": prices,
+                      "item_time": pa.array([1, 2, 3, 4], pa.int64())})
+    pq.write_table(table, tmp_path / "a.parquet", row_group_size=2)
+    src = 'kind = "parquet"\npath = "a.parquet"\ntime_field = "item_time"\nchunk_rows = 2'
+    spec = parse_spec(spec_text(src), origin="t.toml", base=tmp_path)
+    assert plan_source(spec, validate=False).chunks[1].check
+    with pytest.raises(InputError, match=message):
+        plan_source(spec)
