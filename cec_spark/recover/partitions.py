@@ -2,6 +2,9 @@
 upstream log cut at its first bad frame; a damaged output log cut in any case), or,
 dry run, its recovery predicted.
 
+With ``--repair`` every output log is scanned in full too, and cut at a damaged record
+that only a read would find (the writable open checks the tail only).
+
 The eventual checkpoints are not rebuilt here: each resumed operator task rebuilds its
 own as it starts (:func:`cec_spark.run.task._recover`), side by side, and reports it;
 what ``cec recover`` explains per partition is the task's report
@@ -102,8 +105,10 @@ def _recover_partition(run: Recovery, p: int) -> RecoverPartition:
     upstream_repaired = _reconcile_upstream(run, p) if up_path.exists() else None
     first, sealed, empty = _open_output(out_path)  # this open reconciles: keep its report
     repaired = None
-    if first is None:  # damaged before its committed end: cut (derived data)
+    if first is None or run.repair:  # damaged before its committed end (or, --repair,
+        # damage only a read finds, e.g. inside the extent): cut (derived data)
         repaired = cut_output(run.layout, p, run.spec.run.fsync)
+    if repaired is not None:
         sealed, empty = False, False  # the task tells
     fresh: bool | None = None  # the task tells
     if upstream_repaired is not None:
@@ -166,18 +171,17 @@ def _reconcile_upstream(run: Recovery, p: int) -> UpstreamRepair | None:
     return what
 
 
-def cut_output(layout: RunLayout, p: int, fsync: str, error: str | None = None
-               ) -> OutputRepair:
-    """Partition ``p``'s damaged output log cut at its first bad record (a full scan);
-    its operator task rebuilds the eventual checkpoint from what is left and replays the
-    upstream log, which writes the records cut again, exactly. ``error``: the damage as
-    found (else what the cut says of it)."""
+def cut_output(layout: RunLayout, p: int, fsync: str) -> OutputRepair | None:
+    """Partition ``p``'s output log scanned in full and, if damaged, cut at its first bad
+    record; what was cut (None: nothing). Its operator task rebuilds the eventual
+    checkpoint from what is left and replays the upstream log, which writes the records
+    cut again, exactly (or, if the upstream log no longer reaches back there, fails
+    naming what is lost: exit 4)."""
     with StreamLog.open(layout.output(p), writable=True, repair=True, fsync=fsync) as log:
         cut = reconcile_of(log.reconcile_report)
-    if error is None:
-        error = ("damaged" if cut is None or cut.cut_reason is None
-                 else f"{cut.cut_reason} at {cut.cut_at}")
-    return OutputRepair(error=error, reconcile=cut)
+    if cut is None or not (cut.bytes_cut or cut.segments_removed):
+        return None
+    return OutputRepair(error=f"{cut.cut_reason} at {cut.cut_at}", reconcile=cut)
 
 
 def _repair_upstream(path: Path, fsync: str) -> UpstreamRepair:
