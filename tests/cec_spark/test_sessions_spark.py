@@ -11,16 +11,18 @@ source whose every row the filter drops: no session in either), and rows out of 
 late when more than the lateness behind the largest time before it in the source,
 whatever the chunks; the reference applies that rule in Spark SQL, then Spark's
 ``session_window``). Spark's own streaming watermark drops differently, so it is no
-reference (and a streaming run is too slow for this file's budget): its late-event
-filter compares a row's session end with the watermark the micro-batch *before* the
-row's had (``eventTimeWatermarkForLateEvents``), so which rows go depends on how the
-input is cut into micro-batches; a probe on Spark 4.3 (one CSV file per micro-batch,
-``withWatermark`` 2 s, gap 1 s) kept rows 3, 3.5 and 9 s behind the largest time of
-the micro-batch just before theirs, all three late to cec with a lateness of 2 s.
+reference: it drops a row whose session ends at or before the watermark the
+late-event filter holds, which lags the micro-batches (in the first micro-batch after
+the watermark was set it has none), so which rows go depends on how the input is cut
+into micro-batches. On Spark 4.3 (one CSV file per micro-batch, ``withWatermark`` 2 s,
+gap 1 s) rows 3, 3.5 and 9 s behind the largest time of micro-batch 0 were all kept in
+micro-batch 1 (late to cec with a lateness of 2 s); a row 19 s behind, in micro-batch
+2, was dropped (asserted: ``test_spark_streaming_keeps_a_row_cec_drops_as_late``).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -190,3 +192,49 @@ def test_empty_input(spark: object, tmp_path: Path) -> None:
     result = _run(tmp_path, "1s", "sum")
     assert result.source_rows == 200 and result.results == 0
     assert results_table(tmp_path / "run").num_rows == 0
+
+
+def test_spark_streaming_keeps_a_row_cec_drops_as_late(spark: object, tmp_path: Path) -> None:
+    """The documented difference (module docstring), asserted on Spark's own streaming
+    watermark (2 s delay; one CSV file per micro-batch): two rows 9 s and 19 s behind
+    the largest time before them are late to cec's rule (``late_mask``, lateness 2 s);
+    Spark keeps the first, in micro-batch 1, whose late-event filter has no watermark
+    yet, and drops the second, in micro-batch 2, as cec does."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from cec_spark.source.order import late_mask
+
+    assert isinstance(spark, SparkSession)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    s = 1_000_000
+    files = [[(0, 0), (0, 4 * s), (0, 10 * s)],              # micro-batch 0
+             [(1, 1 * s), (0, 20 * s)],                      # 1
+             [(2, 1 * s), (3, 3600 * s)]]                    # 2; 3600 s closes the rest
+    for i, f in enumerate(files):
+        pd.DataFrame({"item_id": [k for k, _ in f], "item_price": [1.0] * len(f),
+                      "item_time": [BASE + t for _, t in f]}).to_csv(folder / f"f{i}.csv",
+                                                                      index=False)
+        os.utime(folder / f"f{i}.csv", (1_700_000_000 + i, 1_700_000_000 + i))  # the order
+    ts = np.array([BASE + t for f in files for _, t in f])
+    assert late_mask(ts, None, 2 * s).tolist() == [False] * 3 + [True, False, True, False]
+    stream = (spark.readStream.option("header", True).option("maxFilesPerTrigger", 1)
+              .schema("item_id BIGINT, item_price DOUBLE, item_time BIGINT").csv(str(folder))
+              .withColumn("t", F.timestamp_micros("item_time"))
+              .withWatermark("t", "2 seconds")
+              .groupBy("item_id", F.session_window("t", "1 second").alias("w"))
+              .agg(F.count("*").alias("count"))
+              .select("item_id", F.unix_micros("w.start").alias("start"), "count"))
+    query = (stream.writeStream.outputMode("append").format("memory")
+             .queryName("late_probe").trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    try:
+        query.awaitTermination(300)
+        assert not query.isActive, "Spark's stream did not end within 300 s"
+        got = sorted(tuple(r) for r in spark.table("late_probe").collect())
+    finally:
+        query.stop()
+        spark.catalog.dropTempView("late_probe")
+    # key 1 kept by Spark, key 2 dropped by both; key 3 (3600 s) still open at the end
+    assert got == [(0, BASE + t * s, 1) for t in (0, 4, 10, 20)] + [(1, BASE + s, 1)]
