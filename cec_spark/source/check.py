@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 import xxhash
@@ -75,9 +76,10 @@ class _FileState:
         self.max_rows = max_rows
         # light: read the rows of the source's first chunk only (it fixes the column
         # types); every other chunk is planned from file metadata and checked by the
-        # ingest task that reads it (Chunk.check). Not with lateness settings, whose
-        # plan is made from every row's time (cec_spark.source.order).
-        self.light = light and not TimeSpec.of(spec).reorders
+        # ingest task that reads it (Chunk.check). With lateness settings, whose plan
+        # is made from every row's time (cec_spark.source.order), each chunk's times
+        # are read (the time column alone: add_timed) and the rest left to its task.
+        self.light = light
         self.files: list[dict[str, Any]] = []  # the fingerprint made on the way
         self.columns: ColumnTypes | None = None
         self.chunks: list[Chunk] = []
@@ -130,6 +132,26 @@ class _FileState:
         self.last_ts, self.last_where = last, last_where
         self.chunks.append(chunk)
         self.next_seq += chunk.rows
+
+    def add_timed(self, chunk: Chunk, ts: np.ndarray, name: str, unit: str) -> None:
+        """Plan ``chunk`` with lateness settings from its times ``ts`` alone (after the
+        cut; read here, the late rows refused here with ``late = "error"``); its task
+        checks the rest of its rows (:attr:`Chunk.check`)."""
+        assert self.order is not None
+        if not self.order.drop:
+            late = self.order.first_late(ts)
+            if late is not None:
+                raise self.late_error(ts, late, name, chunk.first_line, unit)
+        self.add_chunk(replace(chunk, check=True), pa.table({self.time.field: ts}))
+
+    def late_error(self, ts: np.ndarray, late: tuple[int, int], name: str, first: int,
+                   unit: str) -> InputError:
+        i, before = late
+        return InputError(
+            f"{name}: {unit} {first + i}: {self.time.field}: {iso(int(ts[i]))} is more than "
+            f"allowed_lateness ({_duration(self.time.allowed_lateness_us)}) behind "
+            f"{iso(before)}, the latest time before it (late = \"error\"; "
+            "late = \"drop\" drops such rows)")
 
     def cut(self, rows: int) -> int:
         """``rows`` of a next chunk, cut at ``max_rows``."""
@@ -202,12 +224,7 @@ class _FileState:
         if self.order is not None:  # late rows and allowed_lateness (source_order)
             late = None if self.order.drop else self.order.first_late(ts)
             if late is not None:
-                i, before = late
-                raise InputError(
-                    f"{name}: {unit} {first_line + i}: {tf}: {iso(int(ts[i]))} is more than "
-                    f"allowed_lateness ({_duration(self.time.allowed_lateness_us)}) behind "
-                    f"{iso(before)}, the latest time before it (late = \"error\"; "
-                    "late = \"drop\" drops such rows)")
+                raise self.late_error(ts, late, name, first_line, unit)
         elif len(ts):
             check_order(ts, tf, name, first_line, unit, self.last_ts, self.last_where)
             self.last_ts = int(ts[-1])
@@ -235,6 +252,14 @@ def _plan_text_file(st: _FileState, path: Path, fmt: str) -> None:
             n_lines = spec.source.chunk_rows if k < n_chunks - 1 else \
                 scan.lines - spec.source.chunk_rows * (n_chunks - 1)
             rows = st.cut(n_lines)
+            if st.order is not None:  # lateness: the chunk's times (its time column)
+                ts = _chunk_times(st, path.name, fmt, _read_bytes(str(path), start, stop),
+                                  line, columns)
+                st.add_timed(Chunk(len(st.chunks), fmt, str(path), start, stop,
+                                   st.next_seq, rows, line, columns), ts[:rows],
+                             path.name, "line")
+                line += n_lines
+                continue
             lasts.append((start, stop, line, rows, n_lines,
                           _nth_line(path, start, stop, rows, n_lines)))
             st.next_seq += rows  # (the chunks are added below, in order)
@@ -343,6 +368,43 @@ def _nth_line(path: Path, start: int, stop: int, n: int, lines: int) -> bytes:
             if nl >= 0 or lo == start:
                 return data[nl + 1:]
             back *= 4
+
+
+def _chunk_times(st: _FileState, name: str, fmt: str, data: bytes, line: int,
+                 columns: tuple[str, ...]) -> np.ndarray:
+    """The times of a text chunk's rows, in microseconds, parsing its time column alone
+    (a row the parser refuses, a blank line or a bad time: the first bad line named)."""
+    assert st.columns is not None
+    tf = st.time.field
+    raw = st.columns.parse_schema().field(tf).type
+    try:
+        if fmt == "csv":
+            table = pacsv.read_csv(
+                io.BytesIO(data),
+                read_options=pacsv.ReadOptions(column_names=list(columns),
+                                               block_size=16 << 20),
+                parse_options=pacsv.ParseOptions(ignore_empty_lines=False),
+                convert_options=pacsv.ConvertOptions(column_types={tf: raw},
+                                                     include_columns=[tf],
+                                                     strings_can_be_null=False,
+                                                     null_values=[""]))
+        else:
+            table = pajson.read_json(io.BytesIO(data), read_options=pajson.ReadOptions(
+                block_size=16 << 20), parse_options=pajson.ParseOptions(
+                explicit_schema=pa.schema([(tf, raw)]), unexpected_field_behavior="ignore"))
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise _diagnose(fmt, name, data, line, columns, st.time, st.columns, exc) from exc
+    if table.num_rows != (n := text_lines(data)):
+        raise _diagnose(fmt, name, data, line, columns, st.time, st.columns,
+                        ValueError(f"{n} lines gave {table.num_rows} rows"))
+    try:
+        table = st.time_us(table, name, line, "line")
+    except InputError:
+        if has_blank_line(data):
+            raise _diagnose(fmt, name, data, line, columns, st.time, st.columns,
+                            ValueError("a blank line")) from None
+        raise
+    return np.asarray(table.column(tf).to_numpy())
 
 
 def _last_times(st: _FileState, name: str, fmt: str, columns: tuple[str, ...],
@@ -487,6 +549,15 @@ def _plan_parquet_file(st: _FileState, path: Path) -> None:
         if st.light and st.columns is not None:
             n = sum(pf.metadata.row_group(g).num_rows for g in range(lo, hi))
             rows = st.cut(n)
+            if st.order is not None:  # lateness: the chunk's times (its time column)
+                times = st.time_us(pf.read_row_groups(list(range(lo, hi)),
+                                                      columns=[st.time.field]),
+                                   name, row, "row")
+                st.add_timed(Chunk(len(st.chunks), "parquet", str(path), lo, hi,
+                                   st.next_seq, rows, row),
+                             times.column(st.time.field).to_numpy()[:rows], name, "row")
+                row += n
+                continue
             st.add_light(Chunk(len(st.chunks), "parquet", str(path), lo, hi, st.next_seq,
                                rows, row), _last_row_time(st, pf, name, hi - 1, row, n, rows),
                          f"row {row + rows - 1}")

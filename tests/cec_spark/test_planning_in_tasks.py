@@ -26,6 +26,7 @@ from cec_spark.source import check as check_mod
 from cec_spark.source import read as read_mod
 from cec_spark.source.fingerprint import AMENDED, check_fingerprint
 from cec_spark.source.planner import plan_source
+from cec_spark.source.types import Chunk
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import read_export_csv, reference_count_windows, spec_text
 
@@ -289,3 +290,43 @@ def test_parquet_values_past_the_first_chunk(tmp_path: Path, prices: list[float]
     assert plan_source(spec, validate=False).chunks[1].check
     with pytest.raises(InputError, match=message):
         plan_source(spec)
+
+
+@pytest.mark.parametrize("kind", ["csv", "parquet"])
+def test_lateness_plans_from_the_times_alone_as_from_every_row(tmp_path: Path,
+                                                                kind: str) -> None:
+    """With ``allowed_lateness`` the plan needs every row's time: the run's plan reads
+    the time column alone (the task checks the rest) and makes the same chunks (held
+    rows, seq ranges, watermarks) as a pass that reads and checks every row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(5)
+    n = 500
+    times = 1_000_000 + np.cumsum(rng.integers(0, 1000, n)) - rng.integers(0, 3000, n)
+    df = pd.DataFrame({"item_id": rng.integers(0, 9, n),
+                       "item_price": np.round(rng.uniform(0, 9, n), 2), "item_time": times})
+    (tmp_path / "src").mkdir()
+    for f in range(3):
+        part = df.iloc[f * 170:(f + 1) * 170]
+        if kind == "csv":
+            part.to_csv(tmp_path / "src" / f"f{f}.csv", index=False)
+        else:
+            pq.write_table(pa.Table.from_pandas(part, preserve_index=False),
+                           tmp_path / "src" / f"f{f}.parquet", row_group_size=37)
+    src = (f'kind = "{kind}"\npath = "src"\ntime_field = "item_time"\nchunk_rows = 37\n'
+           'allowed_lateness = "2ms"\nlate = "drop"')
+    spec = parse_spec(spec_text(src), origin="t.toml", base=tmp_path)
+    light = plan_source(spec, validate=False)
+    st = check_mod._FileState(spec, None)  # every row read and checked
+    for path in sorted((tmp_path / "src").iterdir()):
+        check_mod._plan_file(st, path, kind)
+    st.flush()
+
+    def fields(c: Chunk) -> tuple[object, ...]:
+        return (c.index, c.file, c.start, c.stop, c.first_seq, c.rows, c.max_before,
+                c.seq_base, c.seq_end, c.final, c.wm, tuple(k.index for k in c.carry))
+
+    assert [fields(c) for c in light.chunks] == [fields(c) for c in st.chunks]
+    assert any(c.carry for c in light.chunks)
+    assert all(c.check for c in light.chunks[1:] if not c.final)  # the flush: no rows
