@@ -69,8 +69,9 @@ def plan_source(spec: PipelineSpec, *, max_rows: int | None = None,
     (its watermark); every other row is checked by the ingest task that reads it
     (:attr:`Chunk.check`, :func:`cec_spark.source.read.chunk_table`). ``validate=True``
     then runs those same checks here, chunk by chunk (the first bad row, in order,
-    is the InputError). With lateness settings every row is read and checked here
-    either way (:mod:`cec_spark.source.order` plans from every row's time).
+    is the InputError). With lateness settings each chunk's times are read here
+    either way (:mod:`cec_spark.source.order` plans from every row's time), the time
+    column alone.
 
     For ``stream-dir`` this is the plan of the files present now (use
     :class:`StreamDirWatcher` to follow the folder).
