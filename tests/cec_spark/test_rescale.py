@@ -1,7 +1,10 @@
 """Rescale on recovery (issue 20) on real local Spark, in real processes.
 
 A CSV pipeline with ``P`` partitions is killed with ``kill -9`` (the whole process
-group) at a moment of its run, then resumed with ``cec recover --partitions P'``: its
+group) in the middle of its work (a stream folder gets thousands of rows at once and
+the kill comes as soon as the upstream logs grow; each test asserts from the logs and
+the state files that some of those rows were committed upstream and either not all of
+them or not all processed by the operators), then resumed with ``cec recover --partitions P'``: its
 export equals the failure-free export byte for byte. Count tumbling, count sliding and
 time windows; a rescale killed in the middle and run again; two rescales in a row;
 the key partition of the Python side equal to Spark's on many keys; a run killed
@@ -10,14 +13,14 @@ before its logs existed.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from pyspark.sql import SparkSession
@@ -28,8 +31,16 @@ from cec_spark.read.datasource import _StreamReader, register
 from cec_spark.report import RecoverResult
 from cec_spark.rundir.layout import RunLayout
 from recovery.rescale import partitions_of, spark_xxhash64
-from tests.cec_spark.helpers import cec, spec_text, start_cec, wait_for, write_items_csv
-from tests.cli.test_pipeline_cli import _alive, checked
+from storage_log.log import StreamLog
+from tests.cec_spark.helpers import (
+    cec,
+    spec_text,
+    start_cec,
+    task_states,
+    wait_for,
+    write_items_csv,
+)
+from tests.cli.test_pipeline_cli import checked
 
 pytestmark = pytest.mark.spark
 
@@ -72,26 +83,91 @@ def _reference(data: Path, case: str) -> Path:
     return _REFS[case]
 
 
-def _states(run: Path) -> list[dict[str, object]]:
+FILES = 10  # a killed run reads its rows from a stream folder, in this many files
+# the ingest commits every chunk: every 500 rows
+STREAM = 'time_field = "item_time"\npoll_ms = 50\nchunk_rows = 500'
+
+
+def upstream_last_seqs(run: Path, partitions: int) -> list[int]:
+    """Each generation-0 upstream log's last committed row (its seq: the source row's
+    number; -1: none, or no log)."""
     out = []
-    for f in sorted((run / "state").glob("p*.json")):
-        with contextlib.suppress(OSError, ValueError):
-            out.append(json.loads(f.read_text()))
+    for p in range(partitions):
+        path = RunLayout(run).upstream_of(0, p)
+        if not path.exists():
+            out.append(-1)
+            continue
+        with StreamLog.open(path, threads=0) as log:
+            out.append(-1 if log.last_seq is None else log.last_seq)
     return out
 
 
-FILES = 10  # a killed run reads its rows from a stream folder, in this many files
+def _processes() -> dict[int, tuple[int, int]]:
+    """Every live process: pid -> (parent pid, process group); zombies left out."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            state, ppid, pgid = stat[stat.rindex(")") + 2:].split()[:3]
+            if state != "Z":
+                out[int(name)] = (int(ppid), int(pgid))
+    return out
+
+
+def groups_of(pid: int) -> set[int]:
+    """The process groups of ``pid`` and its descendants: a ``cec`` run's own, and its
+    JVM's PySpark daemon's (which starts its own session: a kill of the run's group
+    leaves the daemon and its forked workers to notice the JVM is gone)."""
+    table = _processes()
+    kids: dict[int, list[int]] = {}
+    for child, (parent, _) in table.items():
+        kids.setdefault(parent, []).append(child)
+    todo, seen = [pid], set()
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo += kids.get(p, [])
+    return {table[p][1] for p in seen if p in table}
+
+
+def wait_gone(groups: set[int], timeout: float = 60) -> None:
+    """Wait until no process of ``groups`` is left (the killed run's orphaned Python
+    workers could still commit: where a kill landed is read after this)."""
+    wait_for(lambda: not any(g in groups for _, g in _processes().values()), timeout,
+             f"the killed run's processes (groups {sorted(groups)}) to exit")
+
+
+def behind(run: Path, partitions: int) -> list[int]:
+    """The partitions whose upstream log is ahead of what their operator task last
+    reported processed (``RUN/state/pNNNN.json`` in_last_seq, written after its
+    commits every 0.5 s while busy and at once when idle): an idle run has none. Read
+    after the kill."""
+    ups = upstream_last_seqs(run, partitions)
+    states = task_states(run, partitions)
+    return [p for p in range(partitions)
+            if ups[p] > int(states[p].get("in_last_seq") or -1)]  # type: ignore[call-overload]
+
+
+def last_kept(rows: pd.DataFrame, n: int) -> int:
+    """The seq of the last of the first ``n`` rows that the filter keeps."""
+    return int(np.flatnonzero(rows.item_price.to_numpy()[:n] >= 0)[-1])
+
+
+def _upstream_bytes(run: Path) -> int:
+    return sum(p.stat().st_size for p in (run / "upstream").rglob("*.seg"))
 
 
 def _kill_run(data: Path, case: str, partitions: int, run: Path, tmp: Path,
-              share: float) -> None:
+              share: float) -> int:
     """Run the case on a stream folder holding the first ``share`` of the rows (the
-    same rows as ``items.csv``, in FILES files: the same export); kill -9 its process
-    group once its operators have processed them (at least one batch), wait for its
-    Python workers to go, then add the rest of the files and ``_END``. The run cannot
-    end before the kill, however fast the ingest and the operators are (with the
-    bounded CSV, 20,000 rows could be processed between two of the tasks' state
-    reports: the kill then came after the end)."""
+    same rows as ``items.csv``, in FILES files: the same export); once they are
+    ingested and mostly processed, drop every other file at once and kill -9 the
+    process group as soon as the upstream logs grow: mid-ingest or mid-operator
+    (asserted, see _kill_mid_ingest); then ``_END``. Returns the upstream's last row at the kill."""
     window, function = CASES[case]
     live = tmp / "live"
     live.mkdir()
@@ -102,32 +178,59 @@ def _kill_run(data: Path, case: str, partitions: int, run: Path, tmp: Path,
     for i in range(first):
         parts[i].to_csv(live / f"f-{i:03d}.csv", index=False)
     spec = tmp / f"{case}-{partitions}-live.toml"
-    spec.write_text(spec_text(f'kind = "stream-dir"\npath = "{live}"\n'
-                              'time_field = "item_time"\npoll_ms = 50', window=window,
-                              function=function, partitions=partitions))
-    _kill_when_processed(spec, run, tmp, sum(len(parts[i]) for i in range(first)))
-    for i in range(first, FILES):
-        tmp_file = live / f".f-{i:03d}.tmp"
-        parts[i].to_csv(tmp_file, index=False)
-        tmp_file.rename(live / f"f-{i:03d}.csv")
+    spec.write_text(spec_text(f'kind = "stream-dir"\npath = "{live}"\n{STREAM}',
+                              window=window, function=function, partitions=partitions))
+
+    def drop() -> None:
+        for i in range(first, FILES):
+            tmp_file = live / f".f-{i:03d}.tmp"
+            parts[i].to_csv(tmp_file, index=False)
+            tmp_file.rename(live / f"f-{i:03d}.csv")
+
+    landed = _kill_mid_ingest(spec, run, tmp, partitions, rows,
+                              sum(len(parts[i]) for i in range(first)), drop)
     (live / "_END").touch()
+    return landed
 
 
-def _kill_when_processed(spec: Path, run: Path, tmp: Path, rows: int) -> None:
-    """Start ``cec run pipeline``; kill -9 its process group once its operators have
-    processed 90 % of ``rows``; wait for its Python workers to go."""
+def _kill_mid_ingest(spec: Path, run: Path, tmp: Path, partitions: int, rows: pd.DataFrame,
+                     ready: int, drop: Callable[[], None]) -> int:
+    """Start ``cec run pipeline`` on a stream folder holding ``rows``' first ``ready``
+    rows; once the upstream logs hold them and the operators processed 90 % of them,
+    ``drop()`` the other rows' files at once (thousands of rows, a commit every 500) and
+    kill -9 the process group as soon as the upstream logs grow (polled every ms); wait
+    for its orphaned Python workers to go. Asserted: the kill landed in the work on the
+    dropped rows: the upstream logs grew, and either not all of them are committed
+    upstream (mid-ingest) or not all reported processed by the operators (mid-operator:
+    a partition's upstream log ahead of its state file's in_last_seq). Returns the
+    upstream's last row."""
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                      tmp / "run.log")
+    before = last_kept(rows, ready)
+    kept = int((rows.item_price.to_numpy()[:ready] >= 0).sum())
 
     def processed() -> int:
-        return sum(int(s.get("in_tuples", 0)) for s in _states(run))  # type: ignore[call-overload]
+        return sum(int(s.get("in_tuples", 0) or 0)  # type: ignore[call-overload]
+                   for s in task_states(run, partitions))
 
-    wait_for(lambda: processed() > int(rows * 0.9), 180, f"{rows} rows processed",
-             step=0.01)
-    pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
+    wait_for(lambda: proc.poll() is None and processed() > int(kept * 0.9)
+             and max(upstream_last_seqs(run, partitions)) == before, 180,
+             f"{ready} rows ingested, 90 % processed")
+    groups = groups_of(proc.pid)
+    idle = _upstream_bytes(run)
+    drop()
+    wait_for(lambda: _upstream_bytes(run) != idle, 60, "the ingest to write", step=0.001)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    wait_gone(groups)
+    landed = max(upstream_last_seqs(run, partitions))
+    last, late = last_kept(rows, len(rows)), behind(run, partitions)
+    # mid-work: the upstream grew (a commit's frames written) and either not every
+    # dropped row is committed (mid-ingest) or not all are processed (mid-operator)
+    assert before <= landed and (landed < last or late), (before, landed, last, late)
+    print(f"killed {'mid-ingest' if landed < last else 'mid-operator'}: upstream at row "
+          f"{landed} of {before + 1}..{last}; partitions behind their upstream: {late}")
+    return landed
 
 
 def _recover(run: Path, partitions: int) -> dict[str, object]:
@@ -218,9 +321,10 @@ def test_a_run_killed_before_its_logs_starts_with_other_partitions(
 
 
 def test_a_stream_continues_after_the_cut(data: Path, tmp_path: Path) -> None:
-    """A stream folder: kill -9 while the run waits for more files, add them, recover
-    with fewer partitions: the new generation's ingest reads the source from the cut
-    on (the first file is not read again), and the export equals the failure-free
+    """A stream folder: kill -9 while the run works on the two files dropped after the
+    first one was processed (mid-ingest or mid-operator, asserted), ``_END``, recover
+    with fewer partitions: the new generation's ingest reads the source from the cut on
+    (the first file is not read again), and the export equals the failure-free
     run's over the same rows (the case's reference: the same rows in a stream folder
     give the same export, see _kill_run)."""
     rows = pd.read_csv(data / "items.csv")
@@ -230,23 +334,27 @@ def test_a_stream_continues_after_the_cut(data: Path, tmp_path: Path) -> None:
 
     def spec(folder: Path, partitions: int) -> Path:
         path = tmp_path / f"{folder.name}.toml"
-        path.write_text(spec_text(f'kind = "stream-dir"\npath = "{folder}"\n'
-                                  'time_field = "item_time"\npoll_ms = 50', window=window,
-                                  function=function, partitions=partitions))
+        path.write_text(spec_text(f'kind = "stream-dir"\npath = "{folder}"\n{STREAM}',
+                                  window=window, function=function, partitions=partitions))
         return path
 
     live = tmp_path / "live"
     live.mkdir()
     thirds[0].to_csv(live / "f-000.csv", index=False)
     run = tmp_path / "run"
-    _kill_when_processed(spec(live, 3), run, tmp_path, int(0.3 * ROWS))
-    for i in (1, 2):
-        thirds[i].to_csv(live / f"f-{i:03d}.csv", index=False)
+
+    def drop() -> None:
+        for i in (1, 2):
+            thirds[i].to_csv(live / f".f-{i:03d}.tmp", index=False)
+            (live / f".f-{i:03d}.tmp").rename(live / f"f-{i:03d}.csv")
+
+    landed = _kill_mid_ingest(spec(live, 3), run, tmp_path, 3, rows, len(thirds[0]), drop)
     (live / "_END").touch()
     result = _recover(run, 2)
     rescale = result["rescale"]
     assert isinstance(rescale, dict) and rescale["cut"] < len(rows) - 1, rescale
-    print(f"stream: 3 -> 2 at C={rescale['cut']}, windows moved "
+    print(f"stream: killed at upstream row {landed}; 3 -> 2 at C={rescale['cut']}, "
+          f"windows moved "
           f"{rescale['windows_per_partition']}")
     assert result["resumed"]["source_rows"] == len(rows)
     assert _export(run, tmp_path / "got.csv") == reference
