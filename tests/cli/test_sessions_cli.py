@@ -6,10 +6,12 @@ sessions of its key, which become one. Its failure-free run (a module fixture, t
 reference) equals a pandas reference and Spark's own ``session_window`` on the same
 rows; ``cec inspect extent``, its time travel (``--at``) and the recovery-time
 objective are checked on it. Then, each against that reference or the same two
-oracles: kill -9 at a random moment with a torn output log (the last segment cut
-mid-record) and ``cec recover``; and a ``stream-dir`` run killed after the two sessions'
-rows and before the bridging row, then ``cec recover --from-log --partitions 3`` (a
-rescale: the open sessions move with their key groups and merge after the cut).
+oracles: kill -9 of the whole run as a random partition's task dies at its first
+group commit (mid-operator, asserted from its state file and upstream log), with a
+torn output log (the last segment cut mid-record), and ``cec recover``; and a
+``stream-dir`` run killed after the two sessions' rows and before the bridging row,
+then ``cec recover --from-log --partitions 3`` (a rescale: the open sessions move with
+their key groups and merge after the cut).
 
 A test without Spark checks the rescale's handoff rule for sessions (a session ending
 exactly at the handoff's ts is still open).
@@ -44,6 +46,7 @@ from cec_spark.rundir.run_file import read_run_file
 from recovery.rescale import handoff, partitions_of
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import cec, read_export_csv, spec_text, start_cec, wait_for
+from tests.cec_spark.test_rescale import behind, upstream_last_seqs
 from tests.cli.test_pipeline_cli import _alive, checked
 
 BASE = 1_700_000_000_000_000
@@ -285,33 +288,54 @@ def _kill(proc: Any, run: Path) -> None:
     wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
 
 
+CRASH = "operator.after_group_commit"  # a group of output committed, its state not yet
+
+
 @pytest.mark.spark
 def test_kill9_at_a_random_moment_and_a_torn_output_log_then_recover(
-        reference: Reference, tmp_path: Path) -> None:
-    run = tmp_path / "run"
+        reference: Reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Mid-operator, asserted: the run ingests and processes its 12,100 rows within
+    ~0.5 s of its ~16 (one upstream record per partition), so a kill after a random
+    delay landed before the first batch or after the last. A random partition's task
+    dies at its first group commit (the output committed, its state file not yet
+    written: ``CEC_CRASH_AT`` with a mark), and the test kills -9 the run's whole
+    process group as soon as the mark appears; afterwards that partition's upstream log
+    is ahead of what its state file says it processed."""
+    run, mark = tmp_path / "run", tmp_path / "mark"
+    mark.mkdir()
     seed = random.randrange(1 << 30)
-    delay = random.Random(seed).uniform(0.0, 0.8 * float(reference.summary["steady_s"]))
+    victim_p = random.Random(seed).randrange(P)
+    monkeypatch.setenv("CEC_CRASH_AT", f"{CRASH}%p{victim_p}")
+    monkeypatch.setenv("CEC_CRASH_MARK", str(mark))
     proc = start_cec(["run", "pipeline", str(reference.spec), "--log-dir", str(run),
                       "--json"], tmp_path / "run.log")
-    wait_for(lambda: any(int(s.get("in_tuples", 0)) > 0 for s in _states(run))
-             or proc.poll() is not None, 180, "the first processed batch")
-    time.sleep(delay)
+    monkeypatch.delenv("CEC_CRASH_AT")
+    monkeypatch.delenv("CEC_CRASH_MARK")
+    wait_for(lambda: any(mark.glob(f"{CRASH}.*")) or proc.poll() is not None, 180,
+             f"partition {victim_p}'s task at {CRASH}", step=0.001)
     _kill(proc, run)
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "run.log").read_text()[-3000:]
+    died = next(mark.glob(f"{CRASH}.*")).read_text()
+    assert f"tag=p{victim_p}\n" in died and "pyspark.worker" in died, died
+    # mid-operator: the committed group is in no state file
+    ups = upstream_last_seqs(run, P)
+    assert victim_p in behind(run, P), (ups, _states(run))
     # the torn write: the last segment of the fullest output log cut inside its last
     # record (a few bytes before its end)
     segs = {p: sorted((run / "output" / f"p{p:04d}").glob("*.seg")) for p in range(P)}
     victim = max(range(P), key=lambda p: segs[p][-1].stat().st_size if segs[p] else 0)
-    assert segs[victim], f"no output yet (seed {seed}, delay {delay:.2f} s)"
+    assert segs[victim], f"no output yet (seed {seed})"
     last = segs[victim][-1]
     size = last.stat().st_size
-    assert size > 64, f"nothing written yet (seed {seed}, delay {delay:.2f} s)"
+    assert size > 64, f"nothing written yet (seed {seed})"
     os.truncate(last, size - 7)
     rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
     result = checked(rec.stdout, RecoverResult)
-    assert result["resumed"]["completed"], (seed, delay, result)
+    assert result["resumed"]["completed"], (seed, result)
     torn = result["partitions"][victim]
     assert torn.get("repaired") or torn["reconcile"]["bytes_cut"] > 0, torn
-    print(f"seed={seed} delay={delay:.2f}s, partition {victim} torn")
+    print(f"seed={seed}: partition {victim_p} killed at {CRASH}, the run's group at "
+          f"once (upstream at {ups}); partition {victim} torn")
     out = tmp_path / "export.csv"
     cec(["export", str(run), "--out", str(out)], check=True)
     assert out.read_bytes() == reference.export.read_bytes()
