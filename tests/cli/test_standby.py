@@ -1,8 +1,11 @@
 """``cec standby`` on real Spark with real faults (issue 27): the driver killed with
-SIGKILL at a random moment, a standby killed during its takeover (the second one
-finishes), the driver frozen past its lease then woken (fenced: it writes nothing), a
-standby killed while it waits (the run does not notice), ``cec run --standby``; every
-export byte for byte the failure-free run's. Bad use: exit 2, one line, nothing written.
+SIGKILL while it ingests or processes rows, a standby killed while its takeover's run
+does (the second one finishes), the driver frozen past its lease then woken (fenced:
+it writes nothing), a standby killed while it waits (the run does not notice), ``cec
+run --standby``; every export byte for byte the failure-free run's. Where each kill
+(and the freeze) landed is asserted from the upstream logs' last rows and the task
+state files: not every row fed committed upstream (mid-ingest), or not every committed
+row reported processed (mid-operator). Bad use: exit 2, one line, nothing written.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ from tests.cec_spark.helpers import (
     wait_for,
     write_items_csv,
 )
+from tests.cec_spark.test_rescale import (
+    behind,
+    groups_of,
+    last_kept,
+    upstream_last_seqs,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -41,7 +51,7 @@ P = 3
 FILES = 20  # the stream folder's files; the faults happen after the first half
 SOURCE = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"\nchunk_rows = 6000'
 STREAM = ('kind = "stream-dir"\npath = "in"\nformat = "csv"\ntime_field = "item_time"\n'
-          'poll_ms = 50')
+          'poll_ms = 50\nchunk_rows = 2500')  # 3 upstream commits a file
 READY = "standby: ready to take over"
 
 
@@ -121,15 +131,38 @@ def _claimer(run: Path, n: int) -> int:
     return int(info["pid"])
 
 
+def _last_row(df: pd.DataFrame, files: int) -> int:
+    """The seq of the last row the filter keeps among files 0..files-1."""
+    return last_kept(df, files * len(df) // FILES)
+
+
+def _upstream_bytes(run: Path) -> int:
+    return sum(p.stat().st_size for p in (run / "upstream").rglob("*.seg"))
+
+
+def _mid_work(run: Path, before: int, last: int) -> str:
+    """Where a kill (or a freeze) that came as the upstream logs grew past row
+    ``before`` landed, read from the upstream logs and the state files: either not
+    every row up to ``last`` is committed upstream (mid-ingest) or not every committed
+    row is reported processed by its operator task (mid-operator); AssertionError if
+    neither (the run was idle)."""
+    landed, late = max(upstream_last_seqs(run, P)), behind(run, P)
+    assert before <= landed and (landed < last or late), (before, landed, last, late)
+    return (f"{'mid-ingest' if landed < last else 'mid-operator'} (upstream at row "
+            f"{landed} of {before + 1}..{last}, partitions {late} behind it)")
+
+
 def test_two_standbys_a_killed_driver_and_a_standby_killed_while_taking_over(
         workload: Workload, tmp_path: Path) -> None:
     """A stream folder gets the first half of the files: the run cannot end before the
-    faults, whatever the machine's load; the rest comes after them."""
+    faults, whatever the machine's load. Once they are ingested, a quarter more is
+    dropped at once and the driver's process group is killed as soon as the upstream
+    logs grow; the last quarter is dropped once a standby claimed the run, and that
+    standby is killed as soon as its run commits upstream: both deaths land in the work
+    on rows (asserted from the logs and the state files: mid-ingest or mid-operator)."""
     spec, reference = _stream_spec(tmp_path), workload.reference
     _drop(tmp_path / "in", workload.rows, range(FILES // 2))
     run = tmp_path / "run"
-    seed = random.randrange(1 << 30)
-    rng = random.Random(seed)
     # both standbys start before the run exists: they wait for it
     standbys = [start_cec(["standby", "--from-log", str(run)], tmp_path / f"sb{i}.log")
                 for i in range(2)]
@@ -140,19 +173,32 @@ def test_two_standbys_a_killed_driver_and_a_standby_killed_while_taking_over(
                            tmp_path / "run.log")
         wait_for(lambda: all(READY in _text(tmp_path / f"sb{i}.log") for i in range(2)),
                  240, "both standbys to be ready")
-        wait_for(lambda: _processing(run), 240, "the first processed batch")
-        time.sleep(rng.uniform(0.0, 2.0))
+        half, more = _last_row(workload.rows, FILES // 2), FILES * 3 // 4
+        wait_for(lambda: _processing(run) and max(upstream_last_seqs(run, P)) == half, 240,
+                 "the first half ingested and a processed batch")
+        groups = groups_of(driver.pid)
+        idle = _upstream_bytes(run)
+        _drop(tmp_path / "in", workload.rows, range(FILES // 2, more))
+        wait_for(lambda: _upstream_bytes(run) != idle, 60, "the ingest to write", step=0.001)
         _kill_group(driver)  # the driver, its JVM and its Python workers
         driver.wait(30)
+        wait_gone(groups)
+        first_kill = _mid_work(run, half, _last_row(workload.rows, more))
+        landed = max(upstream_last_seqs(run, P))
         wait_for((run / "drivers" / "00000002").exists, 60,
                  "a standby to claim driver number 2")
         first = _claimer(run, 2)
         taking = next(s for s in standbys if s.pid == first)
         other = next(s for s in standbys if s.pid != first)
-        time.sleep(rng.uniform(0.0, 1.5))  # somewhere in its takeover
+        _drop(tmp_path / "in", workload.rows, range(more, FILES))
+        wait_for(lambda: max(upstream_last_seqs(run, P)) > landed, 240,
+                 "the taking standby's run to commit upstream", step=0.002)
+        groups = groups_of(taking.pid)
         _kill_group(taking)
         taking.wait(30)
-        _drop(tmp_path / "in", workload.rows, range(FILES // 2, FILES), end=True)
+        wait_gone(groups)
+        second_kill = _mid_work(run, landed, _last_row(workload.rows, FILES))
+        _drop(tmp_path / "in", workload.rows, range(0), end=True)
         # the other one takes over from the dead standby, and runs the run to its end
         assert other.wait(300) == 0, _text(tmp_path / f"sb{standbys.index(other)}.log")
         said = _text(tmp_path / f"sb{standbys.index(other)}.log")
@@ -162,7 +208,7 @@ def test_two_standbys_a_killed_driver_and_a_standby_killed_while_taking_over(
         assert not (run / "drivers" / "00000004").exists()
         last = read_lease(run / "drivers" / "00000003.live")
         assert last is not None and last.get("ended") == "completed", last
-        print(f"seed={seed}")
+        print(f"the driver killed {first_kill}; the taking standby killed {second_kill}")
     finally:
         for s in standbys:
             _kill_group(s)
@@ -183,6 +229,10 @@ def _snapshot(run: Path, pid: int) -> dict[str, tuple[int, int]]:
 
 def test_a_frozen_driver_is_fenced_and_writes_nothing_when_woken(
         workload: Workload, tmp_path: Path) -> None:
+    """The driver (its process only) is frozen with SIGSTOP as soon as the upstream
+    logs grow after a quarter of the rows was dropped at once on an ingested half
+    (asserted at once: mid-ingest or mid-operator); the standby takes over, the last
+    quarter and ``_END`` come, and the woken driver writes nothing."""
     spec, reference = _stream_spec(tmp_path), workload.reference
     _drop(tmp_path / "in", workload.rows, range(FILES // 2))
     run = tmp_path / "run"
@@ -199,14 +249,21 @@ def test_a_frozen_driver_is_fenced_and_writes_nothing_when_woken(
                  "the second standby to be ready")
         _kill_group(extra)  # the run does not notice
         extra.wait(30)
-        wait_for(lambda: _processing(run), 240, "the first processed batch")
+        half, more = _last_row(workload.rows, FILES // 2), FILES * 3 // 4
+        wait_for(lambda: _processing(run) and max(upstream_last_seqs(run, P)) == half, 240,
+                 "the first half ingested and a processed batch")
+        idle = _upstream_bytes(run)
+        _drop(tmp_path / "in", workload.rows, range(FILES // 2, more))
+        wait_for(lambda: _upstream_bytes(run) != idle, 60, "the ingest to write", step=0.001)
         os.kill(driver.pid, signal.SIGSTOP)  # the driver only: its JVM runs on
         frozen = time.monotonic()
+        # read at once (its tasks go on): the freeze came in the work on the dropped rows
+        at_freeze = _mid_work(run, half, _last_row(workload.rows, more))
         wait_for((run / "drivers" / "00000002").exists, 60,
                  "the standby to take over")
         took = time.monotonic() - frozen
         assert took >= 1.5, took  # not before its 2 s lease stood still
-        _drop(tmp_path / "in", workload.rows, range(FILES // 2, FILES), end=True)
+        _drop(tmp_path / "in", workload.rows, range(more, FILES), end=True)
         wait_for(lambda: "standby: takeover: detected" in _text(run / "standby.log"), 300,
                  "the standby to run the run to its end")
         own = _text(run / "standby.log")
@@ -231,6 +288,7 @@ def test_a_frozen_driver_is_fenced_and_writes_nothing_when_woken(
             _kill_group(extra)
     assert not _text(tmp_path / "extra.log").count("taking the run over")
     _export_equals(run, tmp_path, reference)
+    print(f"the driver frozen {at_freeze}")
 
 
 def test_bad_use_exits_2_in_one_line_and_writes_nothing(
@@ -256,10 +314,11 @@ def test_bad_use_exits_2_in_one_line_and_writes_nothing(
 
 def test_a_driver_killed_as_its_run_appears_and_one_killed_during_a_rescale(
         workload: Workload, tmp_path: Path) -> None:
-    """Two more moments: the driver killed as soon as ``run.toml`` exists (no log yet:
-    the standby starts the run itself); then, that run killed again, a ``cec recover
-    --partitions 2`` killed at a random moment of its rescale: the standby that was
-    watching it takes the run over."""
+    """Three more moments: the driver killed as soon as ``run.toml`` exists (no log yet:
+    the standby starts the run itself); that run killed as soon as its upstream logs
+    grow (asserted: mid-ingest or mid-operator); then a ``cec recover --partitions 2``
+    killed at a random moment of its rescale: the standby that was watching it takes
+    the run over."""
     spec, reference = workload.spec, workload.reference
     run = tmp_path / "run"
     seed = random.randrange(1 << 30)
@@ -274,12 +333,15 @@ def test_a_driver_killed_as_its_run_appears_and_one_killed_during_a_rescale(
         _kill_group(driver)
         driver.wait(30)
         assert not (run / "output").exists() or not any((run / "output").iterdir())
-        wait_for(lambda: _processing(run) or standby.poll() is not None, 300,
-                 "the standby to start the run")
+        wait_for(lambda: _upstream_bytes(run) > 0 or standby.poll() is not None, 300,
+                 "the standby's run to commit upstream", step=0.001)
+        groups = groups_of(standby.pid)
+        _kill_group(standby)  # the run killed again, mid-way (asserted)
+        standby.wait(30)
+        wait_gone(groups)
         # driver 2, or 1 if the kill came before the run took its first number
         assert "taking the run over as driver " in _text(tmp_path / "sb.log")
-        _kill_group(standby)  # the run killed again, mid-way
-        standby.wait(30)
+        second_kill = _mid_work(run, -1, last_kept(workload.rows, ROWS))
         n = latest_driver(RunLayout(run))
         rescaling = start_cec(["recover", "--from-log", str(run), "--partitions", "2"],
                               tmp_path / "rescale.log")
@@ -295,7 +357,7 @@ def test_a_driver_killed_as_its_run_appears_and_one_killed_during_a_rescale(
         said = _text(tmp_path / "sb2.log")
         assert code == 0, said[-3000:]
         assert f"taking the run over as driver {n + 2}" in said, said[-3000:]
-        print(f"seed={seed}")
+        print(f"seed={seed}: the standby's run killed {second_kill}")
     finally:
         for proc in procs:
             _kill_group(proc)
