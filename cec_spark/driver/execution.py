@@ -27,6 +27,7 @@ import signal
 import socket
 import threading
 import time
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -55,11 +56,12 @@ __all__ = ["STOP_GRACE_S", "execute"]
 STOP_GRACE_S = 30.0
 
 
-def _fingerprint(plan: RunPlan, ingest: IngestProgress) -> tuple[object, ...]:
-    """What moves while a run makes progress: ingest counters and task counters."""
+def _fingerprint(ingest: IngestProgress, states: list[dict[str, Any]]
+                 ) -> tuple[object, ...]:
+    """What moves while a run makes progress: ingest counters and task counters
+    (``states``: the progress view's last look at the state files, no read of its own)."""
     tasks = []
-    for p in range(plan.partitions):
-        st = read_advisory(plan.layout.state_file(p))
+    for st in states:
         tasks.append((st.get("pid"), st.get("in_tuples"), st.get("out_rows"),
                       st.get("done"), st.get("recovered") is not None))
     return (ingest.chunks_done, ingest.source_rows, ingest.sealed, tuple(tasks))
@@ -152,11 +154,12 @@ def _watch(spark: SparkSession, plan: RunPlan, shared: JobState, view: ProgressV
 def _wait_for_operators(spark: SparkSession, plan: RunPlan, shared: JobState,
                         view: ProgressView, dog: Watchdog, *, driver: int | None,
                         watch: SlotWatch | None) -> None:
-    """Twice a second until the operator job ends (or the ingest failed): redraw, check
-    that the run is still this driver's and the slots are there, and say once what a
-    run that stopped moving waits on."""
+    """Twice a second until the operator job ends (or the ingest failed): check that
+    the run is still this driver's and the slots are there, refresh the view (which
+    looks at the run's files only when due: :meth:`ProgressView.look`), and say once
+    what a run that stopped moving waits on."""
     layout, stall_s = plan.layout, dog.stall_s
-    seen = _fingerprint(plan, shared.ingest)
+    seen = _fingerprint(shared.ingest, view.state_list())
     told = False
     while not shared.operators_done.wait(0.5):
         if shared.ingest_done.is_set() and shared.ingest_error is not None:
@@ -171,7 +174,7 @@ def _wait_for_operators(spark: SparkSession, plan: RunPlan, shared: JobState,
             spark.sparkContext.cancelAllJobs()
             return
         view.refresh()
-        now = _fingerprint(plan, shared.ingest)
+        now = _fingerprint(shared.ingest, view.state_list())
         if now != seen:
             seen, told = now, False
             dog.progress()

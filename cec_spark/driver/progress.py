@@ -8,8 +8,19 @@ last token) and how far the operator's (the event time it reached: the last W it
 or its last tuple's time) is behind it (:mod:`cec_spark.report.watermark`), so that a
 window still open is explained. The view also measures this command's start-up
 (:class:`cec_spark.run.rto.StartupMeter`), the fixed cost of the recovery-time model.
-Positions come from the upstream logs' committed ``last_seq`` (a reader per refresh) and
-from the tasks' ``state/pNNNN.json`` counters; rates are differences between refreshes.
+Positions come from the upstream logs' committed ``last_seq`` (a reader kept open) and
+from the tasks' ``state/pNNNN.json`` counters; rates are differences between looks.
+
+**What a look costs** (the driver's share of the control plane, docs/CLUSTER.md): the
+view looks at the run's files every :data:`BUSY_LOOK_S` while something moved and every
+:data:`LOOK_S` while nothing did, whatever the main loop's tick; a state file is read
+(and parsed) again only when a ``stat`` says it changed (:class:`StateFiles`), an upstream
+log is looked at (a snapshot: listings and opens) only when a ``stat`` of its folder or
+of its active segment says it changed (:class:`UpstreamPositions`), and one look serves
+the table, the plain line, the metrics file and the driver's stall watch. A file whose
+``stat`` is unchanged is still read again every :data:`RECHECK_S` (an NFS attribute
+cache may hide a change that long), and one modified within :data:`RACY_S` is not
+trusted to be unchanged (a change within the clock's granularity keeps its mtime).
 
 On a terminal the table is redrawn in place (rich ``Live``). Anywhere else (a pipe, a
 log file, CI) a live table would print nothing until the end, so the view prints one
@@ -20,7 +31,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -36,50 +51,163 @@ from cec_spark.run.rto import StartupMeter
 from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.drivers import latest_driver, standbys
 from cec_spark.rundir.layout import RunLayout
+from storage_log.entry import Snapshot
 from storage_log.log import StreamLog
+from storage_log.segment import segment_path
 
 PLAIN_EVERY_S = 10.0
+LOOK_S = 1.0  # the view looks at the run's files this often while nothing changes
+BUSY_LOOK_S = 0.5  # and this often while something does (the driver loop's tick)
+RECHECK_S = 10.0  # a file read again at least this often, its stat unchanged or not
+RACY_S = 1.0  # a file modified this recently is not trusted to be unchanged
+
+Signature = tuple[int, ...]
+
+
+def file_signature(path: Path) -> Signature | None:
+    """What says a file changed without opening it: inode (a replace by rename is a new
+    one), size and mtime; None: missing or unreadable."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _settled(*sigs: Signature | None) -> bool:
+    """Every file modified more than :data:`RACY_S` ago (a change within the mtime's
+    granularity would keep its signature: one that recent is looked at again)."""
+    now = time.time()
+    return all(s is not None and now - s[-1] / 1e9 > RACY_S for s in sigs)
+
+
+@dataclass
+class _Cached:
+    sig: Any  # the signature taken before the read
+    value: Any
+    at: float  # monotonic time of the read
+    settled: bool
+    tick: int  # the look it belongs to
+
+
+class StateFiles:
+    """The operator tasks' ``state/pNNNN.json``, each read and parsed again only when
+    its signature (:func:`file_signature`, one ``stat``) changed, and at most once per
+    look (:meth:`tick`). ``read``: the reader (a test counts its calls)."""
+
+    def __init__(self, layout: RunLayout, partitions: int, *,
+                 read: Callable[[Path], dict[str, Any]] = read_advisory) -> None:
+        self.layout, self.partitions, self._read = layout, partitions, read
+        self._cache: dict[int, _Cached] = {}
+        self._tick = 0
+        self.changed = False  # a file changed since the last tick
+
+    def tick(self) -> None:
+        """A new look: the next :meth:`get` of each partition checks its file again."""
+        self._tick += 1
+        self.changed = False
+
+    def get(self, p: int) -> dict[str, Any]:
+        c = self._cache.get(p)
+        if c is not None and c.tick == self._tick:
+            return c.value  # type: ignore[no-any-return]
+        path = self.layout.state_file(p)
+        sig = file_signature(path)
+        now = time.monotonic()
+        if c is not None and sig == c.sig and c.settled and now - c.at < RECHECK_S:
+            c.tick = self._tick
+            return c.value  # type: ignore[no-any-return]
+        value = {} if sig is None else self._read(path)
+        if c is None or value != c.value:
+            self.changed = True
+        self._cache[p] = _Cached(sig, value, now, _settled(sig), self._tick)
+        return value
+
+    def all(self) -> list[dict[str, Any]]:
+        return [self.get(p) for p in range(self.partitions)]
 
 
 class UpstreamPositions:
-    """The upstream logs' committed ends, from readers kept open: each refresh walks only
+    """The upstream logs' committed ends, from readers kept open: each look walks only
     what was committed since (a driver on a host without the index would otherwise
-    read every upstream log from its start twice a second)."""
+    read every upstream log from its start twice a second). One snapshot per
+    partition and look (:meth:`tick`) serves its position, its last token and its last
+    row's time, and none is taken while a ``stat`` of the log's folder and of its
+    active segment says nothing was committed (:data:`RECHECK_S`, :data:`RACY_S`)."""
 
     def __init__(self, layout: RunLayout) -> None:
         self.layout = layout
         self._logs: dict[int, StreamLog] = {}
         self._row_ts: dict[int, tuple[int, int | None]] = {}  # p: (seq, its time)
+        self._looks: dict[int, _Cached] = {}  # p: its last snapshot (value)
+        self._tick = 0
+        self.changed = False  # a log changed since the last tick
+        self.snapshots = 0  # snapshots taken (what a look costs; tests)
 
-    def get(self, p: int) -> int | None:
+    def tick(self) -> None:
+        """A new look: the next question about each partition checks its log again."""
+        self._tick += 1
+        self.changed = False
+
+    def _signature(self, path: Path, snap: Snapshot | None) -> tuple[Any, ...]:
+        seg = None
+        if snap is not None and snap.committed.segment >= 0:
+            seg = file_signature(segment_path(path, snap.committed.segment))
+        return (file_signature(path), seg)
+
+    def _snapshot(self, p: int) -> Snapshot | None:
+        c = self._looks.get(p)
+        if c is not None and c.tick == self._tick:
+            return c.value  # type: ignore[no-any-return]
+        path = self.layout.upstream(p)
+        old: Snapshot | None = None if c is None else c.value
+        sig = self._signature(path, old)
+        now = time.monotonic()
+        if c is not None and old is not None and sig == c.sig and c.settled \
+                and now - c.at < RECHECK_S:
+            c.tick = self._tick
+            return old
+        snap = None
         log = self._logs.get(p)
         try:
-            if log is None:
-                path = self.layout.upstream(p)
-                if not path.exists():
-                    return None
+            if log is None and sig[0] is not None:
                 log = self._logs[p] = StreamLog.open(path)
-            return log.last_seq
+            if log is not None:
+                snap = log._snapshot()  # one snapshot serves the three questions
+                self.snapshots += 1
         except Exception:  # a log being created, or trimmed under us: open it again
             self.close(p)
-            return None
+            snap = None
+        if old is None or snap != old:
+            self.changed = True
+        if snap is not None and (old is None or old.committed.segment
+                                 != snap.committed.segment):
+            # the signature of the segment now active (a commit after the snapshot
+            # makes it recent: not settled, looked at again)
+            sig = self._signature(path, snap)
+        settled = snap is not None and _settled(sig[0]) and (
+            _settled(sig[1]) if snap.committed.segment >= 0 else sig[1] is None)
+        self._looks[p] = _Cached(sig, snap, now, settled, self._tick)
+        return snap
+
+    def get(self, p: int) -> int | None:
+        snap = self._snapshot(p)
+        return None if snap is None else snap.committed.last_seq
 
     def late(self, p: int) -> int:
         """Late rows dropped in partition ``p`` (its upstream log's last token)."""
-        log = self._logs.get(p)
+        snap = self._snapshot(p)
         try:
-            tok = None if log is None else decode_token(log.last_token())
+            tok = None if snap is None or snap.token is None else decode_token(snap.token)
             return 0 if tok is None else tok.late
         except Exception:  # as in get: a log being created or trimmed
             return 0
 
     def watermark(self, p: int) -> int | None:
         """The ingest's watermark of partition ``p`` (its upstream log's last token)."""
-        if p not in self._logs:
-            self.get(p)  # opens it
-        log = self._logs.get(p)
+        snap = self._snapshot(p)
         try:
-            tok = None if log is None else decode_token(log.last_token())
+            tok = None if snap is None or snap.token is None else decode_token(snap.token)
             return None if tok is None else tok.watermark
         except Exception:  # as in get: a log being created or trimmed
             return None
@@ -96,14 +224,13 @@ class UpstreamPositions:
         return reached(applied(state), self._row_ts[p][1])
 
     def _ts_at(self, p: int, seq: int) -> int | None:
-        if p not in self._logs:
-            self.get(p)
+        snap = self._snapshot(p)
         log = self._logs.get(p)
         try:
-            if log is None:
+            if log is None or snap is None:
                 return None
-            if log.last_seq == seq:
-                return log.last_ts
+            if snap.committed.last_seq == seq:
+                return snap.committed.last_ts
             batch = next(iter(log.read_forward(after_seq=seq - 1)), None)
             if batch is None or not batch.num_rows or batch.column("seq")[0].as_py() != seq:
                 return None
@@ -114,6 +241,7 @@ class UpstreamPositions:
     def close(self, p: int | None = None) -> None:
         for q in ([p] if p is not None else list(self._logs)):
             log = self._logs.pop(q, None)
+            self._looks.pop(q, None)
             if log is not None:
                 with contextlib.suppress(Exception):
                     log.close()
@@ -202,10 +330,46 @@ class ProgressView:
         self.plain = enabled and not self.console.is_terminal
         self.last_plain = self.started
         self.upstream = UpstreamPositions(layout)
+        self.states = StateFiles(layout, partitions)
+        self.last_look = -math.inf
+        self.moving = True  # something changed at the last look: look again sooner
+        self.rates: dict[int, tuple[float, float]] = {}  # p: (tuples/s, G_check/s)
+        self._ingest_seen: tuple[int, int, bool] | None = None  # at the last look
         self.last_metrics = 0.0
         self.startup = StartupMeter(layout, partitions)
         self.told: set[tuple[int, str]] = set()  # (partition, note) said once
         self.standbys_ready = 0  # warm standbys ready (cec standby), at the last look
+
+    def look(self, *, force: bool = False) -> bool:
+        """Look at the run's files again when due: every :data:`BUSY_LOOK_S` while
+        something moved at the last look, every :data:`LOOK_S` while nothing did
+        (``force``: now). The state files are read in full, the upstream logs as they
+        are asked about; the rates are taken between looks. True: it looked."""
+        now = time.monotonic()
+        every = BUSY_LOOK_S if self.moving else LOOK_S
+        if not force and now - self.last_look < every - 0.05:  # the loop's tick jitters
+            return False
+        ing = self.ingest
+        before = (ing.chunks_done, ing.source_rows, ing.sealed)
+        upstream_moved = self.upstream.changed  # asked about since the last look
+        self.last_look = now
+        self.states.tick()
+        self.upstream.tick()
+        for p, st in enumerate(self.states.all()):
+            tuples, checks = int(st.get("in_tuples", 0)), int(st.get("g_check", 0))
+            t0, n0, c0 = self.prev.get(p, (self.started, 0, 0))
+            dt = max(now - t0, 1e-6)
+            self.rates[p] = ((tuples - n0) / dt, (checks - c0) / dt)
+            self.prev[p] = (now, tuples, checks)
+        self.moving = (self.states.changed or upstream_moved
+                       or before != self._ingest_seen)
+        self._ingest_seen = before
+        return True
+
+    def state_list(self) -> list[dict[str, Any]]:
+        """Every partition's state file as of the last look (no file read when called
+        again before the next one)."""
+        return self.states.all()
 
     def write_metrics(self) -> None:
         """``RUN/metrics/cec.prom`` (:mod:`cec_spark.run.metrics`), whatever is displayed;
@@ -214,7 +378,7 @@ class ProgressView:
         self.last_metrics = time.monotonic()
         if self.driver is not None and latest_driver(self.layout) > self.driver:
             return
-        states = [read_advisory(self.layout.state_file(p)) for p in range(self.partitions)]
+        states = self.states.all()
         self._standbys()
         self._rto_notes(states)
         upstream = [self.upstream.get(p) for p in range(self.partitions)]
@@ -247,6 +411,7 @@ class ProgressView:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
         try:
+            self.look(force=True)  # the last frame and metrics: as the files are now
             if self.live is not None:
                 self.live.update(self.render())
                 self.live.__exit__(et, ev, tb)
@@ -276,13 +441,18 @@ class ProgressView:
         self.notes.append(text)
         if self.plain:
             self.console.print(f"cec: {text}", highlight=False, soft_wrap=True)
-        self.refresh()
+        self.refresh(redraw=True)
 
-    def refresh(self) -> None:
+    def refresh(self, *, redraw: bool = False) -> None:
+        """Called by the driver loop every tick: look when due (:meth:`look`), write
+        the metrics every :data:`metrics.EVERY_S`, redraw after a look (``redraw``:
+        now, a note was added)."""
+        looked = self.look()
         if time.monotonic() - self.last_metrics >= metrics.EVERY_S:
             self.write_metrics()
         if self.live is not None:
-            self.live.update(self.render())
+            if looked or redraw:
+                self.live.update(self.render())
         elif self.plain and time.monotonic() - self.last_plain >= PLAIN_EVERY_S:
             self._plain_line()
 
@@ -291,7 +461,7 @@ class ProgressView:
         self.last_plain = time.monotonic()
         ing = self.ingest
         total = f"/{ing.chunks_total}" if ing.chunks_total is not None else ""
-        states = [read_advisory(self.layout.state_file(p)) for p in range(self.partitions)]
+        states = self.states.all()
         done = sum(1 for st in states if st.get("done"))
         running = sum(1 for st in states if st and not st.get("done"))
         tuples = sum(int(st.get("in_tuples", 0)) for st in states)
@@ -312,7 +482,7 @@ class ProgressView:
         elapsed = time.monotonic() - self.started
         ing = self.ingest
         total = f"/{ing.chunks_total}" if ing.chunks_total is not None else ""
-        states = [read_advisory(self.layout.state_file(p)) for p in range(self.partitions)]
+        states = self.states.all()
         objective = next((st["rto"].get("objective_s") for st in states
                           if isinstance(st.get("rto"), dict)
                           and st["rto"].get("objective_s")), None)
@@ -328,16 +498,11 @@ class ProgressView:
         for col in ("partition", "upstream seq", "tuples", "tuples/s", "N open", "extent q",
                     "replay u", "G_check/s", "R", "recovery s", "watermark", "state"):
             table.add_column(col, justify="right" if col != "state" else "left")
-        now = time.monotonic()
         for p in range(self.partitions):
             st: dict[str, Any] = states[p]
             up = self.upstream.get(p)
             tuples = int(st.get("in_tuples", 0))
-            checks = int(st.get("g_check", 0))
-            t0, n0, c0 = self.prev.get(p, (self.started, 0, 0))
-            dt = max(now - t0, 1e-6)
-            rate, crate = (tuples - n0) / dt, (checks - c0) / dt
-            self.prev[p] = (now, tuples, checks)
+            rate, crate = self.rates.get(p, (0.0, 0.0))
             state = "done" if st.get("done") else ("recovered" if st.get("recovered")
                                                    else ("running" if st else "starting"))
             info = st.get("rto") if isinstance(st.get("rto"), dict) else {}
