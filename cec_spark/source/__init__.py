@@ -4,11 +4,11 @@
 ``types``        the types of a planned source: chunks, column types, :class:`SourcePlan`
 ``times``        what a time field may hold and its one conversion to int64 microseconds
 ``order``        late rows and ``allowed_lateness``: which rows are late, the order of the others
-``read``         reading a source's bytes: line offsets, headers, the Arrow parse of a chunk
-``check``        validation and chunk planning of a source's files (csv, jsonl, parquet)
+``read``         reading a source's bytes: headers, the Arrow parse of a chunk, the row checks
+``check``        chunk planning (from metadata) and validation of files (csv, jsonl, parquet)
 ``folder``       a ``stream-dir`` source: new files in name order, ``_END`` ends it
-``planner``      the entry: :func:`plan_source` validates a spec's source and plans its chunks
-``fingerprint``  a bounded source's fingerprint, checked before a resumed ingest reads again
+``planner``      the entry: :func:`plan_source` plans a spec's source (and checks its rows)
+``fingerprint``  a bounded source's fingerprint, checked up to what a resumed ingest read
 ``bridge``       any Spark streaming source (Kafka) into a stream folder
 ===============  ===============================================================================
 
