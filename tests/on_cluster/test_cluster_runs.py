@@ -2,8 +2,12 @@
 "host" (mount namespace, a FUSE view of the shared directory with its own page cache and
 lock domain, its own index cache; see tests/on_cluster/standalone.py).
 
-The source is a stream folder that the test fills while the run goes on, so a fault
-lands in the middle of the processing at no cost of time; ``_END`` ends the stream.
+The source is a stream folder that the test fills while the run goes on; ``_END`` ends
+the stream. Each fault comes as the run works on rows: once the files so far are
+ingested and processed, several more are fed at once and the fault follows as soon as
+the upstream logs grow; where it landed is read at once from the upstream logs' last
+rows and the task state files (mid-ingest: not every fed row committed upstream;
+mid-operator: a partition's upstream ahead of what its task reported processed).
 Every run's export must equal the independent pandas computation of the same windows.
 Between Workers ``flock`` fences nothing (each has its own lock domain, as on NFS):
 only writer epochs keep the logs exact when a frozen executor wakes up.
@@ -24,16 +28,18 @@ import pandas as pd
 import pytest
 
 from tests.cec_spark.helpers import REPO, read_export_csv, reference_count_windows, spec_text
+from tests.cec_spark.test_rescale import behind, upstream_last_seqs
 from tests.on_cluster.standalone import Cluster
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.cluster]
 
 P = 4
 FILES = 12
-# 120k rows over 2,000 keys (6 count windows per key): the faults land while the run
-# waits for the stream's next file, whatever the files' size (was 25,000: 300k rows,
-# ~40 s more per run at load 20 for no other check)
+# 120k rows over 2,000 keys (6 count windows per key); the ingest commits every
+# CHUNK_ROWS (4 commits a file): a fault lands amid several commits (was 25,000 rows a
+# file: 300k rows, ~40 s more per run at load 20 for no other check)
 ROWS_PER_FILE = 10_000
+CHUNK_ROWS = 2_500
 RUN_TIMEOUT_S = 420
 
 
@@ -74,7 +80,8 @@ def _setup(d: Path) -> tuple[Path, pd.DataFrame]:
     _feed(stream, 1)  # the first file fixes the column types
     spec = d / "stream.toml"
     spec.write_text(spec_text(f'kind = "stream-dir"\npath = "{stream}"\n'
-                              'time_field = "item_time"\npoll_ms = 200', partitions=P))
+                              f'time_field = "item_time"\npoll_ms = 200\n'
+                              f'chunk_rows = {CHUNK_ROWS}', partitions=P))
     return spec, df
 
 
@@ -145,6 +152,44 @@ def _running(run: Path) -> bool:
     return all(int(_state(run, p).get("in_tuples", 0) or 0) > 0 for p in range(P))
 
 
+def _last_row(df: pd.DataFrame, files: int) -> int:
+    """The seq of the last row the filter keeps among files 0..files-1."""
+    return int(np.flatnonzero(df.item_price.to_numpy()[:files * ROWS_PER_FILE] >= 0)[-1])
+
+
+def _upstream_bytes(run: Path) -> int:
+    return sum(p.stat().st_size for p in (run / "upstream").rglob("*.seg"))
+
+
+def _feed_busy(run: Path, stream: Path, df: pd.DataFrame, have: int, upto: int) -> int:
+    """Once files 0..have-1 are ingested (the upstream's last row is theirs) and every
+    partition processed input, feed the files up to ``upto`` at once and return as soon
+    as the upstream logs grow (polled every ms): the fault that follows lands in the
+    work on them. Returns the last row of files 0..have-1."""
+    before = _last_row(df, have)
+    _wait(lambda: _running(run) and max(upstream_last_seqs(run, P)) == before, 180,
+          f"files 0-{have - 1} ingested and every partition processing")
+    idle = _upstream_bytes(run)
+    _feed(stream, upto)
+    deadline = time.monotonic() + 120
+    while _upstream_bytes(run) == idle:
+        assert time.monotonic() < deadline, "the ingest wrote nothing in 120 s"
+        time.sleep(0.001)
+    return before
+
+
+def _mid_work(run: Path, before: int, last: int) -> str:
+    """Where a fault that came as the upstream logs grew past row ``before`` landed,
+    read at once (the rest of the cluster goes on: the rows only grow): either not
+    every row up to ``last`` is committed upstream (mid-ingest) or a partition's
+    upstream is ahead of what its task reported processed (mid-operator);
+    AssertionError if neither (the run was idle)."""
+    landed, late = max(upstream_last_seqs(run, P)), behind(run, P)
+    assert before <= landed and (landed < last or late), (before, landed, last, late)
+    return (f"{'mid-ingest' if landed < last else 'mid-operator'} (upstream at row "
+            f"{landed} of {before + 1}..{last}, partitions {late} behind it)")
+
+
 def test_sigkill_of_a_worker_then_exact(cluster: Cluster, shared_dir: Path) -> None:
     spec, df = _setup(shared_dir)
     stream = spec.parent / "stream"
@@ -152,10 +197,11 @@ def test_sigkill_of_a_worker_then_exact(cluster: Cluster, shared_dir: Path) -> N
     run = shared_dir / "run"
     proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
                 "--master", cluster.url)
-    _wait(lambda: _running(run), 180, "every partition to process input")
+    before = _feed_busy(run, stream, df, FILES // 2, FILES)
     pid = int(_state(run, 0)["pid"])  # type: ignore[call-overload]
     victim = cluster.worker_of(pid)
     cluster.kill_worker(victim)
+    landed = _mid_work(run, before, _last_row(df, FILES))
     cluster.add_worker(3)  # a replacement host joins
     _feed(stream, FILES, end=True)
     code, text = _finish(proc)
@@ -164,11 +210,13 @@ def test_sigkill_of_a_worker_then_exact(cluster: Cluster, shared_dir: Path) -> N
     assert code == 0, text[-5000:]
     _export_is_exact(cluster, run, df)
     _verify_clean(cluster, run)
+    print(f"partition 0's host killed {landed}")
 
 
 def test_frozen_executor_wakes_up_fenced(cluster: Cluster, shared_dir: Path) -> None:
-    """SIGSTOP a Worker until Spark declares its executor lost and retries its task on
-    another "host", then SIGCONT it while the retry writes: the zombie's writes are
+    """SIGSTOP a Worker (as the run works on fed rows: asserted) until Spark declares
+    its executor lost and retries its task on another "host", then SIGCONT it while
+    the retry writes: the zombie's writes are
     fenced off by epochs (its own flock domain would not stop it)."""
     spec, df = _setup(shared_dir)
     stream = spec.parent / "stream"
@@ -176,14 +224,14 @@ def test_frozen_executor_wakes_up_fenced(cluster: Cluster, shared_dir: Path) -> 
     run = shared_dir / "run"
     proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
                 "--master", cluster.url)
-    _wait(lambda: _running(run), 180, "every partition to process input")
+    before = _feed_busy(run, stream, df, FILES // 2, FILES * 3 // 4)
     pid = int(_state(run, 0)["pid"])  # type: ignore[call-overload]
     frozen = cluster.worker_of(pid)
     cluster.freeze_worker(frozen, signal.SIGSTOP)
     try:
+        landed = _mid_work(run, before, _last_row(df, FILES * 3 // 4))
         _wait(lambda: _state(run, 0).get("pid") not in (None, pid), 180,
               "partition 0's task to be retried on another worker")
-        _feed(stream, FILES * 3 // 4)
     finally:
         cluster.freeze_worker(frozen, signal.SIGCONT)  # the zombie wakes up
     _feed(stream, FILES, end=True)
@@ -195,6 +243,7 @@ def test_frozen_executor_wakes_up_fenced(cluster: Cluster, shared_dir: Path) -> 
     assert len(epochs) >= 2, "the retry took a new epoch"
     _export_is_exact(cluster, run, df)
     _verify_clean(cluster, run)
+    print(f"partition 0's host frozen {landed}")
 
 
 def _live(cluster: Cluster) -> list[object]:
@@ -249,7 +298,8 @@ def test_run_directory_or_source_the_workers_cannot_see(cluster: Cluster,
 
 def test_slots_lost_mid_run_exit_5_then_recover_exact(cluster: Cluster,
                                                       shared_dir: Path) -> None:
-    """Two of three Workers die and do not come back: the run says it waits, gives up
+    """Two of three Workers die (as the run works on fed rows: asserted) and do not
+    come back: the run says it waits, gives up
     after [run].slot_timeout_s with exit 5; `cec recover` on the restored cluster ends
     exact."""
     spec, df = _setup(shared_dir)
@@ -259,10 +309,11 @@ def test_slots_lost_mid_run_exit_5_then_recover_exact(cluster: Cluster,
     run = shared_dir / "run"
     proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
                 "--master", cluster.url)
-    _wait(lambda: _running(run), 180, "every partition to process input")
+    before = _feed_busy(run, stream, df, FILES // 2, FILES)
     live = _live(cluster)
     for w in live[:-1]:
         cluster.kill_worker(w)  # type: ignore[arg-type]
+    landed = _mid_work(run, before, _last_row(df, FILES))
     code, text = _finish(proc, timeout=240)
     assert code == 5, text[-5000:]
     assert "task slots left" in text and "resume with 'cec recover" in text, text[-3000:]
@@ -275,30 +326,39 @@ def test_slots_lost_mid_run_exit_5_then_recover_exact(cluster: Cluster,
     assert code == 0, text[-5000:]
     _export_is_exact(cluster, run, df)
     _verify_clean(cluster, run)
+    print(f"two hosts killed {landed}")
 
 
 def test_worker_lost_during_recovery(cluster: Cluster, shared_dir: Path) -> None:
-    """The driver is killed (-9, whole process group) mid-run; `cec recover` starts on the
-    cluster and a Worker is SIGKILLed while it runs: the recovery (or the next one, if
-    it gave up) ends exact."""
+    """The driver is killed (-9, whole process group) as the run works on fed rows
+    (asserted); `cec recover` starts on the cluster and a Worker is SIGKILLed as the
+    recovery ingests the rest, fed at once (asserted): the recovery (or the next one,
+    if it gave up) ends exact."""
     spec, df = _setup(shared_dir)
     stream = spec.parent / "stream"
     _feed(stream, FILES // 3)
     run = shared_dir / "run"
     proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(run),
                 "--master", cluster.url)
-    _wait(lambda: _running(run), 180, "every partition to process input")
+    first = _feed_busy(run, stream, df, FILES // 3, FILES * 2 // 3)
     os.killpg(proc.pid, signal.SIGKILL)
+    driver_kill = _mid_work(run, first, _last_row(df, FILES * 2 // 3))
     proc.communicate()
     before = {p: _state(run, p).get("pid") for p in range(P)}
-    _feed(stream, FILES * 2 // 3)
     rec = _cec(cluster, "recover", "--from-log", str(run), "--master", cluster.url)
     _wait(lambda: any(_state(run, p).get("pid") not in (None, before[p])
                       and int(_state(run, p).get("in_tuples", 0) or 0) > 0
                       for p in range(P)), 240, "the recovery's tasks to process input")
     moved = next(p for p in range(P) if _state(run, p).get("pid") not in (None, before[p]))
     victim = cluster.worker_of(int(_state(run, moved)["pid"]))  # type: ignore[call-overload]
+    idle = _upstream_bytes(run)
+    _feed(stream, FILES)  # the rest at once: the host dies as the recovery ingests
+    deadline = time.monotonic() + 120
+    while _upstream_bytes(run) == idle:
+        assert time.monotonic() < deadline, "the recovery's ingest wrote nothing in 120 s"
+        time.sleep(0.001)
     cluster.kill_worker(victim)
+    worker_kill = _mid_work(run, -1, _last_row(df, FILES))
     cluster.add_worker(3)
     _feed(stream, FILES, end=True)
     code, text = _finish(rec)
@@ -307,3 +367,4 @@ def test_worker_lost_during_recovery(cluster: Cluster, shared_dir: Path) -> None
     assert code == 0, text[-5000:]
     _export_is_exact(cluster, run, df)
     _verify_clean(cluster, run)
+    print(f"the driver killed {driver_kill}; a host killed in the recovery {worker_kill}")
