@@ -145,7 +145,10 @@ def behind(run: Path, partitions: int) -> list[int]:
     """The partitions whose upstream log is ahead of what their operator task last
     reported processed (``RUN/state/pNNNN.json`` in_last_seq, written after its
     commits every 0.5 s while busy and at once when idle): an idle run has none. Read
-    after the kill."""
+    after the kill. A task's counters start with it: a recovered task that processed
+    nothing yet reports none (behind, as one not yet started is); the tests read it
+    after new rows were committed for every partition, which an idle task would have
+    processed."""
     ups = upstream_last_seqs(run, partitions)
     states = task_states(run, partitions)
     return [p for p in range(partitions)
