@@ -21,16 +21,21 @@ for the tasks that read the source themselves (the long-lived stream ingest,
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from cec.spec import PipelineSpec
+from cec_spark.errors import InputError
 from cec_spark.ingest.where import CompiledWhere
+from cec_spark.ingest.where_eval import FilterRowError
 from cec_spark.rundir.run_file import RunSettings, value_column
-from cec_spark.source.types import SEQ
+from cec_spark.source.types import SEQ, Chunk
 from recovery.rescale import SPARK_SEED, spark_xxhash64
 
 PART = "__cec_part"  # the same name as cec_spark.ingest.writer.PART
@@ -166,3 +171,34 @@ class Projector:
             [batch.column(self.time_field).cast(pa.int64()), batch.column(SEQ), key, value,
              self.partition(key)],
             names=["ts", "seq", self.key, self.value, PART])
+
+
+def project_chunk(project: Callable[[pa.RecordBatch], pa.RecordBatch], chunk: Chunk,
+                  batches: Iterable[pa.RecordBatch], *, reordered: bool = False
+                  ) -> Iterator[pa.RecordBatch]:
+    """``project`` over a chunk's batches; a row the filter fails on is named by its file
+    and line (csv, jsonl) or row (parquet), as every bad input is (InputError, exit 2).
+    ``reordered``: the rows were put in time order (allowed_lateness), so a seq is a
+    place in that order, not a line: the file and the seq are named."""
+    for batch in batches:
+        try:
+            yield project(batch)
+        except FilterRowError as exc:
+            raise InputError(f"{_where_in_file(chunk, exc.seq, reordered)}: {exc}") from exc
+
+
+def _where_in_file(chunk: Chunk, seq: int | None, reordered: bool) -> str:
+    name = Path(chunk.file).name if chunk.file else "the generator"
+    if seq is None or reordered or not chunk.file:
+        return f"{name} (the chunk from seq {chunk.first_seq})"
+    k = seq - chunk.first_seq  # the chunk's k-th row (blank lines are refused)
+    if chunk.fmt in ("csv", "jsonl"):
+        return f"{name}: line {chunk.first_line + k}"
+    if chunk.fmt == "parquet":
+        try:
+            meta = pq.ParquetFile(chunk.file).metadata
+            before = sum(meta.row_group(g).num_rows for g in range(chunk.start))
+        except (OSError, ValueError):
+            return f"{name}: row group {chunk.start}, its row {k}"
+        return f"{name}: row {before + k}"
+    return name

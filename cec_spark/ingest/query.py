@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from cec.errors import CecError, SpecError
 from cec.spec import PipelineSpec
 from cec.spec.parse import field_error
-from cec_spark.ingest.project import Projector, direct_reason
+from cec_spark.ingest.project import Projector, direct_reason, project_chunk
 from cec_spark.ingest.where import CompiledWhere, compile_where
 from cec_spark.ingest.writer import (
     _CLOCKS,
@@ -328,8 +328,9 @@ def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projecto
         ctx = TaskContext.get()
         raw = ctx.getLocalProperty(BATCH_PROPERTY) if ctx is not None else None
         size = int(raw) if raw and raw.isdigit() and int(raw) > 0 else 1 << 18
-        rows = (project(batch) for chunk in chunks
-                for batch in read_chunk(chunk, cols, tspec, batch_rows=size))
+        rows = (row for chunk in chunks
+                for row in project_chunk(project, chunk, read_chunk(
+                    chunk, cols, tspec, batch_rows=size), reordered=tspec.reorders))
         yield from _chunk_writer(cfg, chunks)(rows)
 
     return run

@@ -53,7 +53,7 @@ from cec.ingest_token import decode_token
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
 from cec_spark.ingest.logs import commit_watermark, committed_chunk, least
-from cec_spark.ingest.project import Projector, direct_reason
+from cec_spark.ingest.project import Projector, direct_reason, project_chunk
 from cec_spark.ingest.query import IngestProgress, compile_filter
 from cec_spark.ingest.watermark import WM_EVERY_S, IdleClock
 from cec_spark.ingest.where import CompiledWhere
@@ -230,8 +230,9 @@ class _StreamIngest:
 
     def rows(self, chunks: list[Chunk]) -> Iterator[pa.RecordBatch]:
         for chunk in chunks:
-            for batch in read_chunk(chunk, self.columns, self.time):
-                yield self.project(batch)
+            yield from project_chunk(self.project, chunk,
+                                     read_chunk(chunk, self.columns, self.time),
+                                     reordered=self.time.reorders)
 
     def write(self, logs: list[StreamLog | None], chunks: list[Chunk]) -> None:
         """Chunks into the logs with the per-poll path's writer (one job's worth)."""

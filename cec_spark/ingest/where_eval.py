@@ -99,6 +99,16 @@ def _join(values: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:
 _INT_BOUNDS = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
 
 
+class FilterRowError(InputError):
+    """The condition fails on a row (Spark's ANSI error for it); ``seq``: the row's seq
+    when the batch has a ``SEQ`` column (:func:`cec_spark.ingest.project.project_chunk`
+    turns it into the row's file and line)."""
+
+    def __init__(self, message: str, seq: int | None) -> None:
+        super().__init__(message)
+        self.seq = seq
+
+
 class _Evaluator:
     def __init__(self, batch: pa.RecordBatch, where: str) -> None:
         self.batch, self.where, self.n = batch, where, batch.num_rows
@@ -112,10 +122,11 @@ class _Evaluator:
         if hit.size:
             k = int(hit[0])
             i = self.batch.schema.get_field_index(SEQ)
-            seq = "" if i < 0 else f", seq {self.batch.column(i)[k].as_py()}"
-            raise InputError(f"[filter].where {self.where!r}: row {k} of the batch{seq}: "
-                             f"{what} (Spark SQL with spark.sql.ansi.enabled fails the job "
-                             "here)")
+            at = None if i < 0 else int(self.batch.column(i)[k].as_py())
+            seq = "" if at is None else f", seq {at}"
+            raise FilterRowError(
+                f"[filter].where {self.where!r}: row {k} of the batch{seq}: {what} (Spark "
+                "SQL with spark.sql.ansi.enabled fails the job here)", at)
 
     def run(self, node: Tree, live: np.ndarray) -> pa.Array:
         """``node``'s values; ``live``: the rows Spark evaluates it for (ANSI errors)."""

@@ -493,7 +493,7 @@ def _source_path_ids(spark: Any, path: Path, wheres: list[str], *,
     from dataclasses import replace
 
     from cec.spec import parse_spec
-    from cec_spark.ingest.project import Projector
+    from cec_spark.ingest.project import Projector, project_chunk
     from cec_spark.ingest.query import compile_filter
     from cec_spark.source.planner import plan_source
     from cec_spark.source.read import read_chunk
@@ -505,9 +505,9 @@ def _source_path_ids(spark: Any, path: Path, wheres: list[str], *,
                                 "\nchunk_rows = 64", where=None), origin="s.toml")
     plan = plan_source(spec)
     assert not chunked or len(plan.chunks) > 1
-    batches = [b for c in plan.chunks for b in read_chunk(c, plan.columns, TimeSpec.of(spec),
-                                                          batch_rows=40)]
-    assert not chunked or len(batches) > len(plan.chunks)
+    per_chunk = [(c, list(read_chunk(c, plan.columns, TimeSpec.of(spec), batch_rows=40)))
+                 for c in plan.chunks]
+    assert not chunked or sum(len(bs) for _, bs in per_chunk) > len(plan.chunks)
     got = {}
     for where in wheres:
         spec_w = replace(spec, where=where)
@@ -516,7 +516,9 @@ def _source_path_ids(spark: Any, path: Path, wheres: list[str], *,
             _FILE_COMPILED[key] = compile_filter(spark, spec_w, plan.columns)
         project = Projector(spec_w, None, _FILE_COMPILED[key])
         # seq is the source row number here (no lateness settings): the row's id
-        got[where] = sorted(i for b in batches for i in project(b).column("seq").to_pylist())
+        # (project_chunk: as the ingest tasks call it, a failing row named in its file)
+        got[where] = sorted(i for c, bs in per_chunk for b in project_chunk(project, c, bs)
+                            for i in b.column("seq").to_pylist())
     return got
 
 
@@ -579,13 +581,21 @@ def test_a_file_rows_error_names_the_row_spark_rejects(
 
 
 @pytest.mark.spark
-@pytest.mark.xfail(strict=True, reason="the filter's error from the source path names the "
-                   "batch's row and seq, not the file and its row: Projector (ingest/"
-                   "project.py) and the readers calling it do not add the chunk's file and "
-                   "row (chunk.file, chunk.first_line + row), which InputError promises")
 def test_a_file_rows_error_names_the_file(file_error: tuple[InputError, int]) -> None:
     error, first = file_error
-    assert "items.parquet" in str(error) and f"row {first}:" in str(error)
+    assert f"items.parquet: row {first}: [filter].where" in str(error), str(error)
+
+
+@pytest.mark.spark
+def test_a_csv_rows_error_names_its_line(spark: Any, tmp_path: Path) -> None:
+    """In a CSV file the failing row is named by its line (the header is line 1)."""
+    rows = _file_rows()
+    path = tmp_path / "items.csv"
+    _write_file(path, rows)
+    with pytest.raises(InputError, match="DIVIDE_BY_ZERO") as err:
+        _source_path_ids(spark, path, ["id >= 50 and a / z > 1"])
+    first = next(r["id"] for r in rows if r["id"] >= 50 and r["z"] == 0 and r["a"] is not None)
+    assert f"items.csv: line {first + 2}: [filter].where" in str(err.value), str(err.value)
 
 
 @pytest.mark.spark
