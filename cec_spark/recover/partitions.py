@@ -44,8 +44,8 @@ from storage_log.errors import CorruptLogError, LogLockedError
 from storage_log.log import StreamLog
 from storage_log.reconcile import ReconcileReport
 
-__all__ = ["LOCK_WAIT_S", "PARALLEL", "Recovery", "cut_output", "recover_partitions",
-           "wait_for_lock"]
+__all__ = ["LOCK_WAIT_S", "PARALLEL", "Recovery", "cut_output", "in_parallel",
+           "recover_partitions", "wait_for_lock"]
 
 LOCK_WAIT_S = 30.0
 PARALLEL = 8

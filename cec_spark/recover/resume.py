@@ -36,7 +36,12 @@ from cec.errors import CecError, RecoveryError, UsageError
 from cec.ingest_token import decode_token
 from cec_spark.driver.runner import DriverTurn, resume_run
 from cec_spark.ingest.logs import upstream_sealed
-from cec_spark.recover.partitions import Recovery, recover_partitions, wait_for_lock
+from cec_spark.recover.partitions import (
+    Recovery,
+    in_parallel,
+    recover_partitions,
+    wait_for_lock,
+)
 from cec_spark.recover.rescale import check_rescale, rescale
 from cec_spark.report import (
     RecoverPartition,
@@ -171,10 +176,12 @@ def _rescale(run: Recovery, partitions: int, master: str | None) -> RescaleResul
     if not run.dry_run:  # P' + 1 slots, before anything is written
         check_local_slots(partitions, rescaled_spec(spec, partitions).with_run(
             master=master).run.effective_master)
-        for q in range(spec.run.partitions):  # a killed run's workers let go
-            for path in (layout.output(q), layout.upstream(q)):
+        def let_go(q: int) -> None:  # a killed run's workers let go (and the open
+            for path in (layout.output(q), layout.upstream(q)):  # reconciles)
                 if path.exists():
                     wait_for_lock(path)
+
+        in_parallel(let_go, spec.run.partitions)
     return rescale(layout, partitions, dry_run=run.dry_run)
 
 
