@@ -82,11 +82,14 @@ class UpstreamRepair:
 class RecoverPartition:
     """One partition of ``cec recover``: its recovery explained.
 
-    The fields from ``fresh_start`` to ``rates`` are its RecoveryExplain's: the
-    operator task's that rebuilt it as the run resumed, or a dry run's prediction; null
-    where none was made (no output log yet, a sealed log, a dry run that cannot read a
-    log, a task that did not report).
+    The fields from ``fresh_start`` to ``rates`` are its RecoveryExplain's, null where
+    none was made (no output log yet, a dry run that cannot read a log, a partition
+    that the resumed run rebuilds).
     """
+
+    # (docs/JSON.md is generated from these docstrings.) Since issue 38 item 1 the
+    # explain of a partition the resumed run rebuilt is its task's report
+    # (explained_by_tasks); null stays for a sealed log and a task that did not report.
 
     __pydantic_config__ = _DOCS
     partition: int
@@ -133,8 +136,8 @@ class RecoverPartition:
     refill: bool = False
     """Rebuilt by the resumed run once the ingest has read the cut rows again."""
     recover_s: float | None = None
-    """Wall time of this partition's recovery, seconds: its task's (all phases,
-    measured), else the driver's reconcile."""
+    """Wall time of this partition's recovery, seconds."""
+    # its task's (all phases, measured), else the driver's reconcile
 
     @classmethod
     def explained(cls, partition: int, explain: RecoveryExplain,
