@@ -29,6 +29,7 @@ The tree (each package declares its errors in its own ``errors`` module)::
     │   │   └── LogOrderError, LogSchemaError, LogSealedError,
     │   │       LogNotFoundError, LogClosedError
     │   └── InputError, DriverSupersededError, RunNotVisibleError  cec_spark.errors
+    │       └── FilterRowError (an InputError)                      cec_spark.errors
     ├── CorruptionError                  3     storage_log.errors (re-exported here)
     │   └── CorruptLogError (also a StorageLogError)               storage_log.errors
     ├── RecoveryError                    4     cec.errors

@@ -24,6 +24,16 @@ class InputError(UsageError):
     """Bad input data: a missing file or column, a malformed row, time going back."""
 
 
+class FilterRowError(InputError):
+    """``[filter].where`` fails on a source row (Spark's ANSI error for it); ``seq``: the
+    row's seq, which :func:`cec_spark.ingest.project.project_chunk` turns into its file
+    and line before the error leaves the ingest."""
+
+    def __init__(self, message: str, seq: int | None) -> None:
+        super().__init__(message)
+        self.seq = seq
+
+
 class DriverSupersededError(UsageError):
     """A newer driver took over the run (two ``cec recover`` at once): this one stops."""
 

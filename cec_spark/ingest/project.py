@@ -31,9 +31,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cec.spec import PipelineSpec
-from cec_spark.errors import InputError
+from cec_spark.errors import FilterRowError, InputError
 from cec_spark.ingest.where import CompiledWhere
-from cec_spark.ingest.where_eval import FilterRowError
 from cec_spark.rundir.run_file import RunSettings, value_column
 from cec_spark.source.types import SEQ, Chunk
 from recovery.rescale import SPARK_SEED, spark_xxhash64

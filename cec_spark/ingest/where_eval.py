@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cec_spark.errors import InputError
+from cec_spark.errors import FilterRowError, InputError
 from cec_spark.source.types import SEQ
 
 __all__ = ["ARROW", "NUMERIC", "Tree", "arrow_type", "decimal_type", "evaluate",
@@ -97,16 +97,6 @@ def _join(values: np.ndarray, valid: np.ndarray, t: pa.DataType) -> pa.Array:
 
 
 _INT_BOUNDS = {"int": (-(2**31), 2**31 - 1), "bigint": (-(2**63), 2**63 - 1)}
-
-
-class FilterRowError(InputError):
-    """The condition fails on a row (Spark's ANSI error for it); ``seq``: the row's seq
-    when the batch has a ``SEQ`` column (:func:`cec_spark.ingest.project.project_chunk`
-    turns it into the row's file and line)."""
-
-    def __init__(self, message: str, seq: int | None) -> None:
-        super().__init__(message)
-        self.seq = seq
 
 
 class _Evaluator:
