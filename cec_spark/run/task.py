@@ -27,6 +27,7 @@ writes its Python worker's pid there first, which is how tests find the worker t
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -57,6 +58,7 @@ from recovery.errors import ReplayUnavailableError
 from recovery.partition import Recovered, recover_partition
 from recovery.upstream import watermark_of
 from storage_log.epoch import read_chain
+from storage_log.errors import CorruptLogError
 from storage_log.faults import crash_point, set_tag
 from storage_log.follow import CommitToken
 from storage_log.log import StreamLog
@@ -391,6 +393,7 @@ def _recover(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSetting
     and the ingest is reading the rows cut again), wait for the ingest, up to
     :data:`REFILL_WAIT_S`, and recover into another fresh one."""
     deadline = time.monotonic() + REFILL_WAIT_S
+    repaired = False
     while True:
         op = operator_for(spec, settings, partition=p)
         try:
@@ -399,6 +402,15 @@ def _recover(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSetting
                           upstream_after=layout.cut)
             counters.waiting = None
             return rec, op
+        except CorruptLogError:
+            # a damaged record inside the extent, which the driver's reconcile (the log's
+            # tail only) does not see: the output log is derived data, cut at its first
+            # bad record and rebuilt from what is left and the upstream replay, as `cec
+            # recover` did in the driver before the tasks rebuilt (once; damage that the
+            # cut does not remove is elsewhere, the upstream log: raised, exit 3)
+            if repaired or not _cut_damaged_output(layout.output(p), spec.run.fsync):
+                raise
+            repaired = True
         except ReplayUnavailableError as exc:
             if exc.short_of is None or time.monotonic() > deadline:
                 raise
@@ -409,6 +421,18 @@ def _recover(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSetting
                     break
                 if up.sealed and (up.last_seq or -1) < exc.short_of:
                     raise
+
+
+def _cut_damaged_output(path: Path, fsync: str) -> bool:
+    """The output log at ``path`` scanned in full and cut at its first bad record
+    (``repair``); whether anything was cut. Says what on the task's standard error."""
+    with StreamLog.open(path, writable=True, repair=True, fsync=fsync) as log:
+        cut = log.reconcile_report
+    if cut is None or not (cut.bytes_cut or cut.segments_removed):
+        return False
+    print(f"cec: {path}: damaged output log cut at {cut.cut_at} ({cut.cut_reason}); "
+          "its eventual checkpoint is rebuilt from what is left", file=sys.stderr, flush=True)
+    return True
 
 
 class OutputKeeper:
