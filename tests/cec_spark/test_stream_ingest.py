@@ -201,26 +201,30 @@ def _upstream_last_seq(run: Path) -> int:
     return last
 
 
+FILE_ROWS = 6_000  # 12 chunks of 500 rows
+
+
 @pytest.mark.spark
 def test_kill9_mid_stream_then_recover_is_exact(tmp_path: Path) -> None:
-    """The kill lands mid-ingest: files of 4 chunks each (500 rows) are dropped at once
-    and the run is killed as soon as the upstream logs grow; afterwards the logs show
-    that not every dropped chunk was ingested (asserted: where the kill landed)."""
-    df = write_items_csv(tmp_path / "all.csv", 20_000, keys=60, seed=13)
+    """The kill lands mid-ingest: 3 to 6 files of 12 chunks each (500 rows) are dropped
+    at once and the run is killed as soon as the upstream logs grow; afterwards the logs
+    show that not every dropped chunk was ingested (asserted: where the kill landed).
+    (Files of 4 chunks were all ingested before the kill at a load of 15-20.)"""
+    df = write_items_csv(tmp_path / "all.csv", 10 * FILE_ROWS, keys=60, seed=13)
     spec = _spec(tmp_path, extra_run="segment_kb = 4\ntrim_lag_s = 0",
                  source="chunk_rows = 500\n")
     folder, run = tmp_path / "in", tmp_path / "run"
-    _drop(folder, df, 0, 0, 2_000)
+    _drop(folder, df, 0, 0, FILE_ROWS)
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                      tmp_path / "run.log")
     wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in _states(run)) > 0, 180,  # type: ignore[call-overload]
              "the first file to be processed")
     seed = random.randrange(1 << 30)
     kill_after = random.Random(seed).randrange(3, 7)
-    wait_for(lambda: _upstream_last_seq(run) >= 1_900, 60, "the first file ingested")
+    wait_for(lambda: _upstream_last_seq(run) >= FILE_ROWS - 100, 60, "the first file ingested")
     idle = _upstream_bytes(run)
     for i in range(1, kill_after + 1):
-        _drop(folder, df, i, i * 2_000, (i + 1) * 2_000)
+        _drop(folder, df, i, i * FILE_ROWS, (i + 1) * FILE_ROWS)
     wait_for(lambda: _upstream_bytes(run) > idle, 60, "the ingest to write", step=0.001)
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
     os.killpg(proc.pid, signal.SIGKILL)
@@ -228,16 +232,16 @@ def test_kill9_mid_stream_then_recover_is_exact(tmp_path: Path) -> None:
     wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
     before = _ingest_state(run)
     landed = _upstream_last_seq(run)
-    dropped = (kill_after + 1) * 2_000
+    dropped = (kill_after + 1) * FILE_ROWS
     # mid-ingest: the last chunk dropped (500 rows, about half kept) was not committed
     assert landed < dropped - 500, (landed, dropped)
     for i in range(kill_after + 1, 10):
-        _drop(folder, df, i, i * 2_000, (i + 1) * 2_000)
+        _drop(folder, df, i, i * FILE_ROWS, (i + 1) * FILE_ROWS)
     (folder / "_END").touch()
     rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
     assert json.loads(rec.stdout)["resumed"]["completed"], rec.stdout
     assert PER_POLL not in rec.stderr, rec.stderr[-2000:]
-    assert _ingest_state(run).get("source_rows") == 20_000
+    assert _ingest_state(run).get("source_rows") == 10 * FILE_ROWS
     print(f"seed={seed}: killed with files 1-{kill_after} dropped ({dropped} rows), the "
           f"upstream logs at row {landed}; ingest then: {before}")
     cec(["export", str(run), "--out", str(tmp_path / "out.csv")], check=True)
