@@ -58,7 +58,7 @@ from cec_spark.rundir.drivers import take_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.repair import repair_files
 from cec_spark.rundir.run_file import read_run_file, rescaled_spec
-from cec_spark.source.fingerprint import check_fingerprint
+from cec_spark.source.fingerprint import check_fingerprint, stored_fingerprint
 from cec_spark.source.planner import plan_source
 from cec_spark.watchdog import say
 from storage_log.log import StreamLog
@@ -259,8 +259,11 @@ def _source_can_refill(layout: RunLayout, spec: Any, settings: Any,
             if not Path(spec.source.path).is_dir():
                 raise UsageError(f"{spec.source.path}: the stream folder is gone")
         else:
-            plan_source(spec, max_rows=settings.max_tuples)
-            check_fingerprint(spec, list(settings.source_files))
+            # the files' metadata (the ingest tasks check the rows they read again), and
+            # the fingerprint a resumed run last recorded, against the digests just made
+            plan = plan_source(spec, max_rows=settings.max_tuples, validate=False)
+            check_fingerprint(spec, stored_fingerprint(layout.root, list(settings.source_files)),
+                              now=list(plan.files))
     except CecError as exc:
         def first(c: UpstreamRepair) -> int:
             return 0 if c.last_seq is None else int(c.last_seq) + 1
