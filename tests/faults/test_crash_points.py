@@ -59,6 +59,7 @@ from cec_spark.read.export import results_table
 from cec_spark.rundir.acks import ack_key, read_ack
 from cec_spark.rundir.drivers import latest_driver
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.standby.watch import run_finished
 from storage_log.faults import POINTS
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import REPO, spec_text, write_items_csv
@@ -205,18 +206,7 @@ def _results(run: Path) -> pd.DataFrame:
 
 def _sealed(run: Path) -> bool:
     """Every output log of the run is sealed (the run had ended)."""
-    layout = RunLayout(run)
-    for p in range(PARTS):
-        path = layout.output(p)
-        if not path.exists():
-            return False
-        try:
-            with StreamLog.open(path) as log:
-                if not log.sealed:
-                    return False
-        except Exception:  # created, never written
-            return False
-    return True
+    return run_finished(RunLayout(run), PARTS)
 
 
 @dataclass(frozen=True)
