@@ -65,10 +65,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from bench import harness
-from bench.harness import Run, alternate, checked, compare, summary
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `python bench/fair_spark.py`, as its docstring says
+
+from bench import harness  # noqa: E402
+from bench.harness import Run, alternate, checked, compare, summary  # noqa: E402
+
 OUT = REPO / "bench" / "results" / "fair"
 START_US = 1_767_225_600_000_000
 SENTINEL_KEY = -1
