@@ -580,7 +580,7 @@ def _plan_parquet_file(st: _FileState, path: Path) -> None:
         row += table.num_rows
     if st.light:
         st.files.append({"file": str(path), "bytes": path.stat().st_size,
-                         "xxh64": _digest(path)})
+                         "xxh64": file_digest(path)})
 
 
 def _last_row_time(st: _FileState, pf: pq.ParquetFile, name: str, group: int, row: int,
@@ -619,7 +619,8 @@ def _last_row_time(st: _FileState, pf: pq.ParquetFile, name: str, group: int, ro
         return None
 
 
-def _digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
+    """The xxh64 of a file's bytes, hex (the source fingerprint's digest)."""
     h = xxhash.xxh64()
     with path.open("rb") as fh:
         while block := fh.read(_SCAN_BLOCK):

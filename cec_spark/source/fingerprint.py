@@ -27,18 +27,10 @@ import xxhash
 
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
-from cec_spark.source.check import source_files
+from cec_spark.source.check import file_digest, source_files
 from storage_log.durable import write_durable
 
 CHUNK = 8 << 20
-
-
-def _digest(path: Path) -> str:
-    h = xxhash.xxh64()
-    with path.open("rb") as fh:
-        while block := fh.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
 
 
 def fingerprint(spec: PipelineSpec) -> list[dict[str, Any]]:
@@ -49,7 +41,7 @@ def fingerprint(spec: PipelineSpec) -> list[dict[str, Any]]:
         return []
     path = Path(src.path)
     files = source_files(path, src.kind if path.is_dir() else None)  # as plan_source
-    return [{"file": str(p), "bytes": p.stat().st_size, "xxh64": _digest(p)} for p in files]
+    return [{"file": str(p), "bytes": p.stat().st_size, "xxh64": file_digest(p)} for p in files]
 
 
 def _whole(stored: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -74,7 +66,7 @@ def _prefix_digest(path: Path, n: int) -> str:
 def _changed(old: dict[str, Any], path: Path) -> str:
     size = path.stat().st_size
     return (f"{old['file']}: the source changed since the run started: {old['bytes']} "
-            f"bytes (xxh64 {old['xxh64']}) then, {size} bytes (xxh64 {_digest(path)}) now "
+            f"bytes (xxh64 {old['xxh64']}) then, {size} bytes (xxh64 {file_digest(path)}) now "
             "(a resumed run must read the same input)")
 
 
@@ -110,7 +102,7 @@ class _Digests:
         known = self.known.get((str(path), size))
         if known is not None:
             return known
-        return _digest(path) if n is None else _prefix_digest(path, n)
+        return file_digest(path) if n is None else _prefix_digest(path, n)
 
 
 def _check_all(spec: PipelineSpec, whole: dict[str, dict[str, Any]]) -> None:

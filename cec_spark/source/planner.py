@@ -39,7 +39,7 @@ import time
 
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
-from cec_spark.source.check import _digest, _FileState, _plan_file, source_files
+from cec_spark.source.check import _FileState, _plan_file, file_digest, source_files
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.read import chunk_table, read_chunk
 from cec_spark.source.types import (
@@ -102,7 +102,7 @@ def plan_source(spec: PipelineSpec, *, max_rows: int | None = None,
             _plan_file(st, path, src.kind)
         elif st.light:  # past --max-tuples: in the fingerprint all the same
             st.files.append({"file": str(path), "bytes": path.stat().st_size,
-                             "xxh64": _digest(path)})
+                             "xxh64": file_digest(path)})
         else:
             break
     st.flush()
