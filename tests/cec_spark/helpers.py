@@ -110,6 +110,19 @@ def start_cec(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
+def alive(pid: int) -> bool:
+    """The process ``pid`` exists and is not a zombie (dead for a test's purposes)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def wait_for(cond: object, timeout: float, what: str, step: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -26,6 +26,7 @@ import recovery.partition  # noqa: F401 - loaded: sys.modules holds it
 from cec_spark.read.export import export
 from cec_spark.recover.resume import recover_run
 from tests.cec_spark.helpers import (
+    alive,
     read_export_csv,
     spec_text,
     start_cec,
@@ -57,18 +58,6 @@ def _reference(df: pd.DataFrame) -> pd.DataFrame:
                         "value": g.item_price.max()}).reset_index(drop=True)
     out = out[out["count"] == SIZE]
     return out.sort_values(["key", "window_start", "window_end"]).reset_index(drop=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _forbid_state_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -118,7 +107,7 @@ def test_the_driver_of_recover_loads_no_window_state(tmp_path: Path,
         proc.wait(30)
     assert proc.returncode == -signal.SIGKILL, (tmp_path / "run.log").read_text()[-3000:]
     # Spark's Python workers leave with their JVM (SIGHUP from the worker daemon)
-    wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    wait_for(lambda: not any(alive(pid) for pid in pids), 60, "orphaned workers to exit")
     df.iloc[half:].to_csv(folder / ".f-001.tmp", index=False)
     (folder / ".f-001.tmp").rename(folder / "f-001.csv")
     (folder / "_END").touch()

@@ -35,6 +35,7 @@ from cec_spark.source.types import Chunk, ColumnTypes, SourcePlan, WatchState
 from recovery.rescale import partitions_of
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import (
+    alive,
     cec,
     read_export_csv,
     reference_count_windows,
@@ -86,18 +87,6 @@ def _ingest_state(run: Path) -> dict[str, object]:
     except (OSError, ValueError):
         return {}
     return got
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 # --------------------------------------------------------------------------- no Spark
@@ -229,7 +218,7 @@ def test_kill9_mid_stream_then_recover_is_exact(tmp_path: Path) -> None:
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    wait_for(lambda: not any(alive(pid) for pid in pids), 60, "orphaned workers to exit")
     before = _ingest_state(run)
     landed = _upstream_last_seq(run)
     dropped = (kill_after + 1) * FILE_ROWS

@@ -28,6 +28,7 @@ from cli.app import main
 from cli.schema import problems
 from tests.cec_spark.helpers import (
     REPO,
+    alive,
     cec,
     read_export_csv,
     reference_count_windows,
@@ -115,18 +116,6 @@ def _states(run: Path) -> list[dict[str, object]]:
     return task_states(run, P)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie is dead for our purposes
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def _export_equals(run: Path, tmp: Path, reference: Path) -> None:
     out = tmp / "export.csv"
     cec(["export", str(run), "--out", str(out)], check=True)
@@ -149,7 +138,7 @@ def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimmi
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     # Spark's Python workers leave with their JVM (SIGHUP from the worker daemon)
-    wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    wait_for(lambda: not any(alive(pid) for pid in pids), 60, "orphaned workers to exit")
     done = [bool(s.get("done")) for s in _states(run)]
     # a dry run says what the recover will do, per partition and for the run, and why
     dry = cec(["recover", "--from-log", str(run), "--dry-run"], check=True).stdout
