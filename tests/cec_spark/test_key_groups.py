@@ -37,6 +37,7 @@ from cec_spark.rundir.run_file import KEY_GROUPS, parse_run_text, run_text, sett
 from cec_spark.source.types import ColumnTypes
 from recovery.rescale import handoff, partitions_of
 from tests.cec_spark.helpers import (
+    alive,
     cec,
     read_export_csv,
     spec_text,
@@ -44,7 +45,7 @@ from tests.cec_spark.helpers import (
     wait_for,
     write_items_csv,
 )
-from tests.cli.test_pipeline_cli import _alive, checked
+from tests.cli.test_pipeline_cli import checked
 
 CSV = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"'
 COLUMNS = ColumnTypes(("item_id", "item_price", "item_time"), ("int64", "float64", "int64"))
@@ -230,7 +231,7 @@ def _kill(proc: subprocess.Popen[bytes], run: Path) -> None:
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(60)
-    wait_for(lambda: not any(_alive(pid) for pid in pids), 90, "orphaned workers to exit")
+    wait_for(lambda: not any(alive(pid) for pid in pids), 90, "orphaned workers to exit")
 
 
 def _add(live: Path, parts: list[pd.DataFrame], files: range) -> None:

@@ -355,7 +355,10 @@ def test_a_stream_continues_after_the_cut(data: Path, tmp_path: Path) -> None:
     (live / "_END").touch()
     result = _recover(run, 2)
     rescale = result["rescale"]
-    assert isinstance(rescale, dict) and rescale["cut"] < len(rows) - 1, rescale
+    # the cut is past the first file (every log holds it), at most the last row: the
+    # whole drop when the kill landed mid-operator, as it may on a loaded machine
+    assert isinstance(rescale, dict), rescale
+    assert len(thirds[0]) - 1 <= rescale["cut"] <= len(rows) - 1, rescale
     print(f"stream: killed at upstream row {landed}; 3 -> 2 at C={rescale['cut']}, "
           f"windows moved "
           f"{rescale['windows_per_partition']}")

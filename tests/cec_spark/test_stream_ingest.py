@@ -77,6 +77,13 @@ def _drop(folder: Path, df: pd.DataFrame, i: int, lo: int, hi: int) -> None:
     tmp.rename(folder / f"f{i:04d}.csv")
 
 
+def _held(folder: Path, df: pd.DataFrame, i: int, lo: int, hi: int) -> Path:
+    """The file ``_drop`` would drop, written under its hidden name (not yet seen)."""
+    tmp = folder / f".f{i:04d}.tmp"
+    df.iloc[lo:hi].to_csv(tmp, index=False)
+    return tmp
+
+
 def _states(run: Path) -> list[dict[str, object]]:
     return task_states(run, P)
 
@@ -195,10 +202,13 @@ FILE_ROWS = 6_000  # 12 chunks of 500 rows
 
 @pytest.mark.spark
 def test_kill9_mid_stream_then_recover_is_exact(tmp_path: Path) -> None:
-    """The kill lands mid-ingest: 3 to 6 files of 12 chunks each (500 rows) are dropped
-    at once and the run is killed as soon as the upstream logs grow; afterwards the logs
-    show that not every dropped chunk was ingested (asserted: where the kill landed).
-    (Files of 4 chunks were all ingested before the kill at a load of 15-20.)"""
+    """The kill lands mid-ingest: once the first file is processed, a second file of
+    12 chunks (500 rows) is dropped; as soon as the upstream logs grow (its job's
+    commit), 2 to 5 more files are renamed into the folder and the run is killed at
+    once, so the ingest's next poll and its job are cut off; afterwards the logs show
+    that not every dropped chunk was ingested (asserted: where the kill landed).
+    (A job commits once, at its end, up to 64 Ki rows: files dropped together and seen
+    by one poll were all committed before the kill on a loaded CI machine.)"""
     df = write_items_csv(tmp_path / "all.csv", 10 * FILE_ROWS, keys=60, seed=13)
     spec = _spec(tmp_path, extra_run="segment_kb = 4\ntrim_lag_s = 0",
                  source="chunk_rows = 500\n")
@@ -209,12 +219,15 @@ def test_kill9_mid_stream_then_recover_is_exact(tmp_path: Path) -> None:
     wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in _states(run)) > 0, 180,  # type: ignore[call-overload]
              "the first file to be processed")
     seed = random.randrange(1 << 30)
-    kill_after = random.Random(seed).randrange(3, 7)
+    kill_after = random.Random(seed).randrange(3, 7)  # files 1..kill_after
     wait_for(lambda: _upstream_last_seq(run) >= FILE_ROWS - 100, 60, "the first file ingested")
     idle = _upstream_bytes(run)
-    for i in range(1, kill_after + 1):
-        _drop(folder, df, i, i * FILE_ROWS, (i + 1) * FILE_ROWS)
+    held = [_held(folder, df, i, i * FILE_ROWS, (i + 1) * FILE_ROWS)
+            for i in range(2, kill_after + 1)]  # written now, renamed in at the kill
+    _drop(folder, df, 1, FILE_ROWS, 2 * FILE_ROWS)
     wait_for(lambda: _upstream_bytes(run) > idle, 60, "the ingest to write", step=0.001)
+    for tmp in held:
+        tmp.rename(tmp.with_name(tmp.name[1:].replace(".tmp", ".csv")))
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)

@@ -45,9 +45,9 @@ from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import read_run_file
 from recovery.rescale import handoff, partitions_of
 from storage_log.log import StreamLog
-from tests.cec_spark.helpers import cec, read_export_csv, spec_text, start_cec, wait_for
+from tests.cec_spark.helpers import alive, cec, read_export_csv, spec_text, start_cec, wait_for
 from tests.cec_spark.test_rescale import behind, upstream_last_seqs
-from tests.cli.test_pipeline_cli import _alive, checked
+from tests.cli.test_pipeline_cli import checked
 
 BASE = 1_700_000_000_000_000
 GAP = "1s"
@@ -285,7 +285,7 @@ def _kill(proc: Any, run: Path) -> None:
     with contextlib.suppress(ProcessLookupError):  # a run that finished first is gone
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
-    wait_for(lambda: not any(_alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    wait_for(lambda: not any(alive(pid) for pid in pids), 60, "orphaned workers to exit")
 
 
 CRASH = "operator.after_group_commit"  # a group of output committed, its state not yet
