@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 SPEC   ?= cli/examples/items.toml
 LOGDIR ?= runs/items
 
-.PHONY: run test test-faults lint bench install clean
+.PHONY: run test test-full test-faults lint bench install clean
 
 install: $(STAMP)
 
@@ -30,6 +30,14 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
+
+# Everything `make test` samples: both halves of the long scenarios (tests/conftest.py
+# HALVES; `make test` runs one half a day) and every crash-point cell (about 30 minutes).
+test-full: $(STAMP)
+	@sh scripts/check-java.sh
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	CEC_TEST_FULL=1 CEC_FAULTS_FULL=1 $(BIN)/python -m pytest -q
 
 # Every cell of the crash-point matrix (tests/faults: the real programs killed -9 at
 # each point of storage_log/faults.py, recovered, compared with pandas; about 9 minutes);

@@ -3,8 +3,7 @@ chosen at creation, up to 32,768; a rescale up to them, refused beyond.
 
 Cheap checks first (the spec's field, its errors, run.toml, the rescale's refusal, the
 key partition's cost at 32,768 groups), then one sequence on real local Spark with
-P = 32: a run killed -9 mid-run, recovered with its 32 partitions and killed -9 again
-mid-run, then rescaled 32 -> 48 with ``key_groups = 256``; its export equals the
+P = 32: a run killed -9 mid-run, then rescaled 32 -> 48 with ``key_groups = 256``; its export equals the
 pandas reference exactly (``max`` of count windows: no float summation order).
 """
 
@@ -216,16 +215,6 @@ def _processed(run: Path) -> int:
     return sum(int(s.get("in_tuples", 0)) for s in _states(run))
 
 
-def _last_seq(run: Path) -> int:
-    return max((_seq(s) for s in _states(run)), default=-1)
-
-
-def _seq(state: dict[str, Any]) -> int:
-    """A task's last input seq (-1: none yet)."""
-    seq = state.get("in_last_seq")
-    return -1 if seq is None else int(seq)
-
-
 def _kill(proc: subprocess.Popen[bytes], run: Path) -> None:
     """kill -9 the whole process group; wait for its Python workers to go."""
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]
@@ -269,12 +258,13 @@ def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_p32_killed_recovered_killed_then_rescaled_to_48(
+def test_p32_killed_then_rescaled_to_48(
         tmp_path: Path, procs: list[subprocess.Popen[bytes]]) -> None:
-    """P = 32, key_groups = 256, a stream folder given in three parts: kill -9 mid-run
-    (some input processed, more to come), ``cec recover`` with its 32 partitions, kill -9
-    again once the recovered run processed rows given after the first kill, then ``cec
-    recover --partitions 48`` to the end: the export equals the reference exactly."""
+    """P = 32, key_groups = 256, a stream folder given in two parts: kill -9 mid-run
+    (some input processed, more to come), then ``cec recover --partitions 48`` to the
+    end: the export equals the reference exactly. (A recovery with the run's own 32
+    partitions killed again in between made this the suite's longest test, 86 s on two
+    busy cores; a recovery killed and recovered again is tests/cli's.)"""
     df = write_items_csv(tmp_path / "items.csv", ROWS, keys=KEYS, seed=38)
     parts = [df.iloc[i * ROWS // FILES:(i + 1) * ROWS // FILES] for i in range(FILES)]
     kept = [int((p.item_price >= 0).sum()) for p in parts]  # rows past the filter
@@ -305,26 +295,8 @@ def test_p32_killed_recovered_killed_then_rescaled_to_48(
     t2 = time.monotonic()
     print(f"killed in {t2 - t1:.1f}s")
 
-    # 2. recovered with its 32 partitions, killed -9 again once it processed rows of
-    # the files given after the first kill (so past the point it was killed at)
-    _add(live, parts, range(2, 5))
-    after = sum(len(p) for p in parts[:2])  # the first seq of file 2
-    procs.append(start_cec(["recover", "--from-log", str(run), "--json"],
-                           tmp_path / "rec.log"))
-    wait_for(lambda: _last_seq(run) >= after, 240, "rows after the first kill processed")
-    t3 = time.monotonic()
-    print(f"recovered and processed new rows in {t3 - t2:.1f}s")
-    _kill(procs[-1], run)
-    states = _states(run)
-    assert _last_seq(run) < ROWS - 1  # mid-run: the last three files were still to come
-    # the tasks that went past the first kill started from the logs (a recovery each)
-    assert all(s.get("recovered") is not None for s in states
-               if _seq(s) >= after)
-    t4 = time.monotonic()
-    print(f"killed in {t4 - t3:.1f}s")
-
-    # 3. the rest of the source, and the rescale 32 -> 48 to the end
-    _add(live, parts, range(5, FILES))
+    # 2. the rest of the source, and the rescale 32 -> 48 to the end
+    _add(live, parts, range(2, FILES))
     (live / "_END").touch()
     rec = cec(["recover", "--from-log", str(run), "--partitions", str(P2), "--json"],
               timeout=600, check=True)
@@ -336,7 +308,7 @@ def test_p32_killed_recovered_killed_then_rescaled_to_48(
     assert sum(rescale["windows_per_partition"]) > 0  # open windows moved
     assert len(result["partitions"]) == P2
     t5 = time.monotonic()
-    print(f"rescaled {P}->{P2} and ran to the end in {t5 - t4:.1f}s; processed at the "
+    print(f"rescaled {P}->{P2} and ran to the end in {t5 - t2:.1f}s; processed at the "
           f"first kill {first}; windows moved {rescale['windows_per_partition']}")
 
     out = tmp_path / "got.csv"
