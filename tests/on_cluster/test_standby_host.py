@@ -2,8 +2,10 @@
 namespaces, seeing the run directory through its own ``bindfs`` mount (its own page
 cache and ``flock`` domain, as a host sees an NFS export; its own pids). It can judge
 the driver by the lease's beat alone: the driver's lock is invisible to it and its
-pids mean nothing there. The driver is killed with SIGKILL; the standby takes the run
-over after the lease stood still, and the export equals the failure-free run's.
+pids mean nothing there. The driver of a stream-folder run, the first half of its rows
+processed, is killed with SIGKILL; the standby takes the run over after the lease stood
+still, the rest of the rows arrive, and the export equals the failure-free run's over
+the same rows (a CSV file).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from tests.on_cluster.standalone import missing_tools
 
 pytestmark = [pytest.mark.spark, pytest.mark.cluster]
 
-ROWS = 120_000
+ROWS = 60_000
 P = 2
 SOURCE = 'kind = "csv"\npath = "items.csv"\ntime_field = "item_time"\nchunk_rows = 5000'
 
@@ -62,12 +64,21 @@ def test_a_standby_on_another_host_takes_over_by_the_lease_alone(tmp_path: Path)
         pytest.skip(why)
     shared = tmp_path / "shared"
     shared.mkdir()
-    write_items_csv(shared / "items.csv", ROWS, keys=2000, seed=5)
-    spec = shared / "items.toml"
-    spec.write_text(spec_text(SOURCE, partitions=P))
-    cec(["run", "pipeline", str(spec), "--log-dir", str(shared / "ref")], check=True)
+    df = write_items_csv(shared / "items.csv", ROWS, keys=2000, seed=5)
+    ref_spec = shared / "items.toml"
+    ref_spec.write_text(spec_text(SOURCE, partitions=P))
+    cec(["run", "pipeline", str(ref_spec), "--log-dir", str(shared / "ref")], check=True)
     cec(["export", str(shared / "ref"), "--out", str(tmp_path / "ref.csv")], check=True)
     shutil.rmtree(shared / "ref")
+    # the run reads the same rows from a stream folder, the second half given after the
+    # takeover: it cannot finish before the kill however long the standby takes to warm
+    # (on a loaded machine the run of a 120 k-row file had ended first, once)
+    live = shared / "live"
+    live.mkdir()
+    df.iloc[:ROWS // 2].to_csv(live / "f-000.csv", index=False)
+    spec = shared / "live.toml"
+    spec.write_text(spec_text(f'kind = "stream-dir"\npath = "{live}"\nformat = "csv"\n'
+                              'time_field = "item_time"\npoll_ms = 50', partitions=P))
 
     run = shared / "run"
     standby = _standby_on_another_host(shared, run, tmp_path / "standby.log")
@@ -82,12 +93,15 @@ def test_a_standby_on_another_host_takes_over_by_the_lease_alone(tmp_path: Path)
         wait_for(lambda: any(json.loads(p.read_text() or "{}").get("in_tuples", 0)
                              for p in (run / "state").glob("p*.json")) or
                  driver.poll() is not None, 240, "the first processed batch")
-        assert driver.poll() is None, "the run ended before the kill: make it longer"
+        assert driver.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
         os.killpg(driver.pid, signal.SIGKILL)
         killed = time.monotonic()
         driver.wait(30)
         wait_for((run / "drivers" / "00000002").exists, 60, "the standby to take over")
         took = time.monotonic() - killed
+        df.iloc[ROWS // 2:].to_csv(live / ".f-001.tmp", index=False)
+        (live / ".f-001.tmp").rename(live / "f-001.csv")
+        (live / "_END").touch()
         code = standby.wait(300)
         said = _text(tmp_path / "standby.log")
         assert code == 0, said[-3000:]
