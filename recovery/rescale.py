@@ -86,49 +86,74 @@ def handoff(windows: Sequence[pa.Table], *, cut: int, ts: int, partitions: int,
     later tuple of the new partition may be older, and every time window handed over
     must end after it). Rows are in ``(tau1, key, win_start)`` order; a window id met
     twice is refused (two old partitions cannot hold one key).
+
+    The same as :func:`split_windows` of each old partition, then :func:`first_record`
+    of each new one: a rescale runs the first in the old partitions' tasks and the
+    second in the new ones' (:mod:`cec_spark.recover.rescale`).
     """
     if not 1 <= partitions <= groups:
         raise ValueError(f"partitions must be in 1..{groups}, got {partitions}")
+    split = [split_windows(w, partitions=partitions, groups=groups, key_type=key_type)
+             for w in windows]
+    return [first_record([s[p] for s in split], cut=cut, ts=ts, function=function,
+                         key_type=key_type, time_windows=time_windows)
+            for p in range(partitions)]
+
+
+def _window_schema(key_type: str) -> pa.Schema:
     schema = output_schema(key_type)
-    parts = [w.select(list(_WINDOW_COLUMNS)).cast(
-        pa.schema([schema.field(n) for n in _WINDOW_COLUMNS])) for w in windows]
-    table = (pa.concat_tables(parts) if parts else
-             pa.table({n: pa.array([], schema.field(n).type) for n in _WINDOW_COLUMNS}))
-    ids = list(zip(table.column("key").to_pylist(), table.column("win_start").to_pylist(),
+    return pa.schema([schema.field(n) for n in _WINDOW_COLUMNS])
+
+
+def split_windows(windows: pa.Table, *, partitions: int, groups: int, key_type: str
+                  ) -> list[pa.Table]:
+    """One old partition's open windows (:func:`windows_table` columns) by the new
+    partition that owns each key: ``partitions`` tables of the window columns, in the
+    order they came (one stable sort, then a slice each: not a filter per partition)."""
+    if not 1 <= partitions <= groups:
+        raise ValueError(f"partitions must be in 1..{groups}, got {partitions}")
+    table = windows.select(list(_WINDOW_COLUMNS)).cast(_window_schema(key_type))
+    target = partitions_of(table.column("key").to_pylist(), partitions, groups)
+    order = np.argsort(target, kind="stable")
+    bounds = np.searchsorted(target[order], np.arange(partitions + 1))
+    return [table.take(pa.array(order[bounds[p]:bounds[p + 1]], pa.int64()))
+            for p in range(partitions)]
+
+
+def first_record(windows: Sequence[pa.Table], *, cut: int, ts: int, function: str,
+                 key_type: str, time_windows: bool = False) -> pa.RecordBatch:
+    """A new partition's first output record from the windows each old partition hands
+    it (:func:`split_windows`): one ``G_check`` row per window, ``t_now = cut``, ``ts``,
+    ``n_open`` the windows' number, in ``(tau1, key, win_start)`` order. ValueError: a
+    window id met twice, or a time window that ends at or before ``ts``."""
+    schema = output_schema(key_type)
+    wschema = _window_schema(key_type)
+    parts = [w.select(list(_WINDOW_COLUMNS)).cast(wschema) for w in windows]
+    sel = (pa.concat_tables(parts) if parts else wschema.empty_table())
+    ids = list(zip(sel.column("key").to_pylist(), sel.column("win_start").to_pylist(),
                    strict=True))
     if len(set(ids)) != len(ids):
         raise ValueError("a window id is open in two old partitions: the logs do not "
                          "belong to one key-partitioned run")
-    if time_windows and table.num_rows:
-        ends = table.column("win_end").to_numpy()
+    if time_windows and sel.num_rows:
+        ends = sel.column("win_end").to_numpy()
         if int(ends.min()) <= ts:
             raise ValueError(f"a time window ending at {int(ends.min())} is still open "
                              f"at ts {ts}: the handoff's ts is too late")
-    target = partitions_of(table.column("key").to_pylist(), partitions, groups)
-    # the windows by new partition: one stable sort, then a slice each (not a filter
-    # per partition: P x windows)
-    order = np.argsort(target, kind="stable")
-    bounds = np.searchsorted(target[order], np.arange(partitions + 1))
-    reducer = get_reducer(function)
-    out = []
-    for p in range(partitions):
-        sel = table.take(pa.array(order[bounds[p]:bounds[p + 1]]))
-        sel = sel.sort_by([("tau1", "ascending"), ("key", "ascending"),
-                           ("win_start", "ascending")])
-        n = sel.num_rows
-        cnt = sel.column("cnt").to_numpy()
-        value = reducer.result_array(cnt, sel.column("sum").to_numpy(),
-                                     sel.column("min").to_numpy(),
-                                     sel.column("max").to_numpy())
-        cols = {
-            "ts": pa.array(np.full(n, ts, np.int64)),
-            "seq": pa.array(np.arange(n, dtype=np.int64)),
-            "type": pa.array(np.full(n, G_CHECK, np.int8)),
-            "t_now": pa.array(np.full(n, cut, np.int64)),
-            "n_open": pa.array(np.full(n, n, np.int64)),
-            **{name: sel.column(name).combine_chunks() for name in _WINDOW_COLUMNS},
-            "value": pa.array(np.asarray(value, np.float64)),
-        }
-        out.append(pa.RecordBatch.from_arrays([cols[f.name] for f in schema],
-                                              schema=schema))
-    return out
+    sel = sel.sort_by([("tau1", "ascending"), ("key", "ascending"),
+                       ("win_start", "ascending")])
+    n = sel.num_rows
+    cnt = sel.column("cnt").to_numpy()
+    value = get_reducer(function).result_array(cnt, sel.column("sum").to_numpy(),
+                                               sel.column("min").to_numpy(),
+                                               sel.column("max").to_numpy())
+    cols = {
+        "ts": pa.array(np.full(n, ts, np.int64)),
+        "seq": pa.array(np.arange(n, dtype=np.int64)),
+        "type": pa.array(np.full(n, G_CHECK, np.int8)),
+        "t_now": pa.array(np.full(n, cut, np.int64)),
+        "n_open": pa.array(np.full(n, n, np.int64)),
+        **{name: sel.column(name).combine_chunks() for name in _WINDOW_COLUMNS},
+        "value": pa.array(np.asarray(value, np.float64)),
+    }
+    return pa.RecordBatch.from_arrays([cols[f.name] for f in schema], schema=schema)

@@ -1,42 +1,56 @@
 """Rescale on recovery: ``cec recover --from-log RUN --partitions P'``.
 
-Offline, in the driver, before Spark runs anything (no Spark is needed):
+The driver reads only the logs' last tokens and writes only ``generations.toml``; the
+partitions' state moves in Spark tasks, side by side (issue 38: nothing of the run's
+state passes through the driver). ``--dry-run`` does the same steps in the driver
+without writing (it loads the open windows there: it only counts them).
 
-1. **The common cut** ``C``: every upstream log of the current generation holds every
-   input row of its partition before the ``seq_end`` (``next_seq`` without late-row
-   settings) of its last chunk token, so ``C = min over the logs of (seq_end - 1)``
-   is a source chunk boundary that every log has passed (the ingest restarts there).
-2. **Drain** each old partition ``q`` to exactly ``C``: its eventual checkpoint is
-   rebuilt as for any recovery and the upstream replayed; if its output ends before
-   ``C`` it processes its upstream rows up to ``C`` in normal mode and appends the
-   output (its log's writer takes a new epoch, as a task does); if its output ran
-   ahead of ``C`` (its upstream log was ahead of another's), the state as of ``C`` is
-   rebuilt by time travel to the last output row of input ``<= C``, and the rows after
-   it are not results of the run: ``generations.toml`` records, per old partition,
-   the last output seq that belongs to it (readers stop there; nothing is cut).
-3. **Handoff** (:func:`recovery.rescale.handoff`): the open windows of every old
-   partition, as of ``C``, go by key group to the ``P'`` new partitions as the first
-   record of each new output log (``G_check`` rows, ``t_now = C``). The new upstream
-   logs start with a token at the cut's chunk (sealed if the old ones were), so the
-   resumed ingest continues the source after ``C``.
-4. **Commit**: ``RUN/generations.toml`` is written atomically after every log of the
-   new generation is complete. A crash before it leaves the old generation as the
-   run's (a new ``cec recover --partitions`` drains it again to the same ``C`` and
-   writes the new generation's logs again from scratch); after it, the new
-   generation is complete.
+1. **The common cut** ``C`` (driver): every upstream log of the current generation holds
+   every input row of its partition before the ``seq_end`` (``next_seq`` without
+   late-row settings) of its last chunk token, so ``C = min over the logs of (seq_end -
+   1)`` is a source chunk boundary that every log has passed (the ingest restarts there).
+2. **Drain** (a task per old partition ``q``): its eventual checkpoint is rebuilt as for
+   any recovery and the upstream replayed; if its output ends before ``C`` it
+   processes its upstream rows up to ``C`` in normal mode and appends the output (its
+   log's writer takes a new epoch, as a task does); if its output ran ahead of ``C``
+   (its upstream log was ahead of another's), the state as of ``C`` is rebuilt by time
+   travel to the last output row of input ``<= C``, and the rows after it are not
+   results of the run: ``generations.toml`` records, per old partition, the last output
+   seq that belongs to it (readers stop there; nothing is cut). Its open windows go by
+   key group to the ``P'`` new partitions (:func:`recovery.rescale.split_windows`), one
+   Arrow file each under ``RUN/handover/gNNNN/``; the task reports only counts.
+3. **Handoff** (a task per new partition ``p``): the windows every old partition handed
+   it become the first record of its output log (``G_check`` rows, ``t_now = C``,
+   :func:`recovery.rescale.first_record`). Its upstream log starts with a token at the
+   cut's chunk (sealed if the old ones were), so the resumed ingest continues the
+   source after ``C``.
+4. **Commit** (driver): ``RUN/generations.toml`` is written atomically after every log
+   of the new generation is complete, then the hand-over files are removed. A crash
+   before it leaves the old generation as the run's (a new ``cec recover
+   --partitions`` drains it again to the same ``C`` and writes the new generation's
+   logs again from scratch); after it, the new generation is complete.
 
-Then the run resumes as any run does, with ``P'`` partitions.
+A task retried by Spark does its step again from the start: a drain finds its output
+log at or past ``C`` and rebuilds the same state; a hand-over file is replaced whole
+(written aside, then renamed). Then the run resumes as any run does, with ``P'``
+partitions.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import shutil
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow import ipc
 
 from cec.errors import RecoveryError, UsageError
 from cec.ingest_token import IngestToken, decode_token, encode_token
@@ -45,11 +59,12 @@ from cec.spec import MAX_KEY_GROUPS, PipelineSpec
 from cec_spark.report import RescalePartition as OldPartition
 from cec_spark.report import RescaleResult
 from cec_spark.run.task import operator_for
+from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.generations import Generation, store_generations
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import RunSettings, read_run_file
 from recovery.partition import recover_from_logs
-from recovery.rescale import handoff
+from recovery.rescale import first_record, split_windows
 from recovery.upstream import RecoverableOperator
 from storage_log.log import StreamLog
 
@@ -209,13 +224,63 @@ def _process_to_cut(op: RecoverableOperator, up: StreamLog, after: int | None, c
     return tuples, last_ts
 
 
-def rescale(layout: RunLayout, partitions: int, *, dry_run: bool = False
+T = TypeVar("T")
+
+#: runs ``fn(i)`` for i in 0..n-1 and returns the results in order: in Spark tasks, or
+#: (a dry run, a caller without Spark) here
+Mapper = Callable[[Callable[[int], T], int, str], list[T]]
+
+
+def local_map(fn: Callable[[int], T], n: int, what: str) -> list[T]:
+    """:data:`Mapper` in this process, one after the other (a dry run)."""
+    del what
+    return [fn(i) for i in range(n)]
+
+
+def spark_map(spark: Any) -> Mapper[Any]:
+    """:data:`Mapper` as one Spark job of ``n`` tasks (``what``: its description)."""
+    def run(fn: Callable[[int], Any], n: int, what: str) -> list[Any]:
+        sc = spark.sparkContext
+        sc.setJobDescription(f"cec rescale: {what}")
+        try:
+            return list(sc.parallelize(range(n), n).map(fn).collect())
+        finally:
+            sc.setJobDescription(None)
+    return run
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What the rescale's tasks need (it crosses to the executors)."""
+
+    run_dir: str
+    spec: PipelineSpec
+    settings: RunSettings
+    gen: int  # the old generation
+    partitions: int  # P'
+    cut: int
+    write: bool
+    driver: int | None
+
+    @property
+    def layout(self) -> RunLayout:
+        return RunLayout(Path(self.run_dir))
+
+    @property
+    def new(self) -> int:
+        return self.gen + 1
+
+
+def rescale(layout: RunLayout, partitions: int, *, dry_run: bool = False,
+            tasks: Mapper[Any] | None = None, driver: int | None = None
             ) -> RescaleResult | None:
     """Rescale the run in ``layout`` to ``partitions`` (see the module docstring).
 
     None when the run already has that many partitions. The caller has taken a
-    driver number (:func:`~cec_spark.rundir.drivers.take_driver`: older drivers stop) unless
-    ``dry_run``, which only reads.
+    driver number ``driver`` (:func:`~cec_spark.rundir.drivers.take_driver`: older
+    drivers stop; the tasks check it before they write) unless ``dry_run``, which only
+    reads. ``tasks`` runs the drains and hand-offs (:func:`spark_map`; default
+    :func:`local_map`, in this process).
     """
     layout = RunLayout(layout.root)  # read the generations afresh
     spec, settings = read_run_file(layout)
@@ -224,74 +289,168 @@ def rescale(layout: RunLayout, partitions: int, *, dry_run: bool = False
     if partitions == old_p:
         return None
     assert settings.key_groups is not None
+    run_map = tasks or local_map
     gen = layout.generation
     cut, token, sealed = common_cut(layout, gen, old_p)
     chunk = -1 if token is None else token.chunk
     if layout.cut is not None and cut < layout.cut:
         raise RecoveryError(f"{layout.root}: the upstream logs of generation {gen} end "
                             f"before its own cut {layout.cut}: damaged")
-    drained = [_drain(layout, gen, q, spec, settings, cut, not dry_run)
-               for q in range(old_p)]
+    job = _Job(str(layout.root), spec, settings, gen, partitions, cut, not dry_run, driver)
+    new = job.new
+    if not dry_run:  # what a crashed rescale left of the new generation is not the run's
+        for folder in (layout.upstream_dir(new), layout.output_dir(new),
+                       layout.state_dir(new), layout.handover_dir(new)):
+            shutil.rmtree(folder, ignore_errors=True)
+        layout.handover_dir(new).mkdir(parents=True)
+    drained = [_Handed.from_json(text) for text in
+               run_map(lambda q: drain_partition(job, q).to_json(), old_p,
+                       f"drain {old_p} old partitions to the cut {cut}")]
     if drained and all(d.info.state == "sealed" for d in drained):
         raise UsageError(f"{layout.root}: the run is complete (every partition sealed its "
                          "output): there is nothing to rescale")
     stamps = [d.last_ts for d in drained if d.last_ts is not None]
     ts = min(stamps) if stamps else 0
-    w = spec.aggregate.window
-    if w.kind == "session":
-        check_session_ends([d.windows for d in drained], ts)
-    records = handoff([d.windows for d in drained], cut=cut, ts=ts, partitions=partitions,
-                      groups=settings.key_groups, function=spec.aggregate.function,
-                      key_type=settings.key_type, time_windows=w.kind == "time")
-    new = gen + 1
+    _check_ends(spec, drained, ts)
+    counts = [sum(d.counts[p] for d in drained) for p in range(partitions)]
     result = RescaleResult(str(layout.root), old_p, partitions, new, cut, chunk, dry_run,
-                           [d.info for d in drained], [r.num_rows for r in records])
+                           [d.info for d in drained], counts)
     if dry_run:
         return result
-    _write_generation(layout, new, records, spec, token, sealed)
+    layout.state_dir(new).mkdir(parents=True)
+    sources = [[q for q, d in enumerate(drained) if d.counts[p]] for p in range(partitions)]
+    written = run_map(lambda p: hand_to(job, p, sources[p], ts, token, sealed),
+                      partitions, f"write the {partitions} new partitions' first records")
+    if written != counts:
+        raise RecoveryError(f"{layout.root}: the rescale's new partitions got {written} "
+                            f"open windows where the old ones handed {counts}")
     gens = layout.generations or (Generation(0, old_p),)
     store_generations(layout.generations_file, layout.generations_backup,
                       (*gens, Generation(new, partitions, cut, chunk,
                                          tuple(d.info.end_seq for d in drained), ts)))
+    shutil.rmtree(layout.handover_dir(new), ignore_errors=True)
+    with contextlib.suppress(OSError):
+        layout.handover_dir(new).parent.rmdir()  # handover/ itself, when empty
     return result
 
 
+@dataclass(frozen=True)
+class _Handed:
+    """What a drain task reports (JSON: it crosses back to the driver)."""
+
+    info: OldPartition
+    last_ts: int | None  # ts of the partition's last input tuple <= C
+    counts: list[int]  # its open windows for each new partition
+    first_end: int | None  # the smallest win_end of its open windows
+
+    def to_json(self) -> str:
+        return json.dumps({"info": asdict(self.info), "last_ts": self.last_ts,
+                           "counts": self.counts, "first_end": self.first_end})
+
+    @staticmethod
+    def from_json(text: str) -> _Handed:
+        d = json.loads(text)
+        return _Handed(OldPartition(**d["info"]), d["last_ts"], list(d["counts"]),
+                       d["first_end"])
+
+
+def drain_partition(job: _Job, q: int) -> _Handed:
+    """Step 2, in old partition ``q``'s task: drained to the cut, its open windows
+    written for the new partitions that own them (not with ``job.write`` off)."""
+    layout = job.layout
+    if job.write:
+        check_driver(layout, job.driver)
+    d = _drain(layout, job.gen, q, job.spec, job.settings, job.cut, job.write)
+    assert job.settings.key_groups is not None
+    parts = split_windows(d.windows, partitions=job.partitions,
+                          groups=job.settings.key_groups, key_type=job.settings.key_type)
+    if job.write:
+        for p, table in enumerate(parts):
+            if table.num_rows:
+                _write_arrow(layout.handover_file(job.new, q, p), table)
+    ends = d.windows.column("win_end") if d.windows.num_rows else None
+    first_end = None if ends is None else int(pc.min(ends).as_py())
+    return _Handed(d.info, d.last_ts, [t.num_rows for t in parts], first_end)
+
+
+def _write_arrow(path: Path, table: pa.Table) -> None:
+    """``table`` as an Arrow IPC file at ``path``, whole or not at all (written aside,
+    then renamed: a retried task replaces it). Not fsynced: a crash before
+    ``generations.toml`` is written discards the hand-over."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    os.replace(tmp, path)
+
+
+def _read_arrow(path: Path) -> pa.Table:
+    try:
+        with pa.memory_map(str(path)) as source:
+            return ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise RecoveryError(f"{path}: a rescale's hand-over file cannot be read ({exc}): "
+                            "run the same cec recover --partitions again") from exc
+
+
+def hand_to(job: _Job, p: int, sources: list[int], ts: int, token: IngestToken | None,
+            sealed: bool) -> int:
+    """Step 3, in new partition ``p``'s task: its logs of the new generation, the output
+    log's first record made of the windows old partitions ``sources`` handed it.
+    Returns that record's rows."""
+    layout = job.layout
+    check_driver(layout, job.driver)
+    tables = [_read_arrow(layout.handover_file(job.new, q, p)) for q in sources]
+    w = job.spec.aggregate.window
+    try:
+        record = first_record(tables, cut=job.cut, ts=ts, function=job.spec.aggregate.function,
+                              key_type=job.settings.key_type, time_windows=w.kind == "time")
+    except ValueError as exc:
+        raise RecoveryError(f"{layout.root}: new partition {p}: {exc}") from exc
+    run = job.spec.run
+    for path in (layout.upstream_of(job.new, p), layout.output_of(job.new, p)):
+        shutil.rmtree(path, ignore_errors=True)  # a retried task starts its logs again
+    with StreamLog.open(layout.upstream_of(job.new, p), writable=True, create=True,
+                        fsync=run.fsync, segment_bytes=run.segment_kb << 10) as up:
+        if token is not None:  # the late rows the old logs counted go to partition 0's
+            up.commit(encode_token(token if p == 0 else replace(token, late=0)))
+        if sealed:
+            up.seal()
+    with StreamLog.open(layout.output_of(job.new, p), writable=True, create=True,
+                        fsync=run.fsync, segment_bytes=run.segment_kb << 10) as out:
+        if record.num_rows:
+            out.append(record.cast(output_schema(record.schema.field("key").type)))
+            out.commit()
+    return int(record.num_rows)
+
+
+def _check_ends(spec: PipelineSpec, drained: list[_Handed], ts: int) -> None:
+    """:func:`refuse_ended` with the drains' smallest ``win_end``."""
+    ends = [d.first_end for d in drained if d.first_end is not None]
+    refuse_ended(min(ends) if ends else None, ts, spec.aggregate.window.kind)
+
+
 def check_session_ends(windows: list[pa.Table], ts: int) -> None:
-    """Refuse a handoff of a session that ended before its ``ts`` (RecoveryError).
+    """:func:`refuse_ended` for the sessions ``windows`` (tables of open windows)."""
+    ends = [int(pc.min(t.column("win_end")).as_py()) for t in windows if t.num_rows]
+    refuse_ended(min(ends) if ends else None, ts, "session")
+
+
+def refuse_ended(first_end: int | None, ts: int, kind: str) -> None:
+    """Refuse a handoff of a window that ended before its ``ts`` (RecoveryError);
+    ``first_end``: the smallest ``win_end`` of the windows handed over (None: none).
 
     A session takes a tuple at exactly its ``win_end`` (Spark's tie rule), so one with
     ``win_end == ts`` is still open: the check is ``win_end < ts``, where a time window
-    (closed at ``win_end <= ts``) uses ``<=`` (:func:`recovery.rescale.handoff`). Every
-    session open in old partition ``q`` at the cut has ``win_end >= `` the ts of ``q``'s
-    last input, and ``ts`` is the smallest of those, so this holds for logs that belong
-    together.
+    (closed at ``win_end <= ts``) uses ``<=`` (:func:`recovery.rescale.first_record`).
+    Every session open in old partition ``q`` at the cut has ``win_end >= `` the ts of
+    ``q``'s last input, and ``ts`` is the smallest of those, so this holds for logs that
+    belong together. Count windows have no end in time.
     """
-    ends = [int(pc.min(t.column("win_end")).as_py()) for t in windows if t.num_rows]
-    if ends and min(ends) < ts:
-        raise RecoveryError(f"a session ending at {min(ends)} is still open at ts {ts}, "
+    if first_end is None:
+        return
+    if kind == "session" and first_end < ts:
+        raise RecoveryError(f"a session ending at {first_end} is still open at ts {ts}, "
                             "past its end: the logs do not belong together")
-
-
-def _write_generation(layout: RunLayout, gen: int, records: list[pa.RecordBatch],
-                      spec: PipelineSpec, token: IngestToken | None, sealed: bool) -> None:
-    """Every log of generation ``gen``, from scratch (what a crashed rescale left of
-    it is not part of the run: generations.toml does not name it yet). Each upstream
-    log starts with a commit of the cut's token (the ingest resumes after its chunk);
-    the late rows the old logs counted go to partition 0's, so the run's total
-    stays."""
-    for folder in (layout.upstream_dir(gen), layout.output_dir(gen), layout.state_dir(gen)):
-        shutil.rmtree(folder, ignore_errors=True)
-    layout.state_dir(gen).mkdir(parents=True)
-    run = spec.run
-    for p, record in enumerate(records):
-        with StreamLog.open(layout.upstream_of(gen, p), writable=True, create=True,
-                            fsync=run.fsync, segment_bytes=run.segment_kb << 10) as up:
-            if token is not None:
-                up.commit(encode_token(token if p == 0 else replace(token, late=0)))
-            if sealed:
-                up.seal()
-        with StreamLog.open(layout.output_of(gen, p), writable=True, create=True,
-                            fsync=run.fsync, segment_bytes=run.segment_kb << 10) as out:
-            if record.num_rows:
-                out.append(record.cast(output_schema(record.schema.field("key").type)))
-                out.commit()
+    if kind == "time" and first_end <= ts:
+        raise RecoveryError(f"a time window ending at {first_end} is still open at ts "
+                            f"{ts}: the logs do not belong together")

@@ -7,8 +7,9 @@ the order :func:`recover_run` takes them:
 1. :func:`_check_and_repair`: the run directory's owner, ``--repair`` of
    ``run.toml``, the recovery-time objective, a driver number (an older driver
    still running this run stops before a log is touched);
-2. :func:`_rescale` (``--partitions P'``): the run moves to ``P'`` partitions
-   (:mod:`cec_spark.recover.rescale`); a dry run answers with the plan here;
+2. :func:`_rescale` (``--partitions P'``): the run moves to ``P'`` partitions in Spark
+   tasks (:mod:`cec_spark.recover.rescale`), on the session the resume then uses; a
+   dry run answers with the plan here;
 3. :func:`cec_spark.recover.partitions.recover_partitions`, every partition at once:
    reconcile (and with ``--repair`` cut) its upstream log, reconcile its output log
    (a damaged one is cut); or, dry run, predict its recovery
@@ -21,8 +22,9 @@ the order :func:`recover_run` takes them:
    (:func:`cec_spark.report.recover.explained_by_tasks`).
 
 The driver never rebuilds an eventual checkpoint nor loads a window's state (a
-rescale's hand-over aside, :mod:`cec_spark.recover.rescale`): its work on a recovery
-is a few opens per log, whatever the run's state.
+rescale drains and hands over in Spark tasks too, :mod:`cec_spark.recover.rescale`;
+only its dry run counts the windows here): its work on a recovery is a few opens per
+log, whatever the run's state.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from cec_spark.recover.partitions import (
     recover_partitions,
     wait_for_lock,
 )
-from cec_spark.recover.rescale import check_rescale, rescale
+from cec_spark.recover.rescale import check_rescale, rescale, spark_map
 from cec_spark.report import (
     RecoverPartition,
     RecoverResult,
@@ -52,6 +54,7 @@ from cec_spark.report import (
 from cec_spark.report.recover import explained_by_tasks
 from cec_spark.run import rto
 from cec_spark.run.plan import RunPlan
+from cec_spark.run.session import session_for, stop_session
 from cec_spark.run.slots import check_local_slots
 from cec_spark.rundir.access import check_owner
 from cec_spark.rundir.drivers import take_driver
@@ -60,9 +63,11 @@ from cec_spark.rundir.repair import repair_files
 from cec_spark.rundir.run_file import read_run_file, rescaled_spec
 from cec_spark.source.fingerprint import check_fingerprint, stored_fingerprint
 from cec_spark.source.planner import plan_source
-from cec_spark.watchdog import say
+from cec_spark.watchdog import announce_wait, say
 from storage_log.log import StreamLog
 
+#: the session a rescale started in this call of :func:`recover_run` (stopped at its end)
+_SESSIONS: list[Any] = []
 
 def recover_run(run_dir: Path | str, *, dry_run: bool = False, progress: bool = True,
                 master: str | None = None, conf: dict[str, str] | None = None,
@@ -101,13 +106,17 @@ def recover_run(run_dir: Path | str, *, dry_run: bool = False, progress: bool = 
     del in_tasks  # always: issue 38 item 1
     run, driver = _check_and_repair(Path(os.path.abspath(run_dir)), dry_run=dry_run,
                                     repair=repair, trust=trust, driver=driver)
-    with DriverTurn(run.layout, driver) as turn:
-        result = _recover_and_resume(run, driver, dry_run=dry_run, progress=progress,
-                                     master=master, conf=conf, partitions=partitions,
-                                     run_dir=run_dir)
-        if result.resumed is not None:
-            turn.done(result.resumed)
-        return result
+    try:
+        with DriverTurn(run.layout, driver) as turn:
+            result = _recover_and_resume(run, driver, dry_run=dry_run, progress=progress,
+                                         master=master, conf=conf, partitions=partitions,
+                                         run_dir=run_dir)
+            if result.resumed is not None:
+                turn.done(result.resumed)
+            return result
+    finally:
+        while _SESSIONS:  # a rescale's session (the resume did not own it)
+            stop_session(_SESSIONS.pop())
 
 
 def _recover_and_resume(run: Recovery, driver: int | None, *, dry_run: bool,
@@ -116,7 +125,7 @@ def _recover_and_resume(run: Recovery, driver: int | None, *, dry_run: bool,
     """Steps 2 to 4 of :func:`recover_run`."""
     rescaled = None
     if partitions is not None and partitions != run.spec.run.partitions:
-        rescaled = _rescale(run, partitions, master)
+        rescaled = _rescale(run, partitions, master, conf, driver)
         if dry_run:
             return RecoverResult(run_dir=str(run.layout.root), dry_run=True, partitions=[],
                                  repairs=run.repairs, resumed=None, rescale=rescaled,
@@ -166,8 +175,10 @@ def _check_and_repair(root: Path, *, dry_run: bool, repair: bool, trust: bool,
 # --------------------------------------------------------------------------- 2. rescale
 
 
-def _rescale(run: Recovery, partitions: int, master: str | None) -> RescaleResult | None:
-    """``--partitions P'``: the run rescaled (dry run: the rescale planned)."""
+def _rescale(run: Recovery, partitions: int, master: str | None,
+             conf: dict[str, str] | None, driver: int | None) -> RescaleResult | None:
+    """``--partitions P'``: the run rescaled in Spark tasks, on the session the resume
+    then runs on (dry run: the rescale planned, in this process)."""
     layout, spec = run.layout, run.spec
     if run.repair:
         raise UsageError("--repair and --partitions: repair the run first ('cec "
@@ -182,7 +193,15 @@ def _rescale(run: Recovery, partitions: int, master: str | None) -> RescaleResul
                     wait_for_lock(path)
 
         in_parallel(let_go, spec.run.partitions)
-    return rescale(layout, partitions, dry_run=run.dry_run)
+    if run.dry_run:
+        return rescale(layout, partitions, dry_run=True)
+    new = rescaled_spec(spec, partitions).with_run(master=master, conf=conf).run
+    spark = announce_wait(f"Spark to start (master {new.effective_master})",
+                          lambda: session_for(new.effective_master, new.partitions,
+                                              new.spark_conf))
+    # the resume takes this session (the same settings) and leaves it to the caller
+    _SESSIONS.append(spark)
+    return rescale(layout, partitions, tasks=spark_map(spark), driver=driver)
 
 
 # --------------------------------------------------------------------------- 4. resume

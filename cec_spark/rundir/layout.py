@@ -31,6 +31,10 @@ other library module joins a run directory's entry name onto a path):
                            (cec_spark.watchdog)
       metrics/cec.prom     the Prometheus textfile of the run (cec_spark.run.metrics)
       standby.log          the messages of the standby `cec run --standby` started
+      handover/gNNNN/      while a rescale to generation NNNN runs: each old
+                           partition's open windows for each new partition
+                           (qNNNN-pNNNN.arrow, Arrow IPC; cec_spark.recover.rescale),
+                           removed once generations.toml names the new generation
 
 Only the paths are here (and which generation is current, which the paths of the
 logs and state files depend on). What the files hold and who writes them:
@@ -77,11 +81,12 @@ SOURCE_DIR = "source"
 WATCHDOG_DIR = "watchdog"
 METRICS_DIR = "metrics"
 STANDBY_LOG = "standby.log"
+HANDOVER_DIR = "handover"
 INGEST_STATE_FILE = "ingest.json"  # in the current generation's state/
 RTO_FILE = "rto.json"  # in state/
 TAKEOVER_FILE = "takeover.json"  # in state/
 FOLDERS = frozenset({UPSTREAM_DIR, OUTPUT_DIR, STATE_DIR, DRIVERS_DIR, STANDBYS_DIR,
-                     CONSUMERS_DIR, SOURCE_DIR, WATCHDOG_DIR, METRICS_DIR})
+                     CONSUMERS_DIR, SOURCE_DIR, WATCHDOG_DIR, METRICS_DIR, HANDOVER_DIR})
 """Every folder a run directory may hold."""
 BEFORE_RUN_FILE = frozenset({STATE_DIR, SOURCE_DIR})
 """What a driver creates in a new run directory before its run.toml (the state folder,
@@ -147,6 +152,14 @@ class RunLayout:
     def state_dir(self, gen: int) -> Path:
         """Generation ``gen``'s state files."""
         return self._gen_dir(STATE_DIR, gen)
+
+    def handover_dir(self, gen: int) -> Path:
+        """A rescale to generation ``gen``: the open windows in transit."""
+        return self.root / HANDOVER_DIR / f"g{gen:04d}"
+
+    def handover_file(self, gen: int, old: int, new: int) -> Path:
+        """Old partition ``old``'s open windows for new partition ``new``."""
+        return self.handover_dir(gen) / f"q{old:04d}-p{new:04d}.arrow"
 
     def _gen_dir(self, kind: str, gen: int) -> Path:
         return self.root / kind if gen == 0 else self.root / kind / f"g{gen:04d}"
