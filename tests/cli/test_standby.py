@@ -317,8 +317,9 @@ def test_a_driver_killed_as_its_run_appears_and_one_killed_during_a_rescale(
     """Three more moments: the driver killed as soon as ``run.toml`` exists (no log yet:
     the standby starts the run itself); that run killed as soon as its upstream logs
     grow (asserted: mid-ingest or mid-operator); then a ``cec recover --partitions 2``
-    killed at a random moment of its rescale: the standby that was watching it takes
-    the run over."""
+    killed at a random moment of its rescale or of the run it resumes (asserted: before
+    that driver ended; said: before or after the rescale's commit): the standby that was
+    watching it takes the run over."""
     spec, reference = workload.spec, workload.reference
     run = tmp_path / "run"
     seed = random.randrange(1 << 30)
@@ -353,11 +354,19 @@ def test_a_driver_killed_as_its_run_appears_and_one_killed_during_a_rescale(
         time.sleep(rng.uniform(0.0, 4.0))  # somewhere in the rescale (or just after)
         _kill_group(rescaling)
         rescaling.wait(30)
+        # where the kill landed: the rescaling driver had not ended (its lease says so at
+        # its end), before or after generations.toml named the new generation
+        lease = read_lease(run / "drivers" / f"{n + 1:08d}.live") or {}
+        assert "ended" not in lease, lease
+        third_kill = ("after the rescale's commit, while the resumed run ran"
+                      if len(RunLayout(run).generations) > 1 else
+                      "before the rescale's commit (the standby rescales again)")
         code = second.wait(400)
         said = _text(tmp_path / "sb2.log")
         assert code == 0, said[-3000:]
         assert f"taking the run over as driver {n + 2}" in said, said[-3000:]
-        print(f"seed={seed}: the standby's run killed {second_kill}")
+        print(f"seed={seed}: the standby's run killed {second_kill}; the rescale killed "
+              f"{third_kill}")
     finally:
         for proc in procs:
             _kill_group(proc)
