@@ -3,8 +3,9 @@ chosen at creation, up to 32,768; a rescale up to them, refused beyond.
 
 Cheap checks first (the spec's field, its errors, run.toml, the rescale's refusal, the
 key partition's cost at 32,768 groups), then one sequence on real local Spark with
-P = 32: a run killed -9 mid-run, then rescaled 32 -> 48 with ``key_groups = 256``; its export equals the
-pandas reference exactly (``max`` of count windows: no float summation order).
+P = 32: a run killed -9 mid-run, then rescaled 32 -> 48 with ``key_groups = 256``; its
+export equals the pandas reference exactly (``max`` of count windows: no float
+summation order).
 """
 
 from __future__ import annotations
