@@ -43,7 +43,7 @@ from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import write_run_text
 from cec_spark.watchdog import announce_wait, say
 
-__all__ = ["DriverTurn", "resume_run", "run_pipeline", "run_plan"]
+__all__ = ["DriverTurn", "prepare_executors", "resume_run", "run_pipeline", "run_plan"]
 
 
 def _session(plan: RunPlan, progress: bool) -> tuple[SparkSession, bool]:
@@ -59,7 +59,7 @@ def _session(plan: RunPlan, progress: bool) -> tuple[SparkSession, bool]:
     return spark, not existed
 
 
-def _prepare(spark: SparkSession, plan: RunPlan) -> SlotWatch:
+def prepare_executors(spark: SparkSession, plan: RunPlan) -> SlotWatch:
     """Before any task: enough slots (exit 2 with the numbers), and, on a cluster, every
     executor sees the run directory and the source (exit 2 naming host and path)."""
     sc = spark.sparkContext
@@ -121,8 +121,8 @@ def run_plan(plan: RunPlan, *, progress: bool = True,
         try:
             try:
                 check_filter(spark, plan)
-                watch = _prepare(spark, plan)
-            except UsageError:  # cec's, or the log's (_prepare may open the upstream logs)
+                watch = prepare_executors(spark, plan)
+            except UsageError:  # cec's, or the log's (prepare_executors may open the upstream logs)
                 turn.unmake(created)  # nothing but run.toml was written: take it back
                 raise
             return turn.done(execute(spark, plan, progress=progress, driver=driver,
@@ -213,7 +213,7 @@ def resume_run(run_dir: Path | str, *, master: str | None = None,
 def _resume(plan: RunPlan, progress: bool, driver: int) -> RunResult:
     spark, owned = _session(plan, progress)
     try:
-        watch = _prepare(spark, plan)
+        watch = prepare_executors(spark, plan)
         return execute(spark, plan, progress=progress, driver=driver, watch=watch)
     finally:
         if owned:

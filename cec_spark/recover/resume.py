@@ -36,7 +36,7 @@ from typing import Any
 
 from cec.errors import CecError, RecoveryError, UsageError
 from cec.ingest_token import decode_token
-from cec_spark.driver.runner import DriverTurn, resume_run
+from cec_spark.driver.runner import DriverTurn, prepare_executors, resume_run
 from cec_spark.ingest.logs import upstream_sealed
 from cec_spark.recover.partitions import (
     Recovery,
@@ -195,12 +195,17 @@ def _rescale(run: Recovery, partitions: int, master: str | None,
         in_parallel(let_go, spec.run.partitions)
     if run.dry_run:
         return rescale(layout, partitions, dry_run=True)
-    new = rescaled_spec(spec, partitions).with_run(master=master, conf=conf).run
+    plan = RunPlan(rescaled_spec(spec, partitions).with_run(master=master, conf=conf),
+                   run.settings, layout, run_dir=str(layout.root))
+    new = plan.spec.run
     spark = announce_wait(f"Spark to start (master {new.effective_master})",
                           lambda: session_for(new.effective_master, new.partitions,
                                               new.spark_conf))
     # the resume takes this session (the same settings) and leaves it to the caller
     _SESSIONS.append(spark)
+    # before a task writes: enough slots, and every executor sees the run directory and
+    # the source (exit 2 naming host and path, as a run's start says it)
+    prepare_executors(spark, plan)
     return rescale(layout, partitions, tasks=spark_map(spark), driver=driver)
 
 

@@ -27,7 +27,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.cec_spark.helpers import REPO, read_export_csv, reference_count_windows, spec_text
+from tests.cec_spark.helpers import (
+    REPO,
+    read_export_csv,
+    reference_count_windows,
+    spec_text,
+    wait_for,
+)
 from tests.cec_spark.test_rescale import behind, upstream_last_seqs
 from tests.on_cluster.standalone import Cluster
 
@@ -271,7 +277,8 @@ def test_too_few_slots_exit_2_with_the_numbers(cluster: Cluster, shared_dir: Pat
 def test_run_directory_or_source_the_workers_cannot_see(cluster: Cluster,
                                                         shared_dir: Path) -> None:
     """The driver's working directory is private to it (the Workers mount a tmpfs over
-    it): a relative --log-dir there, or a source there, is named in an exit 2."""
+    it): a relative --log-dir there, a source there, or a rescale onto the cluster of a
+    run made there on local Spark, is named in an exit 2."""
     spec, _ = _setup(shared_dir)
     own = cluster.private / "driver-cwd"
     own.mkdir()
@@ -294,6 +301,26 @@ def test_run_directory_or_source_the_workers_cannot_see(cluster: Cluster,
                          timeout=180)
     assert code == 2, text[-3000:]
     assert f"cannot see the source {private_stream}" in text, text[-3000:]
+
+    # a run made in the driver's private directory on local Spark, killed, then rescaled
+    # onto the cluster: refused before the rescale's tasks would write (issue 38: the
+    # rescale runs in tasks), naming the directory
+    local_run = own / "local-run"
+    proc = _cec(cluster, "run", "pipeline", str(spec), "--log-dir", str(local_run))
+    try:
+        wait_for(lambda: proc.poll() is not None or any(
+            int(_state(local_run, p).get("in_tuples", 0) or 0)  # type: ignore[call-overload]
+            for p in range(P)), 180, "the local run to process its first rows")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _finish(proc)
+    code, text = _finish(_cec(cluster, "recover", "--from-log", str(local_run),
+                              "--partitions", str(P - 1), "--master", cluster.url),
+                         timeout=180)
+    assert code == 2, text[-3000:]
+    assert f"cannot see the run directory {local_run}" in text, text[-3000:]
+    assert not (local_run / "handover").exists()
+    assert not (local_run / "output" / "g0001").exists()
 
 
 def test_slots_lost_mid_run_exit_5_then_recover_exact(cluster: Cluster,
