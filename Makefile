@@ -31,8 +31,8 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
-# Everything `make test` samples: both halves of the long scenarios (tests/conftest.py
-# HALVES; `make test` runs one half a day) and every crash-point cell (about 30 minutes).
+# Everything `make test` samples: the three parts of the long tests (tests/conftest.py
+# PARTS; `make test` runs one part a day) and every crash-point cell (about 30 minutes).
 test-full: $(STAMP)
 	@sh scripts/check-java.sh
 	$(BIN)/ruff check .
