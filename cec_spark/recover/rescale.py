@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -52,10 +53,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyarrow import ipc
 
-from cec.errors import RecoveryError, UsageError
+from cec.errors import CecError, CorruptionError, RecoveryError, UsageError
 from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.records import G_CHECK, output_schema
 from cec.spec import MAX_KEY_GROUPS, PipelineSpec
+from cec_spark.driver.jobs import spark_error
+from cec_spark.errors import DriverSupersededError
 from cec_spark.report import RescalePartition as OldPartition
 from cec_spark.report import RescaleResult
 from cec_spark.run.task import operator_for
@@ -66,6 +69,7 @@ from cec_spark.rundir.run_file import RunSettings, read_run_file
 from recovery.partition import recover_from_logs
 from recovery.rescale import first_record, split_windows
 from recovery.upstream import RecoverableOperator
+from storage_log.errors import LogWriteError
 from storage_log.log import StreamLog
 
 
@@ -238,15 +242,40 @@ def local_map(fn: Callable[[int], T], n: int, what: str) -> list[T]:
 
 
 def spark_map(spark: Any) -> Mapper[Any]:
-    """:data:`Mapper` as one Spark job of ``n`` tasks (``what``: its description)."""
+    """:data:`Mapper` as one Spark job of ``n`` tasks (``what``: its description); a
+    failed job is the error its task raised (:func:`task_error`)."""
     def run(fn: Callable[[int], Any], n: int, what: str) -> list[Any]:
         sc = spark.sparkContext
         sc.setJobDescription(f"cec rescale: {what}")
         try:
             return list(sc.parallelize(range(n), n).map(fn).collect())
+        except CecError:
+            raise
+        except Exception as exc:
+            raise task_error(exc, what) from exc
         finally:
             sc.setJobDescription(None)
     return run
+
+
+#: the errors a rescale's task raises that keep their exit status in the driver
+_TASK_ERRORS: dict[str, type[CecError]] = {
+    "RecoveryError": RecoveryError, "CorruptionError": CorruptionError,
+    "CorruptLogError": CorruptionError, "DriverSupersededError": DriverSupersededError,
+    "LogWriteError": LogWriteError, "UsageError": UsageError}
+_TASK_ERROR = re.compile(rf"\b({'|'.join(_TASK_ERRORS)}): (.+)")
+
+
+def task_error(exc: BaseException, what: str) -> CecError:
+    """The error a failed rescale job carried from its task (Spark wraps it in its own):
+    that error's class and message, so the command exits as the task would have; else a
+    RecoveryError saying what failed. Either way the run is the old generation still
+    (``generations.toml`` is written after both jobs)."""
+    m = _TASK_ERROR.search(str(exc))
+    if m is not None:
+        return _TASK_ERRORS[m.group(1)](m.group(2).strip())
+    return RecoveryError(f"the rescale's tasks failed ({what}): {spark_error(exc)}; the "
+                         "run is unchanged: run the same cec recover --partitions again")
 
 
 @dataclass(frozen=True)

@@ -23,12 +23,13 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from cec.errors import UsageError
+from cec.errors import CorruptionError, RecoveryError, UsageError
+from cec_spark.errors import DriverSupersededError
 from cec_spark.ingest.logs import create_logs
 from cec_spark.ingest.writer import value_column
 from cec_spark.read.export import results_table
 from cec_spark.recover import resume as resume_mod
-from cec_spark.recover.rescale import check_rescale, rescale
+from cec_spark.recover.rescale import check_rescale, rescale, task_error
 from cec_spark.recover.resume import recover_run
 from cec_spark.run.plan import RunPlan, pipeline_spec, plan_new_run
 from cec_spark.run.task import operator_for
@@ -241,3 +242,26 @@ def test_a_run_without_key_groups_is_refused(tmp_path: Path) -> None:
         check_rescale(replace(settings, key_groups=None), spec, 3, layout.root)
     with pytest.raises(UsageError, match="key groups"):
         check_rescale(settings, spec, 129, layout.root)
+
+
+def test_a_failed_rescale_task_keeps_its_error_in_the_driver() -> None:
+    """Spark wraps a task's exception in its own: the rescale's driver raises the task's
+    error class with its message (so the command exits as the task would have), and
+    says what failed otherwise."""
+    def wrapped(line: str) -> Exception:
+        return Exception("An error occurred while calling o1.collectAndServe.\n"
+                         "Traceback (most recent call last):\n  File \"x.py\", line 1\n"
+                         f"{line}\n\tat org.apache.spark.api.python...")
+    cases = [("cec.errors.RecoveryError: a session ending at 5 is still open at ts 9",
+              RecoveryError, "a session ending at 5 is still open at ts 9"),
+             ("storage_log.errors.CorruptLogError: /r/output/p0001: bad frame at 40",
+              CorruptionError, "/r/output/p0001: bad frame at 40"),
+             ("cec_spark.errors.DriverSupersededError: another driver (number 3)",
+              DriverSupersededError, "another driver (number 3)")]
+    for line, cls, message in cases:
+        got = task_error(wrapped(line), "drain 3 old partitions")
+        assert type(got) is cls and str(got) == message, (got, cls)
+    other = task_error(wrapped("MemoryError"), "drain 3 old partitions")
+    assert type(other) is RecoveryError
+    assert "the rescale's tasks failed (drain 3 old partitions): MemoryError" in str(other)
+    assert "run the same cec recover --partitions again" in str(other)
