@@ -72,9 +72,7 @@ def _same_as_pandas(got: pd.DataFrame, ref: pd.DataFrame) -> None:
 
 
 def _drop(folder: Path, df: pd.DataFrame, i: int, lo: int, hi: int) -> None:
-    tmp = folder / f".f{i:04d}.tmp"
-    df.iloc[lo:hi].to_csv(tmp, index=False)
-    tmp.rename(folder / f"f{i:04d}.csv")
+    _held(folder, df, i, lo, hi).rename(folder / f"f{i:04d}.csv")
 
 
 def _held(folder: Path, df: pd.DataFrame, i: int, lo: int, hi: int) -> Path:
@@ -226,8 +224,8 @@ def test_kill9_mid_stream_then_recover_is_exact(tmp_path: Path) -> None:
             for i in range(2, kill_after + 1)]  # written now, renamed in at the kill
     _drop(folder, df, 1, FILE_ROWS, 2 * FILE_ROWS)
     wait_for(lambda: _upstream_bytes(run) > idle, 60, "the ingest to write", step=0.001)
-    for tmp in held:
-        tmp.rename(tmp.with_name(tmp.name[1:].replace(".tmp", ".csv")))
+    for i, tmp in enumerate(held, start=2):
+        tmp.rename(folder / f"f{i:04d}.csv")
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
