@@ -42,6 +42,18 @@ def _stream(spark: object, folder: Path) -> object:
         .option("header", "true").option("maxFilesPerTrigger", 1).csv(str(folder)))
 
 
+def _add(path: Path, rows: object, i: int) -> None:
+    """Write one source file with a modification time of its own: Spark's file source
+    takes files in modification-time order (``maxFilesPerTrigger``), and files written
+    in the same millisecond come in listing order, which is not name order (the CI run
+    of cb4e9db got f1 or f2 before f0, so the folder's times went backwards)."""
+    import os
+
+    rows.to_csv(path, index=False)  # type: ignore[attr-defined]
+    stamp = 1_700_000_000 + 10 * i
+    os.utime(path, (stamp, stamp))
+
+
 def test_a_stream_through_the_bridge_gives_exact_results(spark: object, tmp_path: Path
                                                          ) -> None:
     from cec_spark.source.bridge import to_stream_folder
@@ -50,7 +62,7 @@ def test_a_stream_through_the_bridge_gives_exact_results(spark: object, tmp_path
     src.mkdir()
     df = write_items_csv(tmp_path / "all.csv", 4_000, keys=30, seed=3)
     for i, lo in enumerate(range(0, 3_000, 1_000)):
-        df.iloc[lo:lo + 1_000].to_csv(src / f"f{i}.csv", index=False)
+        _add(src / f"f{i}.csv", df.iloc[lo:lo + 1_000], i)
     to_stream_folder(_stream(spark, src), folder, ckpt, order_by="item_time",
                      available_now=True).awaitTermination()
     first = sorted(p.name for p in folder.iterdir())
@@ -60,7 +72,7 @@ def test_a_stream_through_the_bridge_gives_exact_results(spark: object, tmp_path
     to_stream_folder(_stream(spark, src), folder, ckpt, order_by="item_time",
                      available_now=True).awaitTermination()
     assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == mtimes
-    df.iloc[3_000:].to_csv(src / "f3.csv", index=False)  # the source grows
+    _add(src / "f3.csv", df.iloc[3_000:], 3)  # the source grows
     to_stream_folder(_stream(spark, src), folder, ckpt, order_by="item_time",
                      available_now=True).awaitTermination()
     assert sorted(p.name for p in folder.iterdir())[-1] == "batch-000000000003.parquet"
