@@ -246,6 +246,10 @@ def standby(
         "--master", help="The Spark master the standby warms and takes over on "
         "(default: the run's own).")] = None,
     conf: ConfOpt = None,
+    partitions: Annotated[int | None, typer.Option(
+        "--partitions", min=1, help="With no run yet: warm for this many partitions "
+        "(with --master, or alone for the default local master) before the run exists; "
+        "checked against the run when it appears.")] = None,
     lease: Annotated[float, typer.Option(
         "--lease", min=1.0, help="Seconds a driver's lease may stand still before the "
         "standby calls it dead or frozen (a death on this host is seen at once).")] = 2.0,
@@ -262,8 +266,8 @@ def standby(
     from cec.spec import parse_conf  # noqa: PLC0415 - the library when a command runs
 
     end = cec_spark.api.standby(run_dir, master=master, conf=parse_conf(conf or []),
-                                progress=not json_out, lease_s=lease, trust=trust,
-                                for_driver=for_driver)
+                                partitions=partitions, progress=not json_out, lease_s=lease,
+                                trust=trust, for_driver=for_driver)
     if end.recovered is not None:
         _show(end.recovered, json_out, "partitions", RECOVER_COLUMNS)
         if end.recovered.resumed is not None and end.recovered.resumed.interrupted:

@@ -68,3 +68,19 @@ def probe(spark: SparkSession, layout: RunLayout, run_id: str | None,
                          f"source at the same absolute paths as the driver (a shared file "
                          f"system; see docs/CLUSTER.md): {shown}")
     return sorted({str(r["host"]) for r in rows})
+
+
+def _warm_entry(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for _ in batches:
+        pass
+    import cec_spark.run.task  # noqa: F401, PLC0415 - what an operator task imports
+    yield pa.RecordBatch.from_pydict({"host": pa.array([socket.gethostname()], pa.string())})
+
+
+def warm_workers(spark: SparkSession, tasks: int) -> list[str]:
+    """One short task per slot, the probe's job shape without the run's checks (there
+    may be no run yet): the Python worker daemon started on each executor and the
+    operator task's modules imported in it. Returns the hosts seen."""
+    spark.sparkContext.setJobGroup("cec-warm", "cec: start the Python workers")
+    rows = spark.range(0, tasks, 1, tasks).mapInArrow(_warm_entry, "host string").collect()
+    return sorted({str(r["host"]) for r in rows})

@@ -5,11 +5,19 @@ Its life, in the order :func:`standby` takes it:
 
 1. **the run**: wait until ``RUN/run.toml`` exists (:func:`~cec_spark.standby.watch.wait_for_run`);
    refuse (exit 2, nothing written) a directory that is not a run, a finished run, a
-   ``run.toml`` another user owns;
+   ``run.toml`` another user owns. Given ``--master`` or ``--partitions`` and no run
+   yet, the standby first **warms on what it was given** (:func:`_warm_given`: the
+   session, the worker daemon, cec imported, by the same job as in 2 but without the
+   run's checks), so that a standby started before its run is warm before the run
+   starts, and its start-up does not compete with the run's;
 2. **warm** (:func:`_warm`): everything slow of a restart, before anything fails: the
    Spark session and its JVM, the Python worker daemon with cec imported (a first
    ``mapInArrow`` job on every slot: the same job shape as the operator and ingest
-   jobs, so the JVM's code for them is loaded too), the run's plan read;
+   jobs, so the JVM's code for them is loaded too), the run's plan read. A session
+   warmed in 1 is kept when it can run the run (:func:`_reusable`), else stopped and
+   started anew on the run's settings, which the standby says (``the run's Spark
+   settings ... differ from what the standby warmed on``); then the run's own checks
+   (its executors see the run directory; its filter analysed);
    then one line with ``ready`` on stderr, and ``state = "ready"`` in its lease
    ``RUN/standbys/HOST-PID.live`` (the run's progress view, ``cec inspect extent``, the
    metrics and the recovery-time objective read it);
@@ -46,12 +54,13 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
+from cec.spec.model import RunSpec, default_master
 from cec_spark.ingest.query import check_filter
 from cec_spark.recover.resume import recover_run
 from cec_spark.report import RecoverResult
 from cec_spark.run import rto
 from cec_spark.run.plan import RunPlan, plan_resume
-from cec_spark.run.probe import probe
+from cec_spark.run.probe import probe, warm_workers
 from cec_spark.run.session import session_for, stop_session
 from cec_spark.run.slots import local_slots, needed_slots
 from cec_spark.rundir.advisory import read_advisory, write_advisory
@@ -85,44 +94,51 @@ class StandbyEnd:
 
 
 def standby(run_dir: Path | str, *, master: str | None = None,
-            conf: dict[str, str] | None = None, lease_s: float = DEFAULT_LEASE_S,
-            progress: bool = True, trust: bool = False,
+            conf: dict[str, str] | None = None, partitions: int | None = None,
+            lease_s: float = DEFAULT_LEASE_S, progress: bool = True, trust: bool = False,
             for_driver: int | None = None) -> StandbyEnd:
     """``cec standby --from-log RUN`` (module docstring). ``master`` and ``conf``: the
     Spark the standby warms and the takeover runs on (default: the run's own).
+    ``master`` or ``partitions`` given and no ``run.toml`` yet: warm on them (with
+    ``conf``) while the run does not exist (module docstring, 1).
     ``for_driver``: started by that driver (``cec run --standby``): a run that finished
     before the standby was ready is its normal end, not a mistake."""
     root = Path(os.path.abspath(run_dir))
     if lease_s < 1.0:
         raise UsageError(f"--lease {lease_s:g}: at least 1 s (a lease is renewed every "
                          "0.25 s; shorter would fence live drivers under load)")
+    if partitions is not None and partitions < 1:
+        raise UsageError(f"--partitions {partitions}: must be 1 or more")
     check_is_run(root)
-    wait_for_run(root)
-    plan = plan_resume(root, master=master, conf=conf, trust=trust)
-    if run_finished(plan.layout, plan.partitions):
-        if for_driver is not None:
-            say(f"standby: driver {for_driver} ended (completed) before the standby was "
-                "ready; the standby ends too")
-            return StandbyEnd(str(root), driver_ended="completed")
-        raise UsageError(f"{root}: the run is finished (every partition sealed its output): "
-                         "there is nothing to stand by for")
-    lease = Lease(plan.layout.standby_lease(socket.gethostname(), os.getpid()),
-                  {"standby": True, "state": "warming"})
-    spark: SparkSession | None = None
+    warm: Warm | None = None
     try:
-        spark, key = _warm(plan)
-        ready_at = time.time()
-        lease.update(state="ready", ready_at=ready_at)
-        end = _guard(plan, spark, key, lease, master=master, conf=conf, lease_s=lease_s,
-                     progress=progress, trust=trust)
-        lease.end("took over" if end.recovered is not None else "driver ended", end.code)
-        return end
-    except BaseException as exc:
-        lease.end("failed", exc.exit_code if isinstance(exc, CecError) else 1, str(exc))
-        raise
+        if (master is not None or partitions is not None) and \
+                not RunLayout(root).run_file.exists():
+            warm = _warm_given(root, master, conf, partitions)
+        wait_for_run(root)
+        plan = plan_resume(root, master=master, conf=conf, trust=trust)
+        if run_finished(plan.layout, plan.partitions):
+            if for_driver is not None:
+                say(f"standby: driver {for_driver} ended (completed) before the standby "
+                    "was ready; the standby ends too")
+                return StandbyEnd(str(root), driver_ended="completed")
+            raise UsageError(f"{root}: the run is finished (every partition sealed its "
+                             "output): there is nothing to stand by for")
+        lease = Lease(plan.layout.standby_lease(socket.gethostname(), os.getpid()),
+                      {"standby": True, "state": "warming"})
+        try:
+            warm = _warm(plan, warm)
+            lease.update(state="ready", ready_at=time.time())
+            end = _guard(plan, warm.spark, warm.key, lease, master=master, conf=conf,
+                         lease_s=lease_s, progress=progress, trust=trust)
+            lease.end("took over" if end.recovered is not None else "driver ended", end.code)
+            return end
+        except BaseException as exc:
+            lease.end("failed", exc.exit_code if isinstance(exc, CecError) else 1, str(exc))
+            raise
     finally:
-        if spark is not None:
-            stop_session(spark)
+        if warm is not None:
+            stop_session(warm.spark)
 
 
 def _key(plan: RunPlan) -> tuple[object, ...]:
@@ -146,19 +162,64 @@ def _conf(plan: RunPlan) -> dict[str, str]:
     return {"spark.ui.enabled": "false", **plan.spec.run.spark_conf}
 
 
-def _warm(plan: RunPlan) -> tuple[SparkSession, tuple[object, ...]]:
+@dataclass
+class Warm:
+    """A warmed session and the settings it was started with (:func:`_key`'s form)."""
+
+    spark: SparkSession
+    key: tuple[object, ...]
+
+
+def _warm_given(root: Path, master: str | None, conf: dict[str, str] | None,
+                partitions: int | None) -> Warm:
+    """Before the run exists: the session of the settings given on the command line
+    (the spec's defaults for the rest), its worker daemon started and cec imported by
+    one task per slot. The run's own checks wait for its ``run.toml`` (:func:`_warm`)."""
+    parts = partitions if partitions is not None else RunSpec().partitions
+    eff = master if master is not None else default_master(parts)
+    t0 = time.monotonic()
+    say(f"standby: warming Spark (master {eff}, {_partitions(parts)}) before the run "
+        f"{root} exists")
+    settings = {"spark.ui.enabled": "false", **(conf or {})}
+    spark = session_for(eff, parts, settings)
+    warm_workers(spark, needed_slots(parts))
+    say(f"standby: warm in {time.monotonic() - t0:.1f} s; waiting for the run")
+    return Warm(spark, (eff, parts, tuple(sorted((conf or {}).items()))))
+
+
+def _warm(plan: RunPlan, given: Warm | None) -> Warm:
     """The Spark session of the run's settings, its Python worker daemon started and
-    cec imported in it, by a job of one task per slot (the operator job's shape)."""
+    cec imported in it, by a job of one task per slot (the operator job's shape); a
+    session ``given`` (:func:`_warm_given`) is used when it can run the run, else
+    stopped first (and the standby says why). Then the run's own checks."""
     run = plan.spec.run
     t0 = time.monotonic()
-    say(f"standby: warming Spark (master {run.effective_master}) for the run "
-        f"{plan.layout.root}")
-    spark = session_for(run.effective_master, run.partitions, _conf(plan))
-    probe(spark, plan.layout, plan.settings.run_id, [], run.partitions + 1)
-    check_filter(spark, plan)  # the ingest's filter analysed once, as a run's start does
-    spark.sparkContext.setJobGroup("cec", "cec")
+    warm = given
+    if warm is not None and warm.key != _key(plan) and not _reusable(warm.key, plan):
+        say(f"standby: the run's Spark settings ({_describe(_key(plan))}) differ from "
+            f"what the standby warmed on ({_describe(warm.key)}): starting Spark anew")
+        stop_session(warm.spark)
+        warm = None
+    if warm is None:
+        say(f"standby: warming Spark (master {run.effective_master}) for the run "
+            f"{plan.layout.root}")
+        warm = Warm(session_for(run.effective_master, run.partitions, _conf(plan)),
+                    _key(plan))
+    probe(warm.spark, plan.layout, plan.settings.run_id, [], run.partitions + 1)
+    check_filter(warm.spark, plan)  # the ingest's filter analysed once, as a run's start
+    warm.spark.sparkContext.setJobGroup("cec", "cec")
     say(f"standby: warm in {time.monotonic() - t0:.1f} s")
-    return spark, _key(plan)
+    return warm
+
+
+def _describe(key: tuple[object, ...]) -> str:
+    master, parts, conf = key
+    pairs = ", ".join(f"{k}={v}" for k, v in conf) if isinstance(conf, tuple) else ""
+    return f"master {master}, {_partitions(parts)}" + (f", {pairs}" if pairs else "")
+
+
+def _partitions(n: object) -> str:
+    return f"{n} partition{'' if n == 1 else 's'}"
 
 
 def _guard(plan: RunPlan, spark: SparkSession, key: tuple[object, ...], lease: Lease, *,

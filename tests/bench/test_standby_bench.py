@@ -203,3 +203,21 @@ def test_quiet_is_judged_by_the_cpu_of_other_processes() -> None:
     assert all(met is None for *_, met in sb.targets(res))
     del res["part3"]["runs"]["none"][0]["others_cores"]  # a run without: the load judges
     assert sb.others(res) is None and sb.judged(res) == "load 9.0"
+
+
+def test_a_standby_started_before_the_run_is_judged_on_its_own_targets() -> None:
+    """Issue 41 item 4: the run with a ready standby started before it, against the run
+    without one (≤ 1.1), and the waiting standby's share of a core (≤ 0.02)."""
+    res = _res()
+    p3 = res["part3"]
+    p3["before"] = {"median": 10.5, "min": 10.4, "max": 10.6}
+    p3["runs"]["before"] = [{"load": 1.0}]
+    p3.update(ratio_before=1.05, ratio_before_pairs={"min": 1.05, "max": 1.05},
+              before_waiting_core_share=0.03)
+    rows = sb.targets(res)
+    assert rows[-2][1:] == ("≤ 1.1", "1.05", True), rows[-2]
+    assert rows[-1][1:] == ("≤ 0.02 of a core", "0.03", False), rows[-1]
+    md = sb.markdown(res)
+    assert "| before | 10.5 | 10.4 | 10.6 | 1.0 |" in md
+    assert "**1.05** (pairs 1.05–1.05)" in md and "0.03 of a core" in md
+    assert len(sb.targets(_res())) == 4  # a result without the arm: as before

@@ -163,16 +163,25 @@ def test_two_standbys_a_killed_driver_and_a_standby_killed_while_taking_over(
     spec, reference = _stream_spec(tmp_path), workload.reference
     _drop(tmp_path / "in", workload.rows, range(FILES // 2))
     run = tmp_path / "run"
-    # both standbys start before the run exists: they wait for it
-    standbys = [start_cec(["standby", "--from-log", str(run)], tmp_path / f"sb{i}.log")
-                for i in range(2)]
+    # both standbys start before the run exists and warm before it does (issue 41 item
+    # 4): the first for the run's partitions, the second for one, whose local master
+    # has too few slots for the run's three: it starts Spark anew when the run appears
+    standbys = [start_cec(["standby", "--from-log", str(run), "--partitions", str(n)],
+                          tmp_path / f"sb{i}.log") for i, n in enumerate((P, 1))]
     try:
-        wait_for(lambda: all("waiting for the run" in _text(tmp_path / f"sb{i}.log")
-                             for i in range(2)), 120, "the standbys to wait for the run")
+        wait_for(lambda: all("; waiting for the run" in _text(tmp_path / f"sb{i}.log")
+                             for i in range(2)), 120, "the standbys to warm, then wait")
         driver = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run)],
                            tmp_path / "run.log")
         wait_for(lambda: all(READY in _text(tmp_path / f"sb{i}.log") for i in range(2)),
                  240, "both standbys to be ready")
+        kept, anew = _text(tmp_path / "sb0.log"), _text(tmp_path / "sb1.log")
+        assert f"{P} partitions) before the run" in kept, kept
+        assert "standby: warming Spark (master" not in kept.split("waiting for the run")[1]
+        assert "starting Spark anew" not in kept, kept
+        assert "1 partition) before the run" in anew, anew
+        assert "differ from what the standby warmed on (master local[3,3], 1 partition)" \
+            in anew and "starting Spark anew" in anew, anew
         half, more = _last_row(workload.rows, FILES // 2), FILES * 3 // 4
         wait_for(lambda: _processing(run) and max(upstream_last_seqs(run, P)) == half, 240,
                  "the first half ingested and a processed batch")
