@@ -50,6 +50,7 @@ import pyarrow as pa
 from recovery.checkpoint import TYPE_G_OPEN_R
 from recovery.ec import NothingToRecover, Reconstruction, reconstruct
 from recovery.explain import PHASES, Phase, RateModel, RecoveryExplain
+from recovery.followed import FollowedEC
 from recovery.upstream import (
     RecoverableOperator,
     UpstreamLogReader,
@@ -184,6 +185,7 @@ def recover_from_logs(
     key_column: str | None = None,
     filter_replay: bool = True,
     upstream_after: int | None = None,
+    followed: FollowedEC | None = None,
 ) -> Recovered:
     """Scan, load and replay on logs already open (no reconcile; time travel allowed).
 
@@ -193,15 +195,23 @@ def recover_from_logs(
     ``filter_replay=False`` hands every replayed tuple to the operator.
     ``upstream_after``: the upstream log holds exactly the tuples after that seq (a
     rescaled run's generation, :func:`recovery.upstream.check_upstream`).
+    ``followed``: the EC a hot standby's task kept while it followed this log
+    (:class:`~recovery.followed.FollowedEC`): the records after the last one it read
+    are read forward into it and it is the checkpoint (no backward scan); if the log
+    now ends before that record (a cut tail), the backward scan as without it.
     """
     rates = rates or RateModel()
     if key_column is None:
         key_column = getattr(getattr(operator, "config", None), "key_column", None)
     if not filter_replay:
         key_column = None
-    rec, scan_s, scan_cpu = _timed(
-        scan, output_log, at_seq=at_seq, at_ts=at_ts, chunk_bytes=chunk_bytes
-    )
+    caught_up, scan_s, scan_cpu = _timed(_catch_up, followed, output_log)
+    if caught_up is None:
+        rec, scan_s, scan_cpu = _timed(
+            scan, output_log, at_seq=at_seq, at_ts=at_ts, chunk_bytes=chunk_bytes
+        )
+    else:
+        rec = caught_up
     est = rates.estimate(rec)
     if isinstance(rec, NothingToRecover):
         phases = (
@@ -223,14 +233,33 @@ def recover_from_logs(
         Phase("load", est["load"], load_s, load_cpu),
         Phase("replay", est["replay"], replay_s, replay_cpu),
     )
+    how = "" if caught_up is None else (
+        f", followed by a hot standby (read forward at the takeover: "
+        f"{rec.extent.batches} record(s))")
     explain = RecoveryExplain.found(
         rec,
-        f"EC of {rec.n_c} open window(s) at t_c={rec.t_c}",
+        f"EC of {rec.n_c} open window(s) at t_c={rec.t_c}{how}",
         phases,
         rates,
         replay=stats,
     )
     return Recovered(operator, rec, explain)
+
+
+def _catch_up(followed: FollowedEC | None, output_log: OutputLogReader
+              ) -> Reconstruction | None:
+    """``followed`` read on to the log's end: its checkpoint; None when there is none
+    or the log ends before the last record it read (cut since: scan instead)."""
+    if followed is None:
+        return None
+    last = getattr(output_log, "last_seq", None)
+    if followed.last_seq > (-1 if last is None else last):
+        return None
+    followed.mark_read()
+    after = followed.last_seq if followed.n_c is not None else None
+    for batch in output_log.read_forward(after_seq=after):
+        followed.see(batch)
+    return followed.checkpoint()
 
 
 def predict(
@@ -303,8 +332,10 @@ def recover_partition(
     create: bool = True,
     segment_bytes: int = 64 << 20,
     upstream_after: int | None = None,
+    followed: FollowedEC | None = None,
 ) -> Recovered:
-    """Reconcile the output log, rebuild the EC, load it and replay up to ``t_c``.
+    """Reconcile the output log, rebuild the EC, load it and replay up to ``t_c``
+    (``followed``: a hot standby's EC instead of the rebuild, :func:`recover_from_logs`).
 
     Returns the operator, the reconstruction, the explain, and the output log open
     writable (the caller appends the output of the tuples after ``t_c`` and closes
@@ -321,12 +352,14 @@ def recover_partition(
                     out, up, operator, rates=rates, chunk_bytes=chunk_bytes,
                     reconcile_s=reconcile_s, reconcile_cpu=reconcile_cpu,
                     filter_replay=filter_replay, upstream_after=upstream_after,
+                    followed=followed,
                 )  # fmt: skip
         else:
             res = recover_from_logs(
                 out, _NoUpstream(), operator, rates=rates, chunk_bytes=chunk_bytes,
                 reconcile_s=reconcile_s, reconcile_cpu=reconcile_cpu,
                 filter_replay=filter_replay, upstream_after=upstream_after,
+                followed=followed,
             )  # fmt: skip
     except BaseException:
         out.close()
