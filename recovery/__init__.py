@@ -4,6 +4,8 @@ Modules, one concept each:
 
 * :mod:`recovery.ec`: EC reconstruction, a pure backward scan (vectorized, plus the
   per-row oracle :func:`~recovery.ec.reconstruct_reference`); time travel.
+* :mod:`recovery.followed`: the same EC kept up to date reading forward (a hot
+  standby's task follows its output log with it), equal to the backward scan's.
 * :mod:`recovery.checkpoint`: its result (``EventualCheckpoint``, ``ExtentMetrics``,
   ``Footprint``, ``NothingToRecover``).
 * :mod:`recovery.upstream`: the replay of ``(T, t_c]`` from the upstream log through

@@ -2,7 +2,10 @@
 
 * the **operator job** (:func:`operator_thread`): one job of P long-lived tasks
   (:func:`cec_spark.run.task.run_partition`), resubmitted when it aborts, up to
-  :data:`MAX_RESUBMITS` times; every task then finds its output log and recovers;
+  :data:`MAX_RESUBMITS` times; every task then finds its output log and recovers. A
+  hot standby's operator job, already running (:mod:`cec_spark.standby.hot`, offered
+  with :func:`offer_prepared`), is released instead of the first submission when it
+  is for the same run, generation and partitions;
 * the **ingest** (:func:`ingest_thread`): :func:`cec_spark.ingest.job.ingest`, retried
   the same way (it resumes from the upstream logs' tokens). A stream folder's ingest is
   one long-lived Spark task (:mod:`cec_spark.ingest.stream`, in the slot the run keeps
@@ -23,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -39,8 +43,8 @@ from cec_spark.rundir.layout import RunLayout
 from cec_spark.watchdog import say
 from storage_log.errors import LogWriteError
 
-__all__ = ["MAX_RESUBMITS", "JobState", "ingest_thread", "operator_thread", "request_stop",
-           "spark_error"]
+__all__ = ["MAX_RESUBMITS", "JobState", "PreparedOperators", "ingest_thread",
+           "offer_prepared", "operator_thread", "request_stop", "spark_error"]
 
 MAX_RESUBMITS = 5
 
@@ -67,6 +71,46 @@ def _task_entry(plan: RunPlan, driver: int | None
                     {"result": pa.array([counters.to_json()], pa.string())})
 
     return run
+
+
+class PreparedOperators(Protocol):
+    """An operator job already running, its tasks waiting to be released (a hot
+    standby's, :class:`cec_spark.standby.hot.HotTasks`)."""
+
+    def matches(self, plan: RunPlan) -> bool:
+        """Its tasks can run ``plan`` (the same run, generation and partitions)."""
+        ...
+
+    def release(self, driver: int | None) -> list[str]:
+        """Release its tasks as driver ``driver``'s; wait for the job's end and return
+        each task's result (:meth:`TaskCounters.to_json`). Raises what the job raised."""
+        ...
+
+    def cancel(self) -> None:
+        """End its tasks (not released)."""
+        ...
+
+
+_PREPARED: list[PreparedOperators] = []
+
+
+def offer_prepared(job: PreparedOperators | None) -> None:
+    """The operator job the next :func:`operator_thread` of this process releases
+    instead of submitting one (None: withdraw the offer)."""
+    _PREPARED.clear()
+    if job is not None:
+        _PREPARED.append(job)
+
+
+def _take_prepared(plan: RunPlan) -> PreparedOperators | None:
+    """The offered job, taken, if it can run ``plan``; one that cannot is cancelled."""
+    if not _PREPARED:
+        return None
+    job = _PREPARED.pop()
+    if job.matches(plan):
+        return job
+    job.cancel()
+    return None
 
 
 # Errors of a task that another attempt cannot fix: the job is not resubmitted.
@@ -141,6 +185,12 @@ def operator_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
     partitions = plan.partitions
 
     def job() -> None:
+        prepared = _take_prepared(plan)
+        if prepared is not None:
+            say(f"releasing the hot standby's {partitions} operator tasks (they followed "
+                "the output logs; no job to launch, no eventual checkpoint to rebuild)")
+            shared.results = [TaskCounters.from_json(r) for r in prepared.release(driver)]
+            return
         sc.setJobGroup("cec-operators", "cec operator tasks", interruptOnCancel=True)
         rows = (spark.range(0, partitions, 1, partitions)
                 .mapInArrow(_task_entry(plan, driver), "result string").collect())

@@ -55,6 +55,7 @@ from cec_spark.rundir.lease import FENCE_LOOK_S
 from cec_spark.rundir.retention import Lagged, retention_before
 from cec_spark.rundir.run_file import RunSettings, parse_run_text, read_run_file, value_column
 from recovery.errors import ReplayUnavailableError
+from recovery.followed import FollowedEC
 from recovery.partition import Recovered, recover_partition
 from recovery.upstream import watermark_of
 from storage_log.epoch import read_chain
@@ -179,7 +180,8 @@ def _attempt() -> int:
 
 
 def run_partition(run_dir: str, p: int, run_id: str | None = None, driver: int | None = None,
-                  *, run_text: str | None = None) -> TaskCounters:
+                  *, run_text: str | None = None,
+                  followed: FollowedEC | None = None) -> TaskCounters:
     """Run partition ``p`` of the run in ``run_dir`` until its input ends or STOP.
 
     The driver created the run and its logs; a host that does not see them (or sees
@@ -187,6 +189,9 @@ def run_partition(run_dir: str, p: int, run_id: str | None = None, driver: int |
     of driver number ``driver`` stops as soon as a newer driver took the run.
     ``run_text``: the run's ``run.toml`` text the driver planned
     (:attr:`cec_spark.run.plan.RunPlan.run_text`), parsed here instead of read again.
+    ``followed``: the eventual checkpoint a hot standby's task kept while it followed
+    the output log (:mod:`cec_spark.standby.hot`): step 2 reads on from it instead of
+    scanning the log backwards (:func:`recovery.partition.recover_partition`).
     """
     set_tag(f"p{p}")  # CEC_CRASH_AT=point%pN: this partition's task (storage_log.faults)
     layout = RunLayout(Path(run_dir))
@@ -199,7 +204,7 @@ def run_partition(run_dir: str, p: int, run_id: str | None = None, driver: int |
     counters = TaskCounters(p, attempt=_attempt())
     rto = RtoTask(layout, p, spec, lambda: operator_for(spec, settings),
                   read_advisory(layout.state_file(p)))
-    rec, op = _start(layout, p, spec, settings, counters, rto)
+    rec, op = _start(layout, p, spec, settings, counters, rto, followed)
     try:
         if rec.output_log.sealed:  # the partition had ended: nothing to do
             counters.done = True
@@ -215,13 +220,14 @@ def run_partition(run_dir: str, p: int, run_id: str | None = None, driver: int |
 
 
 def _start(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSettings,
-           counters: TaskCounters, rto: RtoTask) -> tuple[Recovered, VectorOperator]:
+           counters: TaskCounters, rto: RtoTask, followed: FollowedEC | None = None
+           ) -> tuple[Recovered, VectorOperator]:
     """Step 1 and 2: open the output log and recover from it, timing the recovery for
     the recovery-time objective. Recovery is decided by the output log's content,
     never by the attempt number."""
     counters.recover_started_at = time.time()
     write_advisory(layout.state_file(p), counters.to_dict())
-    rec, op = _recover(layout, p, spec, settings, counters)
+    rec, op = _recover(layout, p, spec, settings, counters, followed)
     counters.recovered_at = time.time()
     rto.recovered(rec.explain, counters)
     counters.rto = rto.tick(op, counters)
@@ -387,7 +393,8 @@ class _PartitionLoop:
 
 
 def _recover(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSettings,
-             counters: TaskCounters) -> tuple[Recovered, VectorOperator]:
+             counters: TaskCounters, followed: FollowedEC | None = None
+             ) -> tuple[Recovered, VectorOperator]:
     """Recover partition ``p`` into a fresh operator (returned with the recovery); when its
     upstream log does not yet reach the output's ``t_c`` (``cec recover --repair`` cut it
     and the ingest is reading the rows cut again), wait for the ingest, up to
@@ -399,7 +406,7 @@ def _recover(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSetting
         try:
             rec = recover_partition(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
                           create=False, segment_bytes=spec.run.segment_kb << 10,
-                          upstream_after=layout.cut)
+                          upstream_after=layout.cut, followed=followed)
             counters.waiting = None
             return rec, op
         except CorruptLogError:

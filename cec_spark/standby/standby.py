@@ -44,8 +44,10 @@ needs them running (see docs/STANDBY.md).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +57,7 @@ from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
 from cec.spec.model import RunSpec, default_master
+from cec_spark.driver.jobs import offer_prepared, spark_error
 from cec_spark.ingest.query import check_filter
 from cec_spark.recover.resume import recover_run
 from cec_spark.report import RecoverResult
@@ -67,6 +70,7 @@ from cec_spark.rundir.advisory import read_advisory, write_advisory
 from cec_spark.rundir.drivers import claim_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import DEFAULT_LEASE_S, Lease
+from cec_spark.standby.hot import REPORT_S, HotTasks, say_following
 from cec_spark.standby.watch import (
     DriverWatch,
     Verdict,
@@ -129,7 +133,7 @@ def standby(run_dir: Path | str, *, master: str | None = None,
         try:
             warm = _warm(plan, warm)
             lease.update(state="ready", ready_at=time.time())
-            end = _guard(plan, warm.spark, warm.key, lease, master=master, conf=conf,
+            end = _guard(plan, warm, lease, master=master, conf=conf,
                          lease_s=lease_s, progress=progress, trust=trust)
             lease.end("took over" if end.recovered is not None else "driver ended", end.code)
             return end
@@ -222,14 +226,86 @@ def _partitions(n: object) -> str:
     return f"{n} partition{'' if n == 1 else 's'}"
 
 
-def _guard(plan: RunPlan, spark: SparkSession, key: tuple[object, ...], lease: Lease, *,
+def _guard(plan: RunPlan, warm: Warm, lease: Lease, *,
            master: str | None, conf: dict[str, str] | None, lease_s: float,
            progress: bool, trust: bool) -> StandbyEnd:
     """Steps 3 and 4: watch the newest driver; take over when it dies (a lost race for
-    its successor's number: watch the winner)."""
+    its successor's number: watch the winner). Meanwhile the hot tasks follow the output
+    logs (:mod:`cec_spark.standby.hot`; started again when the run's plan changed)."""
+    try:
+        return _watch(plan, warm, lease, master=master, conf=conf, lease_s=lease_s,
+                      progress=progress, trust=trust)
+    finally:
+        _HOT.close()
+
+
+class _HotHolder:
+    """The hot tasks of this process's standby (one job at a time)."""
+
+    def __init__(self) -> None:
+        self.hot: HotTasks | None = None
+
+    def close(self) -> None:
+        if self.hot is not None:
+            self.hot.close()
+            self.hot = None
+
+
+_HOT = _HotHolder()
+
+
+def _start_hot(plan: RunPlan, warm: Warm, lease: Lease) -> None:
+    """The hot tasks for ``plan`` on the warm session, unless they follow it already
+    (a job that ended, e.g. the run's plan changed under it, is replaced)."""
+    old = _HOT.hot
+    if old is not None and old.matches(plan):
+        return
+    if old is not None:
+        if old.error is not None:
+            say(f"standby: the hot operator tasks failed ({spark_error(old.error)}); "
+                "starting them again")
+        _HOT.close()
+    if warm.key != _key(plan) and not _reusable(warm.key, plan):
+        return  # a takeover would start Spark anew: nothing to follow on this session
+    hot = HotTasks(warm.spark, plan,
+                   plan.layout.standby_release(socket.gethostname(), os.getpid()))
+    _HOT.hot = hot
+    threading.Thread(target=_report_hot, args=(hot, lease), name="cec-hot-report",
+                     daemon=True).start()
+
+
+def _report_hot(hot: HotTasks, lease: Lease) -> None:
+    """While the hot tasks follow: their state in the standby's lease (``hot_tasks``,
+    ``hot_behind``: records committed and not read yet, the most of any task), and one
+    line once every task follows."""
+    told = False
+    last: tuple[int, int] | None = None
+    while hot.following:
+        reports = hot.follow_reports()
+        now = (len(reports), max((int(r.get("behind", 0)) for r in reports), default=0))
+        if now != last:
+            lease.update(hot_tasks=now[0], hot_behind=now[1])
+            last = now
+        if not told and now[0] == hot.plan.partitions:
+            say_following(hot)
+            told = True
+        hot.done.wait(REPORT_S)
+    if last is not None:
+        lease.update(hot_tasks=0, hot_behind=0)
+
+
+def _watch(plan: RunPlan, warm: Warm, lease: Lease, *, master: str | None,
+           conf: dict[str, str] | None, lease_s: float, progress: bool,
+           trust: bool) -> StandbyEnd:
+    """:func:`_guard`'s loop."""
     layout = plan.layout
     root = str(layout.root)
+    spark, key = warm.spark, warm.key
     while True:
+        if not run_finished(layout, plan.partitions):
+            with contextlib.suppress(CecError):
+                plan = plan_resume(layout.root, master=master, conf=conf)
+            _start_hot(plan, warm, lease)
         n = newest_driver(layout, lease_s)
         say(f"standby: ready to take over the run {root} from driver {n} "
             f"(a death on this host is seen at once, a freeze after {lease_s:g} s)")
@@ -274,13 +350,18 @@ def _take_over(layout: RunLayout, spark: SparkSession, key: tuple[object, ...], 
     claimed = time.time()
     plan = plan_resume(layout.root, master=master, conf=conf)
     fresh = None
+    hot = _HOT.hot
     if _key(plan) != key:
         if _reusable(key, plan):  # e.g. rescaled to fewer partitions: the slots suffice
             master = str(key[0])
         else:
             say("standby: the run's Spark settings changed (a rescale?): starting Spark anew")
+            _HOT.close()
+            hot = None
             stop_session(spark)
             fresh = session_for(plan.spec.run.effective_master, plan.partitions, _conf(plan))
+    # the hot tasks are released instead of a job launched (if they can run this plan)
+    offer_prepared(hot if hot is not None and hot.matches(plan) else None)
     parts: dict[str, Any] = {"driver": driver, "detected_at": detected,
                              "claimed_at": claimed}
     write_advisory(layout.takeover_file, parts)
@@ -288,6 +369,7 @@ def _take_over(layout: RunLayout, spark: SparkSession, key: tuple[object, ...], 
         result = recover_run(layout.root, progress=progress, master=master, conf=conf,
                              driver=driver, trust=trust, in_tasks=True)
     finally:
+        offer_prepared(None)
         if fresh is not None:
             stop_session(fresh)
         parts["ended_at"] = time.time()

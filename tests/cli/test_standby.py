@@ -213,6 +213,9 @@ def test_two_standbys_a_killed_driver_and_a_standby_killed_while_taking_over(
         said = _text(tmp_path / f"sb{standbys.index(other)}.log")
         assert "taking the run over as driver 3" in said, said
         assert "standby: takeover: detected" in said, said
+        # its hot tasks followed the output logs and were released (issue 41 items 1-2)
+        assert f"hot: {P} of {P} operator tasks follow the output logs" in said, said
+        assert f"releasing the hot standby's {P} operator tasks" in said, said
         assert (run / "drivers" / "00000003").exists()
         assert not (run / "drivers" / "00000004").exists()
         last = read_lease(run / "drivers" / "00000003.live")
