@@ -27,10 +27,15 @@ The parts: :mod:`cec_spark.ingest.query` (the Spark query, :class:`IngestQuery`)
 this module runs the loop over a run's chunks and re-exports their public names.
 
 Idempotence and resumption: a restarted ingest starts at the chunk after the oldest
-token of the P logs; while writing, a log only receives rows whose ``seq`` is above its
-``last_seq`` (a crash between the commits of two logs leaves them at different
-chunks). Nothing is read twice into a log, nothing is skipped. At the end of a bounded
-source the driver seals every upstream log.
+token of the P logs, and within it at the first row not every log holds (the tokens'
+``row``, committed within a chunk: :func:`~cec_spark.ingest.logs.resume_point`; the
+rows before it are not read, :func:`~cec_spark.ingest.logs.resume_chunks`); while
+writing, a log only receives rows whose ``seq`` is above its ``last_seq`` (a crash
+between the commits of two logs leaves them at different rows). Nothing is read twice
+into a log, nothing is skipped. At the end of a bounded source the driver seals every
+upstream log. Where it started and what its writers received are in the ingest's
+advisory state file (``RUN/state/ingest.json``, as the stream folder's task writes it:
+``resumed_at``, ``rows_received``, ``first_received``), after each job.
 """
 
 from __future__ import annotations
@@ -44,9 +49,12 @@ from pyspark.sql import SparkSession
 
 from cec_spark.errors import InputError
 from cec_spark.ingest.logs import (
+    ResumePoint,
     commit_watermark,
     committed_chunk,
     least,
+    resume_chunks,
+    resume_point,
     seal_upstream,
     upstream_sealed,
     watermarks,
@@ -65,6 +73,7 @@ from cec_spark.ingest.stream import (
 from cec_spark.ingest.watermark import WM_EVERY_S, IdleClock
 from cec_spark.ingest.writer import open_upstream
 from cec_spark.run.plan import RunPlan
+from cec_spark.rundir.advisory import write_advisory
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.fingerprint import (
@@ -101,19 +110,18 @@ def task_input_error(exc: BaseException) -> InputError | None:
     return InputError(found[-1].strip()) if found else None
 
 
-def _jobs(chunks: Sequence[Chunk], resume: int, job_rows: int = JOB_ROWS
+def _jobs(chunks: Sequence[Chunk], resume: ResumePoint, job_rows: int = JOB_ROWS
           ) -> Iterator[list[Chunk]]:
-    """Runs of consecutive chunks after ``resume`` of at most ``job_rows`` rows each."""
+    """Runs of consecutive chunks after ``resume`` (:func:`resume_chunks`: the rows every
+    log holds skipped) of at most ``job_rows`` rows to read each."""
     job: list[Chunk] = []
     rows = 0
-    for chunk in chunks:
-        if chunk.index <= resume:
-            continue
-        if job and rows + chunk.rows > job_rows:
+    for chunk in resume_chunks(chunks, resume):
+        if job and rows + chunk.rows - chunk.skip > job_rows:
             yield job
             job, rows = [], 0
         job.append(chunk)
-        rows += chunk.rows
+        rows += chunk.rows - chunk.skip
     if job:
         yield job
 
@@ -135,10 +143,11 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
         progress.sealed = True                        # needed (it may be gone)
         progress.finished = time.monotonic()
         return
-    resume, resume_next = committed_chunk(layout, spec.run.partitions)
+    point = resume_point(layout, spec.run.partitions)
+    resume, resume_next = point.chunk, point.next_seq
+    progress.resumed_at = point.row
     if spec.source.kind == "stream-dir":
-        if not _ingest_folder(spark, plan, progress, should_stop, driver,
-                              (resume, resume_next)):
+        if not _ingest_folder(spark, plan, progress, should_stop, driver, point):
             return  # stopped before the folder's end: nothing to seal
     else:
         source = plan.source
@@ -148,7 +157,7 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
             _check_source(plan, source, resume)  # tokens (a bad row fixed after them)
         progress.chunks_total = len(source.chunks)
         check_resume(spec, source.chunks, resume, resume_next)
-        _run_jobs(IngestQuery(spark, plan, driver), source.chunks, resume, progress,
+        _run_jobs(IngestQuery(spark, plan, driver), source.chunks, point, progress,
                   should_stop)
     if should_stop():
         return
@@ -178,7 +187,7 @@ _said: set[str] = set()  # the fallback reasons said on stderr (once each per pr
 
 def _ingest_folder(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
                    should_stop: Callable[[], bool], driver: int | None,
-                   resumed: tuple[int, int | None]) -> bool:
+                   resumed: ResumePoint) -> bool:
     """A stream folder's ingest until it ends (or a stop): the long-lived task
     (:mod:`cec_spark.ingest.stream`) or, for what it cannot match, a Spark job per poll
     (said once on stderr). True: the folder ended, every chunk is committed."""
@@ -192,7 +201,6 @@ def _ingest_folder(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
     if task not in _said:
         _said.add(task)
         say(FALLBACK.format(reason=task).removeprefix("cec: "))
-    resume, resume_next = resumed
     query = IngestQuery(spark, plan, driver)
     watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples, start=start)
     planned: Sequence[Chunk] | None = start.chunks or None  # not ingested yet
@@ -201,10 +209,10 @@ def _ingest_folder(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
         while not should_stop():
             new = planned if planned is not None else watcher.poll()
             planned = None
-            check_resume(spec, new, resume, resume_next)
+            check_resume(spec, new, resumed.chunk, resumed.next_seq)
             if new and idle is not None:
                 idle.close()  # the job's task opens the logs
-            _run_jobs(query, new, resume, progress, should_stop)
+            _run_jobs(query, new, resumed, progress, should_stop)
             if watcher.ended:
                 return True
             wait = spec.source.poll_ms / 1000
@@ -267,9 +275,10 @@ class _IdleLogs:
         self.logs = None
 
 
-def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: int,
+def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: ResumePoint,
               progress: IngestProgress, should_stop: Callable[[], bool]) -> None:
     job_rows = DIRECT_JOB_ROWS if query.direct is not None else JOB_ROWS
+    layout = RunLayout(Path(query.cfg.run_dir))
     for job in _jobs(chunks, resume, job_rows):
         if should_stop():
             return
@@ -283,13 +292,25 @@ def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: int,
             raise bad from None
         progress.job_seconds.append(time.monotonic() - t0)
         if should_stop():  # the job may have ended at a chunk before its last
-            chunk, nxt = committed_chunk(RunLayout(Path(query.cfg.run_dir)),
-                                         query.cfg.partitions)
+            chunk, nxt = committed_chunk(layout, query.cfg.partitions)
             if chunk >= 0 and nxt is not None:
                 progress.chunks_done, progress.source_rows = chunk + 1, nxt
+            _report(layout, progress)
             return
         progress.chunks_done = job[-1].index + 1
         progress.source_rows = job[-1].next_seq
-    if chunks and chunks[-1].index <= resume:
+        _report(layout, progress)
+    if chunks and chunks[-1].index <= resume.chunk:
         progress.chunks_done = chunks[-1].index + 1
         progress.source_rows = chunks[-1].next_seq
+
+
+def _report(layout: RunLayout, progress: IngestProgress) -> None:
+    """The ingest's advisory state file after a job (the stream folder's task writes
+    the same file, :mod:`cec_spark.ingest.stream`): where it stands, where it started
+    reading and what its writers received since."""
+    write_advisory(layout.ingest_state_file, {
+        "chunks_done": progress.chunks_done, "source_rows": progress.source_rows,
+        "tuples": progress.tuples, "trimmed": progress.trimmed_segments,
+        "resumed_at": progress.resumed_at, "rows_received": progress.rows_received,
+        "first_received": progress.first_received})

@@ -6,18 +6,22 @@ and what their last tokens say (the ingest's resume point, the late rows).
 One upstream log per partition, ``layout.upstream(p)``. A log is created (with its
 output log) on the driver only, before any task opens it; executors only open. Its
 last token is the truth of the ingest: the oldest ``chunk`` over the P logs is where a
-resumed ingest goes on (:func:`committed_chunk`), a log's ``late`` the late rows of its
-partition, its ``wm`` the watermark (:mod:`cec_spark.ingest.watermark`). A sealed log
-holds its partition's whole stream.
+resumed ingest goes on (:func:`committed_chunk`), and the smallest row below which
+every log holds all its rows (``row`` of a commit within a chunk, else the chunk's end)
+is the row it starts reading at (:func:`resume_point`, :func:`resume_chunks`); a log's
+``late`` is the late rows of its partition, its ``wm`` the watermark
+(:mod:`cec_spark.ingest.watermark`). A sealed log holds its partition's whole stream.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
-from cec.ingest_token import decode_token, encode_token
+from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.source.types import Chunk
 from recovery.upstream import upstream_trim_before
 from storage_log.cache import ID_FILE
 from storage_log.log import StreamLog
@@ -35,17 +39,74 @@ def create_logs(layout: RunLayout, partitions: int, fsync: str) -> None:
                 StreamLog.open(path, writable=True, create=True, fsync=fsync).close()
 
 
-def committed_chunk(layout: RunLayout, partitions: int) -> tuple[int, int | None]:
-    """The last chunk every upstream log has committed (-1 for none) and its ``next_seq``."""
-    done: list[tuple[int, int | None]] = []
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resumed ingest goes on, from the upstream logs' last tokens."""
+
+    chunk: int = -1  # the last chunk every log has committed (-1: none)
+    next_seq: int | None = None  # that chunk's ``next_seq`` (None: none)
+    # the source row below which every log holds all the rows of its partition: the
+    # smallest of the logs' IngestToken.holds_below (0: a log without a token)
+    row: int = 0
+
+
+def resume_point(layout: RunLayout, partitions: int) -> ResumePoint:
+    """The oldest chunk token of the upstream logs and the row the ingest reads from."""
+    toks: list[IngestToken | None] = []
     for p in range(partitions):
         path = layout.upstream(p)
         if not path.exists():
-            return -1, None
+            return ResumePoint()
         with StreamLog.open(path) as log:
-            tok = decode_token(log.last_token())
-        done.append((-1, None) if tok is None else (tok.chunk, tok.next_seq))
-    return min(done, key=lambda d: d[0]) if done else (-1, None)
+            toks.append(decode_token(log.last_token()))
+    return point_of(toks)
+
+
+def point_of(toks: Sequence[IngestToken | None]) -> ResumePoint:
+    """:func:`resume_point` of the logs' last tokens (pure)."""
+    if not toks or any(t is None for t in toks):
+        return ResumePoint()
+    held = [t for t in toks if t is not None]
+    first = min(held, key=lambda t: t.chunk)
+    return ResumePoint(first.chunk, first.next_seq, min(t.holds_below for t in held))
+
+
+def committed_chunk(layout: RunLayout, partitions: int) -> tuple[int, int | None]:
+    """The last chunk every upstream log has committed (-1 for none) and its ``next_seq``."""
+    point = resume_point(layout, partitions)
+    return point.chunk, point.next_seq
+
+
+def renumbered(chunk: Chunk) -> bool:
+    """The chunk's rows take seqs that are not their source rows (``allowed_lateness``,
+    ``late = "drop"``: :mod:`cec_spark.source.order`), or it releases held rows."""
+    return chunk.seq_base >= 0 or chunk.seq_end >= 0 or bool(chunk.carry)
+
+
+def resume_chunks(chunks: Sequence[Chunk], point: ResumePoint) -> list[Chunk]:
+    """The chunks a resumed ingest reads: those after ``point.chunk``, each with the rows
+    below ``point.row`` skipped (:attr:`Chunk.skip`: not read, filtered, hashed or
+    written again; a chunk every log holds whole is read as no row, and still
+    committed with its token). A renumbered chunk (:func:`renumbered`) is read whole:
+    its seqs are not source rows (their tokens carry no ``row``, so ``point.row`` is
+    the chunk's start anyway)."""
+    out = []
+    for chunk in chunks:
+        if chunk.index <= point.chunk:
+            continue
+        skip = min(chunk.rows, point.row - chunk.first_seq)
+        out.append(replace(chunk, skip=skip) if skip > 0 and not renumbered(chunk)
+                   else chunk)
+    return out
+
+
+def first_read(chunks: Sequence[Chunk]) -> int:
+    """The seq of the first row consecutive chunks emit, after the rows a resumed ingest
+    skips (a chunk skipped whole emits none; its end when all are)."""
+    for chunk in chunks:
+        if renumbered(chunk) or chunk.skip < chunk.rows:
+            return chunk.emit_base + chunk.skip
+    return chunks[-1].emit_end
 
 
 def late_rows(layout: RunLayout, partitions: int) -> list[int]:
@@ -58,7 +119,8 @@ def late_rows(layout: RunLayout, partitions: int) -> list[int]:
             continue
         with StreamLog.open(path) as log:
             tok = decode_token(log.last_token())
-        out.append(0 if tok is None else tok.late)
+        # within a chunk: the late rows below its row (else below the chunk's end)
+        out.append(0 if tok is None else tok.late_through[0])
     return out
 
 

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from cec.errors import CecError, SpecError
 from cec.spec import PipelineSpec
 from cec.spec.parse import field_error
+from cec_spark.ingest.logs import first_read
 from cec_spark.ingest.project import Projector, direct_reason, project_chunk
 from cec_spark.ingest.where import CompiledWhere, compile_where
 from cec_spark.ingest.writer import (
@@ -51,6 +52,12 @@ class IngestProgress:
     job_seconds: list[float] = field(default_factory=list)
     writer_s: dict[str, float] = field(default_factory=dict)  # the writer's clocks
     trimmed_segments: int = 0  # upstream segments dropped (trim_upstream)
+    # where this ingest started reading (a resumed one: the row below which every
+    # upstream log held all its rows, cec_spark.ingest.logs.resume_point), and what its
+    # writers received from there: rows (after the filter) and the first one's seq
+    resumed_at: int = 0
+    rows_received: int = 0
+    first_received: int | None = None
 
 
 def _reader_run(chunks: list[Chunk], i: int, readers: int) -> list[Chunk]:
@@ -142,7 +149,8 @@ def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
         gen = spec.source.generator
         assert gen is not None
         ids = F.col("id")
-        return spark.range(chunk.start, chunks[-1].stop, 1, readers).select(
+        # a resumed ingest starts at the first row a log may lack (seq = row here)
+        return spark.range(first_read(chunks), chunks[-1].stop, 1, readers).select(
             F.pmod(F.xxhash64(F.lit(gen.seed), ids), F.lit(gen.keys)).alias("item_id"),
             (F.pmod(F.xxhash64(F.lit(gen.seed + 1), ids), F.lit(10_000)) + 1)
             .cast("double").alias("item_price"),
@@ -227,7 +235,7 @@ class IngestQuery:
     ``direct_off`` says why a run does not (None: it does).
     """
 
-    _SCHEMA = ("rows long, started_at double, trimmed long, "
+    _SCHEMA = ("rows long, started_at double, trimmed long, received long, first_seq long, "
                + ", ".join(f"{c} double" for c in _CLOCKS))
 
     def __init__(self, spark: SparkSession, plan: RunPlan, driver: int | None = None) -> None:
@@ -283,6 +291,11 @@ class IngestQuery:
             clocks["first_writer_at"] = min(float(r["started_at"]) for r in out)
         for row in out:
             progress.trimmed_segments += int(row["trimmed"])
+            progress.rows_received += int(row["received"])
+            first = int(row["first_seq"])
+            if first >= 0 and (progress.first_received is None
+                               or first < progress.first_received):
+                progress.first_received = first
             for c in _CLOCKS:
                 clocks[c] = clocks.get(c, 0.0) + float(row[c])
         return int(sum(r["rows"] for r in out))

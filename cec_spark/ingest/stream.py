@@ -21,7 +21,8 @@ found files (~180 ms each, then queueing). Here the driver runs ONE Spark job of
 4. ends when the folder ends (``_END``; the driver then seals the logs), at a ``STOP`` file
    (returns, every log committed) or when a newer driver took the run
    (:class:`DriverSupersededError`). Spark retries it; a retry resumes from the committed
-   tokens (a log only receives rows above its ``last_seq``).
+   tokens, at the first row not every log holds (:func:`~cec_spark.ingest.logs.
+   resume_chunks`; a log only receives rows above its ``last_seq``).
 
 What it cannot match exactly falls back to the per-poll Spark jobs, said once on stderr
 (:func:`fallback_reason`): lateness settings (``allowed_lateness``/``late``), several
@@ -52,7 +53,7 @@ from cec.errors import SpecError
 from cec.ingest_token import decode_token
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
-from cec_spark.ingest.logs import commit_watermark, committed_chunk, least
+from cec_spark.ingest.logs import commit_watermark, least, resume_chunks, resume_point
 from cec_spark.ingest.project import Projector, direct_reason, project_chunk
 from cec_spark.ingest.query import IngestProgress, compile_filter
 from cec_spark.ingest.watermark import WM_EVERY_S, IdleClock
@@ -157,6 +158,10 @@ def _progress_from(state: dict[str, Any], progress: IngestProgress) -> None:
     progress.source_rows = int(state.get("source_rows", progress.source_rows))
     progress.tuples = int(state.get("tuples", progress.tuples))
     progress.trimmed_segments = int(state.get("trimmed", progress.trimmed_segments))
+    progress.resumed_at = int(state.get("resumed_at", progress.resumed_at))
+    progress.rows_received = int(state.get("rows_received", progress.rows_received))
+    first = state.get("first_received")
+    progress.first_received = first if isinstance(first, int) else progress.first_received
     clocks = state.get("writer_s")
     if isinstance(clocks, dict):
         progress.writer_s.update({k: float(v) for k, v in clocks.items()})
@@ -200,6 +205,11 @@ class _State:
     stopped: bool = False
     started_at: float = 0.0
     updated: float = 0.0
+    # where this task started reading (the resume point's row) and what its writers
+    # received since: rows (after the filter), the first one's seq (None: none yet)
+    resumed_at: int = 0
+    rows_received: int = 0
+    first_received: int | None = None
 
 
 class _StreamIngest:
@@ -241,6 +251,9 @@ class _StreamIngest:
         st = self.state
         st.tuples += writer.written
         st.trimmed += writer.trimmed
+        st.rows_received += writer.received
+        if st.first_received is None:
+            st.first_received = writer.first_seq
         st.chunks_done, st.source_rows = chunks[-1].index + 1, chunks[-1].next_seq
         for i, v in enumerate(writer.clock):
             self.clock[i] += v
@@ -275,7 +288,8 @@ class _StreamIngest:
     def run(self) -> dict[str, Any]:
         spec, layout = self.spec, self.layout
         parts = spec.run.partitions
-        resume, resume_next = committed_chunk(layout, parts)
+        point = resume_point(layout, parts)
+        self.state.resumed_at = point.row
         watcher = StreamDirWatcher(spec, max_rows=self.settings.max_tuples, start=self.start)
         planned: list[Chunk] | None = list(self.start.chunks) or None
         logs: list[StreamLog | None] = [open_upstream(self.cfg, p) for p in range(parts)]
@@ -288,8 +302,8 @@ class _StreamIngest:
                     new = planned if planned is not None else watcher.poll()
                     planned = None
                     self.state.polls += 1
-                    check_resume(spec, new, resume, resume_next)
-                    todo = [c for c in new if c.index > resume]
+                    check_resume(spec, new, point.chunk, point.next_seq)
+                    todo = resume_chunks(new, point)
                     if todo:
                         self.write(logs, todo)
                         if idle is not None:

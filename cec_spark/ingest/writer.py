@@ -18,7 +18,7 @@ from pyspark import TaskContext
 from cec.errors import CecError, InputOrderError
 from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.spec import PipelineSpec
-from cec_spark.ingest.logs import trim_upstream
+from cec_spark.ingest.logs import first_read, renumbered, trim_upstream
 from cec_spark.ingest.watermark import WM_EVERY_S, later
 from cec_spark.rundir.access import check_visible
 from cec_spark.rundir.drivers import check_driver
@@ -85,17 +85,21 @@ def open_upstream(cfg: WriterConfig, p: int) -> StreamLog:
 
 @dataclass(frozen=True)
 class _JobChunks:
-    """The chunks of one ingest job as the writer needs them: the first row's seq, each
-    chunk's end (``emit_end``, ascending) and the chunks (for their tokens)."""
+    """The chunks of one ingest job as the writer needs them: the first row's seq (after
+    the rows a resumed ingest skips, :attr:`Chunk.skip`), each chunk's end
+    (``emit_end``, ascending), the chunks (for their tokens) and whether a seq is a
+    source row (``rows``: no chunk renumbered, so a commit within a chunk can say up
+    to which row it holds, the token's ``row``)."""
 
     first: int
     ends: np.ndarray
     chunks: list[Chunk]
+    rows: bool = True
 
     @classmethod
     def of(cls, chunks: list[Chunk]) -> _JobChunks:
-        return cls(chunks[0].emit_base, np.array([c.emit_end for c in chunks], np.int64),
-                   chunks)
+        return cls(first_read(chunks), np.array([c.emit_end for c in chunks], np.int64), chunks,
+                   not any(renumbered(c) for c in chunks))
 
 
 def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 1
@@ -164,9 +168,11 @@ class _UpstreamWriter:
     Every commit carries the log's watermark (:mod:`cec_spark.ingest.watermark`): a
     chunk's commit the plan's W for the chunk, to every log this writer owns whether or
     not it got a row; while a chunk's rows flow, :meth:`commit_watermark` commits the
-    time of the last row received at least every :data:`WM_EVERY_S`. W never goes
-    back along a log (it starts from the log's last token), and a row above the log's
-    ``last_seq`` below its committed W (an idle advance) is late (:meth:`_below`).
+    time of the last row received at least every :data:`WM_EVERY_S`, and the row up to
+    which the log now holds its partition (the token's ``row``: a resumed ingest starts
+    reading there, not at the chunk's start). W never goes back along a log (it starts
+    from the log's last token), and a row above the log's ``last_seq`` below its
+    committed W (an idle advance) is late (:meth:`_below`).
     """
 
     def __init__(self, cfg: WriterConfig, layout: RunLayout, logs: list[StreamLog | None],
@@ -174,15 +180,18 @@ class _UpstreamWriter:
         self.cfg, self.layout, self.logs, self.job = cfg, layout, logs, job
         self.started_at = time.time()
         self.written = 0  # rows appended
+        self.received = 0  # rows received (read from the source, after the filter)
+        self.first_seq: int | None = None  # the seq of the first row received
         self.nxt = 0  # the next chunk to commit
         self.clock = [0.0, 0.0, 0.0]  # seconds waiting for Spark, appending, committing
         self.trimmed = 0  # upstream segments dropped (trim_upstream)
         self.above = [-1 if log is None or log.last_seq is None else log.last_seq
                       for log in logs]
         held = [None if log is None else decode_token(log.last_token()) for log in logs]
-        self.late = [0 if t is None else t.late for t in held]  # late rows so far
+        counted = [(0, 0) if t is None else t.late_through for t in held]
+        self.late = [n for n, _ in counted]  # late rows so far
         # late rows at or above this seq are not counted in the log's last token yet
-        self.late_from = np.array([0 if t is None else t.seq_end for t in held], np.int64)
+        self.late_from = np.array([s for _, s in counted], np.int64)
         self.tokens = held  # each log's last committed token (a mid-chunk commit's base)
         self.wm = [None if t is None else t.watermark for t in held]  # committed W per log
         self.seen: int | None = None  # the time of the last row received (released)
@@ -250,6 +259,9 @@ class _UpstreamWriter:
                 continue
             seqs = batch.column(1).to_numpy()
             self._check_range(int(seqs[0]), int(seqs[-1]))
+            self.received += batch.num_rows
+            if self.first_seq is None:
+                self.first_seq = int(seqs[0])
             # the chunks this batch completes: those ending at or before its last row,
             # or right after it (a batch that ends with its chunk's last row completes
             # the chunk, so its commit overlaps the reading of the next batch)
@@ -269,7 +281,8 @@ class _UpstreamWriter:
                 # these chunks too (one fsync per log for a stream-dir poll's job)
             if cut < batch.num_rows:  # rows of the chunk after: committed later
                 self.append(batch.slice(cut))
-                self.commit_watermark()
+                # every row up to this batch's last is received (in seq order)
+                self.commit_watermark(int(seqs[-1]) + 1)
         self.commit_through(int(ends[-1]))
 
     def _check_range(self, lo: int, hi: int) -> None:
@@ -303,11 +316,16 @@ class _UpstreamWriter:
         self._submit(todo)
         self.clock[2] += time.perf_counter() - t0
 
-    def commit_watermark(self) -> None:
+    def commit_watermark(self, upto: int | None = None) -> None:
         """Within a chunk, :data:`WM_EVERY_S` after the last commit: commit every log
         with its last chunk token and the time of the last row received as W (the rows
-        appended since are committed with it; a log with none gets a TOKEN frame). A
-        log without a token yet waits for its first chunk's commit."""
+        appended since are committed with it; a log with none gets a TOKEN frame), and
+        ``upto`` as its ``row``: every row this writer received is below it, so the log
+        holds every row of its partition below it but the late ones, which its ``rl``
+        counts (``late`` stays the count below the chunk's end). A log without a token
+        yet waits for its first chunk's commit. No ``row`` where a seq is not a source
+        row (a resumed writer then reads the chunk again from its start and counts its
+        late rows from ``seq_end``)."""
         if self.seen is None or time.monotonic() - self._wm_at < WM_EVERY_S:
             return
         self._settle()
@@ -318,11 +336,16 @@ class _UpstreamWriter:
             if log is None or log.sealed or tok is None:
                 continue
             w = later(self.wm[p], self.seen)
-            if w != self.wm[p]:
+            row = tok.row  # a log ahead of the rows received (a resumed ingest's) keeps it
+            if self.job.rows and upto is not None and upto > tok.holds_below:
+                row = upto
+            if w != self.wm[p] or row != tok.row:
                 self.wm[p] = w
                 # the W at the chunk's end stays known (a rescale starts new logs there)
-                tok = self.tokens[p] = replace(tok, watermark=w,
-                                               chunk_watermark=tok.at_chunk_end)
+                tok = self.tokens[p] = replace(
+                    tok, watermark=w, chunk_watermark=tok.at_chunk_end, row=row,
+                    row_late=None if row is None or self.late[p] == tok.late
+                    else self.late[p])
                 todo.append((log, encode_token(tok)))
         self._submit(todo)
         self.clock[2] += time.perf_counter() - t0
@@ -383,6 +406,9 @@ class _UpstreamWriter:
             "rows": pa.array([self.written], pa.int64()),
             "started_at": pa.array([self.started_at], pa.float64()),
             "trimmed": pa.array([self.trimmed], pa.int64()),
+            "received": pa.array([self.received], pa.int64()),
+            "first_seq": pa.array([-1 if self.first_seq is None else self.first_seq],
+                                  pa.int64()),
             **{name: pa.array([v], pa.float64()) for name, v in zip(_CLOCKS, self.clock,
                                                                       strict=True)}})
 

@@ -6,6 +6,12 @@ calls on an executor to produce Arrow batches; the planner
 (:mod:`cec_spark.source.check`) parses with the same functions. A chunk the planner
 did not read (``Chunk.check``) is checked here, row by row, before any of its rows is
 yielded (:func:`chunk_table`): the task names a bad row as the planner would have.
+
+A resumed ingest's chunk may skip its first rows (``Chunk.skip``: every upstream log
+holds them): they are not parsed (:func:`_from_row`: a text chunk is read from the
+byte after the newline that ends them, found by counting newlines; a parquet chunk
+from the row group that holds its first row read), but for the last of them in a
+checked chunk, which is read again so the first row read is checked against it.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import io
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +31,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from cec.errors import CecError
 from cec_spark.errors import InputError
 from cec_spark.source.order import reorder
 from cec_spark.source.times import TimeValueError, to_us
@@ -316,11 +324,67 @@ def _checked_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Tab
     return table
 
 
+def _line_start(path: str, start: int, stop: int, n: int) -> int:
+    """The byte offset of line ``n`` (0-based) of the text ``[start, stop)`` of a file:
+    just after its ``n``-th newline, counted block by block (numpy's work per byte,
+    none per line; only the bytes before it are read)."""
+    if n <= 0:
+        return start
+    seen, pos = 0, start
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while pos < stop:
+            block = fh.read(min(_LINE_BLOCK, stop - pos))
+            if not block:
+                break
+            nl = np.frombuffer(block, dtype=np.uint8) == 10
+            count = int(np.count_nonzero(nl))
+            if seen + count >= n:
+                return pos + int(np.flatnonzero(nl)[n - seen - 1]) + 1
+            seen += count
+            pos += len(block)
+    raise InputError(f"{Path(path).name}: bytes {start}-{stop} hold {seen} lines, the "
+                     f"resumed ingest skips {n} of them: the source changed since they "
+                     "were read (a resumed run must read the same input)")
+
+
+_LINE_BLOCK = 8 << 20
+
+
+def _from_row(chunk: Chunk) -> tuple[Chunk, int]:
+    """``(part, drop)``: the chunk read from a row at or before its row ``chunk.skip``,
+    and the rows of it to drop then: the rows before ``skip`` are not parsed (a
+    parquet chunk: but for those of the row group that holds row ``skip``). A checked
+    chunk (``chunk.check``) is read from row ``skip - 1``, which was checked with the
+    rows before it, so that the order of row ``skip`` is checked against it
+    (``prev_ts`` is then unused)."""
+    target = chunk.skip - 1 if chunk.check else chunk.skip
+    if chunk.fmt == "parquet":
+        meta = parquet_file(chunk.file).metadata
+        group, before = chunk.start, 0
+        while group < chunk.stop - 1 and before + meta.row_group(group).num_rows <= target:
+            before += meta.row_group(group).num_rows
+            group += 1
+        start = group
+    else:
+        before = target
+        start = _line_start(chunk.file, chunk.start, chunk.stop, target)
+    part = replace(chunk, start=start, first_seq=chunk.first_seq + before,
+                   rows=chunk.rows - before, first_line=chunk.first_line + before, skip=0,
+                   prev_ts=None if before < chunk.skip else chunk.prev_ts,
+                   prev_where="" if before < chunk.skip else chunk.prev_where)
+    return part, chunk.skip - before
+
+
 def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Table:
     """The rows of a chunk, typed as the ingest reads them (times in microseconds);
-    checked row by row first when the planner did not read them (``chunk.check``)."""
-    if chunk.rows == 0:  # a flush chunk (cec_spark.source.order) has none of its own
-        return columns.schema().empty_table()
+    checked row by row first when the planner did not read them (``chunk.check``).
+    A resumed ingest's chunk: its rows from row ``chunk.skip`` (:func:`_from_row`)."""
+    if chunk.rows == 0 or chunk.skip >= chunk.rows:  # a flush chunk (cec_spark.source.
+        return columns.schema().empty_table()        # order), or one every log holds
+    if chunk.skip > 0:
+        part, drop = _from_row(chunk)
+        return chunk_table(part, columns, time).slice(drop)
     if chunk.check:
         return _checked_table(chunk, columns, time)
     if chunk.fmt == "parquet":
@@ -341,13 +405,17 @@ def read_chunk(chunk: Chunk, columns: ColumnTypes, time: TimeSpec, *,
                batch_rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
     """The rows of a chunk with typed columns plus ``SEQ`` (int64), as Arrow batches;
     with lateness settings, the rows it emits and the ``LATE`` flag
-    (:func:`cec_spark.source.order.reorder`)."""
+    (:func:`cec_spark.source.order.reorder`). A resumed ingest's chunk: its rows from
+    row ``chunk.skip`` on (never with lateness settings: their seqs are not rows)."""
     if time.reorders:
+        if chunk.skip:
+            raise CecError(f"{chunk.file}: chunk {chunk.index}: a resumed ingest cannot "
+                           "skip rows of a chunk whose rows are reordered")
         table = reorder(chunk, time, lambda c: chunk_table(c, columns, time))
         yield from table.to_batches(max_chunksize=batch_rows)
         return
     table = chunk_table(chunk, columns, time)
-    seq = pa.array(np.arange(chunk.first_seq, chunk.first_seq + table.num_rows,
-                             dtype=np.int64))
+    first = chunk.first_seq + min(chunk.skip, chunk.rows)
+    seq = pa.array(np.arange(first, first + table.num_rows, dtype=np.int64))
     table = table.append_column(SEQ, seq)
     yield from table.to_batches(max_chunksize=batch_rows)

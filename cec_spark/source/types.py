@@ -57,6 +57,9 @@ class Chunk:
     check: bool = False
     prev_ts: int | None = None
     prev_where: str = ""
+    # a resumed ingest's chunk: its first ``skip`` rows, which every upstream log holds,
+    # are not read (cec_spark.ingest.logs.resume_chunks; only where seq is a source row)
+    skip: int = 0
 
     @property
     def next_seq(self) -> int:
