@@ -216,6 +216,7 @@ def wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S,
     started = time.monotonic()
     deadline = started + timeout
     told = False
+    delay = 0.005  # a killed worker lets go within tens of ms: look soon, then less often
     while True:
         try:
             with StreamLog.open(path, writable=True) as log:
@@ -228,6 +229,7 @@ def wait_for_lock(path: Path, timeout: float = LOCK_WAIT_S,
             if not told and time.monotonic() - started >= 3:
                 told = True
                 say(f"waiting up to {timeout:.0f} s for the writer lock: {exc}")
-            time.sleep(0.2)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
         except CorruptLogError:
             return None  # the caller repairs it
