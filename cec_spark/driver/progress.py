@@ -49,7 +49,7 @@ from cec_spark.report.watermark import behind_s, duration, event_time, reached
 from cec_spark.run import metrics
 from cec_spark.run.rto import StartupMeter
 from cec_spark.rundir.advisory import read_advisory
-from cec_spark.rundir.drivers import latest_driver, standbys
+from cec_spark.rundir.drivers import StandbyView, latest_driver, standby_view
 from cec_spark.rundir.layout import RunLayout
 from storage_log.entry import Snapshot
 from storage_log.log import StreamLog
@@ -339,6 +339,7 @@ class ProgressView:
         self.startup = StartupMeter(layout, partitions)
         self.told: set[tuple[int, str]] = set()  # (partition, note) said once
         self.standbys_ready = 0  # warm standbys ready (cec standby), at the last look
+        self.standby_hot = StandbyView(0, 0, None)  # and how many are hot, how far behind
 
     def look(self, *, force: bool = False) -> bool:
         """Look at the run's files again when due: every :data:`BUSY_LOOK_S` while
@@ -393,13 +394,29 @@ class ProgressView:
     def _standbys(self) -> None:
         """How many warm standbys are ready; the recovery-time objective's fixed cost
         follows (a takeover's with one, a restart's without); a change is said."""
-        ready = sum(1 for s in standbys(self.layout) if s.get("state") == "ready")
+        view = standby_view(self.layout, self.partitions)
+        ready = view.ready
         was, self.standbys_ready = self.standbys_ready, ready
+        hot_was, self.standby_hot = self.standby_hot, view
         self.startup.standby(ready > 0)
         if ready and not was:
             self.note(f"standby ready ({ready}): a failure is taken over without a restart")
         elif was and not ready:
             self.note("no standby ready any more: a failure costs a restart")
+        if view.hot and not hot_was.hot:
+            self.note("standby hot: its operator tasks follow the output logs "
+                      f"({view.behind} records behind)")
+        elif hot_was.hot and not view.hot and ready:
+            self.note("the standby is not hot any more: a takeover launches its tasks")
+
+    def _standby_words(self) -> str:
+        """The title's standby part: how many are ready, hot, how far behind."""
+        if not self.standbys_ready:
+            return ""
+        view = self.standby_hot
+        hot = "" if not view.hot else (
+            f", hot, {view.behind:,} records behind" if view.behind else ", hot")
+        return f"  standby ready ({self.standbys_ready}{hot})"
 
     def __enter__(self) -> ProgressView:
         if self.enabled and not self.plain:
@@ -492,7 +509,7 @@ class ProgressView:
                  f"{f', {late:,} late rows dropped' if late else ''}"
                  f"{', sealed' if ing.sealed else ''}"
                  f"{f'  rto {objective:g} s' if objective else ''}"
-                 f"{f'  standby ready ({self.standbys_ready})' if self.standbys_ready else ''}")
+                 f"{self._standby_words()}")
         table = Table(title=title, title_justify="left",
                       caption=" · ".join(self.notes) or None)
         for col in ("partition", "upstream seq", "tuples", "tuples/s", "N open", "extent q",

@@ -27,7 +27,7 @@ from cec_spark.report import (
 from cec_spark.report.watermark import behind_s, reached, watermark_text
 from cec_spark.run import rto
 from cec_spark.rundir.advisory import read_advisory
-from cec_spark.rundir.drivers import standbys
+from cec_spark.rundir.drivers import standby_view
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import read_run_file
 from recovery.ec import NothingToRecover
@@ -80,7 +80,8 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
                          "(the older generation's logs are output/p*, output/gNNNN/p*)")
     objective = spec.checkpoint.rto_s
     run_rto = rto.read_run(layout)
-    ready = sum(1 for sb in standbys(layout) if sb.get("state") == "ready")
+    view = standby_view(layout, spec.run.partitions)
+    ready = view.ready
     fixed = rto.takeover_cost() if ready else rto.fixed_cost()
     if isinstance(run_rto.get("fixed_s"), int | float) and bool(
             run_rto.get("standby_ready")) == bool(ready):  # what the run's tasks predict with
@@ -130,7 +131,8 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
         parts.append(ExtentPartition(**entry))
     return ExtentResult(run_dir=str(layout.root), at_us=at, partitions=parts, rto_s=objective,
                         fixed_s=fixed.seconds, fixed_how=fixed.how,
-                        warnings=list(settings.warnings), standbys_ready=ready)
+                        warnings=list(settings.warnings), standbys_ready=ready,
+                        standbys_hot=view.hot, standby_behind_records=view.behind)
 
 
 def _as_of(wm: dict[str, Any], at: int | None, last_ts: int | None) -> dict[str, Any]:

@@ -113,6 +113,13 @@ class ExtentResult:
     standbys_ready: int = 0
     """Warm standbys (cec standby) ready to take the run over now: with one, a
     recovery's fixed cost is a takeover's, not a restart's."""
+    standbys_hot: int = 0
+    """Of them, hot ones: an operator task of the standby follows every output log,
+    its eventual checkpoint loaded, and is released at a takeover (no job launched,
+    no checkpoint rebuilt)."""
+    standby_behind_records: int | None = None
+    """The fewest output records a hot standby had still to read at its last report
+    (about every second); null: no hot standby."""
 
 
 # --------------------------------------------------------------------------- log

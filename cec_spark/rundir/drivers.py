@@ -24,6 +24,7 @@ import json
 import os
 import socket
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cec_spark.errors import DriverSupersededError
@@ -41,8 +42,17 @@ from storage_log.faults import crash_point
 if TYPE_CHECKING:
     from cec_spark.rundir.layout import RunLayout
 
-__all__ = ["check_driver", "claim_driver", "driver_info", "end_driver", "latest_driver",
-           "standbys", "take_driver"]
+__all__ = [
+    "StandbyView",
+    "check_driver",
+    "claim_driver",
+    "driver_info",
+    "end_driver",
+    "latest_driver",
+    "standby_view",
+    "standbys",
+    "take_driver",
+]
 
 # this process's driver of each run directory (str(root)) and its lease
 _HELD: dict[str, tuple[int, Lease]] = {}
@@ -117,6 +127,25 @@ def check_driver(layout: RunLayout, mine: int | None) -> None:
             f"{layout.root}: another driver (number {newest}, host {info.get('host')}, "
             f"pid {info.get('pid')}) took over this run; this one (number {mine}) "
             "stops. Its committed output is kept; the newer driver continues it")
+
+
+@dataclass(frozen=True)
+class StandbyView:
+    """The live standbys of a run as its views say them (:func:`standby_view`)."""
+
+    ready: int  # warm and watching the driver
+    hot: int  # of them, with an operator task following every output log
+    behind: int | None  # the fewest records a hot one had still to read (None: none hot)
+
+
+def standby_view(layout: RunLayout, partitions: int) -> StandbyView:
+    """How many standbys are ready, how many of them are hot (their ``hot_tasks``, in
+    their lease, cover every partition: :mod:`cec_spark.standby.hot`), and how far
+    behind the closest hot one was at its last report."""
+    ready = [s for s in standbys(layout) if s.get("state") == "ready"]
+    hot = [s for s in ready if int(s.get("hot_tasks", 0) or 0) >= partitions > 0]
+    behind = min((int(s.get("hot_behind", 0) or 0) for s in hot), default=None)
+    return StandbyView(len(ready), len(hot), behind)
 
 
 def standbys(layout: RunLayout) -> list[dict[str, Any]]:
