@@ -54,6 +54,10 @@ PARTS: dict[str, int] = {f"{path}::{test}": part for path, tests in {
         "test_quiet_and_idle_logs_get_watermarks_and_the_export_is_exact[long-lived]": 0,
         "test_quiet_and_idle_logs_get_watermarks_and_the_export_is_exact[per-poll]": 1,
     },
+    "tests/cec_spark/test_ingest_row_resume_kill.py": {
+        "test_a_run_killed_after_a_commit_within_a_chunk_resumes_at_its_row[csv]": 2,
+        "test_a_run_killed_after_a_commit_within_a_chunk_resumes_at_its_row[stream-dir]": 1,
+    },
     "tests/cec_spark/test_key_groups.py": {
         "test_p32_killed_then_rescaled_to_48": 0,
     },

@@ -7,6 +7,7 @@
                or Spark's (chunks read in a task, filtered, projected, key-partitioned in SQL)
 ``project``    the rows filtered, projected and key-partitioned in Python (Spark's semantics)
 ``writer``     the ``mapInArrow`` writer: appends to the upstream logs, commits with chunk tokens
+``feeder``     whether the JVM feeding a writer still runs (an input cut by its death is no end)
 ``logs``       the upstream logs' lifecycle: created, trimmed, sealed; the resume point and late
                rows their last tokens (:mod:`cec.ingest_token`) give
 ``watermark``  the W committed with every log after each chunk (and within one, and when an

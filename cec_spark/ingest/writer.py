@@ -18,6 +18,7 @@ from pyspark import TaskContext
 from cec.errors import CecError, InputOrderError
 from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.spec import PipelineSpec
+from cec_spark.ingest.feeder import Feeder
 from cec_spark.ingest.logs import first_read, renumbered, trim_upstream
 from cec_spark.ingest.watermark import WM_EVERY_S, later
 from cec_spark.rundir.access import check_visible
@@ -200,6 +201,7 @@ class _UpstreamWriter:
         self._commits: list[Future[None]] = []  # the logs' commits in flight
         self.stopped = False  # the job ended early: a STOP file (a stop of the run)
         self._looked = time.monotonic()  # the last look for a stop or a newer driver
+        self.feeder = Feeder.find()  # the JVM that feeds this worker (its input's end)
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> None:
         """Every batch of the job, then the commit of its last chunks (done when this
@@ -283,6 +285,12 @@ class _UpstreamWriter:
                 self.append(batch.slice(cut))
                 # every row up to this batch's last is received (in seq order)
                 self.commit_watermark(int(seqs[-1]) + 1)
+        # the input ended: the job's end, unless the JVM that fed it exited (then the
+        # stream was cut, not ended: its last chunks are not complete, never committed)
+        if not self.feeder.alive():
+            raise CecError(f"ingest: the input of this writer ended because the JVM that "
+                           f"fed it (pid {self.feeder.pid}) exited; the job's last chunks "
+                           "are not committed (a resumed ingest reads them again)")
         self.commit_through(int(ends[-1]))
 
     def _check_range(self, lo: int, hi: int) -> None:
