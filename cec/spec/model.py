@@ -93,7 +93,7 @@ class SourceSpec:
     path: Path | None = None  # absolute; None for the generator
     format: FileFormat | None = None  # stream-dir: the format of its files
     poll_ms: int = 200  # stream-dir: how often the folder is listed
-    chunk_rows: int = 1_000_000  # rows per ingest chunk (the unit of resumption)
+    chunk_rows: int = 1_000_000  # rows per ingest chunk (a commit with its token)
     generator: GeneratorSpec | None = None
     # an integer time field counts this unit since the epoch (a TIMESTAMP column or
     # ISO-8601 text needs none); every time becomes int64 microseconds at ingest

@@ -16,5 +16,6 @@
 =============  ==================================================================================
 
 First read: ``job.py``. Exactly once: each upstream log's commit token names the last
-source chunk it holds, so a resumed ingest goes on from there.
+source chunk it holds and, within the next one, the row below which it holds every row
+of its partition, so a resumed ingest goes on from the smallest such row.
 """

@@ -207,17 +207,31 @@ def test_quiet_is_judged_by_the_cpu_of_other_processes() -> None:
 
 def test_a_standby_started_before_the_run_is_judged_on_its_own_targets() -> None:
     """Issue 41 item 4: the run with a ready standby started before it, against the run
-    without one (≤ 1.1), and the waiting standby's share of a core (≤ 0.02)."""
+    without one (≤ 1.1), and the following standby's CPU against the run's (≤ 0.05)."""
     res = _res()
     p3 = res["part3"]
     p3["before"] = {"median": 10.5, "min": 10.4, "max": 10.6}
     p3["runs"]["before"] = [{"load": 1.0}]
     p3.update(ratio_before=1.05, ratio_before_pairs={"min": 1.05, "max": 1.05},
-              before_waiting_core_share=0.03)
+              before_waiting_core_share=0.03, before_cpu_of_run=0.07)
     rows = sb.targets(res)
     assert rows[-2][1:] == ("≤ 1.1", "1.05", True), rows[-2]
-    assert rows[-1][1:] == ("≤ 0.02 of a core", "0.03", False), rows[-1]
+    assert rows[-1][1:] == ("≤ 0.05", "0.07", False), rows[-1]
     md = sb.markdown(res)
     assert "| before | 10.5 | 10.4 | 10.6 | 1.0 |" in md
     assert "**1.05** (pairs 1.05–1.05)" in md and "0.03 of a core" in md
+    assert "0.07 of the run's CPU" in md
     assert len(sb.targets(_res())) == 4  # a result without the arm: as before
+
+
+def test_an_idle_runs_hot_standby_is_judged_by_its_share_of_a_core() -> None:
+    """Issue 41: a ready standby waits at ≤ 0.02 of a core (part 4: the run idle, the
+    standby's hot tasks following its output logs)."""
+    res = _res()
+    res["part4"] = {"partitions": 4, "seconds": 30.0, "standby_cpu_s": 0.45,
+                    "standby_core_share": 0.015, "run_cpu_s": 3.0, "run_core_share": 0.1,
+                    "load": 1.0, "others_cores": 0.05}
+    row = sb.targets(res)[-1]
+    assert row[1:] == ("≤ 0.02 of a core", "0.015", True), row
+    assert "**0.015 of a core**" in sb.markdown(res)
+    assert sb.part_others(res["part4"]) == 0.05
