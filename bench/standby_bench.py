@@ -3,7 +3,7 @@ recover`, Spark's restart and Flink's; the recovery-time objective with a standb
 waiting standby's cost. Every output compared equal to the failure-free one.
 
 ``python -m bench.standby_bench [--quick] [--rows N] [--kills K] [--reps R] [--rounds N]
-[--no-flink] [--only 1,2,3] [--out DIR] [--rewrite]``
+[--no-flink] [--only 1,2,3,4] [--out DIR] [--rewrite]``
 
 With ``--only``, the parts not run keep their results from ``OUT/standby.json`` (said in
 the report); ``--rewrite`` runs nothing and recomputes the summaries there.
@@ -48,7 +48,11 @@ the report); ``--rewrite`` runs nothing and recomputes the summaries there.
    (1) workload with ``--standby``, with a ``cec standby --partitions P`` started and
    warm before the run (``before``), and without, alternated; whole-process time of
    ``cec run``, the ratios of the medians; beside them the standby's own CPU seconds (its
-   whole session, from /proc) while it warmed and while it waited.
+   whole session, from /proc) while it warmed and while it waited, and against the run's
+   own CPU (its hot tasks follow the output logs while the run goes).
+4. **A hot standby while its run is idle**: a stream folder run of ``--partitions``
+   that got one file and waits for the next, a ``cec standby --partitions P`` started
+   before it; once hot, both sessions' CPU over :data:`IDLE_S` seconds.
 
 Each number keeps the 1-minute load average (``uptime``) at its start and the cores other
 processes used on average meanwhile (``others_cores``: the machine's busy CPU from
@@ -630,7 +634,7 @@ def free_run(spec: Path, run: Path, mode: str, log: Path, err: Path, partitions:
     t0 = time.time()
     proc = Run([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run),
                 *(["--standby"] if mode == "standby" else [])], err, stdout=log,
-               stdout_append=True)
+               stdout_append=True, watch=True)  # its tree's CPU (JVM, workers) from /proc
     ready_at, cpu_ready, pid = None, None, None
     cpu: Watch | None = None  # the standby's process tree
     if first is not None:
@@ -1073,9 +1077,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.reps = args.reps if args.reps is not None else (1 if args.quick else 5)
     args.rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
     only = {x.strip() for x in args.only.split(",")}
-    if not only <= {"1", "2", "3"} or min(args.rows, args.kills + 1, args.reps,
-                                          args.rounds) < 1:
-        print("standby_bench: --only takes 1,2,3; --rows, --reps, --rounds >= 1",
+    if not only <= {"1", "2", "3", "4"} or min(args.rows, args.kills + 1, args.reps,
+                                               args.rounds) < 1:
+        print("standby_bench: --only takes 1,2,3,4; --rows, --reps, --rounds >= 1",
               file=sys.stderr)
         return 2
     if args.rewrite:

@@ -24,8 +24,8 @@ other library module joins a run directory's entry name onto a path):
       drivers/00000001     one file per driver that ran the run (cec run, cec recover,
                            a standby taking over), and 00000001.live: its lease
       standbys/H-PID.live  the lease of each `cec standby` watching the run
-      standbys/H-PID.go    the release of its hot operator tasks, and
-      standbys/H-PID.follow/pNNNN.json  how far each has followed its output log
+      standbys/H-PID.hot/  its hot operator tasks: go, their release, and
+                           pNNNN.json, how far each has followed its output log
       consumers/NAME.json  what `cec export --consumer NAME` acknowledged (retention),
                            and NAME.pending.json: a `cec tail`'s batch in flight
       source/              a DataFrame run's staged input (the Python API)
@@ -209,10 +209,10 @@ class RunLayout:
         return self.standbys_dir / f"{host}-{pid}.live"
 
     def standby_release(self, host: str, pid: int) -> Path:
-        """``standbys/HOST-PID.go``: the release of that standby's hot operator tasks
-        (their follow reports: ``standbys/HOST-PID.follow/pNNNN.json``;
-        :mod:`cec_spark.standby.hot`)."""
-        return self.standbys_dir / f"{host}-{pid}.go"
+        """``standbys/HOST-PID.hot/go``: the release of that standby's hot operator
+        tasks (their follow reports beside it, ``pNNNN.json``; a folder of their own,
+        which they watch: :mod:`cec_spark.standby.hot`)."""
+        return self.standbys_dir / f"{host}-{pid}.hot" / "go"
 
     @property
     def consumers_dir(self) -> Path:

@@ -9,12 +9,15 @@ own warm session at once: one task per partition (:func:`follow_then_run`), whic
    by one backward scan when the task starts, then fed by a
    :class:`storage_log.follow.Follower` look every :data:`LOOK_S`): the newest
    footprint of every open window, ``N_c``, ``t_c`` and ``T``; writes nothing to the
-   run but its follow report ``RUN/standbys/HOST-PID.follow/pNNNN.json`` (how far it
+   run but its follow report ``RUN/standbys/HOST-PID.hot/pNNNN.json`` (how far it
    has read, and the log's end then), every :data:`REPORT_S`;
-2. waits for the release, ``RUN/standbys/HOST-PID.go`` (written by the standby once
+2. waits for the release, ``RUN/standbys/HOST-PID.hot/go`` (written by the standby once
    it claimed the next driver number, :meth:`HotTasks.release`): ``{"driver": N}``,
-   or ``{"end": ...}`` (the run ended, or the standby gives these tasks up), looked for
-   every :data:`RELEASE_S` (a ``stat``);
+   or ``{"end": ...}`` (the run ended, or the standby gives these tasks up). The task
+   sleeps on inotify (:class:`storage_log.notify.CommitWatch`) over the release's folder
+   and its output log: a commit or the release wakes it at once on the same host (a
+   look at the log at most every :data:`LOOK_S`), and it looks anyway every
+   :data:`FALLBACK_S` (a writer on another host is not seen by inotify);
 3. released as driver ``N``: checks that what it followed is still the log's (a newer
    writer epoch whose fence lies before the last record read means that record was
    cut: it seeds again from a backward scan), then runs the partition exactly as a
@@ -54,16 +57,19 @@ from cec_spark.watchdog import say
 from recovery.followed import FollowedEC
 from recovery.partition import scan
 from storage_log.durable import write_durable
+from storage_log.entry import Snapshot
 from storage_log.epoch import epoch_dir, list_epochs, read_epoch
 from storage_log.errors import LogNotFoundError
 from storage_log.follow import CommitToken
 from storage_log.log import StreamLog
+from storage_log.notify import CommitWatch
 
 __all__ = ["HotTasks", "follow_then_run"]
 
-LOOK_S = 0.1  # between a hot task's looks at its output log
-RELEASE_S = 0.01  # between its looks for the release (a stat)
-REPORT_S = 1.0  # between its follow reports
+LOOK_S = 0.05  # a hot task looks at its output log at most this often
+FALLBACK_S = 0.5  # ... and at least this often (and for the release), where inotify
+# cannot see the writes (another host's, on a shared file system)
+REPORT_S = 2.0  # between its follow reports (written only when they changed)
 GROUP = "cec-hot-standby"
 
 
@@ -93,6 +99,7 @@ class _Follow:
         self.newest = max(list_epochs(path), default=0)
         self.log: StreamLog | None = None
         self.look: Callable[[], Iterator[pa.RecordBatch | CommitToken]] | None = None
+        self._snapshot: Callable[[], Snapshot] | None = None
 
     def open(self) -> None:
         """Seed from a backward scan of the log as it is, then follow after it."""
@@ -104,7 +111,8 @@ class _Follow:
         self.newest = max(list_epochs(self.path), default=0)
         self.epochs = _stamp(epoch_dir(self.path))
         after = self.ec.last_seq if self.ec.n_c is not None else None
-        self.look = log.follow(after_seq=after).look
+        follower = log.follow(after_seq=after)
+        self.look, self._snapshot = follower.look, follower.snapshot
 
     def step(self) -> None:
         """Read what was committed since the last look; a new writer epoch whose fence
@@ -139,14 +147,15 @@ class _Follow:
         return cut
 
     def behind(self) -> int:
-        """Records committed to the log and not read yet (at this moment)."""
-        if self.log is None:
+        """Output rows committed to the log now and not read yet (a snapshot of the
+        log's end: only for the reports)."""
+        if self._snapshot is None:
             return 0
-        with contextlib.suppress(Exception):
-            with StreamLog.open(self.path) as now:
-                last = now.last_seq
-            return max(0, (-1 if last is None else last) - self.ec.last_seq)
-        return 0
+        try:
+            last = self._snapshot().committed.last_seq
+        except Exception:  # a log being trimmed or cut under it: said at the next one
+            return 0
+        return 0 if last is None else max(0, last - self.ec.last_seq)
 
     def close(self) -> None:
         if self.log is not None:
@@ -161,36 +170,46 @@ def follow_then_run(run_dir: str, p: int, run_id: str | None, run_text: str,
     (:meth:`TaskCounters.to_json`), or ``""`` when it ended unreleased."""
     layout = RunLayout(Path(run_dir))
     go = Path(release)
-    report = go.with_suffix(".follow") / f"p{p:04d}.json"
+    report = go.parent / f"p{p:04d}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     plan_at = _stamp(layout.run_file)
     follow = _Follow(layout.output(p))
-    reported = looked = 0.0
+    watch = CommitWatch([go.parent, layout.output(p)], fallback_s=FALLBACK_S)
+    reported, looked, said_last = 0.0, 0.0, None
+    woke = True  # a write was seen (or may have been) since the last look
     try:
         while True:
-            now = time.monotonic()
-            if now - looked < LOOK_S:
-                said = _release(go)
-                if said is not None:
-                    break
-                time.sleep(RELEASE_S)
-                continue
-            looked = now
-            follow.step()
-            if now - reported >= REPORT_S:
-                write_advisory(report, {"partition": p, "followed_seq": follow.ec.last_seq,
-                                        "behind": follow.behind(), "n_c": follow.ec.n_c,
-                                        "at": round(time.time(), 3), "pid": os.getpid()})
-                reported = now
             said = _release(go)
             if said is not None:
                 break
-            if _stamp(layout.run_file) != plan_at:  # a rescale: this plan is gone
-                return ""
+            now = time.monotonic()
+            if (woke and now - looked >= LOOK_S) or now - looked >= FALLBACK_S:
+                looked, woke = now, False
+                watch.add(layout.output(p))  # (a log created since: watched from now)
+                follow.step()
+                if _stamp(layout.run_file) != plan_at:  # a rescale: this plan is gone
+                    return ""
+            if now - reported >= REPORT_S:
+                reported = now
+                state = (follow.ec.last_seq, follow.behind(), follow.ec.n_c)
+                if state != said_last:
+                    write_advisory(report, {"partition": p, "followed_seq": state[0],
+                                            "behind": state[1], "n_c": state[2],
+                                            "at": round(time.time(), 3),
+                                            "pid": os.getpid()})
+                    said_last = state
+            # asleep until a write in the standbys folder (the release) or in the log (a
+            # commit), FALLBACK_S at most; after a write, the next look LOOK_S after the
+            # last one (commits of a busy run: at most 1 / LOOK_S looks a second)
+            if woke:
+                watch.wait(max(0.0, LOOK_S - (time.monotonic() - looked)))
+            else:
+                woke = watch.wait(FALLBACK_S)
         if "driver" not in said:
             return ""
         follow.step()  # what was committed up to the release; a cut seen now: seed again
     finally:
+        watch.close()
         follow.close()
     counters = run_partition(run_dir, p, run_id, int(said["driver"]), run_text=run_text,
                              followed=follow.ec)
@@ -220,6 +239,7 @@ class HotTasks:
         self.error: BaseException | None = None
         self.done = threading.Event()
         self.released = False
+        release.parent.mkdir(parents=True, exist_ok=True)  # the tasks watch this folder
         with contextlib.suppress(FileNotFoundError):
             release.unlink()
         self._thread = threading.Thread(target=self._run, name="cec-hot-standby",
@@ -248,7 +268,7 @@ class HotTasks:
 
     def follow_reports(self) -> list[dict[str, Any]]:
         """Each task's last follow report."""
-        folder = self.release_file.with_suffix(".follow")
+        folder = self.release_file.parent
         return [r for p in range(self.plan.partitions)
                 if (r := read_advisory(folder / f"p{p:04d}.json"))]
 
@@ -284,7 +304,7 @@ class HotTasks:
         self.cancel()
         with contextlib.suppress(OSError):
             self.release_file.unlink()
-        folder = self.release_file.with_suffix(".follow")
+        folder = self.release_file.parent
         for f in folder.glob("*.json"):
             with contextlib.suppress(OSError):
                 f.unlink()
