@@ -331,9 +331,11 @@ def takeover(spec: Path, run: Path, kill_rows: int, rows: int, log: Path) -> dic
         if "ready" not in seen and READY in _text(sb_log):
             seen["ready"] = time.time()
             seen["ready_rows"] = cec_processed(run)
-        if "ready" in seen and cec_processed(run) >= kill_rows:
-            seen["kill"] = time.time()
-            return True
+        if "ready" in seen:
+            done = cec_processed(run)
+            if done >= kill_rows:
+                seen["kill"], seen["killed_rows"] = time.time(), done
+                return True
         return False
 
     try:
@@ -341,7 +343,9 @@ def takeover(spec: Path, run: Path, kill_rows: int, rows: int, log: Path) -> dic
     except BaseException:
         sb.kill()
         raise
-    killed = cec_processed(run)
+    # where the kill landed: the rows processed when it was decided (read after it, the
+    # state files may already be the hot standby's tasks', which start from 0)
+    killed = int(seen["killed_rows"])
     lo = load()
     m = sb.wait(WAIT_S, "the standby to finish the run")
     if m.status == "timeout":
@@ -509,11 +513,16 @@ def kill_with_standby(spec: Path, run: Path, objective: str, frac: float, rows: 
     def ready() -> bool:
         if "ready" not in seen and READY in _text(run / "standby.log"):
             seen["ready"] = time.time()
-        if "ready" in seen and cec_processed(run) >= target:
-            seen["kill"] = time.time()
-            return True
+        if "ready" in seen:
+            states = task_states(run)
+            done = sum(int(s.get("in_tuples", 0)) for s in states)
+            if done >= target:
+                seen["kill"], seen["killed"] = time.time(), done
+                seen_states.extend(states)
+                return True
         return False
 
+    seen_states: list[dict[str, Any]] = []  # the task states the kill was decided on
     pid: int | None = None
     try:
         try:
@@ -527,8 +536,10 @@ def kill_with_standby(spec: Path, run: Path, objective: str, frac: float, rows: 
                         "standby was ready and the kill point reached"}
             raise
         kill_at = seen["kill"]
-        before = task_states(run)
-        killed = sum(int(s.get("in_tuples", 0)) for s in before)
+        # as the kill was decided: read after it, the state files may be the hot
+        # standby's tasks' already, which count from 0
+        before = seen_states
+        killed = int(seen["killed"])
         lo = load()
         pid = standby_pid(_text(err))
         if pid is None:
