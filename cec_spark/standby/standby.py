@@ -292,6 +292,10 @@ def _report_hot(hot: HotTasks, lease: Lease) -> None:
         hot.done.wait(REPORT_S)
     if last is not None:
         lease.update(hot_tasks=0, hot_behind=0)
+    if hot.error is not None and not hot.released:
+        say(f"standby: the hot operator tasks failed ({spark_error(hot.error)}); until they "
+            "are started again (at the next change of driver), a takeover launches its "
+            "tasks cold")
 
 
 def _watch(plan: RunPlan, warm: Warm, lease: Lease, *, master: str | None,
