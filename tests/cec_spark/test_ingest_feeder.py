@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,12 @@ def test_a_feeder_is_alive_until_it_exits_and_a_zombie_is_dead() -> None:
         feeder = Feeder(proc.pid, start)
         assert feeder.alive()
         assert not Feeder(proc.pid, start + 1).alive()  # another process, the same pid
-        proc.kill()
-        for _ in range(200):  # not reaped: a zombie
-            if Path(f"/proc/{proc.pid}/stat").read_text().split(")")[-1].split()[0] == "Z":
-                break
-        assert not feeder.alive()
+        proc.kill()  # the signal is delivered asynchronously: wait for the zombie
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{proc.pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the child did not exit"
+            time.sleep(0.01)
+        assert not feeder.alive()  # exited, not reaped
     finally:
         proc.kill()
         proc.wait()

@@ -30,20 +30,20 @@ from cec_spark.ingest import writer as writer_module
 from cec_spark.ingest.logs import (
     ResumePoint,
     commit_watermark,
-    create_logs,
     first_read,
     late_rows,
     point_of,
     resume_chunks,
     resume_point,
 )
-from cec_spark.ingest.writer import PART, WriterConfig, _JobChunks, _UpstreamWriter, open_upstream
+from cec_spark.ingest.writer import PART, WriterConfig, open_upstream
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.planner import SEQ, plan_source, read_chunk
 from cec_spark.source.read import _from_row
 from cec_spark.source.types import Chunk, TimeSpec
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import spec_text, write_items_csv
+from tests.cec_spark.test_ingest_watermark import _layout, _write
 
 ROWS = 100  # per chunk (the writer tests)
 
@@ -115,23 +115,6 @@ def test_resume_chunks_skip_the_rows_every_log_holds() -> None:
 # --------------------------------------------------------------------------- the writer
 
 
-class Recorded:
-    """A log whose commits (its last seq then, the token) are written down."""
-
-    def __init__(self, log: StreamLog, commits: list[tuple[int, IngestToken]]) -> None:
-        self._log, self.commits = log, commits
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._log, name)
-
-    def commit(self, token: bytes | None = None) -> None:
-        self._log.commit(token)
-        tok = decode_token(token)
-        assert tok is not None
-        last = self._log.last_seq
-        self.commits.append((-1 if last is None else last, tok))
-
-
 def _batches(chunks: list[Chunk], part: Any, per_chunk: int = 1, ts_step: int = 10,
              crash_after: int | None = None) -> Iterator[pa.RecordBatch]:
     """The rows of the chunks (from each one's ``skip``) in ``per_chunk`` batches each,
@@ -149,30 +132,6 @@ def _batches(chunks: list[Chunk], part: Any, per_chunk: int = 1, ts_step: int = 
                      pa.array(piece * 0.5), pa.array(part(piece).astype(np.int32))],
                     names=["ts", "seq", "key", "value", PART])
             done += 1
-
-
-def _layout(tmp_path: Path, partitions: int) -> RunLayout:
-    layout = RunLayout(tmp_path / "run")
-    layout.state_file(0).parent.mkdir(parents=True, exist_ok=True)
-    create_logs(layout, partitions, "never")
-    return layout
-
-
-def _write(layout: RunLayout, partitions: int, chunks: list[Chunk],
-           batches: Iterator[pa.RecordBatch], commits: dict[int, list[Any]],
-           late: str = "drop") -> _UpstreamWriter:
-    cfg = WriterConfig(str(layout.root), partitions, "never", "key", "value", trim=False,
-                       late=late)
-    logs = [open_upstream(cfg, p) for p in range(partitions)]
-    wrapped: list[Any] = [Recorded(log, commits.setdefault(p, []))
-                          for p, log in enumerate(logs)]
-    writer = _UpstreamWriter(cfg, layout, wrapped, _JobChunks.of(chunks))
-    try:
-        writer.write(batches)
-    finally:
-        for log in logs:
-            log.close()
-    return writer
 
 
 def _seqs(layout: RunLayout, p: int) -> list[int]:
