@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -111,7 +112,8 @@ READY = "ready to take over"
 KILL_TOLERANCE = 0.05
 FILES = 30  # input files: half the input is a file boundary, and a batch boundary
 TARGET_TAKEOVER_S = 1.5
-TARGET_VS_FLINK = 0.2
+TARGET_VS_FLINK = 0.15  # issue 41 (at 10 M rows; was 0.2)
+TARGET_RECOVERED_P95_S = 0.5  # issue 41: kill -> every task recovered, p95 of part 2's kills
 TARGET_RTO_S = 1.0
 TARGET_WITHIN = 0.95
 TARGET_COST = 1.05
@@ -882,6 +884,15 @@ def _targets(res: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
                      if bound is not None else "not measured (kills apart)",
                      None if judge is None else judge <= TARGET_VS_FLINK))
     if p2:
+        took = sorted(float(k["parts"]["recover_since_kill_s"]) for k in p2.get("kills", [])
+                      if isinstance((k.get("parts") or {}).get("recover_since_kill_s"),
+                                    int | float))
+        if took:
+            p95 = took[max(0, math.ceil(0.95 * len(took)) - 1)]
+            rows.append((f"kill -9 → every task recovered, with a standby (p95 of "
+                         f"{len(took)} kills)", f"≤ {TARGET_RECOVERED_P95_S:g} s",
+                         f"{p95:.3f} s (median {statistics.median(took):.3f} s)",
+                         p95 <= TARGET_RECOVERED_P95_S))
         share = p2.get("within_1s_share")
         how = "" if p2["objective"] == "1s" else (
             f"; `--rto 1s` refused at start, kills run with --rto {p2['objective']}")
@@ -1114,7 +1125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "standby.json"
     earlier = _json(target)
-    for part in ("1", "2", "3"):  # the parts not run now keep their earlier results
+    for part in ("1", "2", "3", "4"):  # the parts not run now keep their earlier results
         if part not in only and f"part{part}" in earlier:
             res[f"part{part}"] = earlier[f"part{part}"]
             res.setdefault("earlier", {})[f"part{part}"] = (  # the run that measured it

@@ -235,3 +235,16 @@ def test_an_idle_runs_hot_standby_is_judged_by_its_share_of_a_core() -> None:
     assert row[1:] == ("≤ 0.02 of a core", "0.015", True), row
     assert "**0.015 of a core**" in sb.markdown(res)
     assert sb.part_others(res["part4"]) == 0.05
+
+
+def test_kill_to_every_task_recovered_is_judged_at_its_95th_percentile() -> None:
+    """Issue 41: kill -> every task recovered <= 0.5 s, p95 of part 2's kills."""
+    res = _res()
+    res["part2"]["kills"] = [{"parts": {"recover_since_kill_s": 0.3 + i / 100}}
+                             for i in range(20)]  # 0.30 .. 0.49
+    row = next(r for r in sb.targets(res) if "every task recovered, with" in r[0])
+    assert row[1:] == ("≤ 0.5 s", "0.480 s (median 0.395 s)", True), row
+    for k in res["part2"]["kills"][-2:]:  # the 19th of 20 sorted is the p95
+        k["parts"]["recover_since_kill_s"] = 0.9
+    row = next(r for r in sb.targets(res) if "every task recovered, with" in r[0])
+    assert row[3] is False, row
