@@ -36,7 +36,7 @@ The scan does no I/O, takes no clock, and never pickles.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -248,8 +248,10 @@ def _key_values(column: pa.Array) -> np.ndarray[Any, Any]:
     return np.asarray(column.to_numpy(zero_copy_only=False))
 
 
-def _duplicated(key: np.ndarray[Any, Any], ws: np.ndarray[Any, Any]) -> pd.Series:
-    """True for every (key, win_start) already met earlier in the arrays (exact).
+def duplicated(key: np.ndarray[Any, Any], ws: np.ndarray[Any, Any],
+               keep: Literal["first", "last"] = "first") -> pd.Series:
+    """True for every (key, win_start) met earlier in the arrays (``keep="last"``:
+    later), exact.
 
     Integer ids whose ranges fit are packed into one int64 (one hash pass instead of
     two factorizations); anything else goes through pandas' multi-column path.
@@ -260,8 +262,8 @@ def _duplicated(key: np.ndarray[Any, Any], ws: np.ndarray[Any, Any]) -> pd.Serie
         span = wmax - wmin + 1
         if (kmax - kmin + 1) * span < (1 << 62):
             code = (key.astype(np.int64) - kmin) * span + (ws - wmin)
-            return pd.Series(code, copy=False).duplicated(keep="first")
-    return pd.DataFrame({"k": key, "w": ws}, copy=False).duplicated(keep="first")
+            return pd.Series(code, copy=False).duplicated(keep=keep)
+    return pd.DataFrame({"k": key, "w": ws}, copy=False).duplicated(keep=keep)
 
 
 def _pull(it: Iterator[pa.RecordBatch], pending: list[pa.RecordBatch], rows: int,
@@ -290,7 +292,7 @@ def _newest_of_id(seen_key: np.ndarray[Any, Any] | None, seen_ws: np.ndarray[Any
     else:
         all_key = np.concatenate([seen_key, key_rev])
         all_ws = np.concatenate([seen_ws, ws_rev])
-    first: np.ndarray[Any, Any] = ~_duplicated(all_key, all_ws).to_numpy()
+    first: np.ndarray[Any, Any] = ~duplicated(all_key, all_ws).to_numpy()
     return first[all_key.size - key_rev.size :]
 
 

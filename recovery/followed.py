@@ -28,7 +28,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,7 +40,7 @@ from recovery.checkpoint import (
     NothingToRecover,
     Reconstruction,
 )
-from recovery.ec import REQUIRED_COLUMNS, _footprints
+from recovery.ec import REQUIRED_COLUMNS, _footprints, duplicated
 from recovery.errors import InconsistentLogError
 
 __all__ = ["FollowedEC"]
@@ -52,16 +51,7 @@ COMPACT_ROWS = 1 << 16
 
 def _newest_per_id(key: np.ndarray[Any, Any], ws: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     """True for the last occurrence of each ``(key, win_start)`` (exact)."""
-    if key.dtype.kind in "iu" and key.size:
-        kmin, kmax = int(key.min()), int(key.max())
-        wmin, wmax = int(ws.min()), int(ws.max())
-        span = wmax - wmin + 1
-        if (kmax - kmin + 1) * span < (1 << 62):
-            code = (key.astype(np.int64) - kmin) * span + (ws - wmin)
-            dup = pd.Series(code, copy=False).duplicated(keep="last")
-            return np.asarray(~dup.to_numpy(), dtype=np.bool_)
-    frame = pd.DataFrame({"k": key, "w": ws}, copy=False)
-    return np.asarray(~frame.duplicated(keep="last").to_numpy(), dtype=np.bool_)
+    return np.asarray(~duplicated(key, ws, keep="last").to_numpy(), dtype=np.bool_)
 
 
 class FollowedEC:
