@@ -377,7 +377,7 @@ class ProgressView:
         nothing once a newer driver took the run (it writes them now: a superseded
         driver, woken from a freeze, must not write over them)."""
         self.last_metrics = time.monotonic()
-        if self.driver is not None and latest_driver(self.layout) > self.driver:
+        if not self._still_ours():
             return
         states = self.states.all()
         self._standbys()
@@ -389,7 +389,12 @@ class ProgressView:
             late=[self.upstream.late(p) for p in range(self.partitions)],
             standbys_ready=self.standbys_ready,
             watermarks=[self.upstream.watermark(p) for p in range(self.partitions)],
-            operators=[self.upstream.operator(p, st) for p, st in enumerate(states)]))
+            operators=[self.upstream.operator(p, st) for p, st in enumerate(states)]),
+            still_ours=self._still_ours)  # again at the last moment: a freeze between
+
+    def _still_ours(self) -> bool:
+        """No newer driver took the run (a view without a driver number: always)."""
+        return self.driver is None or latest_driver(self.layout) <= self.driver
 
     def _standbys(self) -> None:
         """How many warm standbys are ready; the recovery-time objective's fixed cost

@@ -162,12 +162,17 @@ def exposition(run: str, states: Sequence[Mapping[str, Any]],
     return "\n".join(lines) + "\n"
 
 
-def write(directory: Path, text: str) -> None:
-    """``directory/cec.prom``, replaced atomically; a failure is not the run's problem."""
+def write(directory: Path, text: str, still_ours: Callable[[], bool] | None = None) -> None:
+    """``directory/cec.prom``, replaced atomically; a failure is not the run's problem.
+    ``still_ours``: asked right before the replace (the last moment): False, nothing is
+    written (a driver superseded while it made the text, e.g. frozen and woken)."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         tmp = directory / f".{FILE}.{os.getpid()}.tmp"
         tmp.write_text(text, encoding="utf-8")
+        if still_ours is not None and not still_ours():
+            tmp.unlink(missing_ok=True)
+            return
         os.replace(tmp, directory / FILE)
     except OSError:
         pass  # metrics are advisory: a full disk must not stop the pipeline here

@@ -50,3 +50,17 @@ def test_write_is_atomic_and_never_raises(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "m").iterdir()] == ["cec.prom"]
     (tmp_path / "file").write_text("")
     metrics.write(tmp_path / "file" / "m", "a 1\n")  # not a directory: silently skipped
+
+
+def test_a_superseded_writer_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    """The driver number is asked again at the last moment, right before the replace:
+    a driver frozen while it made the text and woken after a newer one took the run
+    writes nothing (tests/cli/test_standby.py saw such a write once in CI)."""
+    from cec_spark.run import metrics as m
+
+    m.write(tmp_path, "first\n")
+    m.write(tmp_path, "second\n", still_ours=lambda: False)
+    assert (tmp_path / m.FILE).read_text() == "first\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [m.FILE]  # no temporary left
+    m.write(tmp_path, "third\n", still_ours=lambda: True)
+    assert (tmp_path / m.FILE).read_text() == "third\n"
