@@ -151,8 +151,11 @@ def _key(plan: RunPlan) -> tuple[object, ...]:
 
 
 def _reusable(key: tuple[object, ...], plan: RunPlan) -> bool:
-    """The warm session can run ``plan``: the same Spark settings, and a local master
-    with enough slots (a rescale changes the default ``local[P+2,3]``)."""
+    """The warm session can run ``plan``: it was started for ``plan``'s settings, or
+    for the same Spark settings on a local master with enough slots (a rescale changes
+    the default ``local[P+2,3]``)."""
+    if key == _key(plan):
+        return True
     warm_master, _, warm_conf = key
     have = local_slots(str(warm_master))
     return (warm_conf == _key(plan)[2] and have is not None
@@ -199,7 +202,7 @@ def _warm(plan: RunPlan, given: Warm | None) -> Warm:
     run = plan.spec.run
     t0 = time.monotonic()
     warm = given
-    if warm is not None and warm.key != _key(plan) and not _reusable(warm.key, plan):
+    if warm is not None and not _reusable(warm.key, plan):
         say(f"standby: the run's Spark settings ({_describe(_key(plan))}) differ from "
             f"what the standby warmed on ({_describe(warm.key)}): starting Spark anew")
         stop_session(warm.spark)
@@ -261,11 +264,10 @@ def _start_hot(plan: RunPlan, warm: Warm, lease: Lease) -> None:
     if old is not None and old.matches(plan):
         return
     if old is not None:
-        if old.error is not None:
-            say(f"standby: the hot operator tasks failed ({spark_error(old.error)}); "
-                "starting them again")
+        if old.error is not None:  # (the failure was said as it came: _report_hot)
+            say("standby: starting the hot operator tasks again")
         _HOT.close()
-    if warm.key != _key(plan) and not _reusable(warm.key, plan):
+    if not _reusable(warm.key, plan):
         return  # a takeover would start Spark anew: nothing to follow on this session
     hot = HotTasks(warm.spark, plan,
                    plan.layout.standby_release(socket.gethostname(), os.getpid()))
