@@ -53,6 +53,7 @@ PARTS: dict[str, int] = {f"{path}::{test}": part for path, tests in {
         "test_kill9_while_idle_then_recover_is_exact": 2,
         "test_quiet_and_idle_logs_get_watermarks_and_the_export_is_exact[long-lived]": 0,
         "test_quiet_and_idle_logs_get_watermarks_and_the_export_is_exact[per-poll]": 1,
+        "test_quiet_and_idle_logs_get_watermarks_and_the_export_is_exact[two-long-lived]": 2,
     },
     "tests/cec_spark/test_ingest_row_resume_kill.py": {
         "test_a_run_killed_after_a_commit_within_a_chunk_resumes_at_its_row[csv]": 2,
@@ -85,7 +86,10 @@ PARTS: dict[str, int] = {f"{path}::{test}": part for path, tests in {
     },
     "tests/cec_spark/test_stream_ingest.py": {
         "test_filtered_stream_uses_the_long_lived_ingest_and_exports_exactly": 2,
-        "test_kill9_mid_stream_then_recover_is_exact": 1,
+        "test_kill9_mid_stream_then_recover_is_exact[1]": 1,
+        "test_kill9_mid_stream_then_recover_is_exact[2]": 0,
+        "test_kill9_mid_stream_then_recover_is_exact[4]": 2,
+        "test_one_of_two_ingest_tasks_killed_is_retried_alone_and_exact": 1,
     },
     "tests/cec_spark/test_tail_spark.py": {
         "test_tails_across_kills_of_the_run_and_of_themselves_print_every_result_once": 2,

@@ -50,10 +50,12 @@ class ResumePoint:
     row: int = 0
 
 
-def resume_point(layout: RunLayout, partitions: int) -> ResumePoint:
-    """The oldest chunk token of the upstream logs and the row the ingest reads from."""
+def resume_point(layout: RunLayout, partitions: int,
+                 owned: Sequence[int] | None = None) -> ResumePoint:
+    """The oldest chunk token of the upstream logs and the row the ingest reads from;
+    ``owned``: of those logs only (one writer's, when several each own a slice)."""
     toks: list[IngestToken | None] = []
-    for p in range(partitions):
+    for p in (range(partitions) if owned is None else owned):
         path = layout.upstream(p)
         if not path.exists():
             return ResumePoint()

@@ -125,13 +125,16 @@ class Partitioner:
         return pa.array(out[idx], pa.int32())
 
 
-def direct_reason(spec: PipelineSpec, settings: RunSettings) -> str | None:
+def direct_reason(spec: PipelineSpec, settings: RunSettings, *, several: bool = False
+                  ) -> str | None:
     """Why the source's rows cannot be filtered, projected and partitioned in Python with
-    exactly the Spark query's result (None: they can)."""
+    exactly the Spark query's result (None: they can). ``several``: the caller runs
+    several such tasks itself (the long-lived stream ingest, each task owning a slice
+    of the logs), so ``ingest_tasks`` > 1 is no reason."""
     if spec.source.reorders:
         return "allowed_lateness/late reorder or drop rows (source_order), which the " \
                "long-lived ingest does not do"
-    if spec.run.ingest_tasks > 1:
+    if spec.run.ingest_tasks > 1 and not several:
         return f"[run].ingest_tasks = {spec.run.ingest_tasks} (the long-lived ingest is one task)"
     schema = settings.columns.schema()
     key = spec.aggregate.group_by

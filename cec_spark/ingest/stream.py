@@ -24,12 +24,25 @@ found files (~180 ms each, then queueing). Here the driver runs ONE Spark job of
    tokens, at the first row not every log holds (:func:`~cec_spark.ingest.logs.
    resume_chunks`; a log only receives rows above its ``last_seq``).
 
-What it cannot match exactly falls back to the per-poll Spark jobs, said once on stderr
-(:func:`fallback_reason`): lateness settings (``allowed_lateness``/``late``), several
-ingest tasks, a key that is not int64/string, a value that is a string, a filter the
-evaluator does not reproduce. One semantics either way.
+With ``[run] ingest_tasks = N`` (N > 1) the job has N such tasks, ``min(N, P)``, fewer
+when Spark has fewer free task slots beyond the P operator tasks (said once; a
+long-lived task that waits for a slot would hold its logs back for ever). Task ``w``
+owns the upstream logs ``p % N == w``, as a writer of the per-poll path does: it reads
+every new file of the folder (each task plans the folder itself: the same chunks, as
+they are made from the files alone), keeps the rows of its logs and commits them with
+the chunks' tokens. Each log keeps one writer, so its rows, tokens and watermarks are
+those of one task, and a task resumes from its own logs' tokens (``resume_point(...,
+owned)``). Reading and parsing are repeated per task; the projection's encode, append
+and commit (the ingest's per-row cost) are split. The tasks run in processes of their
+own, tagged ``i<w>`` (``storage_log.faults``).
 
-The task reports where it stands in ``RUN/state/ingest.json`` (advisory, for the driver's
+What it cannot match exactly falls back to the per-poll Spark jobs, said once on stderr
+(:func:`fallback_reason`): lateness settings (``allowed_lateness``/``late``), a key that
+is not int64/string, a value that is a string, a filter the evaluator does not
+reproduce. One semantics either way.
+
+The task reports where it stands in ``RUN/state/ingest.json`` (``ingest.W.json`` for
+each of several; advisory, for the driver's
 progress view), never what recovery depends on: that is the upstream logs' tokens. It
 rewrites it only when something in it changed (not the count of polls alone): an idle
 ingest writes nothing, and looks for a newer driver every
@@ -59,21 +72,25 @@ from cec_spark.ingest.query import IngestProgress, compile_filter
 from cec_spark.ingest.watermark import WM_EVERY_S, IdleClock
 from cec_spark.ingest.where import CompiledWhere
 from cec_spark.ingest.writer import (
+    PART,
     WriterConfig,
     _JobChunks,
     _UpstreamWriter,
     open_upstream,
 )
+from cec_spark.run.cluster import available_slots
 from cec_spark.run.plan import RunPlan
 from cec_spark.rundir.access import check_visible
 from cec_spark.rundir.advisory import read_advisory, write_advisory
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import FENCE_LOOK_S
-from cec_spark.rundir.run_file import parse_run_text
+from cec_spark.rundir.run_file import RunSettings, parse_run_text
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.read import read_chunk
 from cec_spark.source.types import Chunk, ColumnTypes, SourcePlan, TimeSpec, WatchState
+from cec_spark.watchdog import say
+from storage_log.faults import set_tag
 from storage_log.log import StreamLog
 from storage_log.notify import CommitWatch
 
@@ -84,8 +101,10 @@ STATE_EVERY_S = 0.5
 # --------------------------------------------------------------------------- driver side
 
 
-# what the long-lived task cannot match: the same as the bounded ingest's direct query
-fallback_reason = direct_reason
+def fallback_reason(spec: PipelineSpec, settings: RunSettings) -> str | None:
+    """What the long-lived tasks cannot match: the bounded ingest's direct query's
+    reasons, but for several ingest tasks (they run as several long-lived tasks)."""
+    return direct_reason(spec, settings, several=True)
 
 
 def plan_json(plan: SourcePlan) -> str:
@@ -116,25 +135,28 @@ class StreamTask:
     run_text: str
     start: str  # plan_json
     where: str | None  # CompiledWhere.to_json
+    writers: int = 1  # the long-lived tasks; task w owns the logs p % writers == w
 
 
-def state_path(layout: RunLayout) -> Path:
-    return layout.ingest_state_file
+def state_path(layout: RunLayout, w: int = 0, writers: int = 1) -> Path:
+    return layout.ingest_writer_state_file(w, writers)
 
 
 def run_stream_ingest(spark: SparkSession, plan: RunPlan, task: StreamTask,
                       progress: IngestProgress) -> bool:
-    """Run the long-lived task (one Spark job, one task) until it returns; progress is
-    read from the task's state file meanwhile. True: the folder ended (seal it)."""
-    layout = plan.layout
+    """Run the long-lived tasks (one Spark job, ``task.writers`` tasks) until they
+    return; progress is read from their state files meanwhile. True: the folder ended
+    (seal it)."""
+    layout, n = plan.layout, task.writers
     out: list[Any] = []
     failure: list[BaseException] = []
 
     def job() -> None:  # a thread of its own: Spark's job group is per thread
-        spark.sparkContext.setJobGroup("cec-ingest", "cec stream ingest (one long-lived task)",
-                                       interruptOnCancel=True)
+        spark.sparkContext.setJobGroup(
+            "cec-ingest", f"cec stream ingest ({n} long-lived task{'s' * (n > 1)})",
+            interruptOnCancel=True)
         try:
-            out.extend(spark.range(0, 1, 1, 1).mapInArrow(stream_entry(task), "result string")
+            out.extend(spark.range(0, n, 1, n).mapInArrow(stream_entry(task), "result string")
                        .collect())
         except BaseException as exc:
             failure.append(exc)
@@ -143,12 +165,41 @@ def run_stream_ingest(spark: SparkSession, plan: RunPlan, task: StreamTask,
     t.start()
     while t.is_alive():
         t.join(0.5)
-        _progress_from(read_advisory(state_path(layout)), progress)
+        _progress_from(merge_states([read_advisory(state_path(layout, w, n))
+                                     for w in range(n)]), progress)
     if failure:
         raise failure[0]
-    result = json.loads(out[0]["result"])
-    _progress_from(result, progress)
-    return bool(result.get("ended"))
+    results = [json.loads(row["result"]) for row in out]
+    _progress_from(merge_states(results), progress)
+    return len(results) == n and all(bool(r.get("ended")) for r in results)
+
+
+def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The figures of several long-lived tasks as one task's (pure): where the ingest
+    stands is where its slowest task stands (chunks, source rows, the resume row);
+    rows and seconds add up. Empty until every task has reported."""
+    if not states or any(not s for s in states):
+        return {}
+    if len(states) == 1:
+        return dict(states[0])
+    out: dict[str, Any] = {}
+    for k in ("chunks_done", "source_rows", "resumed_at"):
+        out[k] = min(int(s.get(k, 0)) for s in states)
+    for k in ("tuples", "trimmed", "rows_received", "polls"):
+        out[k] = sum(int(s.get(k, 0)) for s in states)
+    firsts = [s.get("first_received") for s in states]
+    held = [f for f in firsts if isinstance(f, int)]
+    out["first_received"] = min(held) if held else None
+    out["ended"] = all(bool(s.get("ended")) for s in states)
+    out["stopped"] = any(bool(s.get("stopped")) for s in states)
+    clocks: dict[str, float] = {}
+    for s in states:
+        c = s.get("writer_s")
+        if isinstance(c, dict):
+            for name, v in c.items():
+                clocks[name] = clocks.get(name, 0.0) + float(v)
+    out["writer_s"] = clocks
+    return out
 
 
 def _progress_from(state: dict[str, Any], progress: IngestProgress) -> None:
@@ -183,12 +234,13 @@ def check_resume(spec: PipelineSpec, chunks: Sequence[Chunk], resume: int,
 
 def stream_entry(task: StreamTask
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The job's function: its one task runs :func:`run_stream_task`."""
+    """The job's function: the task of row ``w`` (``spark.range``'s) runs
+    :func:`run_stream_task` as writer ``w``."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            if batch.num_rows:
-                result = run_stream_task(task)
+            for w in batch.column(0).to_pylist():
+                result = run_stream_task(task, int(w))
                 yield pa.RecordBatch.from_pydict({"result": pa.array([json.dumps(result)])})
 
     return run
@@ -215,7 +267,8 @@ class _State:
 class _StreamIngest:
     """The long-lived task's loop (:func:`run_stream_task`)."""
 
-    def __init__(self, task: StreamTask) -> None:
+    def __init__(self, task: StreamTask, w: int = 0) -> None:
+        self.w, self.writers = w, task.writers
         self.layout = RunLayout(Path(task.run_dir))
         check_visible(self.layout, task.run_id)
         check_driver(self.layout, task.driver)
@@ -235,8 +288,13 @@ class _StreamIngest:
         self._written: dict[str, Any] | None = None  # the state file's figures
 
     def project(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """``upstream_frame``'s rows: ts, seq, key, value, PART (filtered first)."""
-        return self.projector(batch)
+        """``upstream_frame``'s rows: ts, seq, key, value, PART (filtered first); of
+        several tasks, only the rows of this one's logs."""
+        rows = self.projector(batch)
+        if self.writers == 1:
+            return rows
+        part = rows.column(PART).to_numpy(zero_copy_only=False)
+        return rows.filter(pa.array(part % self.writers == self.w))
 
     def rows(self, chunks: list[Chunk]) -> Iterator[pa.RecordBatch]:
         for chunk in chunks:
@@ -275,7 +333,7 @@ class _StreamIngest:
         check_driver(self.layout, self.driver)
         self._fenced = now
         self.state.updated = time.time()
-        write_advisory(state_path(self.layout), self.result())
+        write_advisory(state_path(self.layout, self.w, self.writers), self.result())
         self._written = figures
 
     def result(self) -> dict[str, Any]:
@@ -288,11 +346,13 @@ class _StreamIngest:
     def run(self) -> dict[str, Any]:
         spec, layout = self.spec, self.layout
         parts = spec.run.partitions
-        point = resume_point(layout, parts)
+        owned = [p for p in range(parts) if p % self.writers == self.w]
+        point = resume_point(layout, parts, owned)
         self.state.resumed_at = point.row
         watcher = StreamDirWatcher(spec, max_rows=self.settings.max_tuples, start=self.start)
         planned: list[Chunk] | None = list(self.start.chunks) or None
-        logs: list[StreamLog | None] = [open_upstream(self.cfg, p) for p in range(parts)]
+        logs: list[StreamLog | None] = [open_upstream(self.cfg, p) if p in owned else None
+                                        for p in range(parts)]
         assert spec.source.path is not None
         wait_s = spec.source.poll_ms / 1000
         idle = _idle_clock(spec, logs)
@@ -352,10 +412,17 @@ def _idle_clock(spec: PipelineSpec, logs: list[StreamLog | None]) -> IdleClock |
     return clock
 
 
-def run_stream_task(task: StreamTask) -> dict[str, Any]:
-    """On an executor: ingest the stream folder until it ends or STOP; the task's figures
-    (``ended``: the folder ended and every chunk is committed)."""
-    return _StreamIngest(task).run()
+def run_stream_task(task: StreamTask, w: int = 0) -> dict[str, Any]:
+    """On an executor: ingest the stream folder into writer ``w``'s logs until it ends
+    or STOP; the task's figures (``ended``: the folder ended and every chunk is
+    committed). Of several tasks, each is tagged ``i<w>`` (crash points)."""
+    if task.writers > 1:
+        set_tag(f"i{w}")
+    try:
+        return _StreamIngest(task, w).run()
+    finally:
+        if task.writers > 1:
+            set_tag("")
 
 
 def prepare(spark: SparkSession, plan: RunPlan, driver: int | None, start: SourcePlan
@@ -369,5 +436,27 @@ def prepare(spark: SparkSession, plan: RunPlan, driver: int | None, start: Sourc
         where = compile_filter(spark, plan.spec, plan.settings.columns)
     except SpecError as exc:
         return f"the filter does not compile for the long-lived ingest ({exc})"
+    writers, why = stream_writers(plan.spec.run.ingest_tasks, plan.partitions,
+                                  available_slots(spark.sparkContext))
+    if why is not None and why not in _said:
+        _said.add(why)
+        say(why)
     return StreamTask(str(plan.layout.root), plan.settings.run_id, driver, plan.run_text,
-                      plan_json(start), None if where is None else where.to_json())
+                      plan_json(start), None if where is None else where.to_json(), writers)
+
+
+_said: set[str] = set()  # what stream_writers said (once per process)
+
+
+def stream_writers(tasks: int, partitions: int, slots: int) -> tuple[int, str | None]:
+    """The long-lived ingest tasks of ``[run] ingest_tasks = tasks`` (pure): at most one
+    per partition, and no more than the ``slots`` Spark has beyond the operator tasks
+    (each holds its slot for the whole run); the sentence that says why fewer (None:
+    as many as asked)."""
+    want = max(1, min(tasks, partitions))
+    n = max(1, min(want, slots - partitions))
+    if n == want:
+        return n, None
+    return n, (f"the stream ingest runs {n} long-lived task{'s' * (n > 1)}, not {want}: "
+               f"Spark has {slots} task slots and the {partitions} operator tasks hold "
+               f"{partitions} (give it {partitions + want} for [run] ingest_tasks = {tasks})")

@@ -15,7 +15,8 @@ other library module joins a run directory's entry name onto a path):
       upstream/p0000/      storage_log: partition 0's input stream (the ingest writes it)
       output/p0000/        storage_log: partition 0's operator output
       state/p0000.json     the operator task's live counters (progress display only)
-      state/ingest.json    the stream-dir ingest task's figures (progress display only);
+      state/ingest.json    the stream-dir ingest task's figures (progress display only;
+                           state/ingest.W.json of each task W when several ingest);
                            from generation 1 on both are in state/gNNNN/
       state/rto.json       the recovery-time objective's fixed cost and catch-up target
                            (the driver writes it, the tasks read it: cec_spark.run.rto)
@@ -174,6 +175,13 @@ class RunLayout:
     def ingest_state_file(self) -> Path:
         """The stream-dir ingest task's state file in the current generation."""
         return self.state_dir(self.generation) / INGEST_STATE_FILE
+
+    def ingest_writer_state_file(self, w: int, writers: int) -> Path:
+        """Long-lived stream ingest task ``w``'s state file, of ``writers`` tasks (one:
+        :attr:`ingest_state_file`; several: ``state/ingest.W.json``)."""
+        if writers == 1:
+            return self.ingest_state_file
+        return self.state_dir(self.generation) / f"ingest.{w}.json"
 
     @property
     def rto_file(self) -> Path:

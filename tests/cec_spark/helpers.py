@@ -102,12 +102,14 @@ def cec(args: Sequence[str], *, timeout: float = 300, check: bool = False
     return proc
 
 
-def start_cec(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
-    """Start ``cec`` in its own process group (so the test can kill -9 all of it)."""
+def start_cec(args: Sequence[str], log: Path, env: dict[str, str] | None = None
+              ) -> subprocess.Popen[bytes]:
+    """Start ``cec`` in its own process group (so the test can kill -9 all of it);
+    ``env``: more environment variables."""
     fh = log.open("wb")
     return subprocess.Popen([sys.executable, "-m", "cli.app", *args], stdout=fh,
                             stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
 
 def alive(pid: int) -> bool:

@@ -40,12 +40,12 @@ pytestmark = pytest.mark.spark
 P = 2
 
 
-def _spec(tmp_path: Path, extra_run: str) -> Path:
+def _spec(tmp_path: Path, extra_run: str, extra_source: str = "") -> Path:
     (tmp_path / "in").mkdir()
     spec = tmp_path / "s.toml"
     spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\nformat = "csv"\n'
-                              'time_field = "item_time"\npoll_ms = 50\nidle_close = "1s"',
-                              partitions=P, extra_run=extra_run))
+                              'time_field = "item_time"\npoll_ms = 50\nidle_close = "1s"\n'
+                              + extra_source, partitions=P, extra_run=extra_run))
     return spec
 
 
@@ -68,10 +68,14 @@ def _logs(run: Path) -> list[tuple[int | None, int | None]]:
     return out
 
 
-@pytest.mark.parametrize("extra_run", ["", "ingest_tasks = 2"], ids=["long-lived", "per-poll"])
+# the per-poll jobs: late = "drop" (rows in time order here: none is late, so the same
+# export) is what the long-lived task does not do
+@pytest.mark.parametrize(("extra_run", "extra_source"),
+                         [("", ""), ("ingest_tasks = 2", ""), ("", 'late = "drop"')],
+                         ids=["long-lived", "two-long-lived", "per-poll"])
 def test_quiet_and_idle_logs_get_watermarks_and_the_export_is_exact(
-        tmp_path: Path, extra_run: str) -> None:
-    spec = _spec(tmp_path, extra_run)
+        tmp_path: Path, extra_run: str, extra_source: str) -> None:
+    spec = _spec(tmp_path, extra_run, extra_source)
     folder, run = tmp_path / "in", tmp_path / "run"
     df = write_items_csv(tmp_path / "all.csv", 6_000, keys=40, seed=5, negative=False)
     first, second, third = df.iloc[:2_000], df.iloc[2_000:4_000], df.iloc[4_000:].copy()
@@ -103,6 +107,8 @@ def test_quiet_and_idle_logs_get_watermarks_and_the_export_is_exact(
     finally:
         if proc.poll() is None:
             proc.kill()
+    said = (tmp_path / "run.log").read_text(errors="replace")
+    assert ("one Spark job per poll" in said) == bool(extra_source), said[-2000:]
     ends = _logs(run)
     assert all(w == int(third.item_time.iloc[-1]) for _, w in ends), ends
     cec(["export", str(run), "--out", str(tmp_path / "out.csv")], check=True)
