@@ -96,7 +96,7 @@ window = {{ kind = "time", size = "{window_ms}ms" }}
 
 [run]
 partitions = {partitions}
-"""
+{several}"""
 
 
 class Producer(threading.Thread):
@@ -229,8 +229,12 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
     folder = work / "in"
     folder.mkdir(parents=True)
     spec = work / "spec.toml"
+    tasks = int(getattr(args, "ingest_tasks", 1))
+    # several long-lived ingest tasks need their slots beyond the P operator tasks
+    several = (f'ingest_tasks = {tasks}\nmaster = "local[{args.partitions + tasks},3]"\n'
+               if tasks > 1 else "")
     spec.write_text(SPEC.format(poll_ms=args.poll_ms, window_ms=args.window_ms,
-                                partitions=args.partitions))
+                                partitions=args.partitions, several=several))
     skewed = bool(getattr(args, "skewed", False))
     busy_keys = keys_of(BUSY_PARTITION, args.keys, args.partitions) if skewed else None
     prod = Producer(folder, args.rate, args.file_ms, args.seconds, args.keys,
@@ -309,6 +313,10 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
         "tail_equals_export": _tail_equals_export(run, work, tail),
         "tail_lines": len(tail.lines),
         "ingest_mode": "per-poll" if "one Spark job per poll" in stderr else "long-lived",
+        "ingest_tasks": tasks,
+        # fewer long-lived tasks than asked (the slots), as cec said it
+        "ingest_tasks_note": next((line for line in stderr.splitlines()
+                                   if "long-lived task" in line), None),
         "ingest_jobs": len(summary.get("ingest_jobs_s") or []),
         "ingest_job_s_p50": round(float(np.percentile(jobs, 50)), 3),
         "ingest_writer_s": summary.get("ingest_writer_s"),
@@ -391,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--poll-ms", type=int, default=20)
     ap.add_argument("--keys", type=int, default=1000)
     ap.add_argument("--partitions", type=int, default=2)
+    ap.add_argument("--ingest-tasks", type=int, default=1,
+                    help="[run] ingest_tasks: the stream folder's long-lived ingest tasks "
+                    "(at most one per partition; the master gets the slots for them)")
     ap.add_argument("--skewed", action="store_true",
                     help="the skewed case (issue 37), one run at --rate: partition 0's keys "
                     "only for --quiet-s in the middle; W passing a quiet partition's window "

@@ -16,6 +16,11 @@
 * **export**: ``cec export --format parquet`` of runs holding 1, 10 and 30 M results
   (``--quick``: 1 and 3 M; the run directories written directly, as
   :func:`bench.export_bench.make_run` does), its peak RSS (target: at most 512 MiB).
+* **tail**: ``bench/latency.py`` (a stream folder, 100 ms windows, the window's closing
+  row published to its line on ``cec tail``) with 1, 2 and 4 long-lived ingest tasks
+  (``--ingest-tasks``) at 400 k, 800 k and 1.2 M rows/s (``--quick``: 1 and 2 tasks at
+  400 k and 800 k), P = 2; 4 tasks need P = 4 (one task per partition's logs at most),
+  so that row runs at P = 4. Target: tail p99 < 100 ms at 800 k rows/s.
 
 ``--base TREE`` (a git worktree of another commit) runs the plan and recover sections
 with that tree first on ``PYTHONPATH`` too, side by side, the sides alternated.
@@ -31,6 +36,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -251,6 +257,36 @@ def export_section(work: Path, sizes_m: list[int]) -> list[dict[str, Any]]:
     return out
 
 
+# ------------------------------------------------------------------------------ tail
+
+def tail_section(rates: list[int], tasks: list[int], seconds: float) -> list[dict[str, Any]]:
+    """The tail's p99 per (ingest tasks, rate), each a ``bench/latency.py`` run of its own
+    (a fresh process: its results written by it, read back here)."""
+    out = []
+    for n in tasks:
+        for rate in rates:
+            target = Path(tempfile.mkdtemp(prefix="cec-scale-tail-")) / "latency.json"
+            parts = max(2, n)
+            harness.checked([sys.executable, str(REPO / "bench" / "latency.py"),
+                             "--rates", "", "--rate", str(rate), "--seconds", f"{seconds:g}",
+                             "--partitions", str(parts), "--ingest-tasks", str(n),
+                             "--out", str(target)], target.parent / "latency.log",
+                            timeout=RUN_TIMEOUT_S, env=dict(os.environ))
+            r = json.loads(target.read_text())
+            shutil.rmtree(target.parent, ignore_errors=True)
+            lat = r["tail_latency"]
+            row = {"ingest_tasks": n, "partitions": parts, "rate_rows_per_s": rate,
+                   "p50_ms": lat.get("p50_ms"), "p99_ms": lat.get("p99_ms"),
+                   "windows": lat.get("n"), "tail_equals_export": r["tail_equals_export"],
+                   "ingest_mode": r["ingest_mode"], "note": r.get("ingest_tasks_note"),
+                   "others_cores": r.get("others_cores"), "load": r.get("load_avg_1m")}
+            print(f"tail: {n} ingest task(s), P={parts}, {rate:,} rows/s: p99 "
+                  f"{row['p99_ms']} ms, exact {row['tail_equals_export']}, others' cores "
+                  f"{row['others_cores']}", flush=True)
+            out.append(row)
+    return out
+
+
 # ------------------------------------------------------------------------------ report
 
 def markdown(res: dict[str, Any]) -> str:
@@ -294,15 +330,26 @@ def markdown(res: dict[str, Any]) -> str:
             lines.append(f"| {r['results']:,} | {r['wall_s']} | {r['peak_rss_mib']} | "
                          f"{r['others_cores']} |")
         lines.append("\nTarget: peak RSS <= 512 MiB whatever the number of results.\n")
-    lines.append("The tail's p99 with several stream ingest tasks is not measured: a stream "
-                 "folder is still ingested by one long-lived task (issue 38 item 5).")
+    if res.get("tail"):
+        lines += ["## The tail's p99 with several long-lived stream ingest tasks", "",
+                  "A window's closing row published into the stream folder to its line on "
+                  "`cec tail` (bench/latency.py; 100 ms windows, 100 ms files).", "",
+                  "| ingest tasks | P | rows/s | p50 ms | p99 ms | windows | tail = export "
+                  "| others' cores |", "|---|---|---|---|---|---|---|---|"]
+        for r in res["tail"]:
+            lines.append(f"| {r['ingest_tasks']} | {r['partitions']} | "
+                         f"{r['rate_rows_per_s']:,} | {r['p50_ms']} | {r['p99_ms']} | "
+                         f"{r['windows']} | {r['tail_equals_export']} | {r['others_cores']} |")
+        notes = sorted({r["note"] for r in res["tail"] if r.get("note")})
+        lines += [f"\ncec said: {n}" for n in notes]
+        lines.append("\nTarget: p99 < 100 ms at 800,000 rows/s on a quiet machine.\n")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="plan,recover,export")
+    ap.add_argument("--only", default="plan,recover,export,tail")
     ap.add_argument("--base", type=Path, default=None)
     ap.add_argument("--work", type=Path, default=Path("/tmp/cec-scale"))
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "scale")
@@ -323,6 +370,11 @@ def main(argv: list[str] | None = None) -> int:
                                          per, args.base)
     if "export" in only:
         res["export"] = export_section(args.work, [1, 3] if args.quick else [1, 10, 30])
+    if "tail" in only:
+        res["tail"] = tail_section([400_000, 800_000] if args.quick else
+                                   [400_000, 800_000, 1_200_000],
+                                   [1, 2] if args.quick else [1, 2, 4],
+                                   8.0 if args.quick else 20.0)
     res["load_end"] = harness.load()
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "scale.json").write_text(json.dumps(res, indent=1) + "\n")
