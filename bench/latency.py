@@ -64,6 +64,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -129,11 +131,11 @@ class Producer(threading.Thread):
             if inside.any():  # the quiet partitions get no row
                 keys[inside] = self.busy_keys[self.rng.integers(0, len(self.busy_keys),
                                                                 int(inside.sum()))]
-        body = "item_id,item_price,item_time\n" + "".join(
-            f"{k},{p},{t}\n" for k, p, t in zip(keys.tolist(), prices.tolist(), ts.tolist(),
-                                                strict=True))
         tmp = self.folder / f".f{self.n:08d}.csv"
-        tmp.write_text(body)
+        with tmp.open("wb") as fh:  # Arrow's writer (C++, without the GIL): the same text
+            fh.write(b"item_id,item_price,item_time\n")  # as a Python loop, ~1/3 the CPU
+            pacsv.write_csv(pa.table({"item_id": keys, "item_price": prices, "item_time": ts}),
+                            fh, pacsv.WriteOptions(include_header=False))
         os.replace(tmp, self.folder / f"f{self.n:08d}.csv")
         self.files.append((time.time(), keys, ts))
         self.n += 1
