@@ -215,7 +215,8 @@ class UpstreamPositions:
     def operator(self, p: int, state: dict[str, Any]) -> int | None:
         """The event time partition ``p``'s operator reached (:func:`reached`): the last
         W it applied or the time of its last tuple (``in_last_seq``: the log's last
-        row's time when it is the last row, else that row read once)."""
+        row's time when it is the last row, else its record's index entry's when it
+        begins or ends one, else that row read once: :func:`_row_time`)."""
         seq = state.get("in_last_seq")
         if not isinstance(seq, int) or isinstance(seq, bool):
             return reached(applied(state), None)
@@ -224,17 +225,11 @@ class UpstreamPositions:
         return reached(applied(state), self._row_ts[p][1])
 
     def _ts_at(self, p: int, seq: int) -> int | None:
+        """The time of partition ``p``'s upstream row ``seq`` (None: not in the log)."""
         snap = self._snapshot(p)
         log = self._logs.get(p)
         try:
-            if log is None or snap is None:
-                return None
-            if snap.committed.last_seq == seq:
-                return snap.committed.last_ts
-            batch = next(iter(log.read_forward(after_seq=seq - 1)), None)
-            if batch is None or not batch.num_rows or batch.column("seq")[0].as_py() != seq:
-                return None
-            return int(batch.column("ts")[0].as_py())
+            return None if log is None or snap is None else _row_time(log, snap, seq)
         except Exception:  # as in get: a log being created or trimmed
             return None
 
@@ -245,6 +240,24 @@ class UpstreamPositions:
             if log is not None:
                 with contextlib.suppress(Exception):
                     log.close()
+
+
+def _row_time(log: StreamLog, snap: Snapshot, seq: int) -> int | None:
+    """The time of row ``seq`` of ``log``: the log's last row's (``snap``), or, when
+    ``seq`` begins or ends a record (an operator task reads whole records, so it nearly
+    always does), that record's index entry's (one look-up); only a row inside a record
+    is read (its record decoded). None: no such row committed."""
+    if snap.committed.last_seq == seq:
+        return snap.committed.last_ts
+    _, entry = log._locate(after_seq=seq - 1)  # the record holding seq, if any
+    if entry is None or entry.first_seq > seq:
+        return None
+    if seq in (entry.first_seq, entry.last_seq):
+        return entry.first_ts if seq == entry.first_seq else entry.last_ts
+    batch = next(iter(log.read_forward(after_seq=seq - 1)), None)
+    if batch is None or not batch.num_rows or batch.column("seq")[0].as_py() != seq:
+        return None
+    return int(batch.column("ts")[0].as_py())
 
 
 def applied(state: dict[str, Any]) -> int | None:

@@ -161,3 +161,45 @@ def test_an_unchanged_upstream_log_gets_no_new_snapshot(tmp_path: Path) -> None:
     finally:
         log.close()
         empty.close()
+
+
+def test_a_record_boundary_is_timed_from_the_index(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator's last tuple's time: a row that begins or ends a record (what an
+    operator task that reads whole records reports) comes from the record's index entry,
+    no record decoded; a row inside a record is read, to the same answer."""
+    layout = _layout(tmp_path)
+    path = layout.upstream(0)
+    path.parent.mkdir(parents=True)
+    log = StreamLog.open(path, writable=True, create=True, fsync="never")
+    try:
+        log.append(_rows([0, 1, 2], [10, 20, 30]))
+        log.append(_rows([3, 5, 7], [40, 50, 60]))
+        log.append(_rows([8], [70]))
+        log.commit(_token(9, wm=65))
+        ups = UpstreamPositions(layout)
+        try:
+            ups.get(0)
+            reads: list[int | None] = []
+            opened = ups._logs[0]
+            real = opened.read_forward
+
+            def counted(**kw: Any) -> Any:
+                reads.append(kw.get("after_seq"))
+                return real(**kw)
+
+            monkeypatch.setattr(opened, "read_forward", counted)
+            boundaries = {0: 10, 2: 30, 3: 40, 7: 60, 8: 70}
+            for seq, ts in boundaries.items():
+                assert ups.operator(0, {"in_last_seq": seq}) == ts
+            assert reads == []
+            assert ups.operator(0, {"in_last_seq": 1}) == 20  # inside a record: read
+            assert ups.operator(0, {"in_last_seq": 5}) == 50
+            assert ups.operator(0, {"in_last_seq": 4}) is None  # no such row
+            assert ups.operator(0, {"in_last_seq": 9}) is None  # not committed
+            assert ups.operator(0, {"in_last_seq": 6, "watermark_us": 55}) == 55
+            assert reads == [0, 4, 3, 5]
+        finally:
+            ups.close()
+    finally:
+        log.close()
