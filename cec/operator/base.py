@@ -37,7 +37,8 @@ written in :mod:`cec.records`, :mod:`cec.windows`, :mod:`cec.aggregates` and
   decision a replayed watermark takes (see ``load_ec``), and the replay re-delivers the
   watermarks (docs/ARCHITECTURE.md "Watermarks").
 * ``finish()``: end of bounded input: all open time windows and sessions close (``R``, same order,
-  ``t_now`` = last seq); count windows stay open.
+  ``t_now`` = last seq); count windows stay open. ``finish_parts(rows)``: the same rows in
+  batches of at most ``rows`` rows, in order (instead of ``finish()``, not with it).
 * ``load_ec(ec, t_c=, t_c_ts=, next_out_seq=)`` on a fresh operator: ``ec`` holds one
   output-schema row per open window (its latest footprint: state, ``t_now`` = ``tau2``,
   ``seq`` = footprint output seq). Afterwards tuples with ``seq <= t_c`` are consumed in
@@ -64,6 +65,7 @@ written in :mod:`cec.records`, :mod:`cec.windows`, :mod:`cec.aggregates` and
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -113,6 +115,8 @@ class AggregateOperator(Protocol):
     def watermark(self, w: int, seq: int) -> pa.RecordBatch: ...
 
     def finish(self) -> pa.RecordBatch: ...
+
+    def finish_parts(self, rows: int) -> Iterator[pa.RecordBatch]: ...
 
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None: ...
 

@@ -13,6 +13,8 @@ falls in its run.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from cec.operator.arrays import I64
@@ -52,6 +54,9 @@ class CountSizeOneKernel:
 
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
         return None  # count windows stay open at the end of input
+
+    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
+        return iter(())  # count windows stay open at the end of input
 
     def index_loaded(self, slots: I64, key_idx: I64) -> None:
         self.by_key.fill_newest_first(slots, key_idx, self.slots)
@@ -113,6 +118,9 @@ class CountTumblingKernel:
 
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
         return None  # count windows stay open at the end of input
+
+    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
+        return iter(())  # count windows stay open at the end of input
 
     def index_loaded(self, slots: I64, key_idx: I64) -> None:
         self.by_key.fill_newest_first(slots, key_idx, self.slots)

@@ -33,6 +33,7 @@ keys to indices, the input checks, ``G_open``/``G_check`` policy (:mod:`.rows`,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -118,6 +119,11 @@ class WindowKernel(Protocol):
         """End of bounded input: the closes of all open windows (``None``: they stay)."""
         ...
 
+    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
+        """:meth:`close_all`'s rows in parts of at most ``rows`` rows, in order (none:
+        the windows stay)."""
+        ...
+
     def index_loaded(self, slots: I64, key_idx: I64) -> None:
         """Enter windows just loaded from an EC into the per-key index (rows ensured).
 
@@ -132,8 +138,18 @@ def close_windows(slots: WindowSlots, out: RowWriter, closing: I64, ts: int,
     a tuple (a watermark, or the end of the stream): ordered ``(win_end, tau1,
     win_start)`` as a tuple's closes are, ``N`` decremented before each, ``ts`` and
     ``t_now`` on every row; the slots are released."""
-    closing = closing[np.lexsort((slots.win_start[closing], slots.seqs("tau1", closing),
-                                  slots.ends(closing)))]
+    return _closed(slots, out, _close_order(slots, closing), ts, t_now)
+
+
+def _close_order(slots: WindowSlots, closing: I64) -> I64:
+    """``closing`` ordered ``(win_end, tau1, win_start)``, as a tuple's closes are."""
+    return closing[np.lexsort((slots.win_start[closing], slots.seqs("tau1", closing),
+                               slots.ends(closing)))]
+
+
+def _closed(slots: WindowSlots, out: RowWriter, closing: I64, ts: int, t_now: int) -> Block:
+    """The ``R`` rows of ``closing`` (in order), ``N`` decremented before each; the slots
+    are released."""
     k = len(closing)
     n_after = out.n_open - np.arange(1, k + 1, dtype=np.int64)
     out.n_open -= k
@@ -148,6 +164,19 @@ def close_every_window(slots: WindowSlots, out: RowWriter, t_now: int) -> Block 
     ``(win_end, tau1, win_start)`` at the end-of-stream watermark ``END_OF_STREAM_TS``
     (the time and session kernels' ``close_all``)."""
     return close_windows(slots, out, slots.live_slots(), END_OF_STREAM_TS, t_now)
+
+
+def close_every_window_parts(slots: WindowSlots, out: RowWriter, t_now: int, rows: int
+                             ) -> Iterator[Block]:
+    """:func:`close_every_window`'s rows in parts of at most ``rows`` rows, in order,
+    each part's slots released once its rows are made, so the rows of a million open
+    windows are never held at once (with every window open until the end, that one
+    batch and its encoding were a third of an operator task's peak memory). For the
+    end only: the free list's order (which later opens would follow) differs from
+    one release's."""
+    closing = _close_order(slots, slots.live_slots())
+    for lo in range(0, len(closing), max(1, rows)):
+        yield _closed(slots, out, closing[lo:lo + max(1, rows)], END_OF_STREAM_TS, t_now)
 
 
 def ordered_events(slots: WindowSlots, closing: I64, closer: I64, opening: I64,

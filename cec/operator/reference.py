@@ -8,6 +8,7 @@ oldest footprint is found by a scan. Speed is not a goal.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -291,6 +292,13 @@ class ReferenceOperator:
             self._ts_now = END_OF_STREAM_TS  # flush rows: the end-of-stream watermark
             self._close_time_windows(END_OF_STREAM_TS)
         return self._flush_rows()
+
+    def finish_parts(self, rows: int) -> Iterator[pa.RecordBatch]:
+        """:meth:`finish`'s rows, in batches of at most ``rows`` rows (the oracle's are
+        made at once, then sliced)."""
+        out = self.finish()
+        for lo in range(0, out.num_rows, max(1, rows)):
+            yield out.slice(lo, rows)
 
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None:
         if self._windows or self._t_now is not None or self._next_out:

@@ -25,6 +25,8 @@ sessions a tuple at ``ts = w`` would: ``win_end < w`` (:meth:`SessionKernel.clos
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from cec.errors import UsageError
@@ -32,6 +34,7 @@ from cec.operator.arrays import I64
 from cec.operator.kernel import (
     TupleBatch,
     close_every_window,
+    close_every_window_parts,
     close_windows,
     key_groups,
     ordered_events,
@@ -123,6 +126,9 @@ class SessionKernel:
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
         """Every open session closes (:func:`close_every_window`)."""
         return close_every_window(self.slots, out, t_now)
+
+    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
+        return close_every_window_parts(self.slots, out, t_now, rows)
 
     def index_loaded(self, slots: I64, key_idx: I64) -> None:
         if len(np.unique(key_idx)) != len(key_idx):

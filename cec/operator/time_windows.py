@@ -17,6 +17,8 @@ open window closes (:meth:`TimeKernel.close_all`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pandas as pd
 
@@ -25,6 +27,7 @@ from cec.operator.kernel import (
     TupleBatch,
     WindowShape,
     close_every_window,
+    close_every_window_parts,
     close_windows,
     ordered_events,
 )
@@ -119,6 +122,9 @@ class TimeKernel:
     def close_all(self, out: RowWriter, t_now: int) -> Block | None:
         """Every open window closes (:func:`close_every_window`)."""
         return close_every_window(self.slots, out, t_now)
+
+    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
+        return close_every_window_parts(self.slots, out, t_now, rows)
 
     def index_loaded(self, slots: I64, key_idx: I64) -> None:
         self.by_key.fill_ring(slots, key_idx, self.slots, self.slide)

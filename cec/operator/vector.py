@@ -24,6 +24,7 @@ pieces:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -323,6 +324,16 @@ class VectorOperator:
         t_now = self._pos.t_now
         closes = None if t_now is None else self._kernel.close_all(self._out, t_now)
         return self._out.to_batch([] if closes is None else [closes])
+
+    def finish_parts(self, rows: int) -> Iterator[pa.RecordBatch]:
+        """:meth:`finish`'s rows in batches of at most ``rows`` rows, in order (the same
+        rows; none when no window closes): a task appends each as it comes instead of
+        holding every open window's row at once."""
+        t_now = self._pos.t_now
+        if t_now is None:
+            return
+        for blk in self._kernel.close_all_parts(self._out, t_now, rows):
+            yield self._out.to_batch([blk])
 
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None:
         if self._slots.n_live or self._pos.t_now is not None or self._out.next_out:

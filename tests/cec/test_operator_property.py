@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from cec.operator import OperatorConfig, ReferenceOperator, VectorOperator, ec_from_output
 from cec.policy import PolicyConfig
 from cec.records import G_OPEN, R, logical_rows
-from cec.windows import CountWindow, TimeWindow
+from cec.windows import CountWindow, SessionWindow, TimeWindow
 
 from .helpers import FakeClock, batch, rows
 
@@ -99,6 +99,28 @@ def test_vector_equals_reference(sc: dict[str, Any]) -> None:
     assert vec.state_at() == ref.state_at()
     assert (vec.n_open, vec.t_now, vec.next_out_seq, vec.q, vec.u) == (
         ref.n_open, ref.t_now, ref.next_out_seq, ref.q, ref.u)
+
+
+@SETTINGS
+@given(scenarios(), st.integers(1, 7), st.booleans())
+def test_finish_in_parts_gives_finishs_rows(sc: dict[str, Any], rows_per_part: int,
+                                            sessions: bool) -> None:
+    """``finish_parts(n)``: the rows ``finish()`` gives, in order, in batches of at most
+    ``n`` rows, and the operator ends in the same state (both implementations; time,
+    count and session windows)."""
+    if sessions:
+        sc = {**sc, "window": SessionWindow(3)}
+    batches = split(sc["tuples"], sc["cuts"], sc["key_type"])
+    for impl in (ReferenceOperator, VectorOperator):
+        whole, parted = impl(config(sc, 0.0)), impl(config(sc, 0.0))
+        for b in batches:
+            assert rows(whole.process(b)) == rows(parted.process(b))
+        want = rows(whole.finish())
+        parts = list(parted.finish_parts(rows_per_part))
+        assert all(0 < p.num_rows <= rows_per_part for p in parts)
+        assert [r for p in parts for r in rows(p)] == want
+        assert parted.state_at() == whole.state_at()
+        assert (parted.n_open, parted.next_out_seq) == (whole.n_open, whole.next_out_seq)
 
 
 def foreground(outs: list[pa.RecordBatch], with_seq: bool) -> list[Any]:

@@ -76,10 +76,11 @@ def write_upstream(path: Path, inputs: list[pa.RecordBatch], rng: random.Random
 
 def task_loop(op: Any, up_dir: Path, out: StreamLog, after: int | None,
               rng: random.Random, boundaries: list[tuple[int, str]] | None = None,
-              *, finish: bool = True) -> int:
+              *, finish: bool = True, part_rows: int | None = None) -> int:
     """The operator task's loop (cec_spark.run.task): records and tokens after
-    ``after``; outputs appended and committed in groups of 1-3; at the end finish
-    (unless not ``finish``: the log is not sealed yet).
+    ``after``; outputs appended and committed in groups of 1-3; at the end finish, in
+    parts of ``part_rows`` (else 1-4) rows, each committed (unless not ``finish``: the
+    log is not sealed yet).
     Notes (global byte offset, what the commit ended with) of every commit. Returns
     how many watermarks produced output."""
     closing = 0
@@ -117,8 +118,9 @@ def task_loop(op: Any, up_dir: Path, out: StreamLog, after: int | None,
             commit(last_kind)
         if not finish:
             return closing
-        final = op.finish()
-        if final.num_rows:
+        # as the task does: the end's closes in parts, each committed (a crash between
+        # two parts leaves the rest to the recovery)
+        for final in op.finish_parts(part_rows or rng.randint(1, 4)):
             out.append(final)
             commit("finish")
     return closing
@@ -161,7 +163,7 @@ def test_crash_anywhere_with_watermarks_is_exact(tmp_path: Path, seed: int, impl
     boundaries: list[tuple[int, str]] = []
     with StreamLog.open(tmp_path / "out", writable=True, create=True, fsync="never",
                         segment_bytes=SEGMENT_BYTES) as out:
-        closing = task_loop(op, tmp_path / "up", out, None, rng, boundaries)
+        closing = task_loop(op, tmp_path / "up", out, None, rng, boundaries, part_rows=1)
     assert op.current_watermark == max(marks)
     want = read_all(tmp_path / "out")
     if not isinstance(window, CountWindow):
