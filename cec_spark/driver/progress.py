@@ -11,9 +11,11 @@ window still open is explained. The view also measures this command's start-up
 Positions come from the upstream logs' committed ``last_seq`` (a reader kept open) and
 from the tasks' ``state/pNNNN.json`` counters; rates are differences between looks.
 
-**What a look costs** (the driver's share of the control plane, docs/CLUSTER.md): the
-view looks at the run's files every :data:`BUSY_LOOK_S` while something moved and every
-:data:`LOOK_S` while nothing did, whatever the main loop's tick; a state file is read
+**What a look costs** (the driver's share of the control plane, docs/CLUSTER.md): on a
+terminal the view looks at the run's files every :data:`BUSY_LOOK_S` while something
+moved and every :data:`LOOK_S` while nothing did, whatever the main loop's tick; without
+a live table (a pipe, a log file, no display) only when the metrics file or the plain
+line is due (every :data:`cec_spark.run.metrics.EVERY_S`); a state file is read
 (and parsed) again only when a ``stat`` says it changed (:class:`StateFiles`), an upstream
 log is looked at (a snapshot: listings and opens) only when a ``stat`` of its folder or
 of its active segment says it changed (:class:`UpstreamPositions`), and one look serves
@@ -481,14 +483,22 @@ class ProgressView:
     def refresh(self, *, redraw: bool = False) -> None:
         """Called by the driver loop every tick: look when due (:meth:`look`), write
         the metrics every :data:`metrics.EVERY_S`, redraw after a look (``redraw``:
-        now, a note was added)."""
-        looked = self.look()
-        if time.monotonic() - self.last_metrics >= metrics.EVERY_S:
+        now, a note was added). Without a live table (a pipe, a log file, no display)
+        nothing shows a look but the metrics and the plain line, so it looks only when
+        one of them is due: every :data:`metrics.EVERY_S` instead of every
+        :data:`BUSY_LOOK_S` (a look reads every state file that changed and snapshots
+        every upstream log that did: P of each on a busy run)."""
+        now = time.monotonic()
+        metrics_due = now - self.last_metrics >= metrics.EVERY_S
+        plain_due = self.plain and now - self.last_plain >= PLAIN_EVERY_S
+        looked = self.look() if self.live is not None or metrics_due or plain_due \
+            else False
+        if metrics_due:
             self.write_metrics()
         if self.live is not None:
             if looked or redraw:
                 self.live.update(self.render())
-        elif self.plain and time.monotonic() - self.last_plain >= PLAIN_EVERY_S:
+        elif plain_due:
             self._plain_line()
 
     def _plain_line(self) -> None:

@@ -203,3 +203,48 @@ def test_a_record_boundary_is_timed_from_the_index(tmp_path: Path,
             ups.close()
     finally:
         log.close()
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["pipe", "terminal"])
+def test_without_a_live_table_the_view_looks_when_the_metrics_are_due(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: bool) -> None:
+    """A busy run (every state file changes between ticks): to a pipe the view reads the
+    state files only when the metrics file (every metrics.EVERY_S) or the plain line is
+    due, and what it writes then is what the files say at that moment; on a terminal it
+    looks every BUSY_LOOK_S, as the table shows every look."""
+    from cec_spark.ingest.query import IngestProgress
+    from cec_spark.run import metrics
+    from tests.cec_spark.test_metrics import parse
+
+    now = [1000.0]
+    monkeypatch.setattr(progress, "time", type("Clock", (), {
+        "monotonic": staticmethod(lambda: now[0]), "time": staticmethod(time.time)}))
+    layout = _layout(tmp_path)
+    view = progress.ProgressView(layout, 2, IngestProgress(), enabled=True)
+    view.plain, view.live = not live, None
+    redrawn: list[int] = []
+    if live:
+        view.live = type("Live", (), {"update": lambda _, t: redrawn.append(1)})()
+    read = CountingRead()
+    view.states = StateFiles(layout, 2, read=read)
+    tuples = 0
+
+    def tick() -> None:  # the driver loop's tick, each one after the tasks wrote
+        nonlocal tuples
+        tuples += 10
+        for p in range(2):
+            write_advisory(layout.state_file(p), {"in_tuples": tuples + p})
+            _age(layout.state_file(p), by=30.0 - tuples / 100)  # a new mtime each time
+        now[0] += 0.5
+        view.refresh()
+
+    for _ in range(8):  # 4 s of ticks: the metrics are due twice (ticks 1 and 5)
+        tick()
+    prom = parse((layout.metrics_dir / metrics.FILE).read_text())
+    assert prom["cec_input_tuples_total", "1"] == 51  # the files at tick 5, when written
+    if live:
+        assert len(read.paths) == 2 * 8 and len(redrawn) == 8  # every look, redrawn
+    else:
+        assert len(read.paths) == 2 * 2  # only at the two metrics writes
+    view.look(force=True)  # the last look (as the view's end does) reads them all again
+    assert view.state_list() == [{"in_tuples": 80}, {"in_tuples": 81}]
