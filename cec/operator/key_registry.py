@@ -1,7 +1,7 @@
 """The key registry of the vectorized operator: keys to dense key indices.
 
 :class:`KeyRegistry` maps keys (int64 or string) to dense key indices with a hashed
-lookup (``pandas.Index.get_indexer``) or a direct table; new keys get the next indices
+lookup (:class:`~.int_hash.IntHash`) or a direct table; new keys get the next indices
 in order of first appearance. Pure in-memory data, no I/O.
 """
 
@@ -15,14 +15,16 @@ import pyarrow.compute as pc
 
 from cec.errors import UsageError
 from cec.operator.arrays import I32, I64, MAX_INDEX, grown
+from cec.operator.int_hash import IntHash
 
 
 class KeyRegistry:
     """Dense indices for the keys seen so far.
 
     Int keys that stay in ``[0, DIRECT_LIMIT)`` (item ids, the usual case) are mapped
-    through a direct table (one gather); other int keys through a hashed
-    ``pandas.Index.get_indexer``. String keys stay in Arrow: a batch is
+    through a direct table (one gather); other int keys through a hash table of their
+    indices (:class:`~.int_hash.IntHash`, built when the direct table is given up,
+    grown as keys come). String keys stay in Arrow: a batch is
     dictionary-encoded, its distinct keys are found in the registry (an Arrow string
     array) with ``pyarrow.compute.index_in``, and output keys are an Arrow ``take``, so
     no Python string objects are made on the hot path. :meth:`compact` forgets keys
@@ -35,7 +37,7 @@ class KeyRegistry:
         self.key_type = key_type
         self._n = 0
         self._ints: I64 = np.empty(1024, dtype=np.int64)
-        self._index: pd.Index | None = None
+        self._hash: IntHash | None = None  # the hashed lookup (None: not built)
         #: key value -> key index (int32: key indices stay below MAX_INDEX)
         self._direct: I32 | None = (
             np.full(1024, -1, dtype=np.int32) if key_type == "int64" else None
@@ -63,18 +65,18 @@ class KeyRegistry:
             self._ints = ints
         self._ints[start:need] = new
         self._n = need
-        self._index = None
 
     def _hashed(self, values: I64) -> I64:
-        if self._index is None:
-            self._index = pd.Index(self._ints[: self._n].copy())
-        idx = np.asarray(self._index.get_indexer(values), dtype=np.int64)
+        if self._hash is None:
+            self._hash = IntHash.of(self._ints[: self._n])
+        idx = self._hash.find(values, self._ints)
         missing = idx < 0
         if missing.any():
             new = np.asarray(pd.unique(values[missing]), dtype=np.int64)
             start = self._n
             self._register(new)
-            idx[missing] = start + np.asarray(pd.Index(new).get_indexer(values[missing]))
+            self._hash.insert(new, np.arange(start, self._n, dtype=np.int64), self._ints)
+            idx[missing] = self._hash.find(values[missing], self._ints)
         return idx
 
     def _direct_map(self, values: I64) -> I64 | None:
@@ -145,7 +147,7 @@ class KeyRegistry:
             fresh = np.empty(max(1024, grown(kept, kept)), dtype=np.int64)
             fresh[:kept] = ints[keep]
             self._ints = fresh
-            self._index = None  # rebuilt on the next hashed lookup
+            self._hash = None  # rebuilt on the next hashed lookup
         else:
             self._arrow = self._arrow.filter(pa.array(keep, type=pa.bool_()))
         self._n = kept

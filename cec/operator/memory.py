@@ -94,6 +94,7 @@ def state_bytes(op: Any) -> dict[str, int]:
     arrays = sum(getattr(sl, name).nbytes for name, _ in sl.arrays)
     keys = op._keys
     registry = keys._ints.nbytes + (keys._direct.nbytes if keys._direct is not None else 0)
+    registry += keys._hash.nbytes if keys._hash is not None else 0
     registry += keys._arrow.nbytes if keys.key_type != "int64" else 0
     fp = op._out.fp_order
     return {"window slots (key_idx + state fields)": arrays,
