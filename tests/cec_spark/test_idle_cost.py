@@ -153,7 +153,7 @@ def test_an_idle_ingest_writes_its_state_only_when_it_changed(
     monkeypatch.setattr(stream_mod, "check_driver", lambda layout, n: looks.append(now[0]))
     monkeypatch.setattr(stream_mod, "write_advisory", lambda path, data: writes.append(data))
     ing = object.__new__(stream_mod._StreamIngest)
-    ing.layout, ing.driver = RunLayout(tmp_path), 1
+    ing.layout, ing.driver, ing.w, ing.writers = RunLayout(tmp_path), 1, 0, 1
     ing.state, ing.clock = stream_mod._State(), [0.0, 0.0, 0.0]
     ing._reported, ing._fenced, ing._written = 0.0, now[0], None
     ing.report()  # the first report writes
