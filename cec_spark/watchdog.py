@@ -36,6 +36,16 @@ def say(text: str) -> None:
     sys.stderr.flush()
 
 
+_said: set[str] = set()  # what say_once said (once each per process)
+
+
+def say_once(text: str) -> None:
+    """:func:`say`, the first time this process says ``text`` only."""
+    if text not in _said:
+        _said.add(text)
+        say(text)
+
+
 class Watchdog:
     """Dumps every thread's stack to ``path`` when nothing moved for ``stall_s`` seconds
     (its folder is made on entry, and removed on exit when nothing was dumped)."""

@@ -85,7 +85,7 @@ from cec_spark.source.fingerprint import (
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.planner import plan_source
 from cec_spark.source.types import Chunk, SourcePlan, WatchState
-from cec_spark.watchdog import say
+from cec_spark.watchdog import say_once
 from storage_log.errors import LogLockedError
 from storage_log.log import StreamLog
 
@@ -182,9 +182,6 @@ def _check_source(plan: RunPlan, source: SourcePlan, resume: int) -> None:
         record(root, files)
 
 
-_said: set[str] = set()  # the fallback reasons said on stderr (once each per process)
-
-
 def _ingest_folder(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
                    should_stop: Callable[[], bool], driver: int | None,
                    resumed: ResumePoint) -> bool:
@@ -198,9 +195,7 @@ def _ingest_folder(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
     task = prepare(spark, plan, driver, start)
     if isinstance(task, StreamTask):  # one long-lived Spark task (issue 28)
         return run_stream_ingest(spark, plan, task, progress)
-    if task not in _said:
-        _said.add(task)
-        say(FALLBACK.format(reason=task).removeprefix("cec: "))
+    say_once(FALLBACK.format(reason=task).removeprefix("cec: "))
     query = IngestQuery(spark, plan, driver)
     watcher = StreamDirWatcher(spec, max_rows=settings.max_tuples, start=start)
     planned: Sequence[Chunk] | None = start.chunks or None  # not ingested yet

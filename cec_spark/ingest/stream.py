@@ -89,7 +89,7 @@ from cec_spark.rundir.run_file import RunSettings, parse_run_text
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.read import read_chunk
 from cec_spark.source.types import Chunk, ColumnTypes, SourcePlan, TimeSpec, WatchState
-from cec_spark.watchdog import say
+from cec_spark.watchdog import say_once
 from storage_log.faults import set_tag
 from storage_log.log import StreamLog
 from storage_log.notify import CommitWatch
@@ -351,8 +351,9 @@ class _StreamIngest:
         self.state.resumed_at = point.row
         watcher = StreamDirWatcher(spec, max_rows=self.settings.max_tuples, start=self.start)
         planned: list[Chunk] | None = list(self.start.chunks) or None
-        logs: list[StreamLog | None] = [open_upstream(self.cfg, p) if p in owned else None
-                                        for p in range(parts)]
+        logs: list[StreamLog | None] = [
+            open_upstream(self.cfg, p) if p % self.writers == self.w else None
+            for p in range(parts)]
         assert spec.source.path is not None
         wait_s = spec.source.poll_ms / 1000
         idle = _idle_clock(spec, logs)
@@ -438,14 +439,10 @@ def prepare(spark: SparkSession, plan: RunPlan, driver: int | None, start: Sourc
         return f"the filter does not compile for the long-lived ingest ({exc})"
     writers, why = stream_writers(plan.spec.run.ingest_tasks, plan.partitions,
                                   available_slots(spark.sparkContext))
-    if why is not None and why not in _said:
-        _said.add(why)
-        say(why)
+    if why is not None:
+        say_once(why)
     return StreamTask(str(plan.layout.root), plan.settings.run_id, driver, plan.run_text,
                       plan_json(start), None if where is None else where.to_json(), writers)
-
-
-_said: set[str] = set()  # what stream_writers said (once per process)
 
 
 def stream_writers(tasks: int, partitions: int, slots: int) -> tuple[int, str | None]:
