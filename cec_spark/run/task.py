@@ -16,7 +16,8 @@ the run directory and ``p``. It:
    :data:`GROUP_ROWS` rows or :data:`GROUP_S` seconds (a record that comes alone is
    committed at once), and nothing is reported as output before its commit (persist
    before forward);
-4. when the upstream log is sealed and consumed: ``finish()``, append, commit, seal.
+4. when the upstream log is sealed and consumed: ``finish_parts()`` (the closes of the
+   windows still open, :data:`FINISH_ROWS` at a time), each appended and committed; seal.
 
 A ``STOP`` file in the run directory ends the loop at the next batch boundary (clean
 Ctrl-C). Counters go to ``RUN/state/pNNNN.json`` for the progress display; the task
@@ -384,7 +385,8 @@ class _PartitionLoop:
             self.check_driver()
 
     def finish(self, up: StreamLog) -> None:
-        """Step 4: the upstream log is sealed and read: ``finish()``, append, commit, seal."""
+        """Step 4: the upstream log is sealed and read: ``finish_parts()``, each part
+        appended and committed; seal."""
         if not _sealed(up):
             raise CecError(f"partition {self.p}: the upstream tail ended before the "
                            "log was sealed")
