@@ -5,7 +5,8 @@ What it follows: every output log of every generation (:meth:`RunLayout.output_l
 re-read when ``generations.toml`` changes, so a rescale during a tail is followed), each
 from a position of its own:
 
-* by default from the logs' ends at start (new results only, as ``tail -f``);
+* by default from the logs' ends at start (new results only, as ``tail -f``); a run
+  that starts after the tail holds only new results: from its first one;
 * ``--from-start``: from the first result;
 * ``--consumer NAME``: after what ``NAME`` acknowledged (``RUN/consumers/NAME.json``,
   shared with ``cec export --consumer``); a new consumer starts at the first result.
@@ -161,9 +162,13 @@ class Tail:
         return self.state
 
     def _wait_for_run(self) -> bool:
-        """Wait (saying so) until the run directory holds a run; False if stopped."""
+        """Wait (saying so) until the run directory holds a run; False if stopped. A run
+        that started after the tail holds only new results: it is printed from its
+        start (else a result its operators committed before the tail's first look at
+        their logs would be taken for an old one, and skipped)."""
         began, said = time.monotonic(), SAY_AFTER_S
         while not check_run_dir(self.run_dir):
+            self.from_start = True
             if self.stop():
                 return False
             waited = time.monotonic() - began

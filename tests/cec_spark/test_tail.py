@@ -90,6 +90,40 @@ def test_a_tail_started_before_the_run_prints_exactly_the_export(tmp_path: Path)
     assert sum(_export_rows(run_dir).values()) > 100
 
 
+def test_a_run_that_starts_after_the_tail_is_printed_from_its_first_result(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The race of the test above made certain: the run appears, and its operators
+    commit their first results, before the tail first looks at their output logs. The
+    run started after the tail, so those results are new ones: printed (a tail took
+    them for old ones, from before it started, and skipped them; CI failed on it)."""
+    from cec_spark.read import tail as tail_mod
+
+    made: list[RunLayout] = []
+    rows_of: list[object] = []
+
+    def late_run(run_dir: Path) -> bool:
+        if not made:  # the tail's first look: no run yet; it starts and works meanwhile
+            layout = _new_run(tmp_path, "run", WINDOW, 3)
+            rows_of.append(_rows(tmp_path))
+            _ingest(layout, rows_of[0], range(2))
+            _operate(layout)
+            made.append(layout)
+            return False
+        return check_run_dir(run_dir)
+
+    monkeypatch.setattr(tail_mod, "check_run_dir", late_run)
+    th, out, _ = _follow(tmp_path / "run")
+    th.join(5)
+    assert made and made[0].root == tmp_path / "run"
+    before = _export_rows(made[0].root)
+    assert sum(before.values()) > 0  # results were committed before the tail's look
+    _ingest(made[0], rows_of[0], range(2, ROWS // CHUNK), seal=True)
+    _operate(made[0])
+    th.join(30)
+    assert not th.is_alive()
+    assert _lines(out.getvalue()) == _export_rows(made[0].root)
+
+
 def test_from_start_midway_and_csv(tmp_path: Path) -> None:
     layout = _new_run(tmp_path, "run", WINDOW, 2)
     rows = _rows(tmp_path)
