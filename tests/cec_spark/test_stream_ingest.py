@@ -199,18 +199,24 @@ def test_filtered_stream_uses_the_long_lived_ingest_and_exports_exactly(
     cec(["export", str(run), "--out", str(tmp_path / "long.csv")], check=True)
     _same_as_pandas(read_export_csv(tmp_path / "long.csv"), _reference(df))
 
-    # the per-poll path (two ingest tasks cannot be one long-lived task): the same bytes
-    other = tmp_path / "poll"
-    other.mkdir()
-    spec2 = _spec(other, extra_run="ingest_tasks = 2")
-    for i, lo in enumerate(range(0, 12_000, 3_000)):
-        _drop(other / "in", df, i, lo, lo + 3_000)
-    (other / "in" / "_END").touch()
-    done = cec(["run", "pipeline", str(spec2), "--log-dir", str(other / "run")], check=True)
-    assert PER_POLL in done.stderr and "ingest_tasks = 2" in done.stderr, done.stderr[-2000:]
-    assert done.stderr.count(PER_POLL) == 1
-    cec(["export", str(other / "run"), "--out", str(other / "poll.csv")], check=True)
-    assert (other / "poll.csv").read_bytes() == (tmp_path / "long.csv").read_bytes()
+    # the per-poll path (late = "drop" is what the long-lived task does not do; the
+    # rows are in time order, so none is dropped), and two long-lived tasks: the same
+    # bytes
+    for name, extra_run, source, per_poll in (
+            ("poll", "", 'late = "drop"\n', True), ("two", "ingest_tasks = 2", "", False)):
+        other = tmp_path / name
+        other.mkdir()
+        spec2 = _spec(other, extra_run=extra_run, source=source)
+        for i, lo in enumerate(range(0, 12_000, 3_000)):
+            _drop(other / "in", df, i, lo, lo + 3_000)
+        (other / "in" / "_END").touch()
+        done = cec(["run", "pipeline", str(spec2), "--log-dir", str(other / "run")],
+                   check=True)
+        assert done.stderr.count(PER_POLL) == per_poll, done.stderr[-2000:]
+        assert not per_poll or "late" in done.stderr, done.stderr[-2000:]
+        cec(["export", str(other / "run"), "--out", str(other / "out.csv")], check=True)
+        assert (other / "out.csv").read_bytes() == (tmp_path / "long.csv").read_bytes()
+    assert _ingest_state(tmp_path / "two" / "run", "ingest.1.json").get("ended") is True
 
 
 def _upstream_bytes(run: Path) -> int:
