@@ -62,7 +62,8 @@ class IntHash:
         while len(todo):
             cand = table[pos].astype(np.int64)
             held = cand >= 0
-            hit = held & (keys[np.where(held, cand, 0)] == values[todo])
+            hit = held.copy()  # of the held entries, those of this key
+            hit[held] = keys[cand[held]] == values[todo[held]]
             out[todo[hit]] = cand[hit]
             on = held & ~hit  # another key's entry: probe the next slot
             todo, pos = todo[on], (pos[on] + 1) & mask

@@ -35,6 +35,8 @@ def test_find_and_insert_agree_with_a_dict_through_growth() -> None:
     assert table.find(absent, keys).tolist() == [-1, -1, -1]
     rebuilt = IntHash.of(keys)
     assert rebuilt.find(keys, keys).tolist() == list(range(len(keys)))
+    none = np.empty(0, dtype=np.int64)  # an empty table over an empty keys array
+    assert IntHash.of(none).find(absent, none).tolist() == [-1, -1, -1]
 
 
 @settings(max_examples=60, deadline=None)
