@@ -84,6 +84,7 @@ from cec_spark.source.fingerprint import (
 )
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.planner import plan_source
+from cec_spark.source.stored import file_stats, load_plan, store_plan
 from cec_spark.source.types import Chunk, SourcePlan, WatchState
 from cec_spark.watchdog import say_once
 from storage_log.errors import LogLockedError
@@ -135,7 +136,7 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
     watcher goes on from the plan's files, typed by the run's column types. Its writer
     tasks stop when a newer driver than ``driver`` took the run.
     """
-    spec, settings, layout = plan.spec, plan.settings, plan.layout
+    spec, layout = plan.spec, plan.layout
     sc = spark.sparkContext
     sc.setJobGroup("cec-ingest", "cec ingest", interruptOnCancel=False)
     progress.started = time.monotonic()
@@ -150,11 +151,7 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
         if not _ingest_folder(spark, plan, progress, should_stop, driver, point):
             return  # stopped before the folder's end: nothing to seal
     else:
-        source = plan.source
-        if source is None:  # from file metadata: the tasks check the rows they read
-            source = plan_source(spec, max_rows=settings.max_tuples, validate=False)
-        if resume >= 0:  # a resumed ingest reads the source again: the same up to its
-            _check_source(plan, source, resume)  # tokens (a bad row fixed after them)
+        source, progress.plan_from = _bounded_source(plan, resume)
         progress.chunks_total = len(source.chunks)
         check_resume(spec, source.chunks, resume, resume_next)
         _run_jobs(IngestQuery(spark, plan, driver), source.chunks, point, progress,
@@ -166,12 +163,42 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
     progress.finished = time.monotonic()
 
 
+def _bounded_source(plan: RunPlan, resume: int) -> tuple[SourcePlan, str]:
+    """The chunks of a bounded source's ingest, the run's plan stored for a resume.
+
+    A new run's were planned by the driver (:attr:`RunPlan.source`): they are stored
+    (:mod:`cec_spark.source.stored`). A resumed run takes the stored plan when the
+    source's files have the sizes and times it was made from (no byte read: the cost
+    does not grow with the rows); else it plans from the files' metadata (the tasks
+    check the rows they read), checks that what the run read is unchanged
+    (:func:`_check_source`: a bad row fixed after its tokens is accepted) and stores
+    the new plan. Also where they came from (:attr:`IngestProgress.plan_from`)."""
+    spec, settings, layout = plan.spec, plan.settings, plan.layout
+    if plan.source is not None:
+        if spec.source.kind != "generator":
+            store_plan(layout.source_plan_file, spec, settings.max_tuples, plan.source,
+                       plan.source_stats)
+        return plan.source, "run"
+    if spec.source.kind == "generator":
+        return plan_source(spec, max_rows=settings.max_tuples, validate=False), "files"
+    stored = load_plan(layout.source_plan_file, spec, settings.max_tuples)
+    if stored is not None:
+        return stored, "stored"
+    stats = file_stats(spec)
+    source = plan_source(spec, max_rows=settings.max_tuples, validate=False)
+    if resume >= 0:  # a resumed ingest reads the source again: the same up to its
+        _check_source(plan, source, resume)  # tokens (a bad row fixed after them)
+    if file_stats(spec) == stats:
+        store_plan(layout.source_plan_file, spec, settings.max_tuples, source, stats)
+    return source, "files"
+
+
 def _check_source(plan: RunPlan, source: SourcePlan, resume: int) -> None:
     """A resumed ingest's source is what the run read up to chunk ``resume``, its last
     committed one (:func:`check_fingerprint`); from there on it may differ (a bad row
     fixed). The fingerprint of what it reads now is recorded before it reads it."""
-    spec, root = plan.spec, plan.layout.root
-    stored = stored_fingerprint(root, list(plan.settings.source_files))
+    spec, path = plan.spec, plan.layout.source_files_file
+    stored = stored_fingerprint(path, list(plan.settings.source_files))
     upto: tuple[str, int | None] | None = None
     if resume < len(source.chunks):
         last = source.chunks[resume]
@@ -179,7 +206,7 @@ def _check_source(plan: RunPlan, source: SourcePlan, resume: int) -> None:
     check_fingerprint(spec, stored, read_upto=upto, now=list(source.files))
     files = list(source.files) or fingerprint(spec)
     if files and files != stored:
-        record(root, files)
+        record(path, files)
 
 
 def _ingest_folder(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
@@ -308,4 +335,4 @@ def _report(layout: RunLayout, progress: IngestProgress) -> None:
         "chunks_done": progress.chunks_done, "source_rows": progress.source_rows,
         "tuples": progress.tuples, "trimmed": progress.trimmed_segments,
         "resumed_at": progress.resumed_at, "rows_received": progress.rows_received,
-        "first_received": progress.first_received})
+        "first_received": progress.first_received, "plan_from": progress.plan_from})

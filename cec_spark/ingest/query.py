@@ -58,6 +58,10 @@ class IngestProgress:
     resumed_at: int = 0
     rows_received: int = 0
     first_received: int | None = None
+    # where a bounded source's chunks came from: "run" (planned by this run's driver at
+    # its start), "stored" (a resume's: the plan kept in the run directory, no byte of
+    # the source read), "files" (a resume's: planned again from the files)
+    plan_from: str = ""
 
 
 def _reader_run(chunks: list[Chunk], i: int, readers: int) -> list[Chunk]:

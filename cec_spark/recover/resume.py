@@ -286,7 +286,8 @@ def _source_can_refill(layout: RunLayout, spec: Any, settings: Any,
             # the files' metadata (the ingest tasks check the rows they read again), and
             # the fingerprint a resumed run last recorded, against the digests just made
             plan = plan_source(spec, max_rows=settings.max_tuples, validate=False)
-            check_fingerprint(spec, stored_fingerprint(layout.root, list(settings.source_files)),
+            check_fingerprint(spec, stored_fingerprint(layout.source_files_file,
+                                                         list(settings.source_files)),
                               now=list(plan.files))
     except CecError as exc:
         def first(c: UpstreamRepair) -> int:

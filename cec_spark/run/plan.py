@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from cec.errors import UsageError
 from cec.spec import PipelineSpec, load_spec
@@ -31,6 +32,7 @@ from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import RunSettings, read_run_file, run_text, settings_for
 from cec_spark.source.fingerprint import fingerprint
 from cec_spark.source.planner import plan_source
+from cec_spark.source.stored import file_stats
 from cec_spark.source.types import SourcePlan
 from cec_spark.watchdog import say
 
@@ -46,6 +48,10 @@ class RunPlan:
     # it must read the source again: a completed ingest never reads it, it may be gone)
     source: SourcePlan | None = None
     run_dir: str = ""  # the run directory as the user wrote it (for messages)
+    # the source's files' sizes and times as they were before ``source`` was planned
+    # (:func:`cec_spark.source.stored.file_stats`; (): none, or a file changed while it
+    # was planned): the ingest stores the plan with them for a resume
+    source_stats: tuple[dict[str, Any], ...] = ()
 
     @property
     def run_text(self) -> str:
@@ -98,7 +104,10 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
     run_dir = run_dir if run_dir is not None else default_run_dir(Path(spec_path))
     layout = check_log_dir(run_dir, staged=staged)
     # from the files' metadata: the ingest tasks check the rows (Chunk.check)
+    stats = file_stats(spec)
     source = plan_source(spec, max_rows=max_tuples, validate=False)
+    if stats and file_stats(spec) != stats:  # a file changed while it was planned: the
+        stats = ()                           # plan is not kept for a resume
     if spec.source.kind == "stream-dir" and not source.columns.names:
         raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
                          "first file fixes the column types")
@@ -111,7 +120,7 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
     files = source.files or tuple(fingerprint(spec))  # made while planning, or now
     settings = settings_for(spec, source.columns, max_tuples, files,
                             source.warnings + ((why,) if why is not None else ()))
-    return RunPlan(spec, settings, layout, source, str(run_dir))
+    return RunPlan(spec, settings, layout, source, str(run_dir), stats)
 
 
 #: what the rule of :func:`choose_ingest_tasks` was measured on (docs/PROFILE.md)

@@ -8,6 +8,10 @@ other library module joins a run directory's entry name onto a path):
     RUN/
       run.toml             the resolved spec + a [cec] table of run settings + checksum
       run.toml.bak         its copy (cec recover --repair restores run.toml from it)
+      source_files.json    the fingerprint of the bounded source a resumed ingest read
+                           (cec_spark.source.fingerprint; before one: run.toml's)
+      source_plan.json     the chunks of the bounded source the ingest reads, with its
+                           files' sizes and times (cec_spark.source.stored)
       generations.toml     after a rescale (cec recover --partitions P'): the run's
                            generations; generation g >= 1 keeps its logs in
                            upstream/gNNNN/pNNNN, output/gNNNN/pNNNN, state/gNNNN/
@@ -74,6 +78,8 @@ __all__ = ["BACKUP_FILE", "BEFORE_RUN_FILE", "FOLDERS", "RUN_FILE", "SOURCE_DIR"
 RUN_FILE = "run.toml"
 BACKUP_FILE = "run.toml.bak"
 STOP_FILE = "STOP"
+SOURCE_FILES_FILE = "source_files.json"
+SOURCE_PLAN_FILE = "source_plan.json"
 UPSTREAM_DIR = "upstream"
 OUTPUT_DIR = "output"
 STATE_DIR = "state"
@@ -235,6 +241,16 @@ class RunLayout:
         return self.consumers_dir / f"{consumer}.pending.json"
 
     # ------------------------------------------------------------------ beside the run
+
+    @property
+    def source_files_file(self) -> Path:
+        """The fingerprint of the source a resumed ingest read (cec_spark.source.fingerprint)."""
+        return self.root / SOURCE_FILES_FILE
+
+    @property
+    def source_plan_file(self) -> Path:
+        """The stored chunk plan of a bounded source (cec_spark.source.stored)."""
+        return self.root / SOURCE_PLAN_FILE
 
     @property
     def source_dir(self) -> Path:

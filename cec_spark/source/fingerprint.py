@@ -159,14 +159,11 @@ def _check_read(spec: PipelineSpec, stored: list[dict[str, Any]],
                 "input up to there, and may read a fixed file after it)")
 
 
-AMENDED = "source_files.json"  # in the run directory
-
-
-def stored_fingerprint(root: Path, settings_files: list[dict[str, Any]]
+def stored_fingerprint(path: Path, settings_files: list[dict[str, Any]]
                        ) -> list[dict[str, Any]]:
-    """The fingerprint a resume checks: the last one :func:`record` wrote, else the
-    one ``run.toml`` holds."""
-    path = root / AMENDED
+    """The fingerprint a resume checks: the last one :func:`record` wrote at ``path``
+    (``RUN/source_files.json``, :attr:`RunLayout.source_files_file`), else the one
+    ``run.toml`` holds."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -180,7 +177,8 @@ def stored_fingerprint(root: Path, settings_files: list[dict[str, Any]]
     return raw
 
 
-def record(root: Path, files: list[dict[str, Any]]) -> None:
+def record(path: Path, files: list[dict[str, Any]]) -> None:
     """Write the fingerprint of the source a resumed ingest reads from here on (after it
-    passed :func:`check_fingerprint`), durably, before any of its rows is committed."""
-    write_durable(root / AMENDED, json.dumps(files))
+    passed :func:`check_fingerprint`) at ``path`` (``RUN/source_files.json``), durably,
+    before any of its rows is committed."""
+    write_durable(path, json.dumps(files))

@@ -80,12 +80,13 @@ class Chunk:
 
     @classmethod
     def from_json(cls, text: str) -> Chunk:
-        return cls._from(json.loads(text))
+        return cls.from_dict(json.loads(text))
 
     @classmethod
-    def _from(cls, raw: dict[str, Any]) -> Chunk:
+    def from_dict(cls, raw: dict[str, Any]) -> Chunk:
+        """The chunk of ``asdict(chunk)`` (as JSON made it: lists for tuples)."""
         raw["columns"] = tuple(raw["columns"])
-        raw["carry"] = tuple(cls._from(c) for c in raw.get("carry", ()))
+        raw["carry"] = tuple(cls.from_dict(c) for c in raw.get("carry", ()))
         return cls(**raw)
 
 

@@ -163,6 +163,9 @@ def test_a_run_killed_after_a_commit_within_a_chunk_resumes_at_its_row(
     # exactly the rows no log had (no filter: every row read reaches them), each one
     # appended (written == received: none was dropped as already in its log)
     assert state["resumed_at"] == point.row
+    # a csv file's resume took the plan its run stored (its bytes not read by the
+    # driver: the file is as it was); a stream folder has no plan to store
+    assert state.get("plan_from", "") == ("stored" if path.kind == "csv" else ""), state
     assert state["first_received"] == point.row
     assert state["rows_received"] == path.rows - point.row == state["tuples"], \
         json.dumps(state)

@@ -21,10 +21,11 @@ from cec_spark.errors import InputError
 from cec_spark.read.export import export
 from cec_spark.recover.resume import recover_run
 from cec_spark.run.session import build_session
+from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source import check as check_mod
 from cec_spark.source import read as read_mod
-from cec_spark.source.fingerprint import AMENDED, check_fingerprint
+from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.planner import plan_source
 from cec_spark.source.types import Chunk
 from storage_log.log import StreamLog
@@ -111,8 +112,10 @@ def test_a_bad_row_in_the_last_of_200_files(spark: object, tmp_path: Path) -> No
     rec = recover_run(run, progress=False)
     assert rec.resumed is not None and rec.resumed.completed
     _assert_exact(run, tmp_path / "out.csv", df)
-    # the fixed source's fingerprint is what a later resume checks
-    assert (run / AMENDED).is_file()
+    # the fixed source's fingerprint is what a later resume checks; the plan stored
+    # at the run's start was not taken (the file changed): the resume planned the files
+    assert (run / "source_files.json").is_file()
+    assert read_advisory(RunLayout(run).ingest_state_file)["plan_from"] == "files"
 
 
 def test_the_driver_reads_no_row_past_the_first_chunk(spark: object, tmp_path: Path,
