@@ -1,12 +1,12 @@
 """The ingest's watermarks with real Spark, real files, a real ``cec run`` (issue 37).
 
-A stream folder, P = 2, both ingest paths (the long-lived task; the per-poll jobs, which
-two ingest tasks need): after a file whose keys all belong to partition 0, partition
-1's upstream log still commits the file's last time as its watermark (a token with no
-row); with ``idle_close = "1s"`` an idle folder's logs get a watermark the wall clock
-advanced past the last row; a file after that (later times) is ingested as before, and
-the export equals the pandas reference; so it does after a kill -9 while idle and
-``cec recover``.
+A stream folder, P = 2, both ingest paths (the long-lived task, alone and as two tasks
+each owning one log; the per-poll jobs, which late = "drop" needs): after a file whose
+keys all belong to partition 0, partition 1's upstream log still commits the file's
+last time as its watermark (a token with no row); with ``idle_close = "1s"`` an idle
+folder's logs get a watermark the wall clock advanced past the last row; a file after
+that (later times) is ingested as before, and the export equals the pandas reference;
+so it does after a kill -9 while idle and ``cec recover``.
 """
 
 from __future__ import annotations
