@@ -16,18 +16,22 @@ ordinal 0; windows opened in the batch have positive opener ordinals).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
 from cec.operator.arrays import I64
-from cec.operator.kernel import KeyGroups, TupleBatch, WindowShape, key_groups
+from cec.operator.kernel import (
+    CountWindowsStayOpen,
+    KeyGroups,
+    TupleBatch,
+    WindowShape,
+    key_groups,
+)
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.slots import WindowSlots
 
 
-class CountSlidingKernel:
+class CountSlidingKernel(CountWindowsStayOpen):
     """Count windows with ``slide < size`` (see the module docstring)."""
 
     def __init__(self, shape: WindowShape, slots: WindowSlots, by_key: KeyWindows) -> None:
@@ -116,15 +120,3 @@ class CountSlidingKernel:
         rank_of_opener = np.where(existed, 0, opener - last_phase[:, None])
         slot_new = slot_opened_by[g.order[last_start[:, None] + np.clip(rank_of_opener, 0, None)]]
         table[keys] = np.where(still_open, np.where(existed, slot_existed, slot_new), -1)
-
-    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
-        return None  # count windows do not close on event time
-
-    def close_all(self, out: RowWriter, t_now: int) -> Block | None:
-        return None  # count windows stay open at the end of input
-
-    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
-        return iter(())  # count windows stay open at the end of input
-
-    def index_loaded(self, slots: I64, key_idx: I64) -> None:
-        self.by_key.fill_newest_first(slots, key_idx, self.slots)

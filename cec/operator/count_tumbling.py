@@ -13,19 +13,16 @@ falls in its run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
-from cec.operator.arrays import I64
-from cec.operator.kernel import TupleBatch, WindowShape, key_groups
+from cec.operator.kernel import CountWindowsStayOpen, TupleBatch, WindowShape, key_groups
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.slots import WindowSlots
 from cec.records import G_OPEN_R, R
 
 
-class CountSizeOneKernel:
+class CountSizeOneKernel(CountWindowsStayOpen):
     """Count windows of size 1: the rows come straight from the tuples.
 
     One ``G_open+R`` row per tuple (its ``G_open`` and ``R``, two output positions), or
@@ -49,20 +46,8 @@ class CountSizeOneKernel:
             "first_ts": ts, "last_ts": ts,
         }
 
-    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
-        return None  # count windows do not close on event time
 
-    def close_all(self, out: RowWriter, t_now: int) -> Block | None:
-        return None  # count windows stay open at the end of input
-
-    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
-        return iter(())  # count windows stay open at the end of input
-
-    def index_loaded(self, slots: I64, key_idx: I64) -> None:
-        self.by_key.fill_newest_first(slots, key_idx, self.slots)
-
-
-class CountTumblingKernel:
+class CountTumblingKernel(CountWindowsStayOpen):
     """Count windows with ``slide == size > 1``: one window per tuple.
 
     Works in the key-sorted domain (tuples sorted by (key, position)), where a
@@ -112,15 +97,3 @@ class CountTumblingKernel:
         blk = out.events(member_in[ev_tuple], closes[ev_tuple], ev_tuple, ts, seq, vals, kidx)
         sl.release(member_in[closes])
         return blk
-
-    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
-        return None  # count windows do not close on event time
-
-    def close_all(self, out: RowWriter, t_now: int) -> Block | None:
-        return None  # count windows stay open at the end of input
-
-    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
-        return iter(())  # count windows stay open at the end of input
-
-    def index_loaded(self, slots: I64, key_idx: I64) -> None:
-        self.by_key.fill_newest_first(slots, key_idx, self.slots)

@@ -41,6 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cec.operator.arrays import F64, I64
+from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.slots import WindowSlots
 from cec.records import END_OF_STREAM_TS, R
@@ -131,6 +132,28 @@ class WindowKernel(Protocol):
         """
         ...
 
+
+
+class CountWindowsStayOpen:
+    """What the three count kernels answer alike (:mod:`cec.operator.count_tumbling`,
+    :mod:`cec.operator.count_sliding`): count windows have no event time, so a
+    watermark closes none and the end of the input leaves them open; windows loaded
+    from an EC enter the per-key index newest first."""
+
+    slots: WindowSlots
+    by_key: KeyWindows
+
+    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
+        return None  # count windows do not close on event time
+
+    def close_all(self, out: RowWriter, t_now: int) -> Block | None:
+        return None  # count windows stay open at the end of input
+
+    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
+        return iter(())  # count windows stay open at the end of input
+
+    def index_loaded(self, slots: I64, key_idx: I64) -> None:
+        self.by_key.fill_newest_first(slots, key_idx, self.slots)
 
 def close_windows(slots: WindowSlots, out: RowWriter, closing: I64, ts: int,
                   t_now: int) -> Block:
