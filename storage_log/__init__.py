@@ -27,6 +27,7 @@ package is a flat set of nouns, like Kafka's log layer:
 ``notify``     waiting for a log's next commit (inotify, a poll as the fallback)
 ``batch``      what an append accepts: a batch's schema and positions
 ``lock``       the single-writer lock (``flock`` + pid)
+``faults``     named crash points: a test kills the process -9 at one (off: one lookup)
 ``log``        :class:`StreamLog`, the API the other packages use
 ``errors``     the root ``CecError`` of the project's one error tree; the log's errors
                (``StorageLogError`` s), each with its exit code

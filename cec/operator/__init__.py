@@ -11,9 +11,9 @@ oracle), ``vector`` (the production shell), one kernel per window kind behind
 footprints), ``background`` (the ``G_check`` step), ``ec_io`` (EC load, reconstruction,
 dump), ``state`` (the value-comparable state dump), ``memory`` (the open windows'
 memory check); the vector operator's stores: ``arrays`` (numpy types, growth),
-``key_registry`` (keys to dense indices), ``key_index`` (each key's open windows),
-``slot_layout`` and ``slots`` (the open windows' arrays), ``footprint_order`` (the open
-windows by footprint).
+``key_registry`` (keys to dense indices; ``int_hash``, its table of hashed int keys),
+``key_index`` (each key's open windows), ``slot_layout`` and ``slots`` (the open
+windows' arrays), ``footprint_order`` (the open windows by footprint).
 """
 
 from cec.operator.base import AggregateOperator, OperatorConfig
