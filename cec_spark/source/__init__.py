@@ -5,7 +5,12 @@
 ``times``        what a time field may hold and its one conversion to int64 microseconds
 ``order``        late rows and ``allowed_lateness``: which rows are late, the order of the others
 ``read``         reading a source's bytes: headers, the Arrow parse of a chunk, the row checks
-``check``        chunk planning (from metadata) and validation of files (csv, jsonl, parquet)
+``check``        chunk planning of a source's files: the entry per file, csv and jsonl files
+``parquet``      chunk planning of a parquet file: whole row groups, from its footer
+``file_state``   :class:`FileState`: what a planning pass carries from chunk to chunk and file
+                 to file (column types, next seq, last time, the chunks)
+``scan``         a text file's bytes unparsed: its chunk boundaries and digests, one line of it
+``files``        a file source's files: the listing in name order, a file's format, its digest
 ``folder``       a ``stream-dir`` source: new files in name order, ``_END`` ends it
 ``planner``      the entry: :func:`plan_source` plans a spec's source (and checks its rows)
 ``fingerprint``  a bounded source's fingerprint, checked up to what a resumed ingest read
