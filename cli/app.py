@@ -178,16 +178,19 @@ def _stored_spec(run_dir: Path, master: str | None, conf: dict[str, str],
 @run_app.command("pipeline", epilog=EXIT_CODES,
                  short_help="Run a pipeline spec on Spark until its source ends or Ctrl-C.")
 def run_pipeline(
-    spec_path: Annotated[Path, typer.Argument(metavar="spec", help="Pipeline spec (TOML).")],
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC", help="Pipeline spec (TOML).")],
     run_dir: Annotated[Path | None, typer.Option(
         "--log-dir", metavar="RUN_DIR", help="The run directory, new or empty (default: "
         "runs/NAME for a spec NAME.toml).")] = None,
-    partitions: Annotated[int | None, typer.Option("--partitions", min=1)] = None,
+    partitions: Annotated[int | None, typer.Option(
+        "--partitions", min=1, help="Key partitions: the long-lived operator tasks, each "
+        "with its own logs (over the spec's \\[run] partitions).")] = None,
     master: Annotated[str | None, typer.Option(
         "--master", help="Spark master URL (local[N], spark://HOST:PORT, yarn, k8s://...).")
     ] = None,
     conf: ConfOpt = None,
-    max_tuples: Annotated[int | None, typer.Option("--max-tuples", min=0)] = None,
+    max_tuples: Annotated[int | None, typer.Option(
+        "--max-tuples", min=0, help="Read at most this many source rows.")] = None,
     rto: Annotated[str | None, typer.Option(
         "--rto", help="Recovery-time objective, e.g. 30s: Q and U are set from measured "
         "recovery rates (the spec must not set Q or U).")] = None,
@@ -327,7 +330,8 @@ def recover(
                      short_help="The extent of the eventual checkpoint, now or as of a time.")
 def inspect_extent(
     run_dir: RunDirArg,
-    partition: Annotated[int | None, typer.Option("--partition", min=0)] = None,
+    partition: Annotated[int | None, typer.Option(
+        "--partition", min=0, help="This partition only (default: every one).")] = None,
     at: Annotated[int | None, typer.Option("--at", help="As of this timestamp (us).")] = None,
     json_out: JsonOpt = False,
 ) -> None:
