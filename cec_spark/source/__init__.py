@@ -14,6 +14,7 @@
 ``folder``       a ``stream-dir`` source: new files in name order, ``_END`` ends it
 ``planner``      the entry: :func:`plan_source` plans a spec's source (and checks its rows)
 ``fingerprint``  a bounded source's fingerprint, checked up to what a resumed ingest read
+``stored``       a bounded source's plan kept in the run directory: a resume takes it unplanned
 ``bridge``       any Spark streaming source (Kafka) into a stream folder
 ===============  ===============================================================================
 
