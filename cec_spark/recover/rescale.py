@@ -61,7 +61,7 @@ from cec_spark.driver.jobs import spark_error
 from cec_spark.errors import DriverSupersededError
 from cec_spark.report import RescalePartition as OldPartition
 from cec_spark.report import RescaleResult
-from cec_spark.run.task import operator_for
+from cec_spark.run.operators import operator_for
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.generations import Generation, store_generations
 from cec_spark.rundir.layout import RunLayout

@@ -13,11 +13,14 @@
 ``session``      the SparkSession, configured for long-lived tasks and Arrow; the early start
 ``jvm_archive``  class-data sharing for the driver JVM
 ``task``         the long-lived operator task: upstream log to output log, recovery on restart
+``upstream``     the task's tail of its upstream log: when it looks, how long it sleeps
+``trim``         what the task lets be trimmed: :class:`ReplayAfterSeq`, :class:`OutputKeeper`
+``operators``    the operator a task runs, built from the spec, its windows' memory bounded
 ``counters``     :class:`TaskCounters`: what a task reports, declared once
 ``metrics``      the Prometheus textfile of a run
 ===============  ===============================================================================
 
-First read: ``plan.py``, then ``task.py``. On executors run ``task``, ``counters``,
-``rto_task`` (and the ``rto`` it reads the fixed cost with) and the probe's task; the
-rest runs in the driver.
+First read: ``plan.py``, then ``task.py``. On executors run ``task`` (with ``upstream``,
+``trim`` and ``operators``), ``counters``, ``rto_task`` (and the ``rto`` it reads the
+fixed cost with) and the probe's task; the rest runs in the driver.
 """

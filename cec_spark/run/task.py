@@ -10,78 +10,72 @@ the run directory and ``p``. It:
    rebuilds the eventual checkpoint from the output log (:mod:`recovery`), loads it
    into a fresh operator and asks the upstream log for every tuple after ``T``
    (``replay_after_seq``) up to its output's ``t_c``, then continues after ``t_c``;
-3. tails the upstream log, one ``process`` per upstream record, appending the output
-   of each input batch as one record; the records appended are committed together
-   when the tail has nothing more at once, or after :data:`GROUP_RECORDS` records,
-   :data:`GROUP_ROWS` rows or :data:`GROUP_S` seconds (a record that comes alone is
-   committed at once), and nothing is reported as output before its commit (persist
-   before forward);
+3. tails the upstream log (:mod:`cec_spark.run.upstream`), one ``process`` per upstream
+   record, appending the output of each input batch as one record; the records appended
+   are committed together when the tail has nothing more at once, or after
+   :data:`GROUP_RECORDS` records, :data:`GROUP_ROWS` rows or :data:`GROUP_S` seconds (a
+   record that comes alone is committed at once), and nothing is reported as output
+   before its commit (persist before forward), nor noted for the trims
+   (:mod:`cec_spark.run.trim`);
 4. when the upstream log is sealed and consumed: ``finish_parts()`` (the closes of the
    windows still open, :data:`FINISH_ROWS` at a time), each appended and committed; seal.
 
 A ``STOP`` file in the run directory ends the loop at the next batch boundary (clean
 Ctrl-C). Counters go to ``RUN/state/pNNNN.json`` for the progress display; the task
 writes its Python worker's pid there first, which is how tests find the worker to
-``kill -9``.
+``kill -9``. Its operator is built by :mod:`cec_spark.run.operators`.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import TaskContext
 
 from cec.errors import CecError
-from cec.operator import OperatorConfig, VectorOperator
-from cec.operator.memory import WindowMemory, task_limit
-from cec.policy import PolicyConfig
+from cec.operator import VectorOperator
 from cec.spec import PipelineSpec
-from cec.windows import window_spec
 from cec_spark.run.counters import TaskCounters
+from cec_spark.run.operators import operator_for
 from cec_spark.run.rto_task import RtoTask
+from cec_spark.run.trim import OutputKeeper, ReplayAfterSeq
+from cec_spark.run.upstream import (
+    TAIL_IDLE_S,
+    TAIL_IDLE_SHARE,
+    TAIL_POLL_S,
+    TAIL_SLOW_AFTER_S,
+    TAIL_SLOW_S,
+    idle_wait,
+    upstream_tail,
+    upstream_tail_watched,
+)
 from cec_spark.rundir.access import check_visible
-from cec_spark.rundir.acks import consumer_acks
 from cec_spark.rundir.advisory import read_advisory, write_advisory
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import FENCE_LOOK_S
-from cec_spark.rundir.retention import Lagged, retention_before
-from cec_spark.rundir.run_file import RunSettings, parse_run_text, read_run_file, value_column
+from cec_spark.rundir.run_file import RunSettings, parse_run_text, read_run_file
 from recovery.errors import ReplayUnavailableError
 from recovery.followed import FollowedEC
 from recovery.partition import Recovered, recover_partition
 from recovery.upstream import watermark_of
-from storage_log.epoch import read_chain
 from storage_log.errors import CorruptLogError
 from storage_log.faults import crash_point, set_tag
 from storage_log.follow import CommitToken
 from storage_log.log import StreamLog
-from storage_log.notify import CommitWatch
-from storage_log.segment import segment_path, sid_base
 
-TAIL_TIMEOUT_S = 0.25  # idle this long: report state, check the driver (on_idle)
-# How often the task looks for new upstream commits when nothing wakes it: a write in
-# the upstream log's directory wakes it at once on the writer's host (a commit ends with
-# that write: storage_log.notify.CommitWatch, inotify), so this is the poll for a writer
-# on another host of a shared file system, or where inotify is missing. A look costs
-# ~1 ms of CPU and ~17 file-system calls (two directory listings, two opens of the
-# active segment: the log's snapshot); every 15 ms a commit is seen within 15 ms, after
-# TAIL_SLOW_AFTER_S without input every TAIL_SLOW_S, and the longer the partition stays
-# quiet the longer the wait, TAIL_IDLE_SHARE of its quiet time up to TAIL_IDLE_S (issue
-# 16 item 4, issue 38 item 6: :func:`idle_wait`; docs/CLUSTER.md "Control-plane cost").
-TAIL_POLL_S = 0.015
-TAIL_SLOW_S = 0.05
-TAIL_SLOW_AFTER_S = 2.0
-TAIL_IDLE_SHARE = 0.025  # at 2 s quiet: 50 ms, as before; 0.5 s from 20 s on
-TAIL_IDLE_S = 0.5
+# The task's names; the trims' (cec_spark.run.trim: docs name them here); the tail's
+# (cec_spark.run.upstream) that tests/cec_spark/test_idle_cost.py reads from this module,
+# its loop under its former name:
+__all__ = ["FINISH_ROWS", "GROUP_RECORDS", "GROUP_ROWS", "GROUP_S", "REFILL_WAIT_S",
+           "STATE_EVERY_S", "TAIL_IDLE_S", "TAIL_IDLE_SHARE", "TAIL_POLL_S",
+           "TAIL_SLOW_AFTER_S", "TAIL_SLOW_S", "OutputKeeper", "ReplayAfterSeq", "idle_wait",
+           "run_partition"]
+_tail_watched = upstream_tail_watched
+
 REFILL_WAIT_S = 600.0
 STATE_EVERY_S = 0.5
 # An output commit covers at most this many upstream records, output rows or seconds
@@ -97,88 +91,6 @@ GROUP_S = 0.05
 # end, one record of a million rows and its encoding were a third of a task's peak
 # memory.
 FINISH_ROWS = 1 << 16
-
-
-def operator_for(spec: PipelineSpec, settings: RunSettings,
-                 partition: int | None = None) -> VectorOperator:
-    """A fresh vectorized operator for the spec; in partition ``partition``'s task, with
-    the check that its open windows fit this worker's memory (:func:`window_memory`)."""
-    w = spec.aggregate.window
-    cp = spec.checkpoint
-    q: int | str = cp.q_records if cp.q_records is not None else cp.q_text
-    config = OperatorConfig(
-        window=window_spec(w.kind, w.size, None if w.kind == "session" else w.slide),
-        function=spec.aggregate.function,
-        key_column=spec.aggregate.group_by,
-        value_column=value_column(spec),
-        key_type=settings.key_type,
-        policy=PolicyConfig(mode=cp.mode, q=q, u=cp.u,  # type: ignore[arg-type]
-                            ci_ms=cp.ci_ms, cp_ms=cp.cp_ms),
-        memory=None if partition is None else window_memory(spec, partition),
-    )
-    return VectorOperator(config)
-
-
-def window_memory(spec: PipelineSpec, partition: int) -> WindowMemory:
-    """The open windows' memory check of an operator task on this host: Spark's limit
-    of this Python worker (``PYSPARK_EXECUTOR_MEMORY_MB``) or a share of the host's
-    available memory (:func:`cec.operator.memory.task_limit`)."""
-    raw = os.environ.get("PYSPARK_EXECUTOR_MEMORY_MB", "")
-    available = 0
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    available = int(line.split()[1]) << 10
-    except (OSError, ValueError, IndexError):
-        pass
-    if not available:  # not Linux: the physical memory
-        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    limit = task_limit(pyspark_memory_mb=int(raw) if raw.isdigit() else None,
-                       host_available=available, tasks_on_host=spec.run.partitions)
-    return WindowMemory(partition, limit)
-
-
-class ReplayAfterSeq:
-    """The task's ``replay_after_seq``: the oldest upstream position a recovery of the
-    partition may still replay after (what the ingest may trim the upstream log to).
-
-    Recovery rebuilds the EC from the *committed* output log and replays the upstream
-    after its ``T`` (the paper's symbol: ``T`` = replay_after_seq; the oldest footprint's
-    input position, ``t_c`` with no open window). After each committed output record
-    the task notes ``min(T, t_c)`` of its state: ``T = t_now - u`` in memory equals the
-    recovered one (every open window has a ``G`` row), and ``t_c`` (the last committed
-    row's ``t_now``) bounds it when no window is open and the last tuples produced no row.
-    Both only grow. :meth:`value` is the newest note at least ``lag_s`` old, so an output
-    tail lost since (a cut corrupted record) can still be regenerated by replay.
-    """
-
-    def __init__(self, lag_s: float, start: int | None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.lag_s = lag_s
-        self.clock = clock
-        self._notes: deque[tuple[float, int]] = deque()
-        self._value = start  # the recovered T (not t_c: recovery replays (T, t_c])
-
-    @staticmethod
-    def of(op: VectorOperator, out: pa.RecordBatch) -> int | None:
-        """What to note for output ``out`` of the operator's last ``process``, once it
-        is committed (None: nothing)."""
-        if op.t_now is None or not out.num_rows:
-            return None
-        t_c = int(pc.max(out.column("t_now")).as_py())
-        return min(op.t_now - op.u, t_c)
-
-    def add(self, value: int | None) -> None:
-        """Note ``value`` (from :meth:`of`) now: its output has been committed."""
-        if value is not None:
-            self._notes.append((self.clock(), value))
-
-    def value(self) -> int | None:
-        horizon = self.clock() - self.lag_s
-        while self._notes and self._notes[0][0] <= horizon:
-            self._value = self._notes.popleft()[1]
-        return self._value
 
 
 def _attempt() -> int:
@@ -297,7 +209,7 @@ class _PartitionLoop:
         commit), and its output is appended, grouped and committed as a record's."""
         counters, op, out = self.counters, self.op, self.out
         last_state = 0.0
-        for item in _tail(up, self.t_c, self.layout, self.report_idle):
+        for item in upstream_tail(up, self.t_c, self.layout, self.report_idle):
             if item is None:  # the tail has nothing more at once: commit
                 self.commit()
                 continue
@@ -387,7 +299,7 @@ class _PartitionLoop:
     def finish(self, up: StreamLog) -> None:
         """Step 4: the upstream log is sealed and read: ``finish_parts()``, each part
         appended and committed; seal."""
-        if not _sealed(up):
+        if not up.sealed:
             raise CecError(f"partition {self.p}: the upstream tail ended before the "
                            "log was sealed")
         self.rto.note_caught_up(self.counters, finished=True)
@@ -448,153 +360,3 @@ def _cut_damaged_output(path: Path, fsync: str) -> bool:
     print(f"cec: {path}: damaged output log cut at {cut.cut_at} ({cut.cut_reason}); "
           "its eventual checkpoint is rebuilt from what is left", file=sys.stderr, flush=True)
     return True
-
-
-class OutputKeeper:
-    """Output retention for one task (:mod:`cec_spark.rundir.retention`): notes where the
-    eventual checkpoint's extent starts after each commit, and every so often deletes
-    the whole segments no recovery (as of ``trim_lag_s`` ago) and no registered
-    consumer needs, beyond ``[run].output_keep_mb`` / ``output_keep_s``."""
-
-    EVERY_S = 1.0
-
-    def __init__(self, layout: RunLayout, p: int, spec: PipelineSpec,
-                 clock: Callable[[], float] = time.time) -> None:
-        self.layout, self.p, self.clock = layout, p, clock
-        run = spec.run
-        self.keep_bytes = None if run.output_keep_mb is None else run.output_keep_mb * (1 << 20)
-        self.keep_s = run.output_keep_s
-        self.on = self.keep_bytes is not None or self.keep_s is not None
-        self.extent = Lagged(run.trim_lag_s)
-        self._next = 0.0
-
-    def of(self, op: VectorOperator) -> int | None:
-        """Where the extent starts after the operator's last output (None: not kept)."""
-        if not self.on:
-            return None
-        return op.next_out_seq - op.q if op.n_open else op.next_out_seq
-
-    def add(self, start: int | None) -> None:
-        """Note ``start`` (from :meth:`of`) now: its output has been committed."""
-        if start is not None:
-            self.extent.note(self.clock(), start)
-
-    def trim(self, out: StreamLog) -> int:
-        now = self.clock()
-        if not self.on or now < self._next:
-            return 0
-        self._next = now + self.EVERY_S
-        chain = read_chain(out.path)
-        segs = []
-        for sid in chain.segments:
-            try:
-                st = segment_path(out.path, sid).stat()
-            except FileNotFoundError:
-                return 0  # trimmed meanwhile: next time
-            segs.append((sid_base(sid), st.st_size, st.st_mtime))
-        before = retention_before(segs, keep_bytes=self.keep_bytes, keep_s=self.keep_s,
-                                  now=now, floors=[self.extent.value(now),
-                                                   *(a + 1 for a in
-                                                     consumer_acks(self.layout, self.p))])
-        return 0 if before is None else out.trim(before_seq=before)
-
-
-def _sealed(log: Any) -> bool:
-    return bool(log.sealed)
-
-
-def idle_wait(quiet_s: float) -> float:
-    """How long the tail sleeps when nothing wakes it, after ``quiet_s`` seconds without
-    input: :data:`TAIL_POLL_S` while input came within :data:`TAIL_SLOW_AFTER_S`, then
-    :data:`TAIL_IDLE_SHARE` of the quiet time, between :data:`TAIL_SLOW_S` and
-    :data:`TAIL_IDLE_S`. So a busy partition is looked at as often as before, and a
-    quiet one, where only a writer on another host is not seen at once (inotify sees
-    this host's), sees its next commit within 2.5 % of its quiet time, 0.5 s at most."""
-    if quiet_s < TAIL_SLOW_AFTER_S:
-        return TAIL_POLL_S
-    return min(TAIL_IDLE_S, max(TAIL_SLOW_S, quiet_s * TAIL_IDLE_SHARE))
-
-
-class _LookSnapshot:
-    """The snapshot a :class:`~storage_log.follow.Follower`'s look took (None: the look
-    took none through :attr:`Follower.snapshot`, e.g. its first, by an index lookup):
-    whether the log is sealed and its last seq, without a second snapshot (half of an
-    idle look's file-system calls)."""
-
-    def __init__(self, follower: Any) -> None:
-        self.last: Any = None
-        inner = follower.snapshot
-
-        def snapshot() -> Any:
-            self.last = inner()
-            return self.last
-
-        follower.snapshot = snapshot
-
-
-def _read_to_seal(up: Any, snap: Any, last: int | None) -> bool:
-    """After an empty look that ended at ``last``: the log is sealed and read to its end.
-    The look's own snapshot (``snap``) says so without another one (a sealed log gets no
-    more commits, so the look read it to its end); a look that took none: ask the log."""
-    if snap is None:
-        if not _sealed(up):
-            return False
-        last_seq = up.last_seq
-    elif not snap.sealed:
-        return False
-    else:
-        last_seq = snap.committed.last_seq
-    return last_seq is None or (last is not None and last >= last_seq)
-
-
-def _tail(up: Any, after: int | None, layout: RunLayout, on_idle: Callable[[], None]
-          ) -> Iterator[pa.RecordBatch | CommitToken | None]:
-    """Upstream records after ``after`` and the commit tokens among them (a token at
-    ``after`` first: ``StreamLog.follow``), until the log is sealed and read, or STOP;
-    None after what one look found (nothing more is there at once).
-
-    Looks when a write in the log's directory wakes it (the ingest's commit, on this
-    host), else after :func:`idle_wait` (:data:`TAIL_POLL_S` while input flows, longer
-    the longer none came); ``on_idle`` is called whenever nothing new came for
-    :data:`TAIL_TIMEOUT_S`. Each look reads on from where the last one ended: a quiet
-    partition's token-only commits are read once each.
-    """
-    with CommitWatch([Path(up.path)], fallback_s=TAIL_IDLE_S) as watch:
-        yield from _tail_watched(up, after, layout, on_idle, watch)
-
-
-def _tail_watched(up: Any, after: int | None, layout: RunLayout,
-                  on_idle: Callable[[], None], watch: CommitWatch
-                  ) -> Iterator[pa.RecordBatch | CommitToken | None]:
-    follower = up.follow(after_seq=after)
-    looked = _LookSnapshot(follower)
-    got_at = reported_at = time.monotonic()
-    while True:
-        got = came = False
-        while True:  # one look, more while commits come
-            came = False
-            looked.last = None
-            for item in follower.look():
-                if not isinstance(item, CommitToken) and item.num_rows == 0:
-                    continue
-                came = True
-                yield item
-                if layout.stop_file.exists():
-                    return
-            if not came:
-                break
-            got = True
-        if got:
-            yield None  # the look found no more: what was processed is committed now
-        if layout.stop_file.exists():
-            return
-        if not got and _read_to_seal(up, looked.last, follower.after_seq):
-            return
-        now = time.monotonic()
-        if got:
-            got_at = reported_at = now
-            continue
-        if now - reported_at >= TAIL_TIMEOUT_S:
-            on_idle()
-            reported_at = now
-        watch.wait(idle_wait(now - got_at))

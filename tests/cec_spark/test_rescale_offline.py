@@ -31,8 +31,8 @@ from cec_spark.read.export import results_table
 from cec_spark.recover import resume as resume_mod
 from cec_spark.recover.rescale import check_rescale, rescale, task_error
 from cec_spark.recover.resume import recover_run
+from cec_spark.run.operators import operator_for
 from cec_spark.run.plan import RunPlan, pipeline_spec, plan_new_run
-from cec_spark.run.task import operator_for
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import read_run_file, write_run_text
 from recovery.partition import recover_partition

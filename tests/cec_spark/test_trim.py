@@ -19,7 +19,7 @@ from cec.policy import PolicyConfig
 from cec.windows import CountWindow, TimeWindow, WindowSpec
 from cec_spark.ingest.logs import create_logs, trim_upstream
 from cec_spark.ingest.writer import WriterConfig, open_upstream
-from cec_spark.run.task import ReplayAfterSeq
+from cec_spark.run.trim import ReplayAfterSeq
 from cec_spark.rundir.advisory import write_advisory
 from cec_spark.rundir.layout import RunLayout
 from recovery.partition import recover_partition

@@ -1,0 +1,60 @@
+"""The operator a task runs: built from the spec, its open windows' memory bounded.
+
+:func:`operator_for` makes a fresh :class:`~cec.operator.VectorOperator` for a run's
+spec and settings (window, function, key and value columns, checkpoint policy); in a
+partition's task it carries the check that its open windows fit this worker's memory
+(:func:`window_memory`). The task (:mod:`cec_spark.run.task`, which hands one to its
+recovery-time model, :mod:`cec_spark.run.rto_task`) and the offline rescale
+(:mod:`cec_spark.recover.rescale`) build theirs here. No Spark.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cec.operator import OperatorConfig, VectorOperator
+from cec.operator.memory import WindowMemory, task_limit
+from cec.policy import PolicyConfig
+from cec.spec import PipelineSpec
+from cec.windows import window_spec
+from cec_spark.rundir.run_file import RunSettings, value_column
+
+
+def operator_for(spec: PipelineSpec, settings: RunSettings,
+                 partition: int | None = None) -> VectorOperator:
+    """A fresh vectorized operator for the spec; in partition ``partition``'s task, with
+    the check that its open windows fit this worker's memory (:func:`window_memory`)."""
+    w = spec.aggregate.window
+    cp = spec.checkpoint
+    q: int | str = cp.q_records if cp.q_records is not None else cp.q_text
+    config = OperatorConfig(
+        window=window_spec(w.kind, w.size, None if w.kind == "session" else w.slide),
+        function=spec.aggregate.function,
+        key_column=spec.aggregate.group_by,
+        value_column=value_column(spec),
+        key_type=settings.key_type,
+        policy=PolicyConfig(mode=cp.mode, q=q, u=cp.u,  # type: ignore[arg-type]
+                            ci_ms=cp.ci_ms, cp_ms=cp.cp_ms),
+        memory=None if partition is None else window_memory(spec, partition),
+    )
+    return VectorOperator(config)
+
+
+def window_memory(spec: PipelineSpec, partition: int) -> WindowMemory:
+    """The open windows' memory check of an operator task on this host: Spark's limit
+    of this Python worker (``PYSPARK_EXECUTOR_MEMORY_MB``) or a share of the host's
+    available memory (:func:`cec.operator.memory.task_limit`)."""
+    raw = os.environ.get("PYSPARK_EXECUTOR_MEMORY_MB", "")
+    available = 0
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) << 10
+    except (OSError, ValueError, IndexError):
+        pass
+    if not available:  # not Linux: the physical memory
+        available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    limit = task_limit(pyspark_memory_mb=int(raw) if raw.isdigit() else None,
+                       host_available=available, tasks_on_host=spec.run.partitions)
+    return WindowMemory(partition, limit)
