@@ -422,12 +422,12 @@ class _UpstreamWriter:
 
 
 def _append_split(logs: list[StreamLog | None], batch: pa.RecordBatch, above: list[int],
-                  partitions: int, floors: list[int | None] | None = None,
+                  partitions: int, wm: list[int | None] | None = None,
                   below: Callable[[int, pa.RecordBatch], None] | None = None) -> int:
     """Append the rows of ``batch`` to their partitions' logs (one record each); a row
     of a log this writer does not own is a routing error, never written. Rows at or
     below ``above[p]`` are in the log already; of the others, those with a time below
-    ``floors[p]`` (a log's committed W) go to ``below`` instead."""
+    ``wm[p]`` (the watermark W log ``p`` committed) go to ``below`` instead."""
     part = batch.column(PART).to_numpy()
     order = np.argsort(part, kind="stable")
     counts = np.bincount(part, minlength=partitions)
@@ -443,10 +443,10 @@ def _append_split(logs: list[StreamLog | None], batch: pa.RecordBatch, above: li
             if above[p] >= 0 and sub.column(1)[0].as_py() <= above[p]:
                 seqs = sub.column(1).to_numpy()
                 sub = sub.slice(int(np.searchsorted(seqs, above[p], "right")))
-            floor = None if floors is None else floors[p]
-            if floor is not None and sub.num_rows and sub.column(0)[0].as_py() < floor:
-                # rows are in time order: those below the floor come first
-                n_below = int(np.searchsorted(sub.column(0).to_numpy(), floor, "left"))
+            w = None if wm is None else wm[p]
+            if w is not None and sub.num_rows and sub.column(0)[0].as_py() < w:
+                # rows are in time order: those below W come first
+                n_below = int(np.searchsorted(sub.column(0).to_numpy(), w, "left"))
                 assert below is not None
                 below(p, sub.slice(0, n_below))
                 sub = sub.slice(n_below)

@@ -110,8 +110,8 @@ class TaskCounters:
             self.g_check += g_check
 
     def observe(self, op: VectorOperator, replay_after_seq: int | None) -> None:
-        """The operator's N, q, u and watermark now and the replay floor
-        (``replay_after_seq``)."""
+        """The operator's N, q, u and watermark now and ``replay_after_seq`` (``T``: a
+        recovery now would replay the upstream tuples after it)."""
         self.n_open, self.q, self.u = op.n_open, op.q, op.u
         self.watermark_us = op.current_watermark
         self.replay_after_seq = replay_after_seq
