@@ -6,7 +6,9 @@
 ``execution``  :func:`execute`: the two job threads run to their end, watched by the main
                thread (progress, stalls, Ctrl-C), the run's result
 ``jobs``       the operator job and the ingest job, their retries and resubmits
-``progress``   the live progress display and the metrics file
+``progress``   the live progress display and the metrics file: when it looks, the state files
+``looks``      run files read again only when a ``stat`` says they changed; the upstream logs
+``display``    what the progress view shows: the table, the plain line, compact numbers
 ``daemon``     Spark's Python worker daemon with cec's modules imported once
 =============  =================================================================================
 

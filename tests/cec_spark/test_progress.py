@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cec_spark.driver.progress import compact
+from cec_spark.driver.display import compact
 
 TABLE = [
     (0, "0"), (0.0, "0"), (7, "7"), (999, "999"), (1000, "1k"), (1001, "1k"),

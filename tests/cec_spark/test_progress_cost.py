@@ -17,7 +17,8 @@ import pytest
 
 from cec.ingest_token import IngestToken, encode_token
 from cec_spark.driver import progress
-from cec_spark.driver.progress import StateFiles, UpstreamPositions
+from cec_spark.driver.looks import UpstreamPositions
+from cec_spark.driver.progress import StateFiles
 from cec_spark.rundir.advisory import read_advisory, write_advisory
 from cec_spark.rundir.layout import RunLayout
 from storage_log.log import StreamLog

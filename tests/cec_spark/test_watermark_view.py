@@ -16,7 +16,8 @@ from rich.console import Console
 from cec.ingest_token import IngestToken, encode_token
 from cec.records import END_OF_STREAM_TS
 from cec.spec import load_spec
-from cec_spark.driver.progress import UpstreamPositions, plain_watermark, watermark_cell
+from cec_spark.driver.display import plain_watermark, watermark_cell
+from cec_spark.driver.looks import UpstreamPositions
 from cec_spark.ingest.logs import create_logs
 from cec_spark.read.inspect import inspect_extent
 from cec_spark.report.watermark import behind_s, event_time, reached, watermark_text
