@@ -219,12 +219,14 @@ def test_the_driver_jvm_log_configuration_is_where_the_session_points() -> None:
 # The run directory's entries (cec_spark/rundir/layout.py's map): a path under a run
 # directory is built in cec_spark/rundir/ and nowhere else in the library.
 def _run_dir_names() -> set[str]:
-    from cec_spark.rundir import generations, layout
+    """Every entry name the map defines: its folders and each upper-case name constant
+    of ``layout`` (``RUN_FILE``, ``SOURCE_PLAN_FILE``, ``RTO_FILE`` ...), so that an
+    entry added to the map is checked without a change here."""
+    from cec_spark.rundir import layout
 
-    return {*layout.FOLDERS, layout.STOP_FILE, layout.STANDBY_LOG, layout.RTO_FILE,
-            layout.TAKEOVER_FILE, layout.INGEST_STATE_FILE, layout.RUN_FILE,
-            layout.BACKUP_FILE, generations.GENERATIONS_FILE,
-            generations.GENERATIONS_BACKUP}
+    names = {v for k, v in vars(layout).items() if k.isupper() and isinstance(v, str)}
+    assert {"run.toml", "generations.toml", "STOP", "state"} <= names | layout.FOLDERS
+    return {*layout.FOLDERS, *names}
 
 
 def _paths_built(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
