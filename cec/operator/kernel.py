@@ -202,6 +202,29 @@ def close_every_window_parts(slots: WindowSlots, out: RowWriter, t_now: int, row
         yield _closed(slots, out, closing[lo:lo + max(1, rows)], END_OF_STREAM_TS, t_now)
 
 
+
+class ClosedByEventTime:
+    """What the time and session kernels answer alike (:mod:`cec.operator.time_windows`,
+    :mod:`cec.operator.sessions`): a watermark ``w`` closes the windows a tuple at ``w``
+    would close (their :meth:`due`), the end of the input every open window."""
+
+    slots: WindowSlots
+
+    def due(self, ts: int) -> I64:
+        """The open windows (any key) a tuple at ``ts`` closes."""
+        raise NotImplementedError
+
+    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
+        """The windows :meth:`due` names at ``w`` close (:func:`close_windows`)."""
+        return close_windows(self.slots, out, self.due(w), w, t_now)
+
+    def close_all(self, out: RowWriter, t_now: int) -> Block | None:
+        """Every open window closes (:func:`close_every_window`)."""
+        return close_every_window(self.slots, out, t_now)
+
+    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
+        return close_every_window_parts(self.slots, out, t_now, rows)
+
 def ordered_events(slots: WindowSlots, closing: I64, closer: I64, opening: I64,
                    opener: I64) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
     """A batch's window events by causing tuple (``closer``/``opener``: the tuple of each

@@ -25,17 +25,13 @@ sessions a tuple at ``ts = w`` would: ``win_end < w`` (:meth:`SessionKernel.clos
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
 from cec.errors import UsageError
 from cec.operator.arrays import I64
 from cec.operator.kernel import (
+    ClosedByEventTime,
     TupleBatch,
-    close_every_window,
-    close_every_window_parts,
-    close_windows,
     key_groups,
     ordered_events,
 )
@@ -44,7 +40,7 @@ from cec.operator.rows import Block, RowWriter
 from cec.operator.slots import WindowSlots
 
 
-class SessionKernel:
+class SessionKernel(ClosedByEventTime):
     """Session windows (see the module docstring)."""
 
     def __init__(self, gap: int, slots: WindowSlots, by_key: KeyWindows) -> None:
@@ -111,24 +107,12 @@ class SessionKernel:
 
     def due(self, ts: int) -> I64:
         """The open sessions (any key) a tuple at ``ts`` closes: ``win_end < ts`` (a
-        tuple at exactly ``win_end`` would join its key's session)."""
+        tuple at exactly ``win_end`` would join its key's session); so a watermark ``w``
+        closes the sessions that end before ``w``."""
         sl = self.slots
         live = sl.live_slots()
         out: I64 = live[sl.win_end[live] < ts]
         return out
-
-    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
-        """The sessions that end before the watermark ``w`` close (:func:`close_windows`):
-        ``win_end < w``, as for a tuple at ``w``, which would still join a session ending
-        at ``w``."""
-        return close_windows(self.slots, out, self.due(w), w, t_now)
-
-    def close_all(self, out: RowWriter, t_now: int) -> Block | None:
-        """Every open session closes (:func:`close_every_window`)."""
-        return close_every_window(self.slots, out, t_now)
-
-    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
-        return close_every_window_parts(self.slots, out, t_now, rows)
 
     def index_loaded(self, slots: I64, key_idx: I64) -> None:
         if len(np.unique(key_idx)) != len(key_idx):

@@ -17,18 +17,14 @@ open window closes (:meth:`TimeKernel.close_all`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 import pandas as pd
 
 from cec.operator.arrays import I64
 from cec.operator.kernel import (
+    ClosedByEventTime,
     TupleBatch,
     WindowShape,
-    close_every_window,
-    close_every_window_parts,
-    close_windows,
     ordered_events,
 )
 from cec.operator.key_index import KeyWindows
@@ -49,7 +45,7 @@ def factorize(key_idx: I64, m: I64, n_keys: int) -> tuple[I64, int]:
     return np.asarray(codes, dtype=np.int64), len(uniq)
 
 
-class TimeKernel:
+class TimeKernel(ClosedByEventTime):
     """Time windows, tumbling or sliding (see the module docstring)."""
 
     def __init__(self, shape: WindowShape, slots: WindowSlots, by_key: KeyWindows) -> None:
@@ -114,17 +110,6 @@ class TimeKernel:
         live = self.slots.live_slots()
         out: I64 = live[self.slots.ends(live) <= ts]
         return out
-
-    def close_due(self, out: RowWriter, w: int, t_now: int) -> Block | None:
-        """The windows that end by the watermark ``w`` close (:func:`close_windows`)."""
-        return close_windows(self.slots, out, self.due(w), w, t_now)
-
-    def close_all(self, out: RowWriter, t_now: int) -> Block | None:
-        """Every open window closes (:func:`close_every_window`)."""
-        return close_every_window(self.slots, out, t_now)
-
-    def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
-        return close_every_window_parts(self.slots, out, t_now, rows)
 
     def index_loaded(self, slots: I64, key_idx: I64) -> None:
         self.by_key.fill_ring(slots, key_idx, self.slots, self.slide)
