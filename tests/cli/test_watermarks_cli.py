@@ -33,8 +33,23 @@ What is checked:
    windows before the last file and ``_END``, every result once, and the export equals
    the failure-free one byte for byte (no row is late: the last file is an hour later).
 
-No timing is asserted: every wait is generous and only the order is checked (a window
-on the tail while its partition is still quiet).
+One bound is timed, the issue's (test 1): a quiet partition's windows are on the tail
+**within a second of W passing them**. For each file j >= 1 the test takes the moment
+it published the file (the rename into the folder: the ingest then commits a W at least
+W[j] to every upstream log) and, for each window W[j] closes, the moment its line was on
+the tail (the tail's output file read every 5 ms). The quiet partitions' windows ([2 s,
+3 s) of every key but partition 0's: in this input the only windows of theirs that a
+watermark closes, all with file 1) must be on the tail within :data:`BOUND_S` (1 s) of
+file 1's publication, and so must the windows of at least :data:`MOST` of the files
+(the busy partition's, which take the same path: ingest commit, operator, output commit,
+tail; their median too). The slack for a loaded 2-core CI machine, where these tests run
+beside another Spark test: a line counts from the test's look *before* the one that saw
+it (it may have come right after that look; on a loaded machine a 5 ms sleep can take
+far longer), and files beyond :data:`MOST` may take longer (a stall of the JVM or of the
+machine); each file's delay is printed as that interval (look before..look that saw
+it). Measured on this 2-core machine at a load of 7-10: 0.01-0.06 s per file, with and
+without inotify (``CEC_INOTIFY=0``: the components' polls). Every other wait is
+generous and only the order is checked.
 """
 
 from __future__ import annotations
@@ -85,6 +100,12 @@ WINDOW = '{ kind = "time", size = "1s" }'
 # a watermark closed needs none of its rows (its log keeps its last row and the
 # token-only commits after it)
 TRIM = "segment_kb = 4\ntrim_lag_s = 0"
+# issue 37's bound (test 1): a window on the tail within this long of the publication of
+# the file whose W passed its end; the quiet partitions' windows all, the files' windows
+# for at least MOST of the files j >= 1 (see the module's docstring)
+BOUND_S = 1.0
+MOST = 0.8
+LOOK_S = 0.005  # how often the test reads the tail's output while it waits
 
 Row = tuple[int, int, int, int, float]  # key, window_start, window_end (us), count, value
 
@@ -156,10 +177,13 @@ def _spec(d: Path, partitions: int, source: str = "", extra_run: str = "") -> Pa
     return spec
 
 
-def _drop(folder: Path, j: int) -> None:
+def _drop(folder: Path, j: int) -> float:
+    """Publish file ``j`` (written under a hidden name, then renamed into the folder);
+    the moment of the rename (``time.monotonic``)."""
     tmp = folder / f".f{j:04d}.tmp"
     FILES[j].to_csv(tmp, index=False)
     tmp.rename(folder / f"f{j:04d}.csv")
+    return time.monotonic()
 
 
 # ------------------------------------------------------------------------ observing
@@ -199,25 +223,81 @@ def _us(text: str) -> int:
     return (datetime.fromisoformat(text) - EPOCH) // timedelta(microseconds=1)
 
 
+def _row(line: str) -> Row:
+    d = json.loads(line)
+    return (int(d["key"]), _us(d["window_start"]), _us(d["window_end"]), int(d["count"]),
+            float(d["value"]))
+
+
 def _printed(path: Path) -> Counter[Row]:
     """The tail's complete lines so far, as rows."""
     text = path.read_text() if path.exists() else ""
-    out: Counter[Row] = Counter()
-    for line in text.split("\n")[:-1]:
-        d = json.loads(line)
-        out[(int(d["key"]), _us(d["window_start"]), _us(d["window_end"]), int(d["count"]),
-             float(d["value"]))] += 1
-    return out
+    return Counter(_row(line) for line in text.split("\n")[:-1])
 
 
-def _wait_printed(out: Path, want: Counter[Row], proc: subprocess.Popen[bytes],
-                  timeout: float, what: str) -> None:
-    """Wait until the tail printed ``want`` (or ``proc`` ended); name what is missing."""
+class TailLines:
+    """The tail's output file read as it grows (each look reads the new complete lines):
+    every row printed, and for each the moments (``time.monotonic``) of the look before
+    the one that saw it and of the look that did: its line reached the file in between."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.rows: Counter[Row] = Counter()
+        self.came: dict[Row, tuple[float, float]] = {}  # row -> (look before, look)
+        self.looked = time.monotonic()  # the last look's start
+
+    def look(self) -> Counter[Row]:
+        start = time.monotonic()
+        data = b""
+        if self.path.exists():
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        done = time.monotonic()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        for line in data[:end].decode().split("\n")[:-1]:
+            row = _row(line)
+            self.rows[row] += 1
+            self.came.setdefault(row, (self.looked, done))
+        self.looked = start
+        return self.rows
+
+
+@dataclass
+class Delay:
+    """File ``j`` published → the lines of the windows its W closed on the tail (seconds):
+    ``lo`` from the look before the one that saw the last of them (the machine's look
+    interval taken off), ``hi`` to the look that saw it; ``quiet_lo``/``quiet_hi`` the
+    same over the quiet partitions' windows among them (None: none)."""
+
+    j: int
+    windows: int
+    lo: float
+    hi: float
+    quiet_windows: int
+    quiet_lo: float | None
+    quiet_hi: float | None
+
+    def __str__(self) -> str:
+        q = (f", quiet {self.quiet_windows} in {self.quiet_lo:.3f}..{self.quiet_hi:.3f} s"
+             if self.quiet_lo is not None and self.quiet_hi is not None else "")
+        return f"f{self.j}: {self.windows} windows in {self.lo:.3f}..{self.hi:.3f} s{q}"
+
+
+def _wait_printed(out: Path | TailLines, want: Counter[Row],
+                  proc: subprocess.Popen[bytes], timeout: float, what: str) -> None:
+    """Wait until the tail printed ``want`` (or ``proc`` ended); name what is missing.
+    A :class:`TailLines` is looked at every :data:`LOOK_S` (its lines timed)."""
+    def printed() -> Counter[Row]:
+        return out.look() if isinstance(out, TailLines) else _printed(out)
+
     try:
-        wait_for(lambda: not (want - _printed(out)) or proc.poll() is not None, timeout,
-                 what)
+        wait_for(lambda: not (want - printed()) or proc.poll() is not None, timeout,
+                 what, step=LOOK_S if isinstance(out, TailLines) else 0.05)
     except AssertionError as exc:
-        missing = sorted(want - _printed(out))
+        missing = sorted(want - printed())
         raise AssertionError(f"{exc}: {len(missing)} windows missing, the first "
                              f"{[(k, (s - BASE) / S) for k, s, *_ in missing[:8]]} "
                              "(key, start s)") from None
@@ -252,11 +332,24 @@ class Followed:
     printed: Counter[Row]
     exported: Counter[Row]
     csv: bytes
+    delays: list[Delay]
+
+
+def _delay(j: int, published: float, lines: TailLines, rows: Counter[Row],
+           quiet: Counter[Row]) -> Delay:
+    """File ``j``'s :class:`Delay`: ``rows`` are the windows its W closed."""
+    came = [lines.came[r] for r in rows]
+    mine = [lines.came[r] for r in rows if r in quiet]
+    return Delay(j, len(came), max(c[0] for c in came) - published,
+                 max(c[1] for c in came) - published, len(mine),
+                 max(c[0] for c in mine) - published if mine else None,
+                 max(c[1] for c in mine) - published if mine else None)
 
 
 def _follow(d: Path, partitions: int) -> Followed:
     """A failure-free run followed by ``cec tail``, files written one by one; after
-    each, the tail prints exactly the windows its W closed."""
+    each, the tail prints exactly the windows its W closed (each file j >= 1 timed from
+    its publication to those windows' lines: :class:`Delay`)."""
     spec = _spec(d, partitions)
     folder, run, out, err = d / "in", d / "run", d / "tail.jsonl", d / "tail.err"
     tail = _tail(run, out, err, "--format", "jsonl", "--from-start")
@@ -264,17 +357,22 @@ def _follow(d: Path, partitions: int) -> Followed:
                      d / "run.log")
     quiet = _quiet_rows(partitions)
     assert {r[1] for r in quiet} >= {BASE + 2 * S}  # the quiet keys' [2 s, 3 s) windows
+    lines = TailLines(out)
+    delays: list[Delay] = []
     try:
         for j in range(QUIET_FILES + 1):
-            _drop(folder, j)
+            published = _drop(folder, j)
             want = _closed_by(W[j])
-            _wait_printed(out, want, proc, 180 if j == 0 else 60,
+            _wait_printed(lines, want, proc, 180 if j == 0 else 60,
                           f"the windows file {j}'s W closes on the tail")
             assert proc.poll() is None, _log(d / "run.log")
             # exactly these: nothing printed twice, no window its W has not passed
-            assert _printed(out) == want, (j, _printed(out) - want)
+            assert lines.look() == want, (j, lines.rows - want)
             if j >= 1:  # the quiet partitions' windows, while their keys are quiet
-                assert not (quiet - _printed(out)), j
+                assert not (quiet - lines.rows), j
+                delays.append(_delay(j, published, lines, want - _closed_by(W[j - 1]),
+                                     quiet))
+                print(delays[-1])
         _drop(folder, QUIET_FILES + 1)  # the quiet keys come back
         (folder / "_END").touch()
         assert proc.wait(180) == 0, _log(d / "run.log")
@@ -284,7 +382,7 @@ def _follow(d: Path, partitions: int) -> Followed:
             if p.poll() is None:
                 p.kill()
     exported, csv = _exported(run, d)
-    return Followed(run, _printed(out), exported, csv)
+    return Followed(run, _printed(out), exported, csv, delays)
 
 
 @pytest.fixture(scope="module")
@@ -297,6 +395,25 @@ def _check_followed(f: Followed) -> None:
     assert sum(REFERENCE.values()) > 100
     assert f.printed == REFERENCE, (f.printed - REFERENCE, REFERENCE - f.printed)
     assert f.exported == REFERENCE
+    _check_delays(f.delays)
+
+
+def _check_delays(delays: list[Delay]) -> None:
+    """Issue 37's bound (the module's docstring): the quiet partitions' windows on the
+    tail within :data:`BOUND_S` of the publication of the file whose W passed their end,
+    every file's windows for :data:`MOST` of the files, the files' median too."""
+    print("publication -> line on the tail (look before..look that saw it):\n"
+          + "\n".join(map(str, delays)))
+    assert len(delays) == QUIET_FILES
+    quiet = [d for d in delays if d.quiet_lo is not None]
+    assert quiet and sum(d.quiet_windows for d in quiet) > 0
+    slow = [d for d in quiet if d.quiet_lo is not None and d.quiet_lo >= BOUND_S]
+    assert not slow, f"quiet windows later than {BOUND_S} s after W passed them: {slow}"
+    his = sorted(d.hi for d in delays)
+    assert his[len(his) // 2] < BOUND_S, f"median {his[len(his) // 2]:.3f} s"
+    late = [d for d in delays if d.lo >= BOUND_S]
+    assert len(late) <= (1 - MOST) * len(delays), \
+        f"more than {1 - MOST:.0%} of the files' windows later than {BOUND_S} s: {late}"
 
 
 def test_a_quiet_partitions_windows_reach_the_tail_while_it_is_quiet_p2(
