@@ -22,8 +22,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cec_spark.ingest.logs import committed_chunk, upstream_sealed
 from cec_spark.report import ExportResult, ExtentResult, LogReport, RecoverResult, RunResult
 from cec_spark.rundir.checksum import CHECKSUM_PREFIX, sign_run_text
+from cec_spark.rundir.layout import RunLayout
+from cec_spark.standby.watch import run_finished
 from cli.app import main
 from cli.schema import problems
 from tests.cec_spark.helpers import (
@@ -54,9 +57,6 @@ def checked(text: str, cls: type) -> dict[str, Any]:
     return doc
 
 
-STEADY_S: list[float] = []  # the reference run's time from its first input batch to the end
-
-
 @pytest.fixture(scope="module")
 def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(spec, reference export) of a failure-free run."""
@@ -70,7 +70,6 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     assert summary["completed"] and summary["source_rows"] == ROWS
     # with --json nothing human goes to stderr: not the JVM's boot warning, not the UI
     assert "incubator" not in run.stderr and "Spark UI" not in run.stderr, run.stderr
-    STEADY_S.append(float(summary["steady_s"]))
     exported = cec(["export", str(d / "ref"), "--out", str(d / "ref.csv"), "--json"],
                    check=True)
     assert checked(exported.stdout, ExportResult)["rows"] > 0
@@ -122,37 +121,52 @@ def _export_equals(run: Path, tmp: Path, reference: Path) -> None:
     assert out.read_bytes() == reference.read_bytes()
 
 
+def _processed(run: Path) -> int:
+    """The rows the operator tasks have consumed, as their state files say (every
+    0.5 s: behind the tasks by up to that)."""
+    return sum(int(s.get("in_tuples", 0)) for s in _states(run))  # type: ignore[call-overload]
+
+
 def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimming: Path,
                                              tmp_path: Path) -> None:
+    """kill -9 of the whole run once the operators have consumed a random share (5 to
+    40 %) of the rows, as their state files say. A random time after the first
+    processed batch (this test drew it up to 0.8 of the reference run's processing
+    time, 0.5 to 1.5 s on 2 cores) could land after the run's end when this run went
+    faster than the reference; a share of the rows lands in the work, and the test
+    asserts it did (a partition not done, an output log not sealed)."""
     spec, reference = trimming, workload[1]
     run = tmp_path / "run"
     seed = random.randrange(1 << 30)
-    # a random moment of the processing (as long as the reference run's took)
-    delay = random.Random(seed).uniform(0.0, 0.8 * STEADY_S[0])
+    target = int(random.Random(seed).uniform(0.05, 0.4) * ROWS)
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                      tmp_path / "run.log")
-    wait_for(lambda: any(int(s.get("in_tuples", 0)) > 0 for s in _states(run)), 180,
-             "the first processed batch")
-    time.sleep(delay)
+    wait_for(lambda: proc.poll() is not None or _processed(run) >= target, 180,
+             f"the operators to consume {target} rows", step=0.01)
+    assert proc.poll() is None, (seed, target, (tmp_path / "run.log").read_text()[-3000:])
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     # Spark's Python workers leave with their JVM (SIGHUP from the worker daemon)
     wait_for(lambda: not any(alive(pid) for pid in pids), 60, "orphaned workers to exit")
     done = [bool(s.get("done")) for s in _states(run)]
+    processed = _processed(run)
+    # where the kill landed: in the work, before the run's end
+    assert not all(done) and not run_finished(RunLayout(run), P), (seed, target, done)
+    assert target <= processed < ROWS, (seed, target, processed)
     # a dry run says what the recover will do, per partition and for the run, and why
     dry = cec(["recover", "--from-log", str(run), "--dry-run"], check=True).stdout
     would = [ln for ln in dry.splitlines() if ln.startswith("would: ")]
     assert len(would) == P + 1 and would[-1].startswith("would: run: "), dry
     assert all(ln.startswith(f"would: partition {p}: ") for p, ln in enumerate(would[:P])), dry
-    if not all(done):
-        assert "would rebuild the eventual checkpoint of" in dry or "start fresh" in dry, dry
+    assert "would rebuild the eventual checkpoint of" in dry or "start fresh" in dry, dry
     rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
     result = checked(rec.stdout, RecoverResult)
-    assert result["resumed"]["completed"], (seed, delay, result)
+    assert result["resumed"]["completed"], (seed, target, result)
     assert len(result["partitions"]) == P
-    print(f"seed={seed} delay={delay:.2f}s partitions done at the kill: {done}, "
-          f"upstream logs trimmed: {_trimmed(run)} of {P}")
+    print(f"seed={seed} killed at {processed} rows consumed (target {target} of {ROWS}), "
+          f"partitions done at the kill: {done}, upstream logs trimmed: {_trimmed(run)} "
+          f"of {P}")
     _export_equals(run, tmp_path, reference)
 
 
@@ -160,29 +174,45 @@ def test_parallel_ingest_killed_then_recovered(workload: tuple[Path, Path],
                                                tmp_path: Path) -> None:
     """Ingest over 3 reader and 3 writer tasks (a shuffle by key partition), trimmed
     without lag, kill -9 of the whole run while the upstream logs fill: the recovery
-    re-reads nothing twice and skips nothing (the export equals the reference)."""
+    re-reads nothing twice and skips nothing (the export equals the reference).
+
+    The ingest is short: probed on 2 cores, its upstream logs were sealed 0.5 s after
+    the operators' first batch at a load of 9, and 2.1 s after the first upstream
+    bytes at a load of 18 (the writers get their rows in a few batches of the shuffle),
+    so a kill at a random time 0 to 1.5 s after the first upstream bytes, as this test
+    did, could land after the ingest. The kill now comes at a random append of a
+    random writer task: that task dies at the crash
+    point ``log.after_append@K%iW`` (storage_log.faults) and the test kills the whole
+    run as soon as its mark appears, as a crash of the host at that moment would;
+    then it asserts where the kill landed: in that writer, mid-ingest (an upstream log
+    not sealed, the last chunk not committed)."""
     spec = workload[0].with_name("items-parallel.toml")  # beside the source it names
     spec.write_text(spec_text(SOURCE, partitions=P,
                               extra_run="ingest_tasks = 3\nsegment_kb = 16\ntrim_lag_s = 0"))
     reference = workload[1]
-    run = tmp_path / "run"
+    run, mark = tmp_path / "run", tmp_path / "mark"
+    mark.mkdir()
+    # each writer appends its ~48,000 rows in 5 or more batches (Arrow's 10,000 at most)
+    at = f"log.after_append@{random.randint(1, 3)}%i{random.randrange(P)}"
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
-                     tmp_path / "run.log")
+                     tmp_path / "run.log", env={"CEC_CRASH_AT": at,
+                                                "CEC_CRASH_MARK": str(mark)})
 
-    def upstream_rows() -> int:
-        n = 0
-        for p in range(P):
-            path = run / "upstream" / f"p{p:04d}"
-            if path.exists():
-                n += sum(f.stat().st_size for f in path.glob("*.seg"))
-        return n
+    def died() -> list[Path]:
+        return [m for m in mark.iterdir() if m.name.startswith("log.after_append.")]
 
-    wait_for(lambda: upstream_rows() > 0 or proc.poll() is not None, 180,
-             "the first upstream commit")
-    assert proc.poll() is None, (tmp_path / "run.log").read_text()[-3000:]
-    time.sleep(random.uniform(0.0, 1.5))
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
+    try:
+        wait_for(lambda: died() or proc.poll() is not None, 180, f"the crash point {at}",
+                 step=0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    # where the kill landed: in that writer task, mid-ingest
+    assert len(died()) == 1, (at, (tmp_path / "run.log").read_text()[-3000:])
+    assert f"tag={at.rsplit('%', 1)[1]}\n" in died()[0].read_text(), at
+    layout = RunLayout(run)
+    chunk = committed_chunk(layout, P)[0]
+    assert not upstream_sealed(layout, P) and chunk < -(-ROWS // 6000) - 1, (at, chunk)
     rec = cec(["recover", "--from-log", str(run), "--json"], check=True)
     assert json.loads(rec.stdout)["resumed"]["completed"]
     _export_equals(run, tmp_path, reference)
