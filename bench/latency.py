@@ -34,19 +34,31 @@ until it does). The result's top-level keys are the ``--rate`` run's (``bench/re
 reads them); every run is under ``rates``.
 
 **The skewed case** (``--skewed``, issue 37: watermarks through the upstream logs), one
-run at ``--rate``: ``busy`` seconds of rows for every key, then ``--quiet-s`` (10 s) in
-which the producer writes rows only for keys of partition 0, then ``busy`` seconds of
+run at ``--rate``: ``busy`` seconds of rows for every key, then ``--quiet-s`` (60 s) in
+which the producer writes rows for keys of partition 0 only, but for one row of a key
+of the other partition(s) every ``--quiet-every`` (5) windows, then ``busy`` seconds of
 every key again (``busy`` = half of what ``--seconds`` leaves beside the quiet span, at
-least 2 s). Partition 0's keys are chosen by the documented partition rule (key group
+least 2 s and 1 s more than ``--trim-s``). Those quiet rows keep the quiet partition's
+keys quiet (each key gets one at most: ~500 keys, 120 rows) and give the measure many
+events: each is alone in its window, at the window's start, and its partition's next row
+comes 5 windows later, so each window's end is passed by W (the busy partition's rows)
+long before any row of its own partition: 120 distinct window ends that only a
+watermark closes. (The quiet span starts at one of them: its first row closes the busy
+span's last windows as a tuple, with W, so no single end of hundreds of windows weighs
+on the percentiles; with ``--quiet-every 0`` the quiet span has no such row and the
+busy span's last windows, one end, are the only ones a watermark closes, as before.)
+Partition 0's keys are chosen by the documented partition rule (key group
 ``pmod(xxhash64(key), G)``, Spark's seed 42, owned by partition ``floor(kg * P / G)``:
 :mod:`bench.latency_stats`). Measured over the windows of the other partitions: from
 **W passing a window's end** (the publication of the first row at or past its end, of
 any partition: the ingest then commits a watermark at or past it to every upstream
 log) to its line on the tail; the windows that no row of their own partition closed
 before W did (the ones a quiet partition's operator can close only on a watermark)
-are reported apart, with how long they would have waited for their own partition's
-next row. Target: their p99 < 250 ms at 50 k rows/s. The
-result goes to ``--out`` (``python -m bench``: ``latency/skewed.json``).
+are reported apart, with how many distinct window ends they have and how long they
+would have waited for their own partition's next row. Target: their p99 < 250 ms at 50
+k rows/s, on a quiet machine (``others_cores``, as above). ``--quick``: a quiet span
+of 10 s (20 window ends), to check that it runs. The result goes to ``--out``
+(``python -m bench``: ``latency/skewed.json``).
 """
 
 from __future__ import annotations
@@ -105,19 +117,29 @@ class Producer(threading.Thread):
     """Writes one CSV file per interval; remembers when each file entered the source.
 
     ``quiet`` (seconds after the start, ``(from, to)``): rows whose time falls in that
-    span take their keys from ``busy_keys`` only (the skewed case)."""
+    span take their keys from ``busy_keys`` only (the skewed case); with
+    ``quiet_row_us`` the other keys (the quiet partitions') get one row each
+    ``quiet_row_us`` of event time in the span, one key after the other: a row at
+    exactly each multiple of ``quiet_row_us`` (the span's start rounded up to one, so a
+    multiple of the window when ``quiet_row_us`` is: each such row is alone in its
+    window, and the next comes ``quiet_row_us`` later)."""
 
     def __init__(self, folder: Path, rate: float, file_ms: float, seconds: float,
                  keys: int, seed: int = 1, quiet: tuple[float, float] | None = None,
-                 busy_keys: np.ndarray | None = None) -> None:
+                 busy_keys: np.ndarray | None = None, quiet_row_us: int | None = None
+                 ) -> None:
         super().__init__(daemon=True)
         self.folder, self.rate, self.file_s, self.seconds = folder, rate, file_ms / 1e3, seconds
         self.keys = keys
         self.rng = np.random.default_rng(seed)
         self.files: list[tuple[float, np.ndarray, np.ndarray]] = []  # (entered, keys, ts)
         self.n = 0
-        self.quiet, self.busy_keys = quiet, busy_keys
+        self.quiet, self.busy_keys, self.quiet_row_us = quiet, busy_keys, quiet_row_us
+        self.quiet_keys = (np.setdiff1d(np.arange(keys, dtype=np.int64), busy_keys)
+                           if busy_keys is not None else None)
         self.quiet_us: tuple[int, int] | None = None  # the quiet span in event time
+        self.quiet_rows = 0  # the quiet partitions' rows written in the quiet span
+        self.last_now_us: int | None = None  # the last file's time (its rows are up to it)
         self.ended: float | None = None  # when _END was written
 
     def write_file(self, now_us: int, n: int) -> None:
@@ -131,6 +153,8 @@ class Producer(threading.Thread):
             if inside.any():  # the quiet partitions get no row
                 keys[inside] = self.busy_keys[self.rng.integers(0, len(self.busy_keys),
                                                                 int(inside.sum()))]
+            keys, prices, ts = self._quiet_rows(keys, prices, ts, now_us)
+        self.last_now_us = now_us
         tmp = self.folder / f".f{self.n:08d}.csv"
         with tmp.open("wb") as fh:  # Arrow's writer (C++, without the GIL): the same text
             fh.write(b"item_id,item_price,item_time\n")  # as a Python loop, ~1/3 the CPU
@@ -140,11 +164,35 @@ class Producer(threading.Thread):
         self.files.append((time.time(), keys, ts))
         self.n += 1
 
+    def _quiet_rows(self, keys: np.ndarray, prices: np.ndarray, ts: np.ndarray,
+                    now_us: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The file's rows with the quiet partitions' rows of the quiet span added: one
+        at each multiple of ``quiet_row_us`` in the span after the last file's time and
+        up to ``now_us`` (so each is written once, in time order)."""
+        every, span = self.quiet_row_us, self.quiet_us
+        if every is None or span is None or self.quiet_keys is None \
+                or not len(self.quiet_keys):
+            return keys, prices, ts
+        lo = span[0] if self.last_now_us is None else max(span[0], self.last_now_us + 1)
+        first = -(-lo // every) * every  # the first multiple at or after lo
+        at = np.arange(first, min(now_us, span[1] - 1) + 1, every, dtype=np.int64)
+        if not len(at):
+            return keys, prices, ts
+        which = (at // every) % len(self.quiet_keys)  # one key after the other
+        self.quiet_rows += len(at)
+        keys = np.concatenate([keys, self.quiet_keys[which]])
+        prices = np.concatenate([prices, self.rng.integers(100, 10_000, len(at))])
+        ts = np.concatenate([ts, at])
+        order = np.argsort(ts, kind="stable")
+        return keys[order], prices[order], ts[order]
+
     def run(self) -> None:
         start = time.time()
         if self.quiet is not None:
-            self.quiet_us = (round((start + self.quiet[0]) * 1e6),
-                             round((start + self.quiet[1]) * 1e6))
+            q0 = round((start + self.quiet[0]) * 1e6)
+            if self.quiet_row_us is not None:  # from a multiple of quiet_row_us on: its
+                q0 = -(-q0 // self.quiet_row_us) * self.quiet_row_us  # first row there
+            self.quiet_us = (q0, q0 + round((self.quiet[1] - self.quiet[0]) * 1e6))
         nxt = start
         while time.time() - start < self.seconds:
             nxt += self.file_s
@@ -239,9 +287,11 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
                                 partitions=args.partitions, several=several))
     skewed = bool(getattr(args, "skewed", False))
     busy_keys = keys_of(BUSY_PARTITION, args.keys, args.partitions) if skewed else None
+    quiet_row_us = (args.quiet_every * args.window_ms * 1000
+                    if skewed and args.quiet_every else None)
     prod = Producer(folder, args.rate, args.file_ms, args.seconds, args.keys,
                     quiet=(args.busy_s, args.busy_s + args.quiet_s) if skewed else None,
-                    busy_keys=busy_keys)
+                    busy_keys=busy_keys, quiet_row_us=quiet_row_us)
     prod.write_file(time.time_ns() // 1000, 1)  # a stream folder starts with a file
     run = work / "run"
     others = Others().__enter__()  # other processes' CPU while the run runs
@@ -299,6 +349,9 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
         skew = {"case": "skewed", "busy_s": args.busy_s, "quiet_s": args.quiet_s,
                 "busy_partition": BUSY_PARTITION,
                 "busy_keys": len(busy_keys) if busy_keys is not None else 0,
+                # the quiet partitions' rows in the quiet span: one every this many
+                # windows (0: none), how many were written
+                "quiet_every_windows": args.quiet_every, "quiet_rows": prod.quiet_rows,
                 "quiet_partitions": quiet_latencies(
                     prod.files, seen, w_us, BUSY_PARTITION,
                     lambda k: partition_of(k, args.partitions), t0, t1, prod.ended)}
@@ -334,6 +387,14 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
 
 
 TARGETS_MS = {50_000: 100.0, 200_000: 250.0}  # issue 28: tail p99 at load < 2
+# the skewed case's quiet span and its quiet partitions' rows: one every 5 windows
+# (0.5 s), each alone in its window, so 60 s give 120 window ends that only a watermark
+# closes (each would wait 0.4-0.5 s for its partition's next row), and each of the
+# ~500 quiet keys gets one row at most in the span
+QUIET_S = 60.0
+QUIET_EVERY = 5
+
+
 def sweep(args: argparse.Namespace) -> dict[str, object]:
     """Every rate of ``--rates`` (then, with ``--find-knee``, doubling until the tail's
     p99 passes 1 s); the headline keys are the run at ``--rate``'s."""
@@ -406,14 +467,22 @@ def main(argv: list[str] | None = None) -> int:
                     "(at most one per partition; the master gets the slots for them)")
     ap.add_argument("--skewed", action="store_true",
                     help="the skewed case (issue 37), one run at --rate: partition 0's keys "
-                    "only for --quiet-s in the middle; W passing a quiet partition's window "
-                    "end to its line")
-    ap.add_argument("--quiet-s", type=float, default=10.0,
-                    help="--skewed: how long the other partitions' keys are quiet")
+                    "only (and one row of another key every --quiet-every windows) for "
+                    "--quiet-s in the middle; W passing a quiet partition's window end to "
+                    "its line")
+    ap.add_argument("--quiet-s", type=float, default=None,
+                    help="--skewed: how long the other partitions' keys are quiet (60 s; "
+                    "10 s with --quick)")
+    ap.add_argument("--quiet-every", type=int, default=QUIET_EVERY,
+                    help="--skewed: in the quiet span the quiet partitions get one row "
+                    "every this many windows, each for another key (0: none: then a "
+                    "single window end is closed by a watermark)")
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     args = ap.parse_args(argv)
     if args.quick:
         args.seconds, args.trim_s = 8.0, 1.0
+    if args.quiet_s is None:
+        args.quiet_s = 10.0 if args.quick else QUIET_S
     if args.skewed:
         args.rates = ""
         args.busy_s, args.seconds = skewed_spans(args.seconds, args.quiet_s, args.trim_s)

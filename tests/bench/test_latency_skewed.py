@@ -1,7 +1,9 @@
 """bench/latency.py's skewed case (issue 37), its pure parts (bench/latency_stats.py,
 the producer) without Spark: the keys of partition 0 by the documented partition rule,
-the producer's quiet span, the latency over the quiet partitions' windows (those only
-a watermark closes apart), the spans, the target and its place in BENCHMARKS.md."""
+the producer's quiet span and the quiet partitions' rows in it (one every few windows:
+many window ends that only a watermark closes, measured as the benchmark does), the
+latency over the quiet partitions' windows (those only a watermark closes apart), the
+spans and options, the target and its place in BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from bench.latency import Producer
 from bench.latency_stats import (
     SKEWED_TARGET_MS,
+    Files,
     keys_of,
     partition_of,
     quiet_latencies,
@@ -170,3 +173,120 @@ def test_benchmarks_md_shows_the_skewed_case_from_its_file(tmp_path: Path) -> No
     assert "| those closed by a watermark (no row of their partition yet) | 480 | 120.0 | " \
         "300.0 | 310.0 |" in md
     assert "10.1 s (max)" in md and "commit abc1234" in md
+
+
+# ------------------------------------------------------------- the quiet partitions' rows
+
+WIN = 100_000  # the benchmark's 100 ms windows, in µs
+
+
+def _stream(tmp_path: Path, quiet_row_us: int | None, quiet_us: tuple[int, int],
+            until_us: int, per_file: int = 200) -> tuple[Producer, Files]:
+    """A producer's files, one every 100 ms of event time to ``until_us``, and the
+    files as :func:`quiet_latencies` takes them, each published 5 ms after its time
+    (what the real run's clock would say)."""
+    busy = keys_of(0, 1000, 2)
+    prod = Producer(tmp_path, 50_000, 100.0, 1.0, 1000, quiet=(0.0, 1.0), busy_keys=busy,
+                    quiet_row_us=quiet_row_us)
+    prod.quiet_us = quiet_us
+    nows = list(range(WIN, until_us + 1, WIN))
+    for now in nows:
+        prod.write_file(now, per_file)
+    files = [(now / 1e6 + 0.005, keys, ts)
+             for now, (_, keys, ts) in zip(nows, prod.files, strict=True)]
+    return prod, files
+
+
+def _seen(files: Files, after_s: float) -> dict[tuple[int, int], float]:
+    """Every window's line ``after_s`` after W passed its end (the publication of the
+    first file whose latest row reaches it); the last windows at the end of input."""
+    last_ts = np.array([int(f[2][-1]) for f in files])
+    out: dict[tuple[int, int], float] = {}
+    for _, keys, ts in files:
+        for k, s in zip(keys.tolist(), (ts - ts % WIN).tolist(), strict=True):
+            i = int(np.searchsorted(last_ts, s + WIN, "left"))
+            out[(k, s)] = (files[i][0] if i < len(files) else files[-1][0] + 1) + after_s
+    return out
+
+
+def test_the_producer_writes_one_quiet_row_every_few_windows(tmp_path: Path) -> None:
+    """In the quiet span the quiet partitions get exactly one row at each multiple of
+    ``quiet_row_us`` (each once, whatever the files' times, each for another key), the
+    busy keys all the others; the stream stays in time order, the CSV holds them."""
+    every = 5 * WIN
+    busy = keys_of(0, 1000, 2)
+    prod = Producer(tmp_path, 50_000, 100.0, 1.0, 1000, quiet=(0.0, 1.0), busy_keys=busy,
+                    quiet_row_us=every)
+    prod.quiet_us = (1_000_000, 4_000_000)
+    for now in (900_000, 1_000_000, 1_170_000, 1_490_000, 1_500_000, 2_730_000, 4_000_000,
+                4_200_000):  # uneven: a file exactly at a multiple, some spanning several
+        prod.write_file(now, 300)
+    keys = np.concatenate([f[1] for f in prod.files])
+    ts = np.concatenate([f[2] for f in prod.files])
+    assert (np.diff(ts) >= 0).all()
+    inside = (ts >= 1_000_000) & (ts < 4_000_000)
+    quiet = inside & (partition_of(keys, 2) == 1)
+    assert ts[quiet].tolist() == list(range(1_000_000, 4_000_000, every))
+    assert len(set(keys[quiet].tolist())) == 6 and prod.quiet_rows == 6
+    assert (partition_of(keys[inside & ~quiet], 2) == 0).all()
+    text = (tmp_path / "f00000004.csv").read_text().splitlines()  # the 1.5 s file
+    assert text[0] == "item_id,item_price,item_time" and len(text) == 302
+    assert text[-1].endswith(",1500000") and partition_of(
+        np.array([int(text[-1].split(",")[0])]), 2)[0] == 1
+
+
+def test_the_quiet_rows_give_many_window_ends_that_only_a_watermark_closes(
+        tmp_path: Path) -> None:
+    """The benchmark's default shape (60 s quiet, a quiet row every 5 windows), measured
+    by :func:`quiet_latencies` as the benchmark does: each quiet row's window is closed by
+    W alone, each at its own end (>= 100 of them, one window each: no single end weighs
+    on the percentiles); the busy span's last windows are closed with W by the first
+    quiet row (a tuple), so they are not among them; each would have waited ~0.4 s."""
+    from bench.latency import QUIET_EVERY, QUIET_S
+
+    every = QUIET_EVERY * WIN
+    q0 = 3_000_000  # a multiple of every (the producer rounds the span's start up to one)
+    q1 = q0 + int(QUIET_S * 1e6)
+    assert q0 % every == 0
+    _, files = _stream(tmp_path, every, (q0, q1), q1 + 3_000_000, per_file=100)
+    got = quiet_latencies(files, _seen(files, 0.02), WIN, 0,
+                          lambda k: partition_of(k, 2), 0.0, 1e9, ended=files[-1][0])
+    ends = got["watermark_window_ends"]
+    assert ends >= 100 and ends == int(QUIET_S * 1e6) // every
+    assert got["watermark"]["n"] == ends  # one window per end
+    assert got["watermark"]["p99_ms"] == pytest.approx(20.0)
+    assert 0.3 <= got["waited_s_p50"] <= 0.5 and got["windows_without_result"] == 0
+
+
+def test_without_quiet_rows_one_window_end_has_every_watermark_window(
+        tmp_path: Path) -> None:
+    """``--quiet-every 0`` (the shape measured before): the busy span's last windows, one
+    end of many windows, are the only ones a watermark closes."""
+    _, files = _stream(tmp_path, None, (3_000_000, 6_000_000), 8_000_000, per_file=1_000)
+    got = quiet_latencies(files, _seen(files, 0.02), WIN, 0,
+                          lambda k: partition_of(k, 2), 0.0, 1e9, ended=files[-1][0])
+    assert got["watermark_window_ends"] == 1 and got["watermark"]["n"] > 50
+
+
+def test_the_skewed_options(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The spans main() gives the skewed run: 60 s quiet (10 s with --quick), one quiet
+    row every 5 windows, busy spans beside it; the result written to --out."""
+    import json
+
+    from bench import latency
+
+    got: list[object] = []
+
+    def sweep(args: object) -> dict[str, object]:
+        got.append(args)
+        return {"ok": True}
+
+    monkeypatch.setattr(latency, "sweep", sweep)
+    assert latency.main(["--skewed", "--out", str(tmp_path / "s.json")]) == 0
+    assert latency.main(["--skewed", "--quick", "--quiet-every", "0"]) == 0
+    full, quick = got
+    assert (full.quiet_s, full.quiet_every, full.busy_s, full.seconds,  # type: ignore[attr-defined]
+            full.rates, full.window_ms, full.rate) == (60.0, 5, 3.0, 66.0, "", 100, 50_000)  # type: ignore[attr-defined]
+    assert (quick.quiet_s, quick.quiet_every, quick.busy_s, quick.seconds) == (  # type: ignore[attr-defined]
+        10.0, 0, 2.0, 14.0)
+    assert json.loads((tmp_path / "s.json").read_text()) == {"ok": True}
