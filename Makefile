@@ -40,8 +40,8 @@ test-full: $(STAMP)
 	CEC_TEST_FULL=1 CEC_FAULTS_FULL=1 $(BIN)/python -m pytest -q
 
 # Every cell of the crash-point matrix (tests/faults: the real programs killed -9 at
-# each point of storage_log/faults.py, recovered, compared with pandas; about 9 minutes);
-# `make test` runs a sample of it that changes with the date.
+# each point of storage_log/faults.py, recovered, compared with pandas; 4 to 10 minutes
+# on 2 cores); `make test` runs a sample of it that changes with the date.
 test-faults: $(STAMP)
 	@sh scripts/check-java.sh
 	CEC_FAULTS_FULL=1 $(BIN)/python -m pytest -q tests/faults tests/storage_log/test_faults.py

@@ -49,11 +49,16 @@ POINTS: dict[str, str] = {
     "log.during_reconcile": "a writable open found the segments past its index (commits "
                             "to index, a torn tail to cut, or an index to rebuild), "
                             "before it cuts or indexes",
-    # cec_spark/ingest/writer.py, _UpstreamWriter
+    # cec_spark/ingest/writer.py, _UpstreamWriter (a chunk's or a watermark's commit
+    # while rows flow), and cec_spark/ingest/logs.py, commit_watermark (an idle
+    # watermark's, [source] idle_close: the stream ingest task, or the per-poll path's
+    # driver)
     "ingest.between_logs": "the first upstream log of a commit committed with its token, "
-                           "the others not yet (armed, they commit after it)",
-    "ingest.after_token": "every upstream log committed with its token (a chunk's or a "
-                          "watermark's), before the trim and the next append",
+                           "the others not yet (armed, they commit after it; an idle "
+                           "watermark's commit: the logs one after the other)",
+    "ingest.after_token": "every upstream log committed with its token (a chunk's, a "
+                          "watermark's or an idle watermark's), before the trim and the "
+                          "next append",
     # cec_spark/run/task.py (operator task, tagged p<partition>)
     "operator.before_group_commit": "a group of batches' output appended, not committed",
     "operator.after_group_commit": "a group committed, its state file not yet written",

@@ -24,6 +24,7 @@ from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.types import Chunk
 from recovery.upstream import upstream_trim_before
 from storage_log.cache import ID_FILE
+from storage_log.faults import crash_point
 from storage_log.log import StreamLog
 
 
@@ -168,17 +169,26 @@ def commit_watermark(logs: list[StreamLog | None], w: int) -> int:
     """Commit watermark ``w`` on every open log whose last token is below it: the
     token again, with ``wm = w`` (a TOKEN frame, no row). A log without a token (no
     chunk committed yet), a sealed one or one not this writer's is left. Returns how
-    many logs were committed (:mod:`cec_spark.ingest.watermark`: an idle source)."""
-    done = 0
+    many logs were committed (:mod:`cec_spark.ingest.watermark`: an idle source).
+
+    The logs are committed one after the other; the crash points are the writer's
+    (:mod:`storage_log.faults`): ``ingest.between_logs`` after the first of two or more
+    logs' commits, ``ingest.after_token`` after the last."""
+    todo = []
     for log in logs:
         if log is None or log.sealed:
             continue
         tok = decode_token(log.last_token())
         if tok is None or (tok.watermark is not None and tok.watermark >= w):
             continue
-        log.commit(encode_token(replace(tok, watermark=w)))
-        done += 1
-    return done
+        todo.append((log, encode_token(replace(tok, watermark=w))))
+    for i, (log, token) in enumerate(todo):
+        log.commit(token)
+        if i == 0 and len(todo) > 1:
+            crash_point("ingest.between_logs")
+    if todo:
+        crash_point("ingest.after_token")
+    return len(todo)
 
 
 def upstream_sealed(layout: RunLayout, partitions: int) -> bool:

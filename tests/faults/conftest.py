@@ -2,8 +2,10 @@
 with ``CEC_FAULTS_FULL=1`` (``make test-faults``).
 
 Cells marked ``faults_full`` are skipped unless ``CEC_FAULTS_FULL=1``: each one is a
-real ``cec`` run killed -9 and recovered (20-60 s), and the suite's budget holds one
-of them (test_crash_points.py says which, by the date)."""
+real ``cec`` run killed -9 and recovered (20-60 s), and the suite's budget holds two
+of them a day, one task cell and one other (a host, the reconcile, the driver or an
+idle cell), and one tail cell (test_crash_points.py's ``sample`` says which, by the
+date)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,11 @@ cell asserts. Then:
 * the driver cell kills ``cec run`` right after it took its driver number, starts
   ``cec standby`` after that death (it takes over a driver that died before it came),
   kills the standby after it won the next number, and recovers with ``cec recover``;
+* the idle cells (a stream folder with ``[source] idle_close``) kill the whole run
+  right after its first file's chunk is committed, then the recovery (the folder has
+  no new file: its first commit is an idle watermark's) between the two logs' commits
+  of that watermark or after them, then recover with the folder's next file and its
+  end;
 * the tail cells (no Spark: the run's logs are written here as the ingest and the
   operator tasks write them) kill ``cec tail --consumer c >> FILE`` after its intent,
   inside its write, after its print, and a restarted tail before it completes its
@@ -29,11 +34,16 @@ Every cell ends with the results equal, cell for cell and to the last bit of eve
 float, to pandas: tumbling count windows per key, each window's values added left to
 right (pandas' own ``mean`` compensates its sums and differs in the last bit).
 
-Budget: a Spark cell is a real run (a task cell: 15-30 s at a load of 20-38 on 2 cores)
-and, for the others, one or two recoveries (35-50 s); a tail cell 6-10 s. A ``pytest``
-run holds one task cell and one tail cell, chosen by the date (the points rotate from
-day to day); the rest are marked ``faults_full`` and run with ``CEC_FAULTS_FULL=1``
-(``make test-faults``, tests/faults/conftest.py): about 9 minutes.
+Budget: a Spark cell is a real run and, but for a task cell, one or two recoveries:
+measured on 2 cores (all 24 tests in 218 s at a load of 5-15), task cells 6-11 s, host
+cells 10-17 s, the reconcile cell 13 s, the driver cell 12 s, the idle cells 19-21 s
+(36 s at a busier moment), a tail cell 2-3 s; at a load of 17-26 (commit edb6cc4)
+task cells took 16-29 s, host cells 35-52 s, the whole matrix 10 minutes. A ``pytest``
+run holds one task cell, one other Spark cell (a host cell, the reconcile cell, the
+driver cell or an idle cell) and one tail cell, chosen by the date (:func:`sample`:
+each rotates on its own, so every cell runs within 11 days and every pair of a task
+cell and another within 77); the rest are marked ``faults_full`` and run with
+``CEC_FAULTS_FULL=1`` (``make test-faults``, tests/faults/conftest.py).
 """
 
 from __future__ import annotations
@@ -46,7 +56,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -55,6 +65,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from cec.ingest_token import IngestToken, decode_token
 from cec_spark.read.export import results_table
 from cec_spark.rundir.acks import ack_key, read_ack
 from cec_spark.rundir.drivers import latest_driver
@@ -246,16 +257,42 @@ CELLS = [
 ]
 
 
-def _today(cells: list[Cell]) -> Cell:
-    """The task cell of today's sample: the points rotate by the day of the year."""
-    tasks = [c for c in cells if not c.host]
-    return tasks[datetime.date.today().toordinal() % len(tasks)]
+IDLE_POINTS = ["ingest.between_logs", "ingest.after_token"]  # the idle cells' points
+#: the Spark cells but the task cells, by id: the host cells, the reconcile cell, the
+#: driver cell and the idle cells (a day's sample holds one of them)
+OTHERS = ([c.id for c in CELLS if c.host] + ["reconcile", "driver"]
+          + [f"idle-{p}" for p in IDLE_POINTS])
+
+
+def sample(day: datetime.date) -> set[str]:
+    """The ids of the day's sample of Spark cells: one task cell and one of
+    :data:`OTHERS`, each list rotating by the date's ordinal (7 and 11 cells, coprime:
+    every pair comes within 77 days). Each adds one real run and one or two recoveries
+    (20-50 s); the tail cells rotate apart (:func:`_tail_params`)."""
+    tasks = [c.id for c in CELLS if not c.host]
+    n = day.toordinal()
+    return {tasks[n % len(tasks)], OTHERS[n % len(OTHERS)]}
+
+
+TODAY = sample(datetime.date.today())
+
+
+def _unless_today(cell_id: str) -> list[pytest.MarkDecorator]:
+    """No mark for a cell of today's sample, else ``faults_full``."""
+    return [] if cell_id in TODAY else [pytest.mark.faults_full]
+
+
+def _sampled(cell_id: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """A test of one cell: marked ``faults_full`` unless it is in today's sample."""
+    def mark(test: Callable[..., None]) -> Callable[..., None]:
+        for m in _unless_today(cell_id):
+            test = m(test)
+        return test
+    return mark
 
 
 def _params() -> list[object]:
-    sample = _today(CELLS)
-    return [pytest.param(c, id=c.id, marks=[] if c == sample else [pytest.mark.faults_full])
-            for c in CELLS]
+    return [pytest.param(c, id=c.id, marks=_unless_today(c.id)) for c in CELLS]
 
 
 @pytest.mark.spark
@@ -281,7 +318,7 @@ def test_a_kill_at_the_point_then_recovery_is_exact(source: Source, tmp_path: Pa
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.faults_full
+@_sampled("reconcile")
 def test_a_kill_inside_the_reconcile_of_a_crashed_log(source: Source, tmp_path: Path) -> None:
     """A host crash right after the ingest wrote a commit's frames (not indexed), then a
     recovery killed inside the reconcile of that log, then a recovery to the end."""
@@ -305,7 +342,7 @@ def test_a_kill_inside_the_reconcile_of_a_crashed_log(source: Source, tmp_path: 
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.faults_full
+@_sampled("driver")
 def test_a_driver_killed_after_its_number_and_a_standby_killed_after_its_claim(
         source: Source, tmp_path: Path) -> None:
     """``cec run`` dies right after it took driver number 1; a standby started after
@@ -328,6 +365,91 @@ def test_a_driver_killed_after_its_number_and_a_standby_killed_after_its_claim(
     _cec(["recover", "--from-log", str(run)], log)
     assert latest_driver(layout) == 3
     assert_exact(_results(run), source.reference, "driver cell")
+
+
+# ------------------------------------------------------------------ the idle cells
+
+IDLE_ROWS = 1_500  # rows per file of the stream folder (two files)
+IDLE_TIMEOUT_S = 300  # a stream run never ends by itself: how long to wait for a point
+
+
+def _tokens(run: Path) -> list[IngestToken]:
+    """Each upstream log's last token (every log has one here)."""
+    out = []
+    for p in range(PARTS):
+        with StreamLog.open(RunLayout(run).upstream(p)) as log:
+            tok = decode_token(log.last_token())
+        assert tok is not None, f"upstream log {p} has no token"
+        out.append(tok)
+    return out
+
+
+def _drop_file(folder: Path, df: pd.DataFrame, i: int) -> None:
+    tmp = folder / f".f{i:04d}.tmp"
+    df.to_csv(tmp, index=False)
+    tmp.rename(folder / f"f{i:04d}.csv")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("point", [pytest.param(p, id=p, marks=_unless_today(f"idle-{p}"))
+                                   for p in IDLE_POINTS])
+def test_a_kill_in_an_idle_watermark_commit_then_recovery_is_exact(tmp_path: Path,
+                                                                   point: str) -> None:
+    """A stream folder with ``idle_close = "1s"``, one file in it: the whole run is
+    killed once that file's chunk is committed (``ingest.after_token``, the first hit:
+    a first chunk has no commit within it); ``cec recover`` finds no new file, so its
+    ingest's first commit is an idle watermark's (:func:`cec_spark.ingest.logs.
+    commit_watermark`), and it is killed at ``point`` in it: the logs' tokens say so
+    (``ingest.between_logs``: the first log has the idle watermark, the second not
+    yet); then a file with later times, the folder's end and ``cec recover``: the
+    results equal pandas'."""
+    folder, run, log = tmp_path / "in", tmp_path / "run", tmp_path / "cec.log"
+    folder.mkdir()
+    spec = tmp_path / "idle.toml"
+    spec.write_text(spec_text(f'kind = "stream-dir"\npath = "{folder}"\nformat = "csv"\n'
+                              'time_field = "item_time"\npoll_ms = 50\n'
+                              'idle_close = "1s"', where=None, function="avg",
+                              partitions=PARTS,
+                              window=f'{{ kind = "count", size = {SIZE} }}'))
+    df = write_items_csv(tmp_path / "all.csv", 2 * IDLE_ROWS, keys=KEYS, seed=11,
+                         negative=False)
+    first, later = df.iloc[:IDLE_ROWS], df.iloc[IDLE_ROWS:].copy()
+    later["item_time"] += 3_600_000_000  # an hour on: past any idle watermark
+    _drop_file(folder, first, 0)
+    end = int(first.item_time.iloc[-1])
+    m1, m2 = tmp_path / "mark1", tmp_path / "mark2"
+    m1.mkdir()
+    m2.mkdir()
+
+    proc = _start(["run", "pipeline", str(spec), "--log-dir", str(run)], log,
+                  _env(CEC_CRASH_AT="ingest.after_token", CEC_CRASH_MARK=str(m1)))
+    _wait(proc, log, mark=m1, point="ingest.after_token", timeout=IDLE_TIMEOUT_S)
+    assert "pyspark.worker" in landed(m1, "ingest.after_token").argv
+    before = _tokens(run)
+    assert [t.chunk for t in before] == [0] * PARTS, before  # the first file, whole
+    assert all(t.watermark is not None and t.watermark >= end for t in before), before
+
+    proc = _start(["recover", "--from-log", str(run)], log,
+                  _env(CEC_CRASH_AT=point, CEC_CRASH_MARK=str(m2)))
+    _wait(proc, log, mark=m2, point=point, timeout=IDLE_TIMEOUT_S)
+    assert "pyspark.worker" in landed(m2, point).argv
+    after = _tokens(run)
+    assert [t.chunk for t in after] == [0] * PARTS, after  # no row since: idle commits
+    moved = [a.watermark != b.watermark for a, b in zip(after, before, strict=True)]
+    assert moved == ([True, False] if point == "ingest.between_logs" else [True] * PARTS), (
+        point, before, after)
+    assert all(a.watermark is not None and b.watermark is not None
+               and a.watermark >= b.watermark + 1_000_000
+               for a, b, m in zip(after, before, moved, strict=True) if m), (before, after)
+    assert not _sealed(run)
+
+    _drop_file(folder, later, 1)
+    (folder / "_END").touch()
+    _cec(["recover", "--from-log", str(run)], log)
+    assert _sealed(run)
+    assert_exact(_results(run), count_windows(pd.concat([first, later]), SIZE, "mean"),
+                 f"idle {point}")
 
 
 # ------------------------------------------------------------------ the tail cells
@@ -432,10 +554,29 @@ def test_a_tail_killed_at_the_point_prints_every_result_once(tmp_path: Path,
 def test_every_point_has_a_cell_and_a_call() -> None:
     """The matrix covers POINTS, and the code calls each of them (crash_point refuses
     a name not in POINTS): a point without a cell or a call fails here."""
-    covered = {point_of(c.at) for c in CELLS} | set(TAIL_CELLS) | {
+    covered = {point_of(c.at) for c in CELLS} | set(TAIL_CELLS) | set(IDLE_POINTS) | {
         "log.during_reconcile", "driver.after_number", "driver.during_claim"}
     assert covered == set(POINTS)
     code = "\n".join(f.read_text() for pkg in ("storage_log", "cec_spark")
                      for f in (REPO / pkg).rglob("*.py"))
     called = {p for p in POINTS if f'crash_point("{p}")' in code}
     assert called == set(POINTS), f"never called: {sorted(set(POINTS) - called)}"
+
+
+def test_the_daily_sample_rotates_over_every_spark_cell() -> None:
+    """Each day samples one task cell and one other Spark cell; 11 days in a row sample
+    every cell, and the test functions' marks follow :data:`TODAY`."""
+    tasks = {c.id for c in CELLS if not c.host}
+    assert len(set(OTHERS)) == len(OTHERS) == 11 and len(tasks) == 7
+    first = datetime.date(2026, 1, 1)
+    seen: set[str] = set()
+    for d in range(len(OTHERS)):
+        day = sample(first + datetime.timedelta(days=d))
+        assert len(day & tasks) == 1 and len(day & set(OTHERS)) == 1, day
+        seen |= day
+    assert seen == tasks | set(OTHERS)
+    for name, cell_id in (("test_a_kill_inside_the_reconcile_of_a_crashed_log", "reconcile"),
+                          ("test_a_driver_killed_after_its_number_and_a_standby_killed_"
+                           "after_its_claim", "driver")):
+        marks = {m.name for m in getattr(globals()[name], "pytestmark", [])}
+        assert ("faults_full" in marks) == (cell_id not in TODAY), (name, marks)
