@@ -298,6 +298,10 @@ def _store_index(directory: Path, index: LogIndex, snap: Snapshot, res: WalkResu
                     sealed=res.sealed, trimmed=read_trim_marker(directory))
     else:
         report.entries_dropped = index.drop_after(snap.committed.last_seq)
+        if not report.entries_dropped and not res.entries and res.point == snap.committed \
+                and (res.schema_bytes, res.token, res.sealed) == \
+                (snap.schema, snap.token, snap.sealed):
+            return  # the index is the log's already: nothing written, nothing to sync
         index.commit(res.entries, res.point, schema=res.schema_bytes, token=res.token,
                      sealed=res.sealed)
     index.sync()

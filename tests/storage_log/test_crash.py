@@ -111,6 +111,50 @@ def test_committed_but_unindexed_records_are_indexed(tmp_path: Path) -> None:
         assert w.last_token() == b"t3"
 
 
+def test_a_clean_log_is_reconciled_without_writing_its_index(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writable open of a log whose index already is its committed end (a writer
+    closed, or killed after its last commit, a torn tail past it or not) writes and
+    syncs nothing in the index (a `cec recover` of P partitions opens 2P logs: the sync
+    was most of an open's cost); an index behind the segments is stored and synced."""
+    log_dir = tmp_path / "log"
+    with StreamLog.open(log_dir, writable=True, create=True) as w:
+        w.append(make_batch(0, 4))
+        w.commit(token=b"a")
+    snapshot = tmp_path / "idx"
+    shutil.copytree(index_path(log_dir), snapshot)
+    writes: list[str] = []
+    for name in ("sync", "commit", "reset"):
+        real = getattr(LogIndex, name)
+
+        def counted(self: LogIndex, *a: object, _real: object = real, _name: str = name,
+                    **k: object) -> object:
+            writes.append(_name)
+            return _real(self, *a, **k)  # type: ignore[operator]
+
+        monkeypatch.setattr(LogIndex, name, counted)
+    with StreamLog.open(log_dir, writable=True) as w:
+        assert w.reconcile_report is not None and w.reconcile_report.bytes_cut == 0
+        assert w.last_token() == b"a" and rows(w.read_forward()) == [0, 1, 2, 3]
+        assert writes == []  # the open wrote nothing to the index
+        w.append(make_batch(4, 4))
+        w._appender.flush(commit=False)  # written, never committed: a torn tail
+        w._appender.failed = RuntimeError("simulated crash")
+    with StreamLog.open(log_dir, writable=True) as w:
+        assert w.reconcile_report is not None and w.reconcile_report.bytes_cut > 0
+        assert writes == []  # bytes past the commit point cut: the index is unchanged
+        assert rows(w.read_forward()) == [0, 1, 2, 3] and w.last_token() == b"a"
+        w.append(make_batch(4, 4))
+        w.commit(token=b"b")
+    writes.clear()
+    shutil.rmtree(index_path(log_dir))
+    shutil.copytree(snapshot, index_path(log_dir))  # the index one commit behind
+    with StreamLog.open(log_dir, writable=True) as w:
+        assert w.reconcile_report is not None and w.reconcile_report.records_indexed == 1
+        assert writes == ["commit", "sync"]  # stored and synced
+        assert rows(w.read_forward()) == list(range(8)) and w.last_token() == b"b"
+
+
 def _index_state(log_dir: Path) -> tuple[object, ...]:
     idx = LogIndex(index_path(log_dir), create=False)
     try:
