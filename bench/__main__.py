@@ -7,7 +7,7 @@ setting, the same kill -9 and restart for recovery) and :mod:`bench.latency`. Wr
 under ``--out`` (default ``bench/results``; ``bench/results/quick`` with ``--quick``):
 ``results.md`` (every table of the paper's figures, the paper's numbers beside ours),
 ``results.json`` (every repetition), one PNG per figure, ``fair/`` and ``latency/``
-(``latency.json``, and ``skewed.json``: one partition's keys quiet for 10 s); the
+(``latency.json``, and ``skewed.json``: one partition's keys quiet for 60 s); the
 full run then rewrites ``BENCHMARKS.md`` from every result there (:mod:`bench.report`;
 ``--no-summary`` to skip, ``--summary`` to force, ``--report`` to do only that).
 With ``--only``, the sections not run keep their earlier results. ``--only rto`` runs
@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         lat.setdefault("commit", res["machine"]["commit"])
         lat.setdefault("load_start", load)
         target.write_text(json.dumps(lat, indent=1) + "\n")
-        _log("latency: bench/latency.py --skewed (one partition's keys quiet for 10 s)")
+        _log("latency: bench/latency.py --skewed (one partition's keys quiet for 60 s)")
         skewed = out / "latency" / "skewed.json"
         load = harness.load()
         code = latency.main(["--skewed", "--seconds", f"{preset.latency_seconds:g}",

@@ -383,8 +383,12 @@ def skewed_md(sk: dict[str, Any]) -> str:
              f"rows/s, {sk['window_ms']} ms windows, P = {sk['partitions']}; "
              f"{sk.get('busy_s', 0):g} s of every key, {sk.get('quiet_s', 10):g} s of "
              f"partition {sk.get('busy_partition', 0)}'s keys only "
-             f"({sk.get('busy_keys', '?')} keys, by the partition rule), "
-             f"{sk.get('busy_s', 0):g} s of every key; {_meta(sk)}. Latency = a window's "
+             f"({sk.get('busy_keys', '?')} keys, by the partition rule)"
+             + (f" but for one row of the quiet partitions every "
+                f"{sk['quiet_every_windows']} windows, each for a key of its own "
+                f"({sk.get('quiet_rows', '?')} rows: each window it opens only a "
+                "watermark can close)" if sk.get("quiet_every_windows") else "")
+             + f", {sk.get('busy_s', 0):g} s of every key; {_meta(sk)}. Latency = a window's "
              "line on `cec tail` − the publication of the first row at or past its end "
              "(the ingest then commits a watermark at or past it to every upstream log).", "",
              "| windows | n | p50 ms | p99 ms | max ms |", "|---|--:|--:|--:|--:|"]

@@ -127,11 +127,15 @@ def test_spans_and_target() -> None:
     assert skewed_spans(8.0, 10.0, 1.0) == (2.0, 14.0)  # --quick: the quiet span whole
     assert skewed_spans(8.0, 10.0, 3.0) == (4.0, 18.0)  # clear of the trimmed start
     res = {"rate_rows_per_s": 50_000.0, "load_avg_1m_start": 1.0, "load_avg_1m": 1.5,
-           "quiet_partitions": {"watermark": {"n": 400, "p99_ms": 180.0}}}
+           "quiet_partitions": {"watermark": {"n": 400, "p99_ms": 180.0},
+                                "watermark_window_ends": 120}}
     tg = skewed_targets(res)["watermark_p99"]
     assert tg == {"rate_rows_per_s": 50_000.0, "p99_target_ms": SKEWED_TARGET_MS,
-                  "p99_ms": 180.0, "met": True, "load_below_2": True,
+                  "p99_ms": 180.0, "window_ends": 120, "min_window_ends": 100,
+                  "met": True, "load_below_2": True,
                   "quiet": None}  # others' CPU not recorded: the load judges
+    res["quiet_partitions"]["watermark_window_ends"] = 1  # type: ignore[index]
+    assert skewed_targets(res)["watermark_p99"]["met"] is False  # one event: no p99
     res["quiet_partitions"] = {"watermark": {"n": 0}}
     res["load_avg_1m"] = 3.0
     tg = skewed_targets(res)["watermark_p99"]
