@@ -125,14 +125,14 @@ RunDirArg = Annotated[Path, typer.Argument(metavar="RUN_DIR", help="The run dire
 RUN_COLUMNS: tuple[Column, ...] = (
     "partition", "in_tuples", "r", "g_open", "g_check", "n_open", "q", "u", "done")
 RECOVER_COLUMNS: tuple[Column, ...] = (
-    "partition", "n_c", "T", "t_c", ("extent_records", "extent.records"),
+    "partition", "n_c", "replay_after_seq", "t_c", ("extent_records", "extent.records"),
     ("extent_bytes", "extent.bytes"), ("replay_positions", "extent.replay_length"),
     ("replay_tuples", "replay.tuples"), ("reconcile_s", "phases.reconcile.seconds"),
     ("scan_s", "phases.scan.seconds"), ("load_s", "phases.load.seconds"),
     ("replay_s", "phases.replay.seconds"))
 EXTENT_COLUMNS: tuple[Column, ...] = (
-    "partition", "q", "u", "T", "n_c", "t_c", ("R", "counts.R"), ("G_open", "counts.G_open"),
-    ("G_check", "counts.G_check"), ("oldest_age", "oldest.0.age"),
+    "partition", "q", "u", "replay_after_seq", "n_c", "t_c", ("R", "counts.R"),
+    ("G_open", "counts.G_open"), ("G_check", "counts.G_check"), ("oldest_age", "oldest.0.age"),
     ("recovery_s", "predicted_recovery_s"), ("late", "late_rows"), "watermark")
 LOG_COLUMNS: tuple[Column, ...] = (
     "path", ("segments", "segments.#"), "first_seq", "last_seq", "sealed",

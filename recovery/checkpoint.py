@@ -74,7 +74,7 @@ class ExtentMetrics:
     closed_skipped: int
     """Footprints of windows already closed, skipped."""
     replay_length: int
-    """The replay length u = t_c - T, input positions."""
+    """The replay length u = t_c - replay_after_seq (the paper's T), input positions."""
     oldest: tuple[Footprint, ...] = ()
     """The oldest footprints, oldest first."""
 
@@ -110,7 +110,7 @@ class EventualCheckpoint:
             "n_c": self.n_c,
             "t_c": self.t_c,
             "t_c_ts": self.t_c_ts,
-            "T": self.replay_after_seq,
+            "replay_after_seq": self.replay_after_seq,
             "last_out_seq": self.last_out_seq,
             "next_out_seq": self.next_out_seq,
             "extent": asdict(self.extent),

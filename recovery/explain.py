@@ -3,8 +3,9 @@
 The estimate model (:class:`RateModel`): each phase costs a fixed part plus a size
 over a rate. reconcile = ``reconcile_s``; scan = ``q / scan_records_per_s`` (``q`` the
 extent in output rows); load = ``N_c / load_windows_per_s``; replay =
-``u / replay_positions_per_s`` where ``u = t_c - T`` input positions (exact tuple
-count for dense sequence numbers, an upper bound after a filter). The default rates
+``u / replay_positions_per_s`` where ``u = t_c - replay_after_seq`` input positions
+(the paper's ``u = t_c - T``; exact tuple count for dense sequence numbers, an upper
+bound after a filter). The default rates
 are what ``bench/recovery_bench.py`` measured on the shared 2-core development
 machine (100 000 keys, window 10; the scan rate includes decoding the log records,
 the replay rate the replay filter, which hands the operator about a third of the
@@ -119,13 +120,11 @@ class RecoveryExplain:
     """Input position of the last output row (the checkpoint's position)."""
     t_c_ts_us: int | None
     """Event time of that row, microseconds."""
-    T: int | None
-    """Replay start: every input position after T is replayed (a run's partitions report
-    it as replay_after_seq)."""
+    replay_after_seq: int | None
+    """Replay start (the paper's T): every input position after it is replayed."""
     next_out_seq: int
-    """The output position the resumed operator writes next."""
-    resume_after_seq: int | None
-    """The input position the resumed operator continues after: always t_c."""
+    """The output position the resumed operator writes next (it continues with the
+    input positions after t_c)."""
     extent: ExtentMetrics | None
     """The extent scanned (null for a fresh start)."""
     replay: ReplayStats
@@ -145,7 +144,7 @@ class RecoveryExplain:
     def fresh(cls, reason: str, phases: tuple[Phase, ...], rates: RateModel) -> RecoveryExplain:
         """The explain of a log with nothing to recover: the operator starts fresh."""
         return cls(fresh_start=True, reason=reason, n_c=None, t_c=None, t_c_ts_us=None,
-                   T=None, next_out_seq=0, resume_after_seq=None, extent=None,
+                   replay_after_seq=None, next_out_seq=0, extent=None,
                    replay=ReplayStats(), phases=phases, rates=rates, **_totals(phases))
 
     @classmethod
@@ -159,8 +158,8 @@ class RecoveryExplain:
     ) -> RecoveryExplain:
         """The explain of a reconstructed EC and its replay (None: nothing replayed)."""
         return cls(fresh_start=False, reason=reason, n_c=ec.n_c, t_c=ec.t_c,
-                   t_c_ts_us=ec.t_c_ts, T=ec.replay_after_seq, next_out_seq=ec.next_out_seq,
-                   resume_after_seq=ec.t_c, extent=ec.extent,
+                   t_c_ts_us=ec.t_c_ts, replay_after_seq=ec.replay_after_seq,
+                   next_out_seq=ec.next_out_seq, extent=ec.extent,
                    replay=replay or ReplayStats(), phases=phases, rates=rates,
                    **_totals(phases))
 
@@ -171,8 +170,8 @@ class RecoveryExplain:
         extent = raw.get("extent")
         return cls(
             fresh_start=raw["fresh_start"], reason=raw["reason"], n_c=raw["n_c"],
-            t_c=raw["t_c"], t_c_ts_us=raw["t_c_ts_us"], T=raw["T"],
-            next_out_seq=raw["next_out_seq"], resume_after_seq=raw["resume_after_seq"],
+            t_c=raw["t_c"], t_c_ts_us=raw["t_c_ts_us"],
+            replay_after_seq=raw["replay_after_seq"], next_out_seq=raw["next_out_seq"],
             extent=ExtentMetrics.from_dict(extent) if extent else None,
             replay=ReplayStats(**raw["replay"]), phases=phases,
             rates=RateModel(**raw["rates"]), **_totals(phases))

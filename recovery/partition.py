@@ -101,14 +101,14 @@ class Recovered:
     def t_c(self) -> int | None:
         """The input position of the last durable output row: the operator's state is as
         of it, and it continues with the upstream tuples after it (None: a fresh start,
-        from the beginning). The explain's JSON also calls it ``resume_after_seq``."""
+        from the beginning)."""
         return self.explain.t_c
 
     @property
     def replay_after_seq(self) -> int | None:
-        """``T``: the recovery replayed the upstream tuples after it (None: a fresh
-        start); the replay_after_seq a task reports starts from it."""
-        return self.explain.T
+        """The paper's ``T``: the recovery replayed the upstream tuples after it (None: a
+        fresh start); the replay_after_seq a task reports starts from it."""
+        return self.explain.replay_after_seq
 
 
 def boundary_seq(output_log: OutputLogReader, at_seq: int) -> int:

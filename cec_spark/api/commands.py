@@ -129,7 +129,8 @@ def tail(run_dir: Path | str, *, fmt: str = "jsonl", from_start: bool = False,
 
 def inspect_extent(run_dir: Path | str, *, partition: int | None = None,
                    at: int | None = None) -> ExtentResult:
-    """``cec inspect extent``: q, u, T, N per partition, now or as of ``at`` (us)."""
+    """``cec inspect extent``: q, u, replay_after_seq, N per partition, now or as of
+    ``at`` (us)."""
     from cec_spark.read.inspect import inspect_extent as extent  # noqa: PLC0415 - lazy
 
     return extent(run_dir, partition=partition, at=at)

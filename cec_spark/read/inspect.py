@@ -57,7 +57,7 @@ def _partitions(layout: RunLayout, partition: int | None, total: int) -> list[in
 
 def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | None = None
                    ) -> ExtentResult:
-    """``cec inspect extent``: q, u, T, n_c, the oldest windows, G_check counts and
+    """``cec inspect extent``: q, u, replay_after_seq, n_c, the oldest windows, G_check counts and
     each partition's two watermarks, the ingest's and the operator's, as they are now
     (with ``at``: only where ``at`` is at or after them and the output log's last row,
     so that the extent is the newest one; else null, not known as of ``at``).
@@ -92,8 +92,8 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
         path = layout.output(p)
         entry: dict[str, Any] = {"partition": p, "empty": False, "reason": "",
                                  "trimmed_through_seq": None, "counts": None,
-                                 "sealed": None, "n_c": None, "T": None, "t_c": None,
-                                 "t_c_ts_us": None, "q": None, "u": None,
+                                 "sealed": None, "n_c": None, "replay_after_seq": None,
+                                 "t_c": None, "t_c_ts_us": None, "q": None, "u": None,
                                  "extent_bytes": None, "g_open_found": None,
                                  "g_check_found": None, "oldest": [],
                                  "late_rows": late[p], **(wms[p] if at is None else {})}
@@ -122,10 +122,10 @@ def inspect_extent(root: Path | str, *, partition: int | None = None, at: int | 
             entry.update(empty=True, reason=rec.reason)
         else:
             ext = rec.extent
-            entry.update(n_c=rec.n_c, T=rec.replay_after_seq, t_c=rec.t_c, t_c_ts_us=rec.t_c_ts,
-                         q=ext.records, u=ext.replay_length, extent_bytes=ext.bytes,
-                         g_open_found=ext.g_open_found, g_check_found=ext.g_check_found,
-                         oldest=list(ext.oldest))
+            entry.update(n_c=rec.n_c, replay_after_seq=rec.replay_after_seq, t_c=rec.t_c,
+                         t_c_ts_us=rec.t_c_ts, q=ext.records, u=ext.replay_length,
+                         extent_bytes=ext.bytes, g_open_found=ext.g_open_found,
+                         g_check_found=ext.g_check_found, oldest=list(ext.oldest))
             entry.update(_prediction(read_advisory(layout.state_file(p)), fixed, ext.records,
                                      ext.replay_length, objective))
         parts.append(ExtentPartition(**entry))

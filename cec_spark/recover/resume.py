@@ -76,12 +76,12 @@ def recover_run(run_dir: Path | str, *, dry_run: bool = False, progress: bool = 
                 in_tasks: bool = True) -> RecoverResult:
     """``cec recover --from-log RUN``: reconcile every log, resume, explain.
 
-    Per partition the explain has ``n_c``, ``T``, ``t_c``, the extent (records
-    and bytes), the replay tuples and the time of each phase (reconcile, scan, load,
-    replay), as the resumed operator task that rebuilt it reports them. With
-    ``dry_run`` the logs are only read (nothing is reconciled; the replay is counted
-    exactly from the upstream log but not run, its time estimated), every partition
-    at once, and nothing is resumed. Without it every log is reconciled (torn tails
+    Per partition the explain has ``n_c``, ``replay_after_seq``, ``t_c``, the extent
+    (records and bytes), the replay tuples and the time of each phase (reconcile,
+    scan, load, replay), as the resumed operator task that rebuilt it reports them.
+    With ``dry_run`` the logs are only read (nothing is reconciled; the replay is
+    counted exactly from the upstream log but not run, its time estimated), every
+    partition at once, and nothing is resumed. Without it every log is reconciled (torn tails
     cut, a damaged output log cut), then the pipeline resumes from where it stopped
     and runs to the end of a bounded source, on ``master`` with ``conf`` over the
     stored Spark settings if given; each task rebuilds its eventual checkpoint and
@@ -251,7 +251,8 @@ def would_do(parts: list[RecoverPartition], source_done: bool | None) -> list[st
             est = f", about {e.estimated_s:.2g} s" if e.estimated_s is not None else ""
             lines.append(
                 head + f"would rebuild the eventual checkpoint of {e.n_c} open windows "
-                f"{scan}, replay {tuples} upstream tuples after input position {e.T} "
+                f"{scan}, replay {tuples} upstream tuples after input position "
+                f"{e.replay_after_seq} "
                 f"(reconstruction mode up to {e.t_c}, where its output ends{est}), then "
                 f"continue after input position {e.t_c} at output seq "
                 f"{e.next_out_seq}")

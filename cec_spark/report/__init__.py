@@ -14,7 +14,7 @@ these classes, the docstring under each field included (``cli/schema.py``).
 
 Names: a partition is ``partition``; durations are seconds (``*_s``); wall-clock
 times and the logs' event times are int64 microseconds (``*_us``); positions in a log
-(``seq``, ``t_c``, ``T``) are plain integers.
+(``seq``, ``t_c``, ``replay_after_seq``) are plain integers.
 
 | module | what it declares |
 |---|---|

@@ -40,9 +40,8 @@ class ExtentPartition:
     """The output log is sealed."""
     n_c: int | None
     """Open windows in the eventual checkpoint (N_c)."""
-    T: int | None
-    """Replay start: every input position after T would be replayed (a run's partitions
-    report it as replay_after_seq)."""
+    replay_after_seq: int | None
+    """Replay start (the paper's T): every input position after it would be replayed."""
     t_c: int | None
     """Input position of the last output row."""
     t_c_ts_us: int | None
@@ -50,7 +49,7 @@ class ExtentPartition:
     q: int | None
     """The extent q: output rows from the oldest footprint to the last row."""
     u: int | None
-    """The replay length u = t_c - T, input positions."""
+    """The replay length u = t_c - replay_after_seq, input positions."""
     extent_bytes: int | None
     """In-memory (Arrow) size of the log records scanned, bytes."""
     g_open_found: int | None

@@ -104,13 +104,11 @@ class RecoverPartition:
     """Input position of the last output row (the checkpoint's position)."""
     t_c_ts_us: int | None = None
     """Event time of that row, microseconds."""
-    T: int | None = None
-    """Replay start: every input position after T is replayed (a run's partitions report
-    it as replay_after_seq)."""
+    replay_after_seq: int | None = None
+    """Replay start (the paper's T): every input position after it is replayed."""
     next_out_seq: int | None = None
-    """The output position the resumed operator writes next."""
-    resume_after_seq: int | None = None
-    """The input position the resumed operator continues after: always t_c."""
+    """The output position the resumed operator writes next (it continues with the
+    input positions after t_c)."""
     extent: ExtentMetrics | None = None
     """The extent scanned (null: none)."""
     replay: ReplayStats | None = None
@@ -145,8 +143,8 @@ class RecoverPartition:
         """Partition ``partition``'s recovery as ``explain`` says, with ``more``."""
         e = explain
         return cls(partition=partition, fresh_start=e.fresh_start, reason=e.reason,
-                   n_c=e.n_c, t_c=e.t_c, t_c_ts_us=e.t_c_ts_us, T=e.T,
-                   next_out_seq=e.next_out_seq, resume_after_seq=e.resume_after_seq,
+                   n_c=e.n_c, t_c=e.t_c, t_c_ts_us=e.t_c_ts_us,
+                   replay_after_seq=e.replay_after_seq, next_out_seq=e.next_out_seq,
                    extent=e.extent, replay=e.replay, phases=e.phases,
                    estimated_s=e.estimated_s, measured_s=e.measured_s, cpu_s=e.cpu_s,
                    rates=e.rates, **more)

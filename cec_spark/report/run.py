@@ -42,7 +42,7 @@ class PartitionRun:
     u: int
     """The replay length u at the end, input positions."""
     replay_after_seq: int | None
-    """The input position a recovery would replay after, the recovery's T (upstream
+    """The input position a recovery would replay after (the paper's T; upstream
     retention keeps it)."""
     first_input_at_us: int | None
     """Wall clock time of the first input batch, microseconds since the epoch."""

@@ -118,7 +118,7 @@ class RtoTask:
         target = read_run(self.layout).get("catch_up", {})
         up = target.get(str(self.p)) if isinstance(target, dict) else None
         self.catch_up_to = int(up) if isinstance(up, int) and not explain.fresh_start else None
-        self._resumed_at = explain.resume_after_seq
+        self._resumed_at = explain.t_c
         self.note_caught_up(counters)
 
     def note_caught_up(self, counters: TaskCounters, *, finished: bool = False) -> bool:

@@ -118,7 +118,7 @@ def test_the_driver_of_recover_loads_no_window_state(tmp_path: Path,
 
     # reads only (may scan the extents; a rescale's dry run loads the windows to count)
     dry = recover_run(run, dry_run=True, partitions=partitions)
-    predicted = {e.partition: (e.n_c, e.T, e.t_c) for e in dry.partitions}
+    predicted = {e.partition: (e.n_c, e.replay_after_seq, e.t_c) for e in dry.partitions}
     assert all(n_c for n_c, _, _ in predicted.values()), dry  # open windows everywhere
     if partitions is not None:
         assert dry.rescale is not None and sum(dry.rescale.windows_per_partition) > 0, dry
@@ -150,7 +150,7 @@ def test_the_driver_of_recover_loads_no_window_state(tmp_path: Path,
     # from their hand-over record: nothing to predict before it is written)
     for e in (rec.partitions if partitions is None else []):
         assert e.fresh_start is False and e.extent is not None and e.replay is not None, e
-        assert (e.n_c, e.T, e.t_c) == predicted[e.partition], (e, predicted)
+        assert (e.n_c, e.replay_after_seq, e.t_c) == predicted[e.partition], (e, predicted)
         assert {ph.name for ph in e.phases} >= {"scan", "load", "replay"}, e.phases
         assert e.reason.startswith("EC of"), e.reason
     out = tmp_path / "out.csv"

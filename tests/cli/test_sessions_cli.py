@@ -250,7 +250,7 @@ def test_inspect_extent_time_travel_and_rto_of_a_session_run(reference: Referenc
             assert len(row) == 1 and int(row.item_time.iloc[0]) == e["t_c_ts_us"]
             want = _sessions_open_at(mine, e["t_c"])
             assert e["n_c"] == len(want) > 0, (at, e["partition"])
-            assert e["T"] <= e["t_c"] and e["u"] == e["t_c"] - e["T"]
+            assert e["replay_after_seq"] <= e["t_c"] and e["u"] == e["t_c"] - e["replay_after_seq"]
             for fp in e["oldest"]:
                 assert (int(fp["key"]), int(fp["win_start"])) in want, fp
     # now: the run is complete (every session closed at the end), with its objective

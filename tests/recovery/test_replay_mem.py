@@ -98,7 +98,7 @@ def test_n_c_zero_only_g_open_and_reopened_windows() -> None:
         explain = crash_and_recover(scn, original, k)
         kinds.add(explain.n_c)
         if explain.n_c == 0:
-            assert explain.t_c == explain.T
+            assert explain.t_c == explain.replay_after_seq
             assert explain.replay.tuples == 0
     assert kinds == {0, 1}
 
@@ -116,7 +116,7 @@ def test_closed_and_reopened_inside_the_extent() -> None:
     original = run(scn, inputs)
     explain = crash_and_recover(scn, original, len(original.records()))
     assert explain.extent is not None and explain.extent.closed_skipped >= 3
-    assert explain.T == 0
+    assert explain.replay_after_seq == 0
 
 
 def test_time_windows_sliding() -> None:
@@ -154,7 +154,7 @@ def test_trimmed_upstream_and_output() -> None:
     records = [b for _, b in original.records()]
     op = scn.operator()
     res = recover_from_logs(MemLog(records), MemLog(inputs[1:]), op)
-    assert res.explain.T == 0
+    assert res.explain.replay_after_seq == 0
     rec = res.reconstruction
     assert isinstance(rec, EventualCheckpoint)
     check_state(scn, original, rec, op.state_at(), original.records()[-1][0])
