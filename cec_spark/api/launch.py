@@ -181,7 +181,7 @@ def _run_frame(pipeline: Pipeline, frame: DataFrame, run_dir: Path | str, *,
     """Check everything that can be checked, stage the DataFrame, run on its session."""
     from cec_spark.api.frame import stage, staged_frame  # noqa: PLC0415 - lazy
     from cec_spark.api.session import check_workers, on_session  # noqa: PLC0415 - lazy
-    from cec_spark.run.plan import check_log_dir  # noqa: PLC0415 - lazy
+    from cec_spark.run.plan import check_new_run_dir  # noqa: PLC0415 - lazy
     from cec_spark.run.slots import check_local_slots  # noqa: PLC0415 - lazy
 
     spark = frame.sparkSession
@@ -190,7 +190,7 @@ def _run_frame(pipeline: Pipeline, frame: DataFrame, run_dir: Path | str, *,
     staged = staged_frame(frame, spec, {k: pipeline.call(k) for k in
                                         ("source", "group_by", "agg")})
     check_local_slots(spec.run.partitions, spec.run.effective_master)
-    layout = check_log_dir(Path(run_dir))
+    layout = check_new_run_dir(Path(run_dir))
     check_workers(spark)
     created = not layout.root.exists()
     layout.root.mkdir(parents=True, exist_ok=True)

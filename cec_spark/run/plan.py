@@ -88,7 +88,7 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
                  max_tuples: int | None = None, staged: str | None = None) -> RunPlan:
     """Check everything about a new run that can be checked before anything is written.
 
-    A bad ``--max-tuples``, too few local task slots, a log directory that holds
+    A bad ``--max-tuples``, too few local task slots, a run directory that holds
     anything, a bounded source without its files or columns, a bad row in its first
     chunk or a stream folder that ends before its first file: UsageError (exit 2),
     nothing on disk. The other rows of a bounded source are not read here (its plan
@@ -102,7 +102,7 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
         raise UsageError(f"--max-tuples: must be >= 0, got {max_tuples}")
     check_local_slots(spec.run.partitions, spec.run.effective_master)
     run_dir = run_dir if run_dir is not None else default_run_dir(Path(spec_path))
-    layout = check_log_dir(run_dir, staged=staged)
+    layout = check_new_run_dir(run_dir, staged=staged)
     # from the files' metadata: the ingest tasks check the rows (Chunk.check)
     stats = file_stats(spec)
     source = plan_source(spec, max_rows=max_tuples, validate=False)
@@ -153,10 +153,10 @@ def choose_ingest_tasks(given: int | None, *, slots: int | None, partitions: int
                f"{cores} cores are left to the ingest); set ingest_tasks to choose")
 
 
-def check_log_dir(run_dir: Path | str, *, staged: str | None = None) -> RunLayout:
-    """The layout of a new run in ``run_dir`` (``--log-dir``, made absolute), which must
-    not exist or be an empty directory (but for an entry named ``staged``); else
-    UsageError."""
+def check_new_run_dir(run_dir: Path | str, *, staged: str | None = None) -> RunLayout:
+    """The layout of a new run in the run directory ``run_dir`` (``cec run``'s
+    ``--log-dir``, made absolute), which must not exist or be an empty directory (but
+    for an entry named ``staged``); else UsageError."""
     layout = RunLayout(Path(os.path.abspath(run_dir)))
     if layout.exists():
         raise UsageError(f"{run_dir}: already holds a run; resume it with "
