@@ -229,14 +229,35 @@ def _run_dir_names() -> set[str]:
     return {*layout.FOLDERS, *names}
 
 
+# The numbered and suffixed entries of the map, written as f-strings: ``pNNNN``,
+# ``gNNNN``, ``qNNNN-pNNNN.arrow`` (``:04d``), ``drivers/NNNNNNNN`` (``:08d``), and the
+# names ending as its files do (``H-PID.live``, ``H-PID.hot``, ``pNNNN.json``,
+# ``H-PID.txt``, ``NAME.pending.json``).
+RUN_DIR_NUMBERS = {"04d", "08d"}
+RUN_DIR_SUFFIXES = (".json", ".live", ".hot", ".txt")
+
+
+def _run_dir_fstring(node: ast.JoinedStr) -> bool:
+    """An f-string that names a numbered or suffixed entry of the run directory."""
+    specs = {"".join(str(c.value) for c in v.format_spec.values
+                     if isinstance(c, ast.Constant))
+             for v in node.values
+             if isinstance(v, ast.FormattedValue) and isinstance(v.format_spec, ast.JoinedStr)}
+    last = node.values[-1] if node.values else None
+    tail = last.value if isinstance(last, ast.Constant) and isinstance(last.value, str) else ""
+    return bool(specs & RUN_DIR_NUMBERS) or tail.endswith(RUN_DIR_SUFFIXES)
+
+
 def _paths_built(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
     """(line, name) of each ``x / "name"``, ``"name" / x``, ``x.joinpath("name")``,
     ``Path(x, "name")`` or ``os.path.join(x, "name")`` with ``name`` a run-directory
-    entry."""
+    entry, or an f-string such as ``f"p{p:04d}.json"`` (:func:`_run_dir_fstring`)."""
     def entry(node: ast.AST) -> str | None:
         if isinstance(node, ast.Constant) and isinstance(node.value, str) \
                 and node.value in names:
             return node.value
+        if isinstance(node, ast.JoinedStr) and _run_dir_fstring(node):
+            return ast.unparse(node)
         return None
 
     found = []
@@ -254,10 +275,13 @@ def _paths_built(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
 def test_the_run_directory_map_finds_hand_built_paths() -> None:
     """The check below sees each way of joining an entry name onto a path."""
     code = ('root / "STOP"; "state" / x; root.joinpath("drivers"); Path(root, "run.toml")\n'
-            'os.path.join(root, "consumers"); root / "elsewhere"; f(root, "state")')
+            'os.path.join(root, "consumers"); root / "elsewhere"; f(root, "state")\n'
+            'go.parent / f"p{p:04d}.json"; d / f"{n:08d}"; d / f"{host}-{pid}.live"\n'
+            'd / f"jvm-{key}.jsa"; d / f"run-{n:06d}.arrow"; d / f".{name}.{pid}.tmp"')
     got = _paths_built(ast.parse(code), _run_dir_names())
     assert got == [(1, "STOP"), (1, "state"), (1, "drivers"), (1, "run.toml"),
-                   (2, "consumers")]
+                   (2, "consumers"), (3, "f'p{p:04d}.json'"), (3, "f'{n:08d}'"),
+                   (3, "f'{host}-{pid}.live'")]
 
 
 def test_run_directory_paths_are_built_in_rundir_only() -> None:

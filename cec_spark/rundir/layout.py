@@ -29,8 +29,9 @@ other library module joins a run directory's entry name onto a path):
       drivers/00000001     one file per driver that ran the run (cec run, cec recover,
                            a standby taking over), and 00000001.live: its lease
       standbys/H-PID.live  the lease of each `cec standby` watching the run
-      standbys/H-PID.hot/  its hot operator tasks: go, their release, and
-                           pNNNN.json, how far each has followed its output log
+      standbys/H-PID.hot/  its hot operator tasks (hot_dir): go, their release
+                           (standby_release), and pNNNN.json, how far each has
+                           followed its output log (hot_report)
       consumers/NAME.json  what `cec export --consumer NAME` acknowledged (retention),
                            and NAME.pending.json: a `cec tail`'s batch in flight
       source/              a DataFrame run's staged input (the Python API)
@@ -222,11 +223,21 @@ class RunLayout:
         """The lease of standby ``host``/``pid``."""
         return self.standbys_dir / f"{host}-{pid}.live"
 
+    def hot_dir(self, host: str, pid: int) -> Path:
+        """``standbys/HOST-PID.hot/``: the folder of that standby's hot operator tasks
+        (:mod:`cec_spark.standby.hot`), which they watch: their release and their
+        follow reports."""
+        return self.standbys_dir / f"{host}-{pid}.hot"
+
     def standby_release(self, host: str, pid: int) -> Path:
         """``standbys/HOST-PID.hot/go``: the release of that standby's hot operator
-        tasks (their follow reports beside it, ``pNNNN.json``; a folder of their own,
-        which they watch: :mod:`cec_spark.standby.hot`)."""
-        return self.standbys_dir / f"{host}-{pid}.hot" / "go"
+        tasks."""
+        return self.hot_dir(host, pid) / "go"
+
+    def hot_report(self, host: str, pid: int, p: int) -> Path:
+        """``standbys/HOST-PID.hot/pNNNN.json``: how far that standby's hot operator task
+        of partition ``p`` has followed its output log."""
+        return self.hot_dir(host, pid) / f"p{p:04d}.json"
 
     @property
     def consumers_dir(self) -> Path:

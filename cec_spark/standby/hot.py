@@ -164,13 +164,14 @@ class _Follow:
 
 
 def follow_then_run(run_dir: str, p: int, run_id: str | None, run_text: str,
-                    release: str) -> str:
-    """A hot task (module docstring): follow partition ``p``'s output log until the
-    release; then run it as the released driver's. Returns the task's result
-    (:meth:`TaskCounters.to_json`), or ``""`` when it ended unreleased."""
+                    standby: tuple[str, int]) -> str:
+    """A hot task (module docstring) of the standby ``(host, pid)``: follow partition
+    ``p``'s output log until the release; then run it as the released driver's.
+    Returns the task's result (:meth:`TaskCounters.to_json`), or ``""`` when it ended
+    unreleased."""
     layout = RunLayout(Path(run_dir))
-    go = Path(release)
-    report = go.parent / f"p{p:04d}.json"
+    go = layout.standby_release(*standby)
+    report = layout.hot_report(*standby, p)
     report.parent.mkdir(parents=True, exist_ok=True)
     plan_at = _stamp(layout.run_file)
     follow = _Follow(layout.output(p))
@@ -216,25 +217,26 @@ def follow_then_run(run_dir: str, p: int, run_id: str | None, run_text: str,
     return counters.to_json()
 
 
-def _entry(plan: RunPlan, release: str
+def _entry(plan: RunPlan, standby: tuple[str, int]
            ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     run_dir, run_id, run_text = str(plan.layout.root), plan.settings.run_id, plan.run_text
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for p in batch.column(0).to_pylist():
-                got = follow_then_run(run_dir, int(p), run_id, run_text, release)
+                got = follow_then_run(run_dir, int(p), run_id, run_text, standby)
                 yield pa.RecordBatch.from_pydict({"result": pa.array([got], pa.string())})
 
     return run
 
 
 class HotTasks:
-    """The standby's operator job (module docstring), on a thread of its own; offered
-    to a takeover (:class:`cec_spark.driver.jobs.PreparedOperators`)."""
+    """The operator job (module docstring) of the standby ``(host, pid)``, on a thread
+    of its own; offered to a takeover (:class:`cec_spark.driver.jobs.PreparedOperators`)."""
 
-    def __init__(self, spark: SparkSession, plan: RunPlan, release: Path) -> None:
-        self.spark, self.plan, self.release_file = spark, plan, release
+    def __init__(self, spark: SparkSession, plan: RunPlan, standby: tuple[str, int]) -> None:
+        self.spark, self.plan, self.standby = spark, plan, standby
+        self.release_file = release = plan.layout.standby_release(*standby)
         self.rows: list[str] | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -253,7 +255,7 @@ class HotTasks:
                            "output logs", interruptOnCancel=True)
             p = self.plan.partitions
             rows = (self.spark.range(0, p, 1, p)
-                    .mapInArrow(_entry(self.plan, str(self.release_file)), "result string")
+                    .mapInArrow(_entry(self.plan, self.standby), "result string")
                     .collect())
             self.rows = [str(r["result"]) for r in rows]
         except BaseException as exc:
@@ -268,9 +270,8 @@ class HotTasks:
 
     def follow_reports(self) -> list[dict[str, Any]]:
         """Each task's last follow report."""
-        folder = self.release_file.parent
         return [r for p in range(self.plan.partitions)
-                if (r := read_advisory(folder / f"p{p:04d}.json"))]
+                if (r := read_advisory(self.plan.layout.hot_report(*self.standby, p)))]
 
     def matches(self, plan: RunPlan) -> bool:
         return (self.following and plan.run_text == self.plan.run_text
@@ -304,7 +305,7 @@ class HotTasks:
         self.cancel()
         with contextlib.suppress(OSError):
             self.release_file.unlink()
-        folder = self.release_file.parent
+        folder = self.plan.layout.hot_dir(*self.standby)
         for f in folder.glob("*.json"):
             with contextlib.suppress(OSError):
                 f.unlink()

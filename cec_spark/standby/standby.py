@@ -269,8 +269,7 @@ def _start_hot(plan: RunPlan, warm: Warm, lease: Lease) -> None:
         _HOT.close()
     if not _reusable(warm.key, plan):
         return  # a takeover would start Spark anew: nothing to follow on this session
-    hot = HotTasks(warm.spark, plan,
-                   plan.layout.standby_release(socket.gethostname(), os.getpid()))
+    hot = HotTasks(warm.spark, plan, (socket.gethostname(), os.getpid()))
     _HOT.hot = hot
     threading.Thread(target=_report_hot, args=(hot, lease), name="cec-hot-report",
                      daemon=True).start()
