@@ -62,8 +62,8 @@ STAGES: list[tuple[str, str]] = [
     ("ingest: late rows / checks", "_count_late"),
     ("ingest: trim upstream", "trim_upstream"),
     ("ingest: log commit", "commit_through"),
-    ("ingest: encode + write log", "_UpstreamWriter.append"),
-    ("ingest: Arrow from JVM (wait/decode)", "_UpstreamWriter.write"),
+    ("ingest: encode + write log", "UpstreamWriter.append"),
+    ("ingest: Arrow from JVM (wait/decode)", "UpstreamWriter.write"),
     ("ingest: Arrow to JVM (encode/send)", "ingest/query.py"),
     ("ingest: other writer", "cec_spark/ingest/"),
     # ---- the operator task
@@ -121,10 +121,10 @@ def fold(path: Path, driver: bool = False) -> collections.Counter[str]:
             continue
         frames = stack.split(";")
         # a few stages are named by frames below a more general one (the writer's wait
-        # for the next batch is inside _UpstreamWriter.write, below pyspark's reader)
+        # for the next batch is inside UpstreamWriter.write, below pyspark's reader)
         stage = stage_of(frames, DRIVER_STAGES if driver else None)
         if stage in ("worker: PySpark serializers", "worker: PySpark") and \
-                any("_UpstreamWriter.write" in f for f in frames):
+                any("UpstreamWriter.write" in f for f in frames):
             stage = "ingest: Arrow from JVM (wait/decode)"
         elif stage in ("worker: PySpark serializers", "worker: PySpark") and \
                 any("_chunk_reader" in f or "read (cec_spark/ingest/query.py" in f

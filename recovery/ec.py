@@ -161,7 +161,7 @@ def _nothing(
     )
 
 
-def _footprints(table: pa.Table, t_c: int) -> tuple[Footprint, ...]:
+def footprints_of(table: pa.Table, t_c: int) -> tuple[Footprint, ...]:
     keys = table.column("key").to_pylist()
     starts = table.column("win_start").to_pylist()
     types = table.column("type").to_pylist()
@@ -206,7 +206,7 @@ def _finish(
         g_check_found=int(np.count_nonzero(types == TYPE_G_CHECK)),
         closed_skipped=closed,
         replay_length=t_c - replay_after_seq,
-        oldest=_footprints(found.slice(0, OLDEST_LISTED), t_c),
+        oldest=footprints_of(found.slice(0, OLDEST_LISTED), t_c),
     )
     return EventualCheckpoint(found, n_c, t_c, t_c_ts, replay_after_seq, last_out_seq, extent)
 

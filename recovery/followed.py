@@ -40,7 +40,7 @@ from recovery.checkpoint import (
     NothingToRecover,
     Reconstruction,
 )
-from recovery.ec import REQUIRED_COLUMNS, _footprints, duplicated
+from recovery.ec import REQUIRED_COLUMNS, duplicated, footprints_of
 from recovery.errors import InconsistentLogError
 
 __all__ = ["FollowedEC"]
@@ -147,6 +147,6 @@ class FollowedEC:
             g_open_found=int(np.count_nonzero(types == TYPE_G_OPEN)),
             g_check_found=int(np.count_nonzero(types == TYPE_G_CHECK)),
             closed_skipped=0, replay_length=self.t_c - replay_after_seq,
-            oldest=_footprints(found.slice(0, OLDEST_LISTED), self.t_c))
+            oldest=footprints_of(found.slice(0, OLDEST_LISTED), self.t_c))
         return EventualCheckpoint(found, self.n_c, self.t_c, self.t_c_ts, replay_after_seq,
                                   self.last_seq, extent)

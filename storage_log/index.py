@@ -159,7 +159,7 @@ class LogIndex:
 
     The environment lives in a directory of the host's own cache, not beside the
     segments (LMDB must not live on a shared file system): see
-    :func:`storage_log.log.index_path`.
+    :func:`storage_log.cache.index_path`.
 
     Only committed DATA records are indexed, and the index, the committed end and the
     token change together in one write transaction after the segments are durable, so

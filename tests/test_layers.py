@@ -295,3 +295,47 @@ def test_run_directory_paths_are_built_in_rundir_only() -> None:
              for line, name in _paths_built(ast.parse(path.read_text(), str(path)), names)]
     assert not wrong, "use the RunLayout's paths (cec_spark/rundir/layout.py):\n" + \
         "\n".join(wrong)
+
+
+# A name with one leading underscore is its module's own: no library module imports one
+# from another library module (make it public where it is used across modules, or move
+# the code). An exception would be listed here, "importer.py: module._name", with why;
+# there is none.
+PRIVATE_IMPORTS_ALLOWED: set[str] = set()
+
+
+def _private_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, "module._name") of each ``from X import _name`` (one leading underscore,
+    not a dunder) with X a module of the library layers, or a relative import."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        module = "." * node.level + (node.module or "")
+        if node.level == 0 and module.split(".")[0] not in LAYERS:
+            continue
+        found += [(node.lineno, f"{module}.{a.name}") for a in node.names
+                  if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def test_the_private_import_check_finds_them() -> None:
+    code = ("from cec_spark.ingest.writer import _UpstreamWriter, chunk_writer\n"
+            "from .check import _plan_file\nfrom os import _exit\n"
+            "from cec import __version__\nimport cec_spark._private\n"
+            "def f():\n    from recovery.ec import _footprints")
+    assert _private_imports(ast.parse(code)) == [
+        (1, "cec_spark.ingest.writer._UpstreamWriter"), (2, ".check._plan_file"),
+        (7, "recovery.ec._footprints")]
+
+
+def test_no_library_module_imports_a_private_name_of_another() -> None:
+    """No module of the library layers imports another library module's underscore
+    name (:data:`PRIVATE_IMPORTS_ALLOWED` lists the exceptions: none)."""
+    wrong = [f"{rel}:{line} imports {name}"
+             for layer in LAYERS for path in _modules(layer)
+             for rel in [path.relative_to(REPO)]
+             for line, name in _private_imports(ast.parse(path.read_text(), str(path)))
+             if f"{rel}: {name}" not in PRIVATE_IMPORTS_ALLOWED]
+    assert not wrong, ("private names imported across modules (make them public where "
+                       "they are used, or move the code):\n" + "\n".join(wrong))

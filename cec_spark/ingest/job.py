@@ -8,7 +8,7 @@ over the chunk numbers, :func:`_file_frame`, which yields Arrow batches), applie
 ``[filter].where`` in Spark SQL, computes the key partition (key group
 ``kg = pmod(xxhash64(key), G)``, partition ``kg * P div G``) in Spark SQL
 (:func:`partition_expr`, the only place the partition of a key is decided) and
-hands Arrow batches to :func:`_chunk_writer` (``mapInArrow``). A file source whose rows
+hands Arrow batches to :func:`chunk_writer` (``mapInArrow``). A file source whose rows
 Python can filter, project and partition exactly so (:mod:`cec_spark.ingest.project`)
 runs the *direct* query instead: the one task reads the chunks and writes the logs, no
 row enters the JVM (:class:`IngestQuery`). The

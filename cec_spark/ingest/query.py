@@ -22,12 +22,12 @@ from cec_spark.ingest.logs import first_read
 from cec_spark.ingest.project import Projector, direct_reason, project_chunk
 from cec_spark.ingest.where import CompiledWhere, compile_where
 from cec_spark.ingest.writer import (
-    _CLOCKS,
+    CLOCKS,
     JOB_PROPERTY,
     PART,
     WriterConfig,
-    _chunk_writer,
-    _job_chunks,
+    chunk_writer,
+    job_chunks,
 )
 from cec_spark.run.plan import RunPlan
 from cec_spark.rundir.run_file import value_column
@@ -76,13 +76,13 @@ def _chunk_reader(chunks: list[str] | None, columns: str, time: str, readers: in
     """The mapInArrow function that turns chunk indices into the chunks' rows, in order.
 
     With ``chunks`` None the indices are reader numbers (of ``readers``) and the chunks
-    are the job's (:func:`_job_chunks`).
+    are the job's (:func:`job_chunks`).
     """
 
     def read(indices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cols = ColumnTypes.from_json(columns)
         tspec = TimeSpec.from_json(time)
-        job = _job_chunks() if chunks is None else None
+        job = job_chunks() if chunks is None else None
         for batch in indices:
             for i in batch.column(0).to_pylist():
                 run = (_reader_run(job, i, readers) if job is not None
@@ -104,7 +104,7 @@ def _file_frame(spark: SparkSession, columns: ColumnTypes, time: TimeSpec,
     processes per query: a cold run reached its first row 3–5 s later. With
     ``readers`` > 1 the chunk numbers are cut into that many consecutive runs, one
     task each. With ``chunks`` None the frame reads the chunks of whichever job runs
-    it (:func:`_job_chunks`): one query serves every job.
+    it (:func:`job_chunks`): one query serves every job.
     """
     fields = [f"`{n}` {_SPARK_TYPES[t]}" for n, t in zip(columns.names, columns.types,
                                                          strict=True)]
@@ -223,7 +223,7 @@ class IngestQuery:
 
     A file source's query with one ingest task does not depend on the chunks: it is
     built the first time and run again for every job, which hands the job's chunks to
-    its task as a Spark local property (:data:`JOB_PROPERTY`, :func:`_job_chunks`).
+    its task as a Spark local property (:data:`JOB_PROPERTY`, :func:`job_chunks`).
     Building the query and planning it again for every job took about 0.1 s of a
     ``stream-dir`` poll's job. The generator's chunks are the query's range, and with
     ``ingest_tasks`` > 1 a shuffle sits in the query (Spark reuses the shuffle output
@@ -240,7 +240,7 @@ class IngestQuery:
     """
 
     _SCHEMA = ("rows long, started_at double, trimmed long, received long, first_seq long, "
-               + ", ".join(f"{c} double" for c in _CLOCKS))
+               + ", ".join(f"{c} double" for c in CLOCKS))
 
     def __init__(self, spark: SparkSession, plan: RunPlan, driver: int | None = None) -> None:
         self.spark, self.spec, self.settings = spark, plan.spec, plan.settings
@@ -262,7 +262,7 @@ class IngestQuery:
             # order)
             df = (df.repartition(self.writers, _route(self.spark, self.writers))
                   .sortWithinPartitions("seq"))
-        return df.mapInArrow(_chunk_writer(self.cfg, chunks, self.writers), self._SCHEMA)
+        return df.mapInArrow(chunk_writer(self.cfg, chunks, self.writers), self._SCHEMA)
 
     def run(self, chunks: list[Chunk], progress: IngestProgress) -> int:
         """Ingest consecutive chunks (one Spark job); the number of tuples written."""
@@ -300,7 +300,7 @@ class IngestQuery:
             if first >= 0 and (progress.first_received is None
                                or first < progress.first_received):
                 progress.first_received = first
-            for c in _CLOCKS:
+            for c in CLOCKS:
                 clocks[c] = clocks.get(c, 0.0) + float(row[c])
         return int(sum(r["rows"] for r in out))
 
@@ -334,13 +334,13 @@ def _direct_off(spark: SparkSession, plan: RunPlan) -> tuple[str | None, Compile
 def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projector
                    ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The direct query's function: its one task reads the job's chunks
-    (:func:`_job_chunks`), makes the upstream rows and writes them
-    (:func:`_chunk_writer`); it yields the writer's one row of figures."""
+    (:func:`job_chunks`), makes the upstream rows and writes them
+    (:func:`chunk_writer`); it yields the writer's one row of figures."""
 
     def run(indices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for _ in indices:  # the one input row: nothing to read from the JVM
             pass
-        chunks = _job_chunks()
+        chunks = job_chunks()
         cols, tspec = ColumnTypes.from_json(columns), TimeSpec.from_json(time)
         ctx = TaskContext.get()
         raw = ctx.getLocalProperty(BATCH_PROPERTY) if ctx is not None else None
@@ -348,7 +348,7 @@ def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projecto
         rows = (row for chunk in chunks
                 for row in project_chunk(project, chunk, read_chunk(
                     chunk, cols, tspec, batch_rows=size), reordered=tspec.reorders))
-        yield from _chunk_writer(cfg, chunks)(rows)
+        yield from chunk_writer(cfg, chunks)(rows)
 
     return run
 

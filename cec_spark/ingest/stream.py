@@ -11,7 +11,7 @@ found files (~180 ms each, then queueing). Here the driver runs ONE Spark job of
    :func:`cec_spark.ingest.query.upstream_frame` → the key partition (Spark's
    ``pmod(xxhash64(key), G)`` then ``kg * P div G``, :mod:`recovery.rescale`, one hash per
    distinct key of a batch) → the writer of the per-poll path
-   (:class:`_UpstreamWriter`: append per partition, commit with the chunk's token, trim);
+   (:class:`UpstreamWriter`: append per partition, commit with the chunk's token, trim);
 3. is woken by inotify on the folder (:class:`CommitWatch`: a file renamed into place),
    with the spec's ``poll_ms`` as the bound when nothing wakes it (the poll for a
    producer on another host of a shared file system); with ``[source]
@@ -73,9 +73,9 @@ from cec_spark.ingest.watermark import WM_EVERY_S, IdleClock
 from cec_spark.ingest.where import CompiledWhere
 from cec_spark.ingest.writer import (
     PART,
+    JobChunks,
+    UpstreamWriter,
     WriterConfig,
-    _JobChunks,
-    _UpstreamWriter,
     open_upstream,
 )
 from cec_spark.run.cluster import available_slots
@@ -304,7 +304,7 @@ class _StreamIngest:
 
     def write(self, logs: list[StreamLog | None], chunks: list[Chunk]) -> None:
         """Chunks into the logs with the per-poll path's writer (one job's worth)."""
-        writer = _UpstreamWriter(self.cfg, self.layout, logs, _JobChunks.of(chunks))
+        writer = UpstreamWriter(self.cfg, self.layout, logs, JobChunks.of(chunks))
         writer.write(self.rows(chunks))
         st = self.state
         st.tuples += writer.written

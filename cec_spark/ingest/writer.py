@@ -35,7 +35,7 @@ PART = "__cec_part"
 JOB_PROPERTY = "cec.ingest.chunks"  # the chunks of the running ingest job (JSON)
 
 
-def _job_chunks() -> list[Chunk]:
+def job_chunks() -> list[Chunk]:
     """On an executor: the chunks of the ingest job this task belongs to.
 
     A file source's query is built once per ingest and run once per job
@@ -85,7 +85,7 @@ def open_upstream(cfg: WriterConfig, p: int) -> StreamLog:
 
 
 @dataclass(frozen=True)
-class _JobChunks:
+class JobChunks:
     """The chunks of one ingest job as the writer needs them: the first row's seq (after
     the rows a resumed ingest skips, :attr:`Chunk.skip`), each chunk's end
     (``emit_end``, ascending), the chunks (for their tokens) and whether a seq is a
@@ -98,35 +98,35 @@ class _JobChunks:
     rows: bool = True
 
     @classmethod
-    def of(cls, chunks: list[Chunk]) -> _JobChunks:
+    def of(cls, chunks: list[Chunk]) -> JobChunks:
         return cls(first_read(chunks), np.array([c.emit_end for c in chunks], np.int64), chunks,
                    not any(renumbered(c) for c in chunks))
 
 
-def _chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 1
-                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 1
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function that writes consecutive chunks into upstream logs.
 
     With one writer it writes all P logs; with ``writers`` > 1, Spark partition ``w``
     (the task's partition id) owns the logs ``p`` with ``p % writers == w`` and must
     receive exactly their rows, in ``seq`` order (:class:`IngestQuery` routes and
-    sorts). With ``chunks`` None they are the job's (:func:`_job_chunks`). The writing
-    is :class:`_UpstreamWriter`'s; the function yields one row of its figures.
+    sorts). With ``chunks`` None they are the job's (:func:`job_chunks`). The writing
+    is :class:`UpstreamWriter`'s; the function yields one row of its figures.
     """
-    fixed = None if chunks is None else _JobChunks.of(chunks)
+    fixed = None if chunks is None else JobChunks.of(chunks)
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         layout = RunLayout(Path(cfg.run_dir))
         check_visible(layout, cfg.run_id)  # this host sees the run the driver created
         check_driver(layout, cfg.driver)  # and the run is still this driver's
-        job = fixed if fixed is not None else _JobChunks.of(_job_chunks())
+        job = fixed if fixed is not None else JobChunks.of(job_chunks())
         w = _writer_index(writers)
         logs: list[StreamLog | None] = [
             open_upstream(cfg, p) if p % writers == w else None
             for p in range(cfg.partitions)]
         set_tag(f"i{w}")  # this writer's crash points (storage_log.faults): %i<w>
         try:
-            writer = _UpstreamWriter(cfg, layout, logs, job)
+            writer = UpstreamWriter(cfg, layout, logs, job)
             writer.write(batches)
         finally:
             for log in logs:
@@ -147,7 +147,7 @@ def _writer_index(writers: int) -> int:
     return ctx.partitionId()
 
 
-class _UpstreamWriter:
+class UpstreamWriter:
     """One ingest task's writing of one job into the upstream logs it owns.
 
     The chunks a batch completes (a row at or past a chunk's end is in it) are
@@ -177,7 +177,7 @@ class _UpstreamWriter:
     """
 
     def __init__(self, cfg: WriterConfig, layout: RunLayout, logs: list[StreamLog | None],
-                 job: _JobChunks) -> None:
+                 job: JobChunks) -> None:
         self.cfg, self.layout, self.logs, self.job = cfg, layout, logs, job
         self.started_at = time.time()
         self.written = 0  # rows appended
@@ -417,7 +417,7 @@ class _UpstreamWriter:
             "received": pa.array([self.received], pa.int64()),
             "first_seq": pa.array([-1 if self.first_seq is None else self.first_seq],
                                   pa.int64()),
-            **{name: pa.array([v], pa.float64()) for name, v in zip(_CLOCKS, self.clock,
+            **{name: pa.array([v], pa.float64()) for name, v in zip(CLOCKS, self.clock,
                                                                       strict=True)}})
 
 
@@ -457,7 +457,7 @@ def _append_split(logs: list[StreamLog | None], batch: pa.RecordBatch, above: li
     return written
 
 
-_CLOCKS = ("wait_s", "append_s", "commit_s")
+CLOCKS = ("wait_s", "append_s", "commit_s")
 LOOK_EVERY_S = 0.25  # a writer looks for a stop or a newer driver this often (at most)
 # A batch that completes chunks when fewer source rows than this remain in the job
 # leaves their commit to the job's last one.

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-# pydantic (used by cli/schema.py only, never at run time) reads each field's docstring
-_DOCS: dict[str, Any] = {"use_attribute_docstrings": True}
+# pydantic (used by cli/schema.py only, never at run time) reads each field's docstring:
+# the one setting, declared where the recovery's results are (recovery.checkpoint)
+from recovery.checkpoint import JSON_DOCS
+
+__all__ = ["JSON_DOCS", "ErrorReport", "now_us"]
 
 
 def now_us(wall_s: float | None) -> int | None:
@@ -21,7 +23,7 @@ class ErrorReport:
     """Any command given ``--json`` that fails: one line of JSON on stderr, nothing on
     stdout, and the exit status (2, 3, 4 or 5) of the error."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     error: str
     """What is wrong, naming the file, offset, field, partition or host (the same
     sentence the command prints without --json)."""

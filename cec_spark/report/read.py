@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cec_spark.report.common import _DOCS
+from cec_spark.report.common import JSON_DOCS
 from recovery.checkpoint import Footprint
 
 
@@ -12,7 +12,7 @@ from recovery.checkpoint import Footprint
 class TupleCounts:
     """Output rows by type."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     R: int
     """Results."""
     G_open: int
@@ -25,7 +25,7 @@ class TupleCounts:
 class ExtentPartition:
     """One partition's eventual checkpoint and its extent."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     partition: int
     """The partition."""
     empty: bool
@@ -94,7 +94,7 @@ class ExtentPartition:
 class ExtentResult:
     """``cec inspect extent``."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     run_dir: str
     """The run directory."""
     at_us: int | None
@@ -128,7 +128,7 @@ class ExtentResult:
 class Segment:
     """One segment file of a log's chain."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     name: str
     """The file name."""
     base_seq: int
@@ -145,7 +145,7 @@ class Segment:
 class Verify:
     """Every record's checksum checked (--verify)."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     ok: bool
     """Every checksum matched."""
     records: int
@@ -158,7 +158,7 @@ class Verify:
 class LogInfo:
     """One log."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     path: str
     """The log directory."""
     segments: list[Segment]
@@ -189,7 +189,7 @@ class LogInfo:
 class LogReport:
     """``cec inspect log``."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     root: str
     """The run directory or log given."""
     logs: list[LogInfo]
@@ -205,7 +205,7 @@ class LogReport:
 class ExportResult:
     """``cec export``."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     out: str
     """The file written."""
     format: str

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cec_spark.report.common import _DOCS
+from cec_spark.report.common import JSON_DOCS
 from cec_spark.report.run import PartitionRun, RunResult
 from recovery.checkpoint import ExtentMetrics
 from recovery.explain import Phase, RateModel, RecoveryExplain
@@ -22,7 +22,7 @@ from recovery.upstream import ReplayStats
 class Reconcile:
     """What a writable open of a log did to make it consistent."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     bytes_cut: int
     """Bytes cut from the end (a torn write, or damage with --repair)."""
     cut_at: str | None
@@ -58,7 +58,7 @@ def reconcile_of(report: Any) -> Reconcile | None:
 class OutputRepair:
     """A damaged output log cut at its first bad record (recovery writes it again)."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     error: str
     """The damage found."""
     reconcile: Reconcile | None
@@ -69,7 +69,7 @@ class OutputRepair:
 class UpstreamRepair:
     """A damaged upstream log cut at its first bad frame (--repair)."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     last_seq: int | None
     """The log's last position after the cut."""
     sealed: bool
@@ -91,7 +91,7 @@ class RecoverPartition:
     # explain of a partition the resumed run rebuilt is its task's report
     # (explained_by_tasks); null stays for a sealed log and a task that did not report.
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     partition: int
     """The partition."""
     fresh_start: bool | None
@@ -183,7 +183,7 @@ def _by_task(e: RecoverPartition, task: PartitionRun | None) -> RecoverPartition
 class RescalePartition:
     """What a rescale did with one partition of the old generation."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     partition: int
     """The old partition."""
     state: str
@@ -204,7 +204,7 @@ class RescalePartition:
 class RescaleResult:
     """``cec recover --partitions P'``: the run's partitions changed at a cut."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     run_dir: str
     """The run directory (absolute)."""
     from_partitions: int
@@ -236,7 +236,7 @@ class RescaleResult:
 class RecoverResult:
     """``cec recover``: every partition's recovery, then the resumed run."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     run_dir: str
     """The run directory (absolute)."""
     dry_run: bool

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cec_spark.report.common import _DOCS
+from cec_spark.report.common import JSON_DOCS
 from recovery.explain import RecoveryExplain
 
 
@@ -12,7 +12,7 @@ from recovery.explain import RecoveryExplain
 class PartitionRun:
     """One partition's operator task, as it ended."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     partition: int
     """The partition."""
     pid: int | None
@@ -72,7 +72,7 @@ class PartitionRun:
 class RunResult:
     """``cec run pipeline``: how the run ended."""
 
-    __pydantic_config__ = _DOCS
+    __pydantic_config__ = JSON_DOCS
     run_dir: str
     """The run directory (absolute)."""
     partitions: int

@@ -1,6 +1,6 @@
 """Chunk planning of a source's files: the entry per file, and csv and jsonl files.
 
-:func:`_plan_file` plans one file of a source into the pass's
+:func:`plan_file` plans one file of a source into the pass's
 :class:`~cec_spark.source.file_state.FileState` (a parquet file:
 :mod:`cec_spark.source.parquet`); a csv or jsonl file is planned here. A run's plan is
 **light** (:attr:`FileState.light <cec_spark.source.file_state.FileState.light>`):
@@ -33,26 +33,20 @@ import pyarrow.json as pajson
 
 from cec_spark.errors import InputError
 from cec_spark.source.file_state import FileState
-from cec_spark.source.files import file_digest, file_format, source_files
 from cec_spark.source.parquet import plan_parquet_file
 from cec_spark.source.read import (
-    _csv_header,
-    _diagnose,
-    _header_text,
-    _parse_text,
-    _read_bytes,
+    csv_header,
+    diagnose,
     has_blank_line,
+    header_text,
+    parse_text,
+    read_bytes,
     text_lines,
 )
 from cec_spark.source.scan import nth_line, scan_lines
 from cec_spark.source.types import Chunk, ColumnTypes
 
-# What other modules import from here (cec_spark.source.planner, .folder, .fingerprint,
-# .stored and tests): the pass's state and a file's format under their former names,
-# and the files' listing and digest (cec_spark.source.files).
-__all__ = ["_FileState", "_file_format", "_plan_file", "file_digest", "source_files"]
-_FileState = FileState
-_file_format = file_format
+__all__ = ["plan_file"]
 
 _INTEGER = r"^\s*[-+]?\d+\s*$"
 
@@ -78,7 +72,7 @@ def _plan_text_file(st: FileState, path: Path, fmt: str) -> None:
                 scan.lines - spec.source.chunk_rows * (n_chunks - 1)
             rows = st.cut(n_lines)
             if st.order is not None:  # lateness: the chunk's times (its time column)
-                ts = _chunk_times(st, path.name, fmt, _read_bytes(str(path), start, stop),
+                ts = _chunk_times(st, path.name, fmt, read_bytes(str(path), start, stop),
                                   line, columns)
                 st.add_timed(Chunk(len(st.chunks), fmt, str(path), start, stop,
                                    st.next_seq, rows, line, columns), ts[:rows],
@@ -90,7 +84,7 @@ def _plan_text_file(st: FileState, path: Path, fmt: str) -> None:
             st.next_seq += rows  # (the chunks are added below, in order)
             line += n_lines
             continue
-        data = _read_bytes(str(path), start, stop)
+        data = read_bytes(str(path), start, stop)
         table, n_lines = _parse_text_chunk(st, path.name, fmt, data, line, columns)
         if st.columns is None:
             table = _fix_types(st, table, path.name)
@@ -135,16 +129,16 @@ def _chunk_times(st: FileState, name: str, fmt: str, data: bytes, line: int,
                 block_size=16 << 20), parse_options=pajson.ParseOptions(
                 explicit_schema=pa.schema([(tf, raw)]), unexpected_field_behavior="ignore"))
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise _diagnose(fmt, name, data, line, columns, st.time, st.columns, exc) from exc
+        raise diagnose(fmt, name, data, line, columns, st.time, st.columns, exc) from exc
     if table.num_rows != (n := text_lines(data)):
-        raise _diagnose(fmt, name, data, line, columns, st.time, st.columns,
-                        ValueError(f"{n} lines gave {table.num_rows} rows"))
+        raise diagnose(fmt, name, data, line, columns, st.time, st.columns,
+                       ValueError(f"{n} lines gave {table.num_rows} rows"))
     try:
         table = st.time_us(table, name, line, "line")
     except InputError:
         if has_blank_line(data):
-            raise _diagnose(fmt, name, data, line, columns, st.time, st.columns,
-                            ValueError("a blank line")) from None
+            raise diagnose(fmt, name, data, line, columns, st.time, st.columns,
+                           ValueError("a blank line")) from None
         raise
     return np.asarray(table.column(tf).to_numpy())
 
@@ -160,7 +154,7 @@ def _last_times(st: FileState, name: str, fmt: str, columns: tuple[str, ...],
 
     def times(part: list[tuple[int, bytes]]) -> list[int | None]:
         data = b"".join(text.rstrip(b"\r") + b"\n" for _, text in part)
-        table = _parse_text(fmt, data, columns, st.columns, {})
+        table = parse_text(fmt, data, columns, st.columns, {})
         if table.num_rows != len(part) or tf not in table.column_names:
             raise ValueError("lines")
         us = st.time_us(table.select([tf]), name, part[0][0], "line").column(tf)
@@ -184,11 +178,11 @@ def _text_header(st: FileState, path: Path, fmt: str) -> tuple[tuple[str, ...], 
     columns the spec needs); a jsonl file has none."""
     if fmt != "csv":
         return (), 0, 1
-    columns, header_len = _csv_header(path)
+    columns, header_len = csv_header(path)
     missing = [c for c in st.needed() if c not in columns]
     if missing:
         raise InputError(f"{path.name}: line 1: missing column {missing[0]!r} "
-                         f"({_header_text(columns)})")
+                         f"({header_text(columns)})")
     return tuple(columns), header_len, 2
 
 
@@ -203,13 +197,13 @@ def _parse_text_chunk(st: FileState, name: str, fmt: str, data: bytes, line: int
     if st.columns is None:
         overrides[spec.aggregate.group_by] = pa.string()
     try:
-        table = _parse_text(fmt, data, columns, st.columns, overrides)
+        table = parse_text(fmt, data, columns, st.columns, overrides)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise _diagnose(fmt, name, data, line, columns, st.time, st.columns, exc) from exc
+        raise diagnose(fmt, name, data, line, columns, st.time, st.columns, exc) from exc
     n_lines = text_lines(data)
     if table.num_rows != n_lines or has_blank_line(data):  # a blank line: name it
-        raise _diagnose(fmt, name, data, line, columns, st.time, st.columns,
-                        ValueError(f"{n_lines} lines gave {table.num_rows} rows"))
+        raise diagnose(fmt, name, data, line, columns, st.time, st.columns,
+                       ValueError(f"{n_lines} lines gave {table.num_rows} rows"))
     if fmt == "jsonl":
         table = _jsonl_time_as_text(st, name, data, line, table)
     elif st.columns is None and table.num_rows:
@@ -248,7 +242,7 @@ def _csv_time_kind(st: FileState, name: str, data: bytes, line: int,
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         types = ColumnTypes(tuple(columns), tuple(
             "int64" if c == tf else "string" for c in columns))
-        raise _diagnose("csv", name, data, line, columns, st.time, types, exc) from exc
+        raise diagnose("csv", name, data, line, columns, st.time, types, exc) from exc
     return table.set_column(table.column_names.index(tf), tf, ints)
 
 
@@ -265,7 +259,9 @@ def _fix_types(st: FileState, table: pa.Table, name: str) -> pa.Table:
     return table
 
 
-def _plan_file(st: FileState, path: Path, fmt: str) -> None:
+def plan_file(st: FileState, path: Path, fmt: str) -> None:
+    """Plan one file of a source (``fmt``: csv, jsonl or parquet) into the pass's state
+    ``st`` (module docstring)."""
     if fmt == "parquet":
         plan_parquet_file(st, path)
     else:

@@ -24,7 +24,7 @@ from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
 from cec_spark.source.order import OrderState
 from cec_spark.source.read import check_order, check_values, with_time_us
-from cec_spark.source.times import _duration, iso, kind_of, unit_warnings
+from cec_spark.source.times import duration_text, iso, kind_of, unit_warnings
 from cec_spark.source.types import Chunk, ColumnTypes, TimeSpec
 
 
@@ -120,7 +120,7 @@ class FileState:
         i, before = late
         return InputError(
             f"{name}: {unit} {first + i}: {self.time.field}: {iso(int(ts[i]))} is more than "
-            f"allowed_lateness ({_duration(self.time.allowed_lateness_us)}) behind "
+            f"allowed_lateness ({duration_text(self.time.allowed_lateness_us)}) behind "
             f"{iso(before)}, the latest time before it (late = \"error\"; "
             "late = \"drop\" drops such rows)")
 

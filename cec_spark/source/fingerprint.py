@@ -5,7 +5,7 @@ fixed) reads its source again from a chunk on and must find the same rows with t
 positions up to there. Each data file's name, size and an xxh64 of its content are
 stored in ``run.toml`` when the run starts; for a text file also the xxh64 of each
 prefix ending at a chunk boundary (an entry with the same name and fewer bytes), made
-by the planner in its one pass over the file (:func:`cec_spark.source.check._scan_lines`).
+by the planner in its one pass over the file (:func:`cec_spark.source.scan.scan_lines`).
 A resumed ingest checks the part its logs' tokens say was read (:func:`check_fingerprint`
 with ``read_upto``): every file before the last committed chunk's unchanged, that
 file's bytes up to the chunk's end unchanged (parquet: the whole file); the rest may
@@ -27,7 +27,7 @@ import xxhash
 
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
-from cec_spark.source.check import file_digest, source_files
+from cec_spark.source.files import file_digest, source_files
 from storage_log.durable import write_durable
 
 CHUNK = 8 << 20

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
-from cec_spark.source.check import _file_format, _FileState, _plan_file
+from cec_spark.source.check import plan_file
+from cec_spark.source.file_state import FileState
+from cec_spark.source.files import file_format
 from cec_spark.source.types import (
     END_MARKER,
     EXTENSIONS,
@@ -28,7 +30,7 @@ class StreamDirWatcher:
         assert spec.source.path is not None
         self.spec = spec
         self.folder = spec.source.path
-        self._st = _FileState(spec, max_rows)
+        self._st = FileState(spec, max_rows)
         self._seen: list[str] = []
         self._known: set[str] = set()  # every name looked at: consumed or skipped
         self.ended = False
@@ -67,7 +69,7 @@ class StreamDirWatcher:
             if self._seen and path.name < self._seen[-1]:
                 raise InputError(f"{path.name}: arrived after {self._seen[-1]} but sorts before "
                                  "it; stream-dir files are consumed in name order")
-            _plan_file(self._st, path, _file_format(path, fmt))
+            plan_file(self._st, path, file_format(path, fmt))
             self._seen.append(path.name)
             self._known.add(path.name)
             if self._st.full:

@@ -39,7 +39,9 @@ import time
 
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
-from cec_spark.source.check import _FileState, _plan_file, file_digest, source_files
+from cec_spark.source.check import plan_file
+from cec_spark.source.file_state import FileState
+from cec_spark.source.files import file_digest, source_files
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.read import chunk_table, read_chunk
 from cec_spark.source.types import (
@@ -93,13 +95,13 @@ def plan_source(spec: PipelineSpec, *, max_rows: int | None = None,
         watcher.poll()
         return watcher.plan if watcher.plan.columns.names else _first_file(watcher, spec)
     assert src.path is not None
-    st = _FileState(spec, max_rows, light=True)
+    st = FileState(spec, max_rows, light=True)
     files = source_files(src.path, src.kind if src.path.is_dir() else None)
     if not files:
         raise InputError(f"{src.path}: [source].path: no {src.kind} files in this folder")
     for path in files:
         if not st.full:
-            _plan_file(st, path, src.kind)
+            plan_file(st, path, src.kind)
         elif st.light:  # past --max-tuples: in the fingerprint all the same
             st.files.append({"file": str(path), "bytes": path.stat().st_size,
                              "xxh64": file_digest(path)})

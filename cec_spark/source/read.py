@@ -42,19 +42,19 @@ from cec_spark.source.types import SEQ, Chunk, ColumnTypes, TimeSpec
 csv.field_size_limit(1 << 30)
 
 
-def _ends_with_newline(path: Path, size: int) -> bool:
+def ends_with_newline(path: Path, size: int) -> bool:
     with path.open("rb") as fh:
         fh.seek(size - 1)
         return fh.read(1) == b"\n"
 
 
-def _read_bytes(path: str, start: int, stop: int) -> bytes:
+def read_bytes(path: str, start: int, stop: int) -> bytes:
     with open(path, "rb") as fh:
         fh.seek(start)
         return fh.read(stop - start)
 
 
-def _csv_header(path: Path) -> tuple[tuple[str, ...], int]:
+def csv_header(path: Path) -> tuple[tuple[str, ...], int]:
     with path.open("rb") as fh:
         first = fh.readline()
     if not first.strip():
@@ -69,7 +69,7 @@ def _csv_header(path: Path) -> tuple[tuple[str, ...], int]:
 _COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_ .\-]{0,63}")
 
 
-def _header_text(columns: tuple[str, ...]) -> str:
+def header_text(columns: tuple[str, ...]) -> str:
     """The header for a message, only if it looks like column names: a file that is
     not a CSV (a spec pointing at /etc/passwd) must not have its first line echoed."""
     if len(columns) <= 50 and all(_COLUMN_NAME.fullmatch(c) for c in columns):
@@ -77,8 +77,8 @@ def _header_text(columns: tuple[str, ...]) -> str:
     return f"its first line is not a header of column names ({len(columns)} fields)"
 
 
-def _parse_text(fmt: str, data: bytes, columns: tuple[str, ...],
-                types: ColumnTypes | None, overrides: dict[str, pa.DataType]) -> pa.Table:
+def parse_text(fmt: str, data: bytes, columns: tuple[str, ...],
+               types: ColumnTypes | None, overrides: dict[str, pa.DataType]) -> pa.Table:
     if fmt == "csv":
         col_types = dict(overrides)
         if types is not None:
@@ -99,8 +99,8 @@ def _parse_text(fmt: str, data: bytes, columns: tuple[str, ...],
         block_size=16 << 20), parse_options=opts)
 
 
-def _diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[str, ...],
-              rules: TimeSpec, types: ColumnTypes | None, cause: Exception) -> InputError:
+def diagnose(fmt: str, name: str, data: bytes, first_line: int, columns: tuple[str, ...],
+             rules: TimeSpec, types: ColumnTypes | None, cause: Exception) -> InputError:
     """Find the first bad line of a chunk the fast parser refused, slowly and exactly
     (``rules``: the time field, its unit and the columns every row must hold)."""
     checks = _value_checks(rules, types)
@@ -295,25 +295,25 @@ def _checked_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Tab
                              f"source's first file: {exc}") from exc
     else:
         unit = "line"
-        data = _read_bytes(chunk.file, chunk.start, chunk.stop)
+        data = read_bytes(chunk.file, chunk.start, chunk.stop)
         try:
-            table = _parse_text(chunk.fmt, data, chunk.columns, columns, {})
+            table = parse_text(chunk.fmt, data, chunk.columns, columns, {})
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise _diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
-                            exc) from exc
+            raise diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
+                           exc) from exc
         # a line the parser skipped (a blank jsonl line): a row fewer than lines (the
         # planner counted them: chunk.rows, but for a cut at max_rows)
         if table.num_rows != chunk.rows and table.num_rows != (n := text_lines(data)):
-            raise _diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
-                            ValueError(f"{n} lines gave {table.num_rows} rows"))
+            raise diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
+                           ValueError(f"{n} lines gave {table.num_rows} rows"))
         try:
             table = with_time_us(table, time, columns.kind(time.field), name, first, unit)
             table = table.select(list(columns.names)).cast(columns.schema())
             check_values(table, time, name, first, unit)
         except InputError:
             if has_blank_line(data):  # a blank csv line is a row of nulls: name the line
-                raise _diagnose(chunk.fmt, name, data, first, chunk.columns, time,
-                                columns, ValueError("a blank line")) from None
+                raise diagnose(chunk.fmt, name, data, first, chunk.columns, time,
+                               columns, ValueError("a blank line")) from None
             raise
     if chunk.fmt == "parquet":
         check_values(table, time, name, first, unit)
@@ -391,8 +391,8 @@ def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Table:
         table = parquet_file(chunk.file).read_row_groups(
             list(range(chunk.start, chunk.stop)), columns=list(columns.names))
     else:
-        data = _read_bytes(chunk.file, chunk.start, chunk.stop)
-        table = _parse_text(chunk.fmt, data, chunk.columns, columns, {})
+        data = read_bytes(chunk.file, chunk.start, chunk.stop)
+        table = parse_text(chunk.fmt, data, chunk.columns, columns, {})
         table = table.select(list(columns.names))
     table = table.slice(0, chunk.rows)
     unit_word = "row" if chunk.fmt == "parquet" else "line"

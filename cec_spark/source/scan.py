@@ -18,7 +18,7 @@ import numpy as np
 import xxhash
 
 from cec_spark.source.files import SCAN_BLOCK
-from cec_spark.source.read import _ends_with_newline
+from cec_spark.source.read import ends_with_newline
 
 
 class Scan(NamedTuple):
@@ -54,7 +54,7 @@ def scan_lines(path: Path, begin: int, every: int, *, digest: bool) -> Scan:
                 h.update(block[done:] if done else block)
             lines += n
             pos += len(block)
-    if size > begin and not _ends_with_newline(path, size):
+    if size > begin and not ends_with_newline(path, size):
         lines += 1
     if h is not None:
         digests.append((size, h.hexdigest()))

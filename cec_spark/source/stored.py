@@ -34,7 +34,7 @@ import xxhash
 
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
-from cec_spark.source.check import source_files
+from cec_spark.source.files import source_files
 from cec_spark.source.types import Chunk, ColumnTypes, SourcePlan
 from storage_log.durable import write_durable
 

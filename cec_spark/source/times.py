@@ -151,7 +151,7 @@ def iso(us: int) -> str:
         return f"{us} us"
 
 
-def _duration(us: int) -> str:
+def duration_text(us: int) -> str:
     for div, name in ((86_400_000_000, "d"), (3_600_000_000, "h"), (60_000_000, "min"),
                       (1_000_000, "s"), (1_000, "ms")):
         if abs(us) >= div:
@@ -179,9 +179,9 @@ def unit_warnings(field: str, kind: str, unit: str, raw_max_abs: int | None,
                 break
     if (window.kind == "time" and rows > 1 and min_us is not None and max_us is not None
             and max_us - min_us > 0 and (max_us - min_us) * 10 < window.size):
-        out.append(f"[source].{field}: the source spans {_duration(max_us - min_us)}, less "
-                   f"than a tenth of one window ({_duration(window.size)}); is "
+        out.append(f"[source].{field}: the source spans {duration_text(max_us - min_us)}, less "
+                   f"than a tenth of one window ({duration_text(window.size)}); is "
                    f"[source].time_unit (\"{unit}\") right?" if kind == "int64" else
-                   f"[source].{field}: the source spans {_duration(max_us - min_us)}, less "
-                   f"than a tenth of one window ({_duration(window.size)})")
+                   f"[source].{field}: the source spans {duration_text(max_us - min_us)}, less "
+                   f"than a tenth of one window ({duration_text(window.size)})")
     return out

@@ -1,4 +1,4 @@
-"""The ingest writer's commits (cec_spark.ingest.writer._UpstreamWriter), without Spark.
+"""The ingest writer's commits (cec_spark.ingest.writer.UpstreamWriter), without Spark.
 
 The commits of a chunk run on threads, one per log, while the writer reads the next
 batch; they must still precede the next append to the same log, each carry the token
@@ -24,9 +24,9 @@ from cec_spark.ingest import writer as writer_module
 from cec_spark.ingest.logs import create_logs
 from cec_spark.ingest.writer import (
     PART,
+    JobChunks,
+    UpstreamWriter,
     WriterConfig,
-    _JobChunks,
-    _UpstreamWriter,
     open_upstream,
 )
 from cec_spark.rundir.layout import RunLayout
@@ -97,7 +97,7 @@ def _batches(n: int, events: list[tuple[str, int, str]], partitions: int,
 def _writer(tmp_path: Path, partitions: int, events: list[tuple[str, int, str]],
             chunks: list[Chunk], fail_commit: int | None = None,
             reading: dict[int, threading.Event] | None = None
-            ) -> tuple[_UpstreamWriter, list[StreamLog], RunLayout]:
+            ) -> tuple[UpstreamWriter, list[StreamLog], RunLayout]:
     layout = RunLayout(tmp_path / "run")
     layout.state_file(0).parent.mkdir(parents=True)
     cfg = WriterConfig(str(layout.root), partitions, "always", "key", "value", trim=False)
@@ -105,7 +105,7 @@ def _writer(tmp_path: Path, partitions: int, events: list[tuple[str, int, str]],
     logs = [open_upstream(cfg, p) for p in range(partitions)]
     wrapped: list[Any] = [Recorded(log, p, events, fail_commit, reading)
                           for p, log in enumerate(logs)]
-    return _UpstreamWriter(cfg, layout, wrapped, _JobChunks.of(chunks)), logs, layout
+    return UpstreamWriter(cfg, layout, wrapped, JobChunks.of(chunks)), logs, layout
 
 
 @pytest.fixture(autouse=True)

@@ -26,7 +26,7 @@ from cec.spec.parse import parse_spec
 from cec_spark.ingest import writer as writer_module
 from cec_spark.ingest.logs import commit_watermark, committed_chunk, create_logs
 from cec_spark.ingest.watermark import IdleClock, below, later
-from cec_spark.ingest.writer import PART, WriterConfig, _JobChunks, _UpstreamWriter, open_upstream
+from cec_spark.ingest.writer import PART, JobChunks, UpstreamWriter, WriterConfig, open_upstream
 from cec_spark.recover.rescale import common_cut
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.order import LATE, OrderState, reorder, watermark
@@ -155,13 +155,13 @@ def _layout(tmp_path: Path, partitions: int) -> RunLayout:
 
 def _write(layout: RunLayout, partitions: int, chunks: list[Chunk],
            batches: Iterator[pa.RecordBatch], commits: dict[int, list[Any]],
-           late: str = "drop") -> _UpstreamWriter:
+           late: str = "drop") -> UpstreamWriter:
     cfg = WriterConfig(str(layout.root), partitions, "never", "key", "value", trim=False,
                        late=late)
     logs = [open_upstream(cfg, p) for p in range(partitions)]
     wrapped: list[Any] = [Recorded(log, commits.setdefault(p, []))
                           for p, log in enumerate(logs)]
-    writer = _UpstreamWriter(cfg, layout, wrapped, _JobChunks.of(chunks))
+    writer = UpstreamWriter(cfg, layout, wrapped, JobChunks.of(chunks))
     try:
         writer.write(batches)
     finally:

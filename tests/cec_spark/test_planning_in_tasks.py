@@ -25,6 +25,7 @@ from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source import check as check_mod
 from cec_spark.source import read as read_mod
+from cec_spark.source.file_state import FileState
 from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.planner import plan_source
 from cec_spark.source.types import Chunk
@@ -127,7 +128,7 @@ def test_the_driver_reads_no_row_past_the_first_chunk(spark: object, tmp_path: P
     rows = 300
     df = _write_files(tmp_path / "src", 12, rows)
     parsed: list[int] = []
-    parse = check_mod._parse_text
+    parse = check_mod.parse_text
 
     def counting(*args: object, **kwargs: object) -> object:
         table = parse(*args, **kwargs)  # type: ignore[arg-type]
@@ -137,7 +138,7 @@ def test_the_driver_reads_no_row_past_the_first_chunk(spark: object, tmp_path: P
     def refuse(*args: object, **kwargs: object) -> object:
         raise AssertionError("the driver checked a chunk's rows")
 
-    monkeypatch.setattr(check_mod, "_parse_text", counting)
+    monkeypatch.setattr(check_mod, "parse_text", counting)
     monkeypatch.setattr(read_mod, "_checked_table", refuse)
     run = tmp_path / "run"
     summary = run_pipeline(_spec(tmp_path, tmp_path / "src", rows), run, progress=False)
@@ -321,9 +322,9 @@ def test_lateness_plans_from_the_times_alone_as_from_every_row(tmp_path: Path,
            'allowed_lateness = "2ms"\nlate = "drop"')
     spec = parse_spec(spec_text(src), origin="t.toml", base=tmp_path)
     light = plan_source(spec, validate=False)
-    st = check_mod._FileState(spec, None)  # every row read and checked
+    st = FileState(spec, None)  # every row read and checked
     for path in sorted((tmp_path / "src").iterdir()):
-        check_mod._plan_file(st, path, kind)
+        check_mod.plan_file(st, path, kind)
     st.flush()
 
     def fields(c: Chunk) -> tuple[object, ...]:

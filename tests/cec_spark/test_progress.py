@@ -1,4 +1,4 @@
-"""The progress view's compact numbers (``cec_spark.driver.progress.compact``): one unit
+"""The progress view's compact numbers (``cec_spark.driver.display.compact``): one unit
 per magnitude, the value rounded before the unit is chosen (it printed "1e+03k" once)."""
 
 from __future__ import annotations

@@ -602,7 +602,7 @@ def test_a_csv_rows_error_names_its_line(spark: Any, tmp_path: Path) -> None:
 def test_a_parquet_files_int_and_decimal_columns_are_bigint_and_double_to_cec(
         spark: Any, tmp_path: Path) -> None:
     """A documented difference: the source types a parquet int32 column as int64 and a
-    decimal one as float64 (``cec_spark.source.check._type_name``), and the filter is
+    decimal one as float64 (``cec_spark.source.file_state._type_name``), and the filter is
     compiled over those types, so a condition over them is Spark's over BIGINT and
     DOUBLE, not over the file's INT and DECIMAL: no int overflow at 2^31, inexact
     decimal sums. Spark's filter of the file fails or keeps other rows."""
