@@ -49,7 +49,7 @@ POINTS: dict[str, str] = {
     "log.during_reconcile": "a writable open found the segments past its index (commits "
                             "to index, a torn tail to cut, or an index to rebuild), "
                             "before it cuts or indexes",
-    # cec_spark/ingest/writer.py, _UpstreamWriter (a chunk's or a watermark's commit
+    # cec_spark/ingest/writer.py, UpstreamWriter (a chunk's or a watermark's commit
     # while rows flow), and cec_spark/ingest/logs.py, commit_watermark (an idle
     # watermark's, [source] idle_close: the stream ingest task, or the per-poll path's
     # driver)

@@ -125,9 +125,6 @@ def test_the_driver_of_recover_loads_no_window_state(tmp_path: Path,
 
     patched = _forbid_state_loads(monkeypatch)
     assert "cec_spark.recover.partitions.predict" in patched, patched
-    monkeypatch.setattr("cec_spark.recover.partitions._rebuild",
-                        lambda *_a, **_k: pytest.fail("the driver rebuilt an EC"),
-                        raising=False)
     for name in ("_drain", "_process_to_cut", "split_windows", "first_record"):
         monkeypatch.setattr(f"cec_spark.recover.rescale.{name}",  # the rescale's tasks'
                             lambda *_a, _n=name, **_k: pytest.fail(f"the driver ran {_n}"))
