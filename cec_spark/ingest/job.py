@@ -32,10 +32,14 @@ token of the P logs, and within it at the first row not every log holds (the tok
 rows before it are not read, :func:`~cec_spark.ingest.logs.resume_chunks`); while
 writing, a log only receives rows whose ``seq`` is above its ``last_seq`` (a crash
 between the commits of two logs leaves them at different rows). Nothing is read twice
-into a log, nothing is skipped. At the end of a bounded source the driver seals every
-upstream log. Where it started and what its writers received are in the ingest's
-advisory state file (``RUN/state/ingest.json``, as the stream folder's task writes it:
-``resumed_at``, ``rows_received``, ``first_received``), after each job.
+into a log, nothing is skipped. At the end of a bounded source every upstream log is
+sealed: by the writers of the job that holds its last chunk, once they committed it
+(:data:`~cec_spark.ingest.writer.SEAL_PROPERTY`; a retried writer leaves a log already
+sealed as it is), and the driver seals any they did not (a crash between that commit
+and the seal, a stream folder's end). Where it started and what its writers received
+are in the ingest's advisory state file (``RUN/state/ingest.json``, as the stream
+folder's task writes it: ``resumed_at``, ``rows_received``, ``first_received``,
+``sealed_by_writers``), after each job.
 """
 
 from __future__ import annotations
@@ -71,7 +75,7 @@ from cec_spark.ingest.stream import (
     run_stream_ingest,
 )
 from cec_spark.ingest.watermark import WM_EVERY_S, IdleClock
-from cec_spark.ingest.writer import open_upstream
+from cec_spark.ingest.writer import SEAL_PROPERTY, open_upstream
 from cec_spark.run.plan import RunPlan
 from cec_spark.rundir.advisory import write_advisory
 from cec_spark.rundir.drivers import check_driver
@@ -155,10 +159,11 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
         progress.chunks_total = len(source.chunks)
         check_resume(spec, source.chunks, resume, resume_next)
         _run_jobs(IngestQuery(spark, plan, driver), source.chunks, point, progress,
-                  should_stop)
+                  should_stop, ends_source=True)
     if should_stop():
         return
-    seal_upstream(layout, spec.run.partitions, spec.run.fsync)
+    if progress.logs_sealed < spec.run.partitions:  # else the last job's writers did
+        seal_upstream(layout, spec.run.partitions, spec.run.fsync)
     progress.sealed = True
     progress.finished = time.monotonic()
 
@@ -298,20 +303,32 @@ class _IdleLogs:
 
 
 def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: ResumePoint,
-              progress: IngestProgress, should_stop: Callable[[], bool]) -> None:
+              progress: IngestProgress, should_stop: Callable[[], bool], *,
+              ends_source: bool = False) -> None:
+    """The jobs of ``chunks`` after ``resume``, in order. ``ends_source``: the chunks
+    end a bounded source, and the writers of the job holding the last one seal their
+    logs once its rows are committed (:data:`SEAL_PROPERTY`; not a stream folder's
+    poll, after which more files may come)."""
     job_rows = DIRECT_JOB_ROWS if query.direct is not None else JOB_ROWS
     layout = RunLayout(Path(query.cfg.run_dir))
+    sc = query.spark.sparkContext
     for job in _jobs(chunks, resume, job_rows):
         if should_stop():
             return
         t0 = time.monotonic()
+        last = ends_source and job[-1].index == chunks[-1].index  # writers seal
         try:
+            if last:
+                sc.setLocalProperty(SEAL_PROPERTY, "1")
             progress.tuples += query.run(job, progress)
         except Exception as exc:
             bad = task_input_error(exc)
             if bad is None:
                 raise
             raise bad from None
+        finally:
+            if last:
+                sc.setLocalProperty(SEAL_PROPERTY, None)  # type: ignore[arg-type]
         progress.job_seconds.append(time.monotonic() - t0)
         if should_stop():  # the job may have ended at a chunk before its last
             chunk, nxt = committed_chunk(layout, query.cfg.partitions)
@@ -335,4 +352,5 @@ def _report(layout: RunLayout, progress: IngestProgress) -> None:
         "chunks_done": progress.chunks_done, "source_rows": progress.source_rows,
         "tuples": progress.tuples, "trimmed": progress.trimmed_segments,
         "resumed_at": progress.resumed_at, "rows_received": progress.rows_received,
-        "first_received": progress.first_received, "plan_from": progress.plan_from})
+        "first_received": progress.first_received, "plan_from": progress.plan_from,
+        "sealed_by_writers": progress.logs_sealed})

@@ -62,6 +62,9 @@ class IngestProgress:
     # its start), "stored" (a resume's: the plan kept in the run directory, no byte of
     # the source read), "files" (a resume's: planned again from the files)
     plan_from: str = ""
+    # upstream logs the writers of the job ending a bounded source sealed (all P: the
+    # driver seals none, :data:`cec_spark.ingest.writer.SEAL_PROPERTY`)
+    logs_sealed: int = 0
 
 
 def _reader_run(chunks: list[Chunk], i: int, readers: int) -> list[Chunk]:
@@ -240,7 +243,7 @@ class IngestQuery:
     """
 
     _SCHEMA = ("rows long, started_at double, trimmed long, received long, first_seq long, "
-               + ", ".join(f"{c} double" for c in CLOCKS))
+               + ", ".join(f"{c} double" for c in CLOCKS) + ", sealed long")
 
     def __init__(self, spark: SparkSession, plan: RunPlan, driver: int | None = None) -> None:
         self.spark, self.spec, self.settings = spark, plan.spec, plan.settings
@@ -294,6 +297,7 @@ class IngestQuery:
         if "first_writer_at" not in clocks:
             clocks["first_writer_at"] = min(float(r["started_at"]) for r in out)
         for row in out:
+            progress.logs_sealed += int(row["sealed"])
             progress.trimmed_segments += int(row["trimmed"])
             progress.rows_received += int(row["received"])
             first = int(row["first_seq"])

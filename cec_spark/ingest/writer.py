@@ -33,6 +33,15 @@ from storage_log.log import StreamLog
 PART = "__cec_part"
 
 JOB_PROPERTY = "cec.ingest.chunks"  # the chunks of the running ingest job (JSON)
+# set ("1") for the job holding a bounded source's last chunk: its writers seal their
+# logs once every row is committed (else the driver seals them, P writable opens)
+SEAL_PROPERTY = "cec.ingest.seal"
+
+
+def seal_asked() -> bool:
+    """On an executor: this task's job ends the source (:data:`SEAL_PROPERTY`)."""
+    ctx = TaskContext.get()
+    return ctx is not None and ctx.getLocalProperty(SEAL_PROPERTY) == "1"
 
 
 def job_chunks() -> list[Chunk]:
@@ -126,8 +135,13 @@ def chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 1
             for p in range(cfg.partitions)]
         set_tag(f"i{w}")  # this writer's crash points (storage_log.faults): %i<w>
         try:
-            writer = UpstreamWriter(cfg, layout, logs, job)
-            writer.write(batches)
+            writer = UpstreamWriter(cfg, layout, logs, job)  # a sealed log (an earlier
+            writer.write(batches)  # attempt's seal, a refill after --repair) is left
+            if not writer.stopped and seal_asked():  # the source's end: every row of
+                for log in logs:                     # these logs is committed
+                    if log is not None:
+                        log.seal()  # a no-op on a sealed log
+                        writer.sealed += 1
         finally:
             for log in logs:
                 if log is not None:
@@ -202,6 +216,7 @@ class UpstreamWriter:
         self.stopped = False  # the job ended early: a STOP file (a stop of the run)
         self._looked = time.monotonic()  # the last look for a stop or a newer driver
         self.feeder = Feeder.find()  # the JVM that feeds this worker (its input's end)
+        self.sealed = 0  # logs sealed at the source's end (by chunk_writer), for figures
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> None:
         """Every batch of the job, then the commit of its last chunks (done when this
@@ -418,7 +433,8 @@ class UpstreamWriter:
             "first_seq": pa.array([-1 if self.first_seq is None else self.first_seq],
                                   pa.int64()),
             **{name: pa.array([v], pa.float64()) for name, v in zip(CLOCKS, self.clock,
-                                                                      strict=True)}})
+                                                                      strict=True)},
+            "sealed": pa.array([self.sealed], pa.int64())})
 
 
 def _append_split(logs: list[StreamLog | None], batch: pa.RecordBatch, above: list[int],

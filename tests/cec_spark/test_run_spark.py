@@ -20,6 +20,7 @@ from cec_spark.read.export import export, results_table
 from cec_spark.read.inspect import inspect_extent, inspect_log
 from cec_spark.recover.resume import recover_run
 from cec_spark.run.session import build_session
+from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.layout import RunLayout
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import (
@@ -76,6 +77,9 @@ def test_parallel_ingest_writes_the_same_logs(spark: object, tmp_path: Path,
         run = tmp_path / f"run{tasks}"
         summary = run_pipeline(spec, run, progress=False)
         assert summary.completed
+        # the last job's writers sealed every log (each writer its own), not the driver
+        state = read_advisory(RunLayout(run).ingest_state_file)
+        assert state["sealed_by_writers"] == P, state
         export(run, tmp_path / f"out{tasks}.csv")
         runs[tasks] = run
     one, many = _upstream_rows(runs[1]), _upstream_rows(runs[4])

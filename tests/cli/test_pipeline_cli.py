@@ -127,22 +127,32 @@ def _processed(run: Path) -> int:
     return sum(int(s.get("in_tuples", 0)) for s in _states(run))  # type: ignore[call-overload]
 
 
+def _ingested_chunk(run: Path) -> int:
+    """The last chunk every upstream log committed (-1: none yet, or no logs yet)."""
+    try:
+        return committed_chunk(RunLayout(run), P)[0]
+    except Exception:  # the run directory or its logs being created
+        return -1
+
+
 def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimming: Path,
                                              tmp_path: Path) -> None:
-    """kill -9 of the whole run once the operators have consumed a random share (5 to
-    40 %) of the rows, as their state files say. A random time after the first
-    processed batch (this test drew it up to 0.8 of the reference run's processing
-    time, 0.5 to 1.5 s on 2 cores) could land after the run's end when this run went
-    faster than the reference; a share of the rows lands in the work, and the test
-    asserts it did (a partition not done, an output log not sealed)."""
+    """kill -9 of the whole run once its ingest committed a random chunk (the 3rd to the
+    11th of 25), as the upstream logs' tokens say (looked at every 5 ms). The writer
+    commits after each batch but for the job's last 64 Ki rows (one commit at its end:
+    ``COMMIT_AT_END_ROWS``), so the kill lands while the ingest still has at least 11
+    chunks to write: no operator can have ended, whatever the machine's speed, and the
+    test asserts it (no upstream log sealed, a partition not done, an output log not
+    sealed). A kill drawn by the operators' state files (every 0.5 s) landed after the
+    run's end on a quiet machine, where the whole processing takes about 0.5 s."""
     spec, reference = trimming, workload[1]
     run = tmp_path / "run"
     seed = random.randrange(1 << 30)
-    target = int(random.Random(seed).uniform(0.05, 0.4) * ROWS)
+    target = random.Random(seed).randint(2, 10)  # of 25 chunks of 6,000 rows
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                      tmp_path / "run.log")
-    wait_for(lambda: proc.poll() is not None or _processed(run) >= target, 180,
-             f"the operators to consume {target} rows", step=0.01)
+    wait_for(lambda: proc.poll() is not None or _ingested_chunk(run) >= target, 180,
+             f"the ingest to commit chunk {target}", step=0.005)
     assert proc.poll() is None, (seed, target, (tmp_path / "run.log").read_text()[-3000:])
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
     os.killpg(proc.pid, signal.SIGKILL)
@@ -151,9 +161,12 @@ def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimmi
     wait_for(lambda: not any(alive(pid) for pid in pids), 60, "orphaned workers to exit")
     done = [bool(s.get("done")) for s in _states(run)]
     processed = _processed(run)
-    # where the kill landed: in the work, before the run's end
+    chunk = _ingested_chunk(run)
+    # where the kill landed: in the ingest's work, before the source's end
+    assert target <= chunk < 24 and not upstream_sealed(RunLayout(run), P), \
+        (seed, target, chunk)
     assert not all(done) and not run_finished(RunLayout(run), P), (seed, target, done)
-    assert target <= processed < ROWS, (seed, target, processed)
+    assert processed < ROWS, (seed, target, processed)
     # a dry run says what the recover will do, per partition and for the run, and why
     dry = cec(["recover", "--from-log", str(run), "--dry-run"], check=True).stdout
     would = [ln for ln in dry.splitlines() if ln.startswith("would: ")]
@@ -164,7 +177,8 @@ def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimmi
     result = checked(rec.stdout, RecoverResult)
     assert result["resumed"]["completed"], (seed, target, result)
     assert len(result["partitions"]) == P
-    print(f"seed={seed} killed at {processed} rows consumed (target {target} of {ROWS}), "
+    print(f"seed={seed} killed with chunk {chunk} of 25 ingested (target {target}), "
+          f"{processed} rows consumed as the state files said, "
           f"partitions done at the kill: {done}, upstream logs trimmed: {_trimmed(run)} "
           f"of {P}")
     _export_equals(run, tmp_path, reference)
