@@ -19,7 +19,9 @@ Spark's ``session_window``; not in the default set either: a few minutes);
 ``cec recover``, Spark's and Flink's restarts; not in the default set: ~30 min in full);
 ``--only growth`` runs :mod:`bench.growth_bench` (cost growth at 0.3 to 100 M rows, cec
 against Spark and Flink, peak memory; not in the default set: hours in full, 0.3 M rows
-in one round with ``--quick``).
+in one round with ``--quick``); ``--only memory`` runs :mod:`bench.memory_bench` (the
+Python workers' peak RSS per open window, issue 40; not in the default set: 10 M rows in
+2 rounds in full, 1 M rows in one round with ``--quick``).
 
 Presets: full (default, < 25 min on 2 cores), ``--quick`` (< 3 min, no Spark unless
 ``--spark``) and ``--preset tiny`` (the smoke test's sizes).
@@ -133,7 +135,8 @@ def machine() -> dict[str, Any]:
 # ------------------------------------------------------------------------------ tables
 
 
-SECTIONS = (*PAPER_SECTIONS, "fair", "latency", "rto", "sessions", "standby", "growth")
+SECTIONS = (*PAPER_SECTIONS, "fair", "latency", "rto", "sessions", "standby", "growth",
+            "memory")
 #: run unless --only names others; the recovery-time objective (bench/rto.py, ~10 min of
 #: kills and recoveries) and session windows (bench/sessions_bench.py, a few minutes)
 #: run only when asked for: --only rto, --only sessions
@@ -316,6 +319,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if code != 0:
             raise SystemExit(f"python -m bench: bench/growth_bench.py exited {code}")
         res["sections_s"]["growth"] = time.perf_counter() - t0
+    if "memory" in only and spark:
+        from bench import memory_bench
+
+        t0 = time.perf_counter()
+        _log("memory: bench/memory_bench.py")
+        code = memory_bench.main([*(["--quick"] if preset.name != "full" else []),
+                                  "--out", str(out / "memory")])
+        if code != 0:
+            raise SystemExit(f"python -m bench: bench/memory_bench.py exited {code}")
+        res["sections_s"]["memory"] = time.perf_counter() - t0
     _write(out, res, t_all)
     return res
 

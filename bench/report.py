@@ -19,6 +19,8 @@ draws one PNG per comparison and composes the file:
   standby; a waiting standby's cost);
 * ``growth/growth.json``: :mod:`bench.growth_bench` (cost growth with the input, 0.3 to
   100 M rows: cec, Spark and Flink, peak memory per process kind);
+* ``memory/memory.json``: :mod:`bench.memory_bench` (the Python workers' peak RSS growth
+  per open window, every window open until the end: issue 40);
 * ``results.json`` and ``results.md``: ``python -m bench`` (the paper's Figs. 5–9).
 
 ``python -m bench --report`` rewrites BENCHMARKS.md from what is there; a missing file
@@ -270,6 +272,13 @@ def targets(results: Path) -> list[tuple[str, str, str, bool | None, str]]:
                          j["text"] + ("" if state in ("met", "missed") else f" ({state})"),
                          None if state not in ("met", "missed") else state == "met",
                          "python -m bench --only growth"))
+    mem = _load(results / "memory" / "memory.json")
+    if isinstance(mem, dict) and mem.get("judgement"):
+        j, state = mem["judgement"], mem["judgement"].get("state")
+        rows.append((j["target"], "(issue 40)",
+                     j["text"] + ("" if state in ("met", "missed") else f" ({state})"),
+                     None if state not in ("met", "missed") else state == "met",
+                     "python -m bench --only memory"))
     return rows
 
 
@@ -624,6 +633,11 @@ def benchmarks_md(results: Path = RESULTS) -> str:
         from bench.growth_bench import report as growth_md
 
         parts.append("#" + growth_md(gr))  # its title one level down
+    mem = _load(results / "memory" / "memory.json")
+    if isinstance(mem, dict) and mem.get("runs"):
+        from bench.memory_bench import markdown as memory_md
+
+        parts.append("#" + memory_md(mem))  # its title one level down
     parts.append(paper_md(results))
     return "\n".join(p for p in parts if p)
 
