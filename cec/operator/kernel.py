@@ -202,7 +202,6 @@ def close_every_window_parts(slots: WindowSlots, out: RowWriter, t_now: int, row
         yield _closed(slots, out, closing[lo:lo + max(1, rows)], END_OF_STREAM_TS, t_now)
 
 
-
 class ClosedByEventTime:
     """What the time and session kernels answer alike (:mod:`cec.operator.time_windows`,
     :mod:`cec.operator.sessions`): a watermark ``w`` closes the windows a tuple at ``w``
@@ -224,6 +223,7 @@ class ClosedByEventTime:
 
     def close_all_parts(self, out: RowWriter, t_now: int, rows: int) -> Iterator[Block]:
         return close_every_window_parts(self.slots, out, t_now, rows)
+
 
 def ordered_events(slots: WindowSlots, closing: I64, closer: I64, opening: I64,
                    opener: I64) -> tuple[I64, I64, npt.NDArray[np.bool_]]:
