@@ -128,31 +128,34 @@ def _processed(run: Path) -> int:
 
 
 def _ingested_chunk(run: Path) -> int:
-    """The last chunk every upstream log committed (-1: none yet, or no logs yet)."""
-    try:
-        return committed_chunk(RunLayout(run), P)[0]
-    except Exception:  # the run directory or its logs being created
-        return -1
+    """The last chunk every upstream log committed (-1: none yet)."""
+    return committed_chunk(RunLayout(run), P)[0]
 
 
 def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimming: Path,
                                              tmp_path: Path) -> None:
-    """kill -9 of the whole run once its ingest committed a random chunk (the 3rd to the
-    11th of 25), as the upstream logs' tokens say (looked at every 5 ms). The writer
-    commits after each batch but for the job's last 64 Ki rows (one commit at its end:
-    ``COMMIT_AT_END_ROWS``), so the kill lands while the ingest still has at least 11
-    chunks to write: no operator can have ended, whatever the machine's speed, and the
-    test asserts it (no upstream log sealed, a partition not done, an output log not
-    sealed). A kill drawn by the operators' state files (every 0.5 s) landed after the
-    run's end on a quiet machine, where the whole processing takes about 0.5 s."""
+    """kill -9 of the whole run right after its ingest's K-th commit (K drawn from 1 to
+    4): the writer dies at the crash point ``ingest.after_token@K%i0``
+    (storage_log.faults) and the test kills the whole run as soon as its mark appears,
+    as a crash of the host at that moment would. The writer commits after each chunk of
+    6,000 rows while more than 64 Ki rows of its job are left (``COMMIT_AT_END_ROWS``):
+    about 13 commits before its last, so the kill lands in the ingest whatever the
+    machine's speed, and the test asserts it (the ingest at the chunk of that commit,
+    no upstream log sealed, a partition not done, an output log not sealed). Two earlier
+    ways to draw the moment landed after the work on a quiet machine, where the whole
+    run takes about 0.5 s: a share of the rows as the operators' state files say (every
+    0.5 s), and the ingest's committed chunk polled every 5 ms (a poll opens 3 logs)."""
     spec, reference = trimming, workload[1]
-    run = tmp_path / "run"
+    run, mark = tmp_path / "run", tmp_path / "mark"
+    mark.mkdir()
     seed = random.randrange(1 << 30)
-    target = random.Random(seed).randint(2, 10)  # of 25 chunks of 6,000 rows
+    target = random.Random(seed).randint(1, 4)
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
-                     tmp_path / "run.log")
-    wait_for(lambda: proc.poll() is not None or _ingested_chunk(run) >= target, 180,
-             f"the ingest to commit chunk {target}", step=0.005)
+                     tmp_path / "run.log", env={"CEC_CRASH_AT": f"ingest.after_token@{target}%i0",
+                                                "CEC_CRASH_MARK": str(mark)})
+    wait_for(lambda: proc.poll() is not None
+             or any(not m.name.startswith(".") for m in mark.iterdir()), 180,
+             f"the ingest's commit {target} (its crash point)", step=0.005)
     assert proc.poll() is None, (seed, target, (tmp_path / "run.log").read_text()[-3000:])
     pids = [int(s["pid"]) for s in _states(run) if "pid" in s]  # type: ignore[call-overload]
     os.killpg(proc.pid, signal.SIGKILL)
@@ -162,8 +165,8 @@ def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimmi
     done = [bool(s.get("done")) for s in _states(run)]
     processed = _processed(run)
     chunk = _ingested_chunk(run)
-    # where the kill landed: in the ingest's work, before the source's end
-    assert target <= chunk < 24 and not upstream_sealed(RunLayout(run), P), \
+    # where the kill landed: in the ingest's work, at its commit ``target``
+    assert target - 1 <= chunk < 24 and not upstream_sealed(RunLayout(run), P), \
         (seed, target, chunk)
     assert not all(done) and not run_finished(RunLayout(run), P), (seed, target, done)
     assert processed < ROWS, (seed, target, processed)
@@ -177,7 +180,8 @@ def test_kill9_of_the_whole_run_then_recover(workload: tuple[Path, Path], trimmi
     result = checked(rec.stdout, RecoverResult)
     assert result["resumed"]["completed"], (seed, target, result)
     assert len(result["partitions"]) == P
-    print(f"seed={seed} killed with chunk {chunk} of 25 ingested (target {target}), "
+    print(f"seed={seed} killed at the ingest's commit {target}, chunk {chunk} of 25 "
+          f"ingested, "
           f"{processed} rows consumed as the state files said, "
           f"partitions done at the kill: {done}, upstream logs trimmed: {_trimmed(run)} "
           f"of {P}")
