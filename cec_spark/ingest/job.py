@@ -88,7 +88,7 @@ from cec_spark.source.fingerprint import (
 )
 from cec_spark.source.folder import StreamDirWatcher
 from cec_spark.source.planner import plan_source
-from cec_spark.source.stored import file_stats, load_plan, store_plan
+from cec_spark.source.stored import load_plan, planned_with_stats, store_plan
 from cec_spark.source.types import Chunk, SourcePlan, WatchState
 from cec_spark.watchdog import say_once
 from storage_log.errors import LogLockedError
@@ -189,12 +189,10 @@ def _bounded_source(plan: RunPlan, resume: int) -> tuple[SourcePlan, str]:
     stored = load_plan(layout.source_plan_file, spec, settings.max_tuples)
     if stored is not None:
         return stored, "stored"
-    stats = file_stats(spec)
-    source = plan_source(spec, max_rows=settings.max_tuples, validate=False)
+    source, stats = planned_with_stats(spec, settings.max_tuples)
     if resume >= 0:  # a resumed ingest reads the source again: the same up to its
         _check_source(plan, source, resume)  # tokens (a bad row fixed after them)
-    if file_stats(spec) == stats:
-        store_plan(layout.source_plan_file, spec, settings.max_tuples, source, stats)
+    store_plan(layout.source_plan_file, spec, settings.max_tuples, source, stats)
     return source, "files"
 
 

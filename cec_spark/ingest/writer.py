@@ -135,13 +135,10 @@ def chunk_writer(cfg: WriterConfig, chunks: list[Chunk] | None, writers: int = 1
             for p in range(cfg.partitions)]
         set_tag(f"i{w}")  # this writer's crash points (storage_log.faults): %i<w>
         try:
-            writer = UpstreamWriter(cfg, layout, logs, job)  # a sealed log (an earlier
-            writer.write(batches)  # attempt's seal, a refill after --repair) is left
-            if not writer.stopped and seal_asked():  # the source's end: every row of
-                for log in logs:                     # these logs is committed
-                    if log is not None:
-                        log.seal()  # a no-op on a sealed log
-                        writer.sealed += 1
+            writer = UpstreamWriter(cfg, layout, logs, job)
+            writer.write(batches)
+            if not writer.stopped and seal_asked():  # the source's end
+                writer.seal()
         finally:
             for log in logs:
                 if log is not None:
@@ -216,7 +213,7 @@ class UpstreamWriter:
         self.stopped = False  # the job ended early: a STOP file (a stop of the run)
         self._looked = time.monotonic()  # the last look for a stop or a newer driver
         self.feeder = Feeder.find()  # the JVM that feeds this worker (its input's end)
-        self.sealed = 0  # logs sealed at the source's end (by chunk_writer), for figures
+        self.sealed = 0  # logs sealed at the source's end (:meth:`seal`), for figures
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> None:
         """Every batch of the job, then the commit of its last chunks (done when this
@@ -226,6 +223,15 @@ class UpstreamWriter:
             self._settle()
         finally:
             self._close_pool()
+
+    def seal(self) -> None:
+        """Seal the logs this writer owns, once :meth:`write` committed every row of a
+        bounded source's last job (a log sealed already, by an earlier attempt of the
+        job or before a refill after ``--repair``, is left as it is)."""
+        for log in self.logs:
+            if log is not None:
+                log.seal()  # a no-op on a sealed log
+                self.sealed += 1
 
     def _stop_here(self) -> bool:
         """After a chunk's commit began (every :data:`LOOK_EVERY_S` at most): True when

@@ -31,8 +31,7 @@ from cec_spark.rundir.access import check_owner
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import RunSettings, read_run_file, run_text, settings_for
 from cec_spark.source.fingerprint import fingerprint
-from cec_spark.source.planner import plan_source
-from cec_spark.source.stored import file_stats
+from cec_spark.source.stored import planned_with_stats
 from cec_spark.source.types import SourcePlan
 from cec_spark.watchdog import say
 
@@ -104,10 +103,7 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
     run_dir = run_dir if run_dir is not None else default_run_dir(Path(spec_path))
     layout = check_new_run_dir(run_dir, staged=staged)
     # from the files' metadata: the ingest tasks check the rows (Chunk.check)
-    stats = file_stats(spec)
-    source = plan_source(spec, max_rows=max_tuples, validate=False)
-    if stats and file_stats(spec) != stats:  # a file changed while it was planned: the
-        stats = ()                           # plan is not kept for a resume
+    source, stats = planned_with_stats(spec, max_tuples)
     if spec.source.kind == "stream-dir" and not source.columns.names:
         raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
                          "first file fixes the column types")

@@ -35,10 +35,11 @@ import xxhash
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
 from cec_spark.source.files import source_files
+from cec_spark.source.planner import plan_source
 from cec_spark.source.types import Chunk, ColumnTypes, SourcePlan
 from storage_log.durable import write_durable
 
-__all__ = ["PLAN_VERSION", "file_stats", "load_plan", "store_plan"]
+__all__ = ["PLAN_VERSION", "file_stats", "load_plan", "planned_with_stats", "store_plan"]
 
 PLAN_VERSION = 1
 
@@ -55,6 +56,17 @@ def file_stats(spec: PipelineSpec) -> tuple[dict[str, Any], ...]:
         st = f.stat()
         out.append({"file": str(f), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns})
     return tuple(out)
+
+
+def planned_with_stats(spec: PipelineSpec, max_rows: int | None
+                       ) -> tuple[SourcePlan, tuple[dict[str, Any], ...]]:
+    """The source planned from its files' metadata (:func:`plan_source`,
+    ``validate=False``: the tasks check the rows they read), and its files'
+    :func:`file_stats` as they were before the planner read them: () when a file
+    changed while it was planned (such a plan is not stored)."""
+    stats = file_stats(spec)
+    plan = plan_source(spec, max_rows=max_rows, validate=False)
+    return plan, stats if stats and file_stats(spec) == stats else ()
 
 
 def _key(spec: PipelineSpec, max_rows: int | None) -> str:
