@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cec.errors import InputOrderError, SpecError, UsageError
-from cec.window_state import LOGGED, names
+from cec.window_state import AGGREGATE, LOGGED, UNTRACKED, StateField, names
 
 #: The ``ts`` of the rows ``finish()`` emits at the end of a bounded stream (the time
 #: windows still open close there): the end-of-stream watermark, after every input
@@ -90,8 +90,11 @@ def key_arrow_type(key_type: str) -> pa.DataType:
     raise SpecError(f"key type must be 'int64' or 'string', got {key_type!r}")
 
 
-def output_schema(key_type: str | pa.DataType = "int64") -> pa.Schema:
-    """The Arrow schema of the operator's output log (ARCHITECTURE §3)."""
+def output_schema(key_type: str | pa.DataType = "int64",
+                  logged: tuple[StateField, ...] = LOGGED) -> pa.Schema:
+    """The Arrow schema of the operator's output log (ARCHITECTURE §3): record format 1
+    with the default ``logged`` (every field of :data:`~cec.window_state.LOGGED`),
+    format 2 with :func:`cec.window_state.logged_for` (the function's fields only)."""
     kt = key_type if isinstance(key_type, pa.DataType) else key_arrow_type(key_type)
     i64 = pa.int64()
     return pa.schema(
@@ -103,10 +106,51 @@ def output_schema(key_type: str | pa.DataType = "int64") -> pa.Schema:
             pa.field("n_open", i64, nullable=False),
             pa.field("key", kt, nullable=False),
             *(pa.field(f.name, pa.from_numpy_dtype(f.dtype), nullable=False)
-              for f in LOGGED),
+              for f in logged),
             pa.field("value", pa.float64(), nullable=False),
         ]
     )
+
+
+def logged_of(schema: pa.Schema) -> tuple[StateField, ...]:
+    """The window-state fields an output log's schema keeps in a column of their own
+    (all of :data:`~cec.window_state.LOGGED` in record format 1; fewer aggregate fields
+    in format 2)."""
+    have = set(schema.names)
+    return tuple(f for f in LOGGED if f.name in have)
+
+
+def record_format(schema: pa.Schema) -> int:
+    """1 if the output schema logs every aggregate field, else 2 (the function's only)."""
+    return 1 if len(logged_of(schema)) == len(LOGGED) else 2
+
+
+def with_every_field(rows: pa.RecordBatch | pa.Table, session_gap: int | None = None
+                     ) -> pa.RecordBatch | pa.Table:
+    """Output rows of either record format in format 1's columns: an aggregate field a
+    format-2 log does not keep is added as the value an untracked field holds
+    (:data:`~cec.window_state.UNTRACKED`), but a session's ``first_ts``/``last_ts``
+    (``session_gap`` given): its ``win_start`` and ``win_end - gap``. Rows of format 1
+    are returned as they are."""
+    names_ = rows.schema.names
+    missing = [f for f in AGGREGATE if f.name not in names_]
+    if not missing:
+        return rows
+    n = rows.num_rows
+    add: dict[str, pa.Array] = {}
+    for f in missing:
+        if session_gap is not None and f.name == "first_ts":
+            add[f.name] = pa.array(np.asarray(rows.column("win_start")), pa.int64())
+        elif session_gap is not None and f.name == "last_ts":
+            add[f.name] = pa.array(np.asarray(rows.column("win_end")) - session_gap,
+                                   pa.int64())
+        else:
+            add[f.name] = pa.array(np.full(n, UNTRACKED[f.name], dtype=f.dtype))
+    schema = output_schema(rows.schema.field("key").type)
+    cols = [add[name] if name in add else rows.column(name) for name in schema.names]
+    if isinstance(rows, pa.Table):
+        return pa.Table.from_arrays(cols, schema=schema)
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
 def logical_rows(batch: pa.RecordBatch) -> pa.RecordBatch:

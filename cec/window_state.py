@@ -33,7 +33,8 @@ from typing import NamedTuple, TypeVar
 
 import numpy as np
 
-__all__ = ["AGGREGATE", "FIELDS", "LOGGED", "StateField", "declares", "names"]
+__all__ = ["AGGREGATE", "FIELDS", "LOGGED", "UNTRACKED", "StateField", "declares", "logged_for",
+           "names", "tracked_for"]
 
 
 class StateField(NamedTuple):
@@ -62,6 +63,35 @@ AGGREGATE = (_field("cnt", np.int64), _field("sum", np.float64), _field("min", n
 FIELDS = IDENTITY + FOOTPRINT + AGGREGATE
 #: the fields the output log keeps in a column of their own (after ``key``)
 LOGGED = tuple(f for f in FIELDS if f.column == f.name)
+
+
+#: the partial-aggregate fields each function needs (``cnt`` always: every result row
+#: says how many tuples it aggregates)
+_NEEDS = {"count": ("cnt",), "sum": ("cnt", "sum"), "avg": ("cnt", "sum"),
+          "min": ("cnt", "min"), "max": ("cnt", "max")}
+#: what a window holds in a field it does not track (the identities of sum, min, max;
+#: a time window's ``first_ts``/``last_ts``, which no function reads, as 0)
+UNTRACKED = {"sum": 0.0, "min": float("inf"), "max": float("-inf"), "first_ts": 0,
+             "last_ts": 0}
+
+
+def tracked_for(function: str, window_kind: str) -> tuple[str, ...]:
+    """The partial-aggregate fields (:data:`AGGREGATE`) a window of this function and
+    window kind keeps: what the function reads, and a count window's ``first_ts``/
+    ``last_ts`` (its time span, which the results report). A session's ``first_ts``/
+    ``last_ts`` are its ``win_start`` and ``win_end - gap``, so not kept apart.
+    Raises KeyError for an unknown function."""
+    need = _NEEDS[function]
+    extra = ("first_ts", "last_ts") if window_kind == "count" else ()
+    return tuple(f.name for f in AGGREGATE if f.name in need or f.name in extra)
+
+
+def logged_for(function: str, window_kind: str) -> tuple[StateField, ...]:
+    """The fields a log of record format 2 keeps in a column of their own: the window's
+    identity and footprint columns of :data:`LOGGED`, then only the aggregate fields of
+    :func:`tracked_for` (format 1 keeps all of :data:`LOGGED`)."""
+    keep = tracked_for(function, window_kind)
+    return tuple(f for f in LOGGED if f not in AGGREGATE or f.name in keep)
 
 
 def names(fields: tuple[StateField, ...]) -> tuple[str, ...]:

@@ -77,7 +77,11 @@ from cec.operator.memory import WindowMemory
 from cec.operator.state import OperatorState
 from cec.policy import Clock, PolicyConfig
 from cec.records import key_arrow_type
+from cec.window_state import AGGREGATE, LOGGED, StateField, logged_for, names, tracked_for
 from cec.windows import WindowSpec
+
+#: the output-log record formats an operator writes (:attr:`OperatorConfig.record_format`)
+RECORD_FORMATS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -93,16 +97,41 @@ class OperatorConfig:
     clock: Clock = field(default=time.monotonic, compare=False)
     #: the open windows' memory check (None: none; cec.operator.memory)
     memory: WindowMemory | None = field(default=None, compare=False)
+    #: the output rows' format: 2 keeps only the function's aggregate fields (a new
+    #: log), 1 all of them (a log begun in format 1 goes on in it; ARCHITECTURE §3)
+    record_format: int = 2
 
     def __post_init__(self) -> None:
         key_arrow_type(self.key_type)
         get_reducer(self.function)
+        if self.record_format not in RECORD_FORMATS:
+            raise SpecError(f"record format must be one of {RECORD_FORMATS}, "
+                            f"not {self.record_format!r}")
         if not self.key_column or not self.value_column or self.key_column == self.value_column:
             raise SpecError("key and value columns must be distinct non-empty names")
 
     @property
     def reducer(self) -> Reducer:
         return get_reducer(self.function)
+
+    @property
+    def logged(self) -> tuple[StateField, ...]:
+        """The window-state fields the output rows keep in a column of their own."""
+        if self.record_format == 1:
+            return LOGGED
+        return logged_for(self.function, self.window.kind)
+
+    @property
+    def tracked(self) -> tuple[str, ...]:
+        """The partial-aggregate fields an open window keeps: every one in format 1
+        (its rows log them), else the function's (:func:`~cec.window_state.tracked_for`)
+        and a session's ``last_ts`` (its kernel reads it)."""
+        if self.record_format == 1:
+            return names(AGGREGATE)
+        own = tracked_for(self.function, self.window.kind)
+        if self.window.kind == "session" and "last_ts" not in own:
+            return tuple(n for n in names(AGGREGATE) if n in own or n == "last_ts")
+        return own
 
 
 class AggregateOperator(Protocol):

@@ -38,12 +38,13 @@ class CountSizeOneKernel(CountWindowsStayOpen):
         n = len(seq)
         per = 2 if out.emits_open else 1
         typ = np.full(n, G_OPEN_R if per == 2 else R, dtype=np.int8)
+        one = {"sum": vals, "min": vals, "max": vals, "first_ts": ts, "last_ts": ts}
         return {
             "ts": ts, "seq": out.new_seqs(n, per), "type": typ, "t_now": seq,
             "n_open": np.full(n, out.n_open, dtype=np.int64), "key_idx": batch.key_idx,
             "win_start": seq, "win_end": np.full(n, -1, np.int64), "tau1": seq,
-            "cnt": np.ones(n, dtype=np.int64), "sum": vals, "min": vals, "max": vals,
-            "first_ts": ts, "last_ts": ts,
+            "cnt": np.ones(n, dtype=np.int64),
+            **{f: v for f, v in one.items() if f in out.logged},
         }
 
 

@@ -21,18 +21,23 @@ from cec.operator.kernel import TupleBatch
 from cec.operator.key_registry import KeyRegistry
 from cec.operator.slots import WindowSlots
 from cec.operator.state import OperatorState, WindowSnapshot, ec_rows
-from cec.records import G_CHECK, G_OPEN
-from cec.window_state import FIELDS, LOGGED
+from cec.records import G_CHECK, G_OPEN, output_schema, with_every_field
+from cec.window_state import AGGREGATE, FIELDS, LOGGED
 
 
 def load_windows(ec: pa.Table, schema: pa.Schema, keys: KeyRegistry,
-                 slots: WindowSlots) -> tuple[I64, I64]:
+                 slots: WindowSlots, session_gap: int | None = None) -> tuple[I64, I64]:
     """The EC's windows into new slots; returns ``(slots, key indices)`` of them.
 
-    Raises :class:`~cec.errors.UsageError` unless every row is a ``G_open`` or
-    ``G_check`` footprint of the output schema.
+    The EC's rows may be of either record format (a field the slots do not track is
+    not read; one they track and the rows lack is what it reads as untracked,
+    :func:`cec.records.with_every_field`; ``session_gap`` for session windows). Raises
+    :class:`~cec.errors.UsageError` unless every row is a ``G_open`` or ``G_check``
+    footprint of the output schema.
     """
-    ec = ec_rows(ec, schema)
+    if "key" in ec.schema.names and "win_end" in ec.schema.names:
+        ec = with_every_field(ec, session_gap)
+    ec = ec_rows(ec, output_schema(schema.field("key").type))  # every field, format 1's
     if not ec.num_rows:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     col = {name: np.asarray(ec.column(name).to_numpy(), dtype=None)
@@ -43,6 +48,8 @@ def load_windows(ec: pa.Table, schema: pa.Schema, keys: KeyRegistry,
     new = slots.alloc(ec.num_rows)
     slots.key_idx[new] = kidx
     for f in FIELDS:  # tau2 is the row's t_now, fp_seq its seq; win_start before win_end
+        if f in AGGREGATE and f.name not in slots.tracked:
+            continue
         slots.put(f.name, new, col[f.column])
     return new, kidx
 

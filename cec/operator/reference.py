@@ -25,7 +25,6 @@ from cec.records import (
     G_CHECK,
     G_OPEN,
     G_OPEN_R,
-    OUTPUT_COLUMNS,
     Position,
     R,
     check_after_watermark,
@@ -35,8 +34,9 @@ from cec.records import (
     decode_input,
     keys_to_python,
     output_schema,
+    with_every_field,
 )
-from cec.window_state import AGGREGATE, FIELDS, LOGGED, names
+from cec.window_state import AGGREGATE, FIELDS, LOGGED, UNTRACKED, names
 from cec.windows import CountWindow, SessionWindow, TimeWindow
 
 # a window's state (cec.window_state.FIELDS) is its _Window's own fields then its agg's
@@ -67,7 +67,13 @@ class ReferenceOperator:
         self._reducer = config.reducer
         self._policy = config.policy
         self._budget = budget_for(config.policy, config.clock)
-        self._schema = output_schema(config.key_type)
+        self._schema = output_schema(config.key_type, config.logged)
+        #: the aggregate fields the rows log (all in record format 1)
+        self._agg_logged = tuple(f.name for f in config.logged if f in AGGREGATE)
+        #: the aggregate fields a window keeps (state_at shows the others as untracked)
+        self._tracked = frozenset(config.tracked)
+        self._session_gap = (config.window.gap_us if isinstance(config.window, SessionWindow)
+                             else None)
         self._windows: dict[WindowId, _Window] = {}
         self._by_key: dict[Any, list[_Window]] = {}
         self._n = 0
@@ -121,12 +127,13 @@ class ReferenceOperator:
         self._next_out += 1
         a = w.agg
         self._rows.append((self._ts_now, seq, typ, self._t_now, self._n, w.key,
-                           *_own_logged(w), *_agg(a), self._reducer.result(a)))
+                           *_own_logged(w), *(getattr(a, n) for n in self._agg_logged),
+                           self._reducer.result(a)))
         return seq
 
     def _flush_rows(self) -> pa.RecordBatch:
         rows, self._rows = self._rows, []
-        cols = list(zip(*rows, strict=True)) if rows else [()] * len(OUTPUT_COLUMNS)
+        cols = list(zip(*rows, strict=True)) if rows else [()] * len(self._schema)
         return pa.RecordBatch.from_arrays(
             [pa.array(c, type=f.type) for c, f in zip(cols, self._schema, strict=True)],
             schema=self._schema,
@@ -303,7 +310,9 @@ class ReferenceOperator:
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None:
         if self._windows or self._t_now is not None or self._next_out:
             raise UsageError("load_ec needs a fresh operator")
-        ec = ec_rows(ec, self._schema)
+        if "key" in ec.schema.names and "win_end" in ec.schema.names:
+            ec = with_every_field(ec, self._session_gap)  # either record format
+        ec = ec_rows(ec, output_schema(self.config.key_type))
         for row in ec.to_pylist():
             if row["type"] not in (G_OPEN, G_CHECK):
                 raise UsageError(f"EC row of type {row['type']} is not a footprint")
@@ -321,9 +330,20 @@ class ReferenceOperator:
         self._last_ts = None
         self._last_seq = min((w.tau2 for w in self._windows.values()), default=t_c)
 
+    def _kept(self, w: _Window) -> tuple[Any, ...]:
+        """The window's aggregate as the vector operator's slots hold it: a field it
+        does not track as :data:`~cec.window_state.UNTRACKED` (a session's ``first_ts``:
+        its ``win_start``)."""
+        out = list(_agg(w.agg))
+        for i, f in enumerate(AGGREGATE):
+            if f.name not in self._tracked:
+                out[i] = (w.win_start if f.name == "first_ts" and self._session_gap is not None
+                          else UNTRACKED[f.name])
+        return tuple(out)
+
     def state_at(self) -> OperatorState:
         wins = {
-            wid: WindowSnapshot(w.key, *_own(w), *_agg(w.agg))
+            wid: WindowSnapshot(w.key, *_own(w), *self._kept(w))
             for wid, w in sorted(self._windows.items())
         }
         return OperatorState(self._n, self._t_now, self._next_out, wins)

@@ -25,15 +25,16 @@ from cec.operator.arrays import F64, I64
 from cec.operator.footprint_order import FootprintOrder
 from cec.operator.key_registry import KeyRegistry
 from cec.operator.slots import WindowSlots
-from cec.records import G_OPEN, R
-from cec.window_state import LOGGED, names
+from cec.records import G_OPEN, R, logged_of
+from cec.window_state import LOGGED, UNTRACKED, names
 
 #: output rows: one array per field (the output schema's columns but ``key``, which is
 #: ``key_idx`` here, and ``value``, computed from the aggregate by :meth:`to_batch`)
 Block = dict[str, npt.NDArray[np.generic]]
-BLOCK_FIELDS = ("ts", "seq", "type", "t_now", "n_open", "key_idx", *names(LOGGED))
+_ROW_FIELDS = ("ts", "seq", "type", "t_now", "n_open", "key_idx")
 _FLOAT_FIELDS = tuple(f.name for f in LOGGED if f.dtype is np.float64)
-_LOGGED = names(LOGGED)
+#: what a G_open row holds in each aggregate field: of its one tuple (value v, time t)
+_OPENED = {"sum": "v", "min": "v", "max": "v", "first_ts": "t", "last_ts": "t"}
 
 
 class RowWriter:
@@ -46,6 +47,12 @@ class RowWriter:
         self.keys = keys
         self.reducer = reducer
         self.schema = schema
+        #: the window-state fields the rows keep (the schema's: record format 1 or 2)
+        self.logged = names(logged_of(schema))
+        #: every field of a block
+        self.block_fields = (*_ROW_FIELDS, *self.logged)
+        #: the aggregate fields of a block but ``cnt``
+        self._agg = tuple(f for f in self.logged if f in _OPENED)
         #: the policy emits ``G_open`` rows (every mode but ``none``)
         self.emits_open = emits_open
         #: the seq of the next output row
@@ -69,7 +76,7 @@ class RowWriter:
         return {
             "ts": ts, "seq": self.new_seqs(len(slots)), "type": typ, "t_now": t_now,
             "n_open": n_open, "key_idx": sl.column("key_idx", slots),
-            **{f: sl.column(f, slots) for f in _LOGGED},
+            **{f: sl.column(f, slots) for f in self.logged},
         }
 
     def events(self, slots: I64, is_close: npt.NDArray[np.bool_], tuples: I64, ts: I64,
@@ -123,12 +130,12 @@ class RowWriter:
         blk: Block = {
             "ts": ts[tuples], "seq": seqs, "type": typ, "t_now": seq[tuples], "n_open": n_open,
             "cnt": merge(sl.counts(cs), 1, np.int64),
-            "sum": merge(sl.sum[cs], v_o, np.float64),
-            "min": merge(sl.min[cs], v_o, np.float64),
-            "max": merge(sl.max[cs], v_o, np.float64),
-            "first_ts": merge(sl.column("first_ts", cs), ts_o, np.int64),
-            "last_ts": merge(sl.column("last_ts", cs), ts_o, np.int64),
         }
+        for f in self._agg:
+            if _OPENED[f] == "v":
+                blk[f] = merge(sl.column(f, cs), v_o, np.float64)
+            else:
+                blk[f] = merge(sl.column(f, cs), ts_o, np.int64)
         if kidx is not None:  # count windows: id (key, seq of the opening tuple), end -1
             seq_o = seq[to]
             blk["key_idx"] = merge(sl.key_idx[cs], kidx[to], np.int64)
@@ -154,17 +161,20 @@ class RowWriter:
             cols: Block = {
                 f: np.empty(0, dtype=np.float64 if f in _FLOAT_FIELDS
                             else np.int8 if f == "type" else np.int64)
-                for f in BLOCK_FIELDS
+                for f in self.block_fields
             }
         elif len(blocks) == 1:
             cols = blocks[0]
         else:
-            cols = {f: np.concatenate([b[f] for b in blocks]) for f in BLOCK_FIELDS}
+            cols = {f: np.concatenate([b[f] for b in blocks]) for f in self.block_fields}
         cnt = np.asarray(cols["cnt"], dtype=np.int64)
-        value = self.reducer.result_array(
-            cnt, np.asarray(cols["sum"], np.float64), np.asarray(cols["min"], np.float64),
-            np.asarray(cols["max"], np.float64),
-        )
+
+        def agg(name: str) -> F64:  # a field the function reads, or its identity
+            if name in cols:
+                return np.asarray(cols[name], np.float64)
+            return np.broadcast_to(np.float64(UNTRACKED[name]), cnt.shape)
+
+        value = self.reducer.result_array(cnt, agg("sum"), agg("min"), agg("max"))
         cols = {**cols, "type": np.asarray(cols["type"], dtype=np.int8), "cnt": cnt,
                 "value": value}
         arrays = [

@@ -35,6 +35,9 @@ class SlotLayout:
     end_constant: int | None = None
     #: ``first_ts``/``last_ts`` are held as int32 ``ts - win_start``
     ts_from_start: bool = False
+    #: ``first_ts = win_start`` (sessions: a session starts at its first tuple), so an
+    #: untracked ``first_ts`` reads as ``win_start``
+    first_is_start: bool = False
 
     @property
     def end_stored(self) -> bool:
@@ -69,5 +72,5 @@ def slot_layout(spec: WindowSpec) -> SlotLayout:
     if isinstance(spec, CountWindow):
         return SlotLayout(end_constant=-1)
     if isinstance(spec, SessionWindow):
-        return STORED
+        return SlotLayout(first_is_start=True)
     return SlotLayout(end_offset=spec.size_us, ts_from_start=spec.size_us <= MAX_INDEX)

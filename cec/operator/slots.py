@@ -22,7 +22,7 @@ from cec.operator.slot_layout import (
     SlotLayout,
     seq_fits,
 )
-from cec.window_state import FIELDS, declares
+from cec.window_state import AGGREGATE, FIELDS, UNTRACKED, declares, names
 
 
 @declares(FIELDS, first=("key_idx",), form="array")
@@ -45,6 +45,11 @@ class WindowSlots:
     annotations below name the fields, checked by :func:`~cec.window_state.declares`;
     the arrays' numpy types are :attr:`arrays`'.)
 
+    ``tracked`` names the partial-aggregate fields kept (default: every one; the
+    operator's :attr:`~cec.operator.base.OperatorConfig.tracked`): an untracked field
+    has no array and reads as :data:`~cec.window_state.UNTRACKED` (a session's
+    ``first_ts`` as its ``win_start``) through :meth:`column`; ``cnt`` is always kept.
+
     Free slots: the ones never used are ``[_fresh, capacity)``; released ones are a
     stack (int32) popped before them, so slots are reused newest-released first.
     """
@@ -63,17 +68,20 @@ class WindowSlots:
     last_ts: I64
 
     def __init__(self, capacity: int = 1024, memory: WindowMemory | None = None,
-                 layout: SlotLayout = STORED) -> None:
+                 layout: SlotLayout = STORED, tracked: tuple[str, ...] | None = None) -> None:
         self.capacity = capacity
         self.memory = memory  # checked before every growth (None: no limit)
         self.layout = layout
+        #: the partial-aggregate fields kept in an array (the others: :meth:`column`)
+        self.tracked = frozenset(names(AGGREGATE) if tracked is None else (*tracked, "cnt"))
         narrow_ts = layout.ts_from_start
         #: every array but ``live``, and its numpy type
         self.arrays: tuple[tuple[str, type[np.generic]], ...] = (
             ("key_idx", np.int32),
             *((f.name, np.int32 if narrow_ts and f.name in TS_FIELDS
                else np.uint32 if f.name in (*SEQ_FIELDS, "cnt") else f.dtype)
-              for f in FIELDS if f.name != "win_end" or layout.end_stored))
+              for f in FIELDS if (f.name != "win_end" or layout.end_stored)
+              and (f not in AGGREGATE or f.name in self.tracked)))
         for name, dtype in self.arrays:
             setattr(self, name, np.zeros(capacity, dtype=dtype))
         self.live = np.zeros(capacity, dtype=np.bool_)
@@ -158,10 +166,10 @@ class WindowSlots:
     def column(self, name: str, slots: I64) -> npt.NDArray[np.generic]:
         """Field ``name`` (``key_idx`` or one of :data:`~cec.window_state.FIELDS`) of
         the windows in ``slots``, as int64/float64."""
-        if name == "win_end":
-            return self.ends(slots)
-        if name == "key_idx":
-            return self.keys_of(slots)
+        if name in ("win_end", "key_idx"):
+            return self.ends(slots) if name == "win_end" else self.keys_of(slots)
+        if name not in self.tracked and name in UNTRACKED:
+            return self.untracked(name, slots)
         if name in TS_FIELDS and self.layout.ts_from_start:
             ts: I64 = self.win_start[slots] + getattr(self, name)[slots]
             return ts
@@ -171,6 +179,15 @@ class WindowSlots:
             return self.counts(slots)
         out: npt.NDArray[np.generic] = getattr(self, name)[slots]
         return out
+
+    def untracked(self, name: str, slots: I64) -> npt.NDArray[np.generic]:
+        """What untracked field ``name`` reads as for the windows in ``slots``
+        (:data:`~cec.window_state.UNTRACKED`; a session's ``first_ts``: ``win_start``)."""
+        if name == "first_ts" and self.layout.first_is_start:
+            out: I64 = self.win_start[slots]
+            return out
+        dtype = np.float64 if isinstance(UNTRACKED[name], float) else np.int64
+        return np.full(len(slots), UNTRACKED[name], dtype=dtype)
 
     def _ts_offsets(self, slots: I64, ts: I64) -> I32:
         """``ts - win_start`` of the windows in ``slots``, checked to fit int32."""
@@ -268,16 +285,15 @@ class WindowSlots:
         self.tau2[slots] = raw
         self.fp_seq[slots] = 0  # -1: no footprint yet
         self.cnt[slots] = 0
-        self.sum[slots] = 0.0
-        self.min[slots] = np.inf
-        self.max[slots] = -np.inf
-        if self.layout.ts_from_start:
-            first = np.asarray(ts - win_start, dtype=np.int32)  # in the window: fits
-            self.first_ts[slots] = first
-            self.last_ts[slots] = first
-        else:
-            self.first_ts[slots] = ts
-            self.last_ts[slots] = ts
+        tracked = self.tracked
+        for name in ("sum", "min", "max"):
+            if name in tracked:
+                getattr(self, name)[slots] = UNTRACKED[name]  # each one's identity
+        first = (np.asarray(ts - win_start, dtype=np.int32)  # in the window: fits
+                 if self.layout.ts_from_start else ts)
+        for name in TS_FIELDS:
+            if name in tracked:
+                getattr(self, name)[slots] = first
 
     def accumulate(self, slots: I64, values: F64, ts: I64,
                    ts_offset: I64 | None = None) -> None:
@@ -295,9 +311,15 @@ class WindowSlots:
         # a 1 of the array's own type: ufunc.at's fast path (a Python 1 takes numpy's
         # generic loop: 50x slower on uint32)
         np.add.at(self.cnt, slots, self.cnt.dtype.type(1))
-        np.add.at(self.sum, slots, values)
-        np.minimum.at(self.min, slots, values)
-        np.maximum.at(self.max, slots, values)
+        tracked = self.tracked
+        if "sum" in tracked:
+            np.add.at(self.sum, slots, values)
+        if "min" in tracked:
+            np.minimum.at(self.min, slots, values)
+        if "max" in tracked:
+            np.maximum.at(self.max, slots, values)
+        if "last_ts" not in tracked:
+            return
         if self.layout.ts_from_start:
             off = (self._ts_offsets(slots, ts) if ts_offset is None
                    else ts_offset.astype(np.int32))

@@ -128,11 +128,12 @@ class VectorOperator:
         self.config = config
         self._policy = config.policy
         self._budget = budget_for(config.policy, config.clock)
-        self._schema = output_schema(config.key_type)
+        self._schema = output_schema(config.key_type, config.logged)
         #: the keys seen (and not forgotten by compaction) as dense key indices
         self._keys = KeyRegistry(config.key_type)
         #: the open windows: identity, footprint and partial aggregate, one slot each
-        self._slots = WindowSlots(memory=config.memory, layout=slot_layout(config.window))
+        self._slots = WindowSlots(memory=config.memory, layout=slot_layout(config.window),
+                                  tracked=config.tracked)
         #: each key's open windows' slots (layout per window kind: see KeyWindows)
         self._by_key = KeyWindows(config.window.max_open_per_key)
         #: what the window kind computes from a batch
@@ -338,7 +339,9 @@ class VectorOperator:
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None:
         if self._slots.n_live or self._pos.t_now is not None or self._out.next_out:
             raise UsageError("load_ec needs a fresh operator")
-        slots, kidx = load_windows(ec, self._schema, self._keys, self._slots)
+        gap = self.config.window.gap_us if isinstance(self.config.window, SessionWindow) \
+            else None
+        slots, kidx = load_windows(ec, self._schema, self._keys, self._slots, gap)
         k = len(slots)
         if k:
             if self._out.fp_order is not None:

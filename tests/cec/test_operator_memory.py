@@ -45,17 +45,17 @@ def test_the_limit_is_sparks_python_worker_memory_else_a_share_of_the_host() -> 
 def test_a_growth_past_the_limit_names_the_partition_and_the_sizes() -> None:
     # int32 key_idx, 11 state fields (tau1, tau2, fp_seq, cnt as uint32), live, int32
     # free-list entry (sessions: every field stored); time windows derive win_end from
-    # win_start and hold first_ts and last_ts as int32 offsets from it
+    # win_start; an avg's windows keep cnt and sum of the partial aggregate only
     assert WindowSlots().slot_bytes() == 4 + 7 * 8 + 4 * 4 + 1 + 4
     per = _operator(None)._slots.slot_bytes()
-    assert per == 4 + 4 * 8 + 6 * 4 + 1 + 4
-    check = WindowMemory(3, Limit(100 << 20, "a test's limit"))
-    check.check(300_000, 300_000, 600_000, per)  # 0.9 M slots * 65 B = 56 MiB: fits
+    assert per == 4 + 2 * 8 + 4 * 4 + 1 + 4
+    check = WindowMemory(3, Limit(60 << 20, "a test's limit"))
+    check.check(300_000, 300_000, 600_000, per)  # 0.9 M slots * 41 B = 35 MiB: fits
     with pytest.raises(WindowMemoryError) as err:
         check.check(600_000, 600_000, 1_200_000, per)
     text = str(err.value)
     assert text.startswith("partition 3: 600,000 open windows do not fit")
-    assert "1,200,000 windows needs 112 MiB" in text and "limit of 100 MiB" in text
+    assert "1,200,000 windows needs 70 MiB" in text and "limit of 60 MiB" in text
     assert "a test's limit" in text and "--partitions" in text
     assert isinstance(err.value, UsageError) and exit_code(err.value) == 2
 
@@ -87,9 +87,9 @@ def test_state_bytes_by_part() -> None:
     op.process(_batch(np.arange(0, 5000), 0))
     parts = state_bytes(op)
     cap = op._slots.capacity
-    # int32 key_idx, 4 int64/float64 state fields, tau1/tau2/fp_seq/cnt as uint32 and
-    # first_ts/last_ts as int32 (a time window's win_end is win_start + size)
-    assert parts["window slots (key_idx + state fields)"] == cap * (4 + 4 * 8 + 6 * 4)
+    # int32 key_idx, win_start and an avg's sum (8 bytes), tau1/tau2/fp_seq/cnt as
+    # uint32 (a time window's win_end is win_start + size)
+    assert parts["window slots (key_idx + state fields)"] == cap * (4 + 2 * 8 + 4 * 4)
     assert parts["window slots: live flags"] == cap
     assert parts["per-key index (KeyWindows)"] == op._by_key.table.nbytes
     assert all(v >= 0 for v in parts.values())

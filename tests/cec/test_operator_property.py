@@ -62,6 +62,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         "function": draw(st.sampled_from(["count", "sum", "min", "max", "avg"])),
         "tuples": tuples, "cuts": cuts,
         "clock_step": draw(st.sampled_from([0.0, 0.0001, 0.001, 0.02])),
+        "record_format": draw(st.sampled_from([1, 2])),
     }
 
 
@@ -74,7 +75,7 @@ def config(sc: dict[str, Any], clock_step: float | None = None) -> OperatorConfi
     step = sc["clock_step"] if clock_step is None else clock_step
     return OperatorConfig(
         window=sc["window"], function=sc["function"], key_type=sc["key_type"],
-        policy=sc["policy"], clock=FakeClock(step),
+        policy=sc["policy"], clock=FakeClock(step), record_format=sc.get("record_format", 2),
     )
 
 
@@ -128,6 +129,8 @@ def foreground(outs: list[pa.RecordBatch], with_seq: bool) -> list[Any]:
             "sum", "min", "max", "first_ts", "last_ts", "value"]
     if with_seq:
         cols.append("seq")
+    if outs:  # the columns of the rows' record format (format 2: the function's fields)
+        cols = [c for c in cols if c in outs[0].schema.names]
     return [r for o in outs for r in rows(logical_rows(o), *cols) if r[0] in (R, G_OPEN)]
 
 

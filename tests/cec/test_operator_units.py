@@ -20,6 +20,7 @@ from cec.records import (
     output_schema,
     tuple_counts,
 )
+from cec.window_state import logged_for
 from cec.windows import count_window, time_window
 from recovery.ec import reconstruct
 
@@ -37,16 +38,19 @@ impls = pytest.mark.parametrize("impl", IMPLS, ids=lambda c: c.__name__)
 COLS = ("type", "t_now", "n_open", "key", "win_start", "cnt", "value")
 
 
-def cfg(window: Any, function: str = "sum", mode: str = "open-only", **kw: Any) -> OperatorConfig:
+def cfg(window: Any, function: str = "sum", mode: str = "open-only", record_format: int = 2,
+        **kw: Any) -> OperatorConfig:
     pol = PolicyConfig(mode=mode, **kw)  # type: ignore[arg-type]
-    return OperatorConfig(window=window, function=function, policy=pol, clock=FakeClock())
+    return OperatorConfig(window=window, function=function, policy=pol, clock=FakeClock(),
+                          record_format=record_format)
 
 
 @impls
 def test_count_tumbling(impl: Any) -> None:
     op = impl(cfg(count_window(2)))
     out = op.process(batch([(0, 0, 1, 1), (1, 1, 2, 2), (2, 2, 1, 3), (3, 3, 1, 4)]))
-    assert out.schema == output_schema("int64")
+    assert out.schema == output_schema("int64", logged_for("sum", "count"))
+    assert "min" not in out.schema.names and "first_ts" in out.schema.names  # format 2
     assert rows(out, *COLS) == [
         (G_OPEN, 0, 1, 1, 0, 1, 1.0),
         (G_OPEN, 1, 2, 2, 1, 1, 2.0),
@@ -88,7 +92,7 @@ def test_count_close_and_open_same_tuple(impl: Any) -> None:
 @impls
 @pytest.mark.parametrize("mode", ["none", "open-only"])
 def test_count_size_one(impl: Any, mode: str) -> None:
-    op = impl(cfg(count_window(1), function="avg", mode=mode))
+    op = impl(cfg(count_window(1), function="avg", mode=mode, record_format=1))
     out = op.process(batch([(0, 0, 1, 5), (0, 1, 2, 6)]))
     cols = ("seq", *COLS, "tau1", "sum", "min", "max", "first_ts", "last_ts")
     if mode == "none":
@@ -211,7 +215,7 @@ def test_string_keys_and_column_names(impl: Any) -> None:
     b = batch([(0, 0, "a", 3), (1, 1, "b", 2), (2, 2, "a", 1)], key_type="string")
     b = b.rename_columns(["ts", "seq", "item", "price"])
     out = impl(c).process(b)
-    assert out.schema == output_schema("string")
+    assert out.schema == output_schema("string", c.logged)
     assert rows(out, "type", "key", "value") == [
         (G_OPEN, "a", 3.0),
         (G_OPEN, "b", 2.0),

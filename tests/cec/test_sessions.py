@@ -30,7 +30,7 @@ def cfg(gap: int, function: str = "avg", mode: str = "open-only", **kw: Any) -> 
 
 def results(outs: list[Any]) -> list[tuple[Any, ...]]:
     return sorted(r[1:] for o in outs for r in rows(
-        o, "type", "key", "win_start", "win_end", "cnt", "sum") if r[0] in RESULT_TYPES)
+        o, "type", "key", "win_start", "win_end", "cnt", "value") if r[0] in RESULT_TYPES)
 
 
 def test_spec() -> None:

@@ -46,10 +46,10 @@ def _input(n: int, keys: int, *, seq0: int = 0, seed: int = 3) -> list[pa.Record
         names=["ts", "seq", "key", "value"]) for a, b in itertools.pairwise(cuts)]
 
 
-def _config(window: WindowSpec, function: str) -> OperatorConfig:
+def _config(window: WindowSpec, function: str, record_format: int = 2) -> OperatorConfig:
     return OperatorConfig(window=window, function=function,
                           policy=PolicyConfig(mode="targets", q=8, u=30, ci_ms=5.0),
-                          clock=FakeClock(0.001))
+                          clock=FakeClock(0.001), record_format=record_format)
 
 
 def _run(impl: Any, cfg: OperatorConfig, batches: list[pa.RecordBatch]) -> tuple[Any, list[Any]]:
@@ -62,12 +62,15 @@ def test_bytes_per_open_window() -> None:
     """200,000 time windows (10 s tumbling, int64 keys, every key once), as
     ``bench/datapath.py window-bytes`` opens them: the arrays' bytes per window.
 
-    60 per slot: int32 ``key_idx``; ``win_start``, ``sum``, ``min``, ``max`` of 8
-    bytes; ``tau1``, ``tau2``, ``fp_seq``, ``cnt`` as uint32, ``first_ts``, ``last_ts``
-    as int32 offsets; ``win_end`` not stored. The 64 bytes per window asked for in
-    docs/PROFILE.md are out of reach while every row carries the whole partial
-    aggregate: this is the bound the layout reaches (145 at 1 M before).
+    36 per slot in record format 2 (an ``avg`` keeps ``cnt`` and ``sum`` only): int32
+    ``key_idx``; ``win_start`` and ``sum`` of 8 bytes; ``tau1``, ``tau2``, ``fp_seq``,
+    ``cnt`` as uint32; ``win_end`` not stored. Format 1 (a log begun in it: every row
+    carries the whole partial aggregate) adds ``min``, ``max`` of 8 bytes and
+    ``first_ts``, ``last_ts`` as int32 offsets: 60.
     """
+    one = VectorOperator(OperatorConfig(window=window_spec("time", "10s"), key_type="int64",
+                                        policy=PolicyConfig(), record_format=1))
+    assert sum(np.dtype(t).itemsize for _, t in one._slots.arrays) == 60
     op = VectorOperator(OperatorConfig(window=window_spec("time", "10s"), key_type="int64",
                                        policy=PolicyConfig()))
     keys = np.random.default_rng(1).permutation(200_000).astype(np.int64)
@@ -79,12 +82,12 @@ def test_bytes_per_open_window() -> None:
             names=["ts", "seq", "key", "value"]))
     assert op.n_open == 200_000
     sl = op._slots
-    assert sum(getattr(sl, name).itemsize for name, _ in sl.arrays) == 60
+    assert sum(getattr(sl, name).itemsize for name, _ in sl.arrays) == 36
     parts = state_bytes(op)
-    assert parts["window slots (key_idx + state fields)"] == 60 * sl.capacity
+    assert parts["window slots (key_idx + state fields)"] == 36 * sl.capacity
     assert sl.capacity <= 1.25 * 200_000 + 1024  # grown by 1.25x, not doubled
     per_window = sum(parts.values()) / op.n_open
-    assert per_window <= 91, parts  # 89.3: + 12 key registry, 8 footprint order, 4 index
+    assert per_window <= 67, parts  # 65.3: + 12 key registry, 8 footprint order, 4 index
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)
@@ -142,7 +145,7 @@ def test_positions_past_uint32_widen_the_arrays(window: WindowSpec) -> None:
 
 
 def test_narrow_arrays_while_positions_fit() -> None:
-    vec = VectorOperator(_config(TimeWindow(40, 15), "avg"))
+    vec = VectorOperator(_config(TimeWindow(40, 15), "avg", record_format=1))
     for b in _input(600, 10, seq0=(1 << 32) - 3000):
         vec.process(b)
     sl = vec._slots
@@ -192,7 +195,7 @@ def test_past_2_31_keys_or_slots_is_a_clear_error(monkeypatch: pytest.MonkeyPatc
 
 
 def test_an_ec_window_that_does_not_fit_the_spec_is_refused() -> None:
-    cfg = _config(TimeWindow(40, 40), "avg")
+    cfg = _config(TimeWindow(40, 40), "avg", record_format=1)  # its rows log first_ts
     src = ReferenceOperator(cfg)
     outs = [src.process(b) for b in _input(300, 5)]
     state = src.state_at()
