@@ -102,12 +102,15 @@ class TaskCounters:
     """When the counters last changed (:meth:`observe`)."""
 
     def count(self, out: pa.RecordBatch) -> None:
-        self.out_rows += out.num_rows
-        if out.num_rows:
-            r, g_open, g_check = tuple_counts(out.column("type").to_numpy())
-            self.r += r
-            self.g_open += g_open
-            self.g_check += g_check
+        self.add(counts_of(out))
+
+    def add(self, counts: tuple[int, int, int, int]) -> None:
+        """Count output of :func:`counts_of`."""
+        rows, r, g_open, g_check = counts
+        self.out_rows += rows
+        self.r += r
+        self.g_open += g_open
+        self.g_check += g_check
 
     def observe(self, op: VectorOperator, replay_after_seq: int | None) -> None:
         """The operator's N, q, u and watermark now and ``replay_after_seq`` (``T``: a
@@ -149,3 +152,12 @@ class TaskCounters:
             waiting=self.waiting, output_segments_trimmed=self.output_segments_trimmed,
             started_at_us=now_us(self.started), updated_at_us=now_us(self.updated),
             watermark_us=self.watermark_us)
+
+
+def counts_of(out: pa.RecordBatch) -> tuple[int, int, int, int]:
+    """An output batch's rows, and the R, G_open and G_check tuples among them (what
+    :meth:`TaskCounters.add` counts): a task keeps these, not the batch, until the
+    batch is committed."""
+    if not out.num_rows:
+        return 0, 0, 0, 0
+    return (out.num_rows, *tuple_counts(out.column("type").to_numpy()))

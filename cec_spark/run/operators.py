@@ -11,19 +11,25 @@ recovery-time model, :mod:`cec_spark.run.rto_task`) and the offline rescale
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+from cec.errors import UsageError
 from cec.operator import OperatorConfig, VectorOperator
 from cec.operator.memory import WindowMemory, task_limit
 from cec.policy import PolicyConfig
+from cec.records import record_format
 from cec.spec import PipelineSpec
 from cec.windows import window_spec
 from cec_spark.rundir.run_file import RunSettings, value_column
+from storage_log import StreamLog
 
 
 def operator_for(spec: PipelineSpec, settings: RunSettings,
-                 partition: int | None = None) -> VectorOperator:
+                 partition: int | None = None, fmt: int = 2) -> VectorOperator:
     """A fresh vectorized operator for the spec; in partition ``partition``'s task, with
-    the check that its open windows fit this worker's memory (:func:`window_memory`)."""
+    the check that its open windows fit this worker's memory (:func:`window_memory`).
+    ``fmt``: the record format of the rows it writes (:func:`record_format_of` the output
+    log it goes on)."""
     w = spec.aggregate.window
     cp = spec.checkpoint
     q: int | str = cp.q_records if cp.q_records is not None else cp.q_text
@@ -36,8 +42,26 @@ def operator_for(spec: PipelineSpec, settings: RunSettings,
         policy=PolicyConfig(mode=cp.mode, q=q, u=cp.u,  # type: ignore[arg-type]
                             ci_ms=cp.ci_ms, cp_ms=cp.cp_ms),
         memory=None if partition is None else window_memory(spec, partition),
+        record_format=fmt,
     )
     return VectorOperator(config)
+
+
+def record_format_of(output: Path) -> int:
+    """The record format an operator goes on writing into the output log at ``output``:
+    the one of its rows (1 for a log begun before format 2), or 2 for a log without
+    rows or not there yet (docs/ARCHITECTURE.md §3). ``CEC_RECORD_FORMAT=1`` in the
+    environment makes that 1: a run written as cec wrote runs before format 2 (the
+    compatibility tests make their old run directories so)."""
+    raw = os.environ.get("CEC_RECORD_FORMAT", "2")
+    if raw not in ("1", "2"):
+        raise UsageError(f"CEC_RECORD_FORMAT={raw!r}: the record format of new output "
+                         "logs is 1 or 2")
+    if not output.exists():
+        return int(raw)
+    with StreamLog.open(output) as log:
+        schema = log.schema
+    return int(raw) if schema is None else record_format(schema)
 
 
 def window_memory(spec: PipelineSpec, partition: int) -> WindowMemory:

@@ -32,14 +32,13 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow as pa
 from pyspark import TaskContext
 
 from cec.errors import CecError
 from cec.operator import VectorOperator
 from cec.spec import PipelineSpec
-from cec_spark.run.counters import TaskCounters
-from cec_spark.run.operators import operator_for
+from cec_spark.run.counters import TaskCounters, counts_of
+from cec_spark.run.operators import operator_for, record_format_of
 from cec_spark.run.rto_task import RtoTask
 from cec_spark.run.trim import OutputKeeper, ReplayAfterSeq
 from cec_spark.run.upstream import (
@@ -171,8 +170,10 @@ class _PartitionLoop:
         self.replay_after_seq = ReplayAfterSeq(spec.run.trim_lag_s, rec.replay_after_seq)
         self.keeper = OutputKeeper(layout, p, spec)
         self.reported = counters.in_batches  # in_batches at the last state report
-        # output appended, not committed yet: each with its replay_after_seq and extent note
-        self.pending: list[tuple[pa.RecordBatch, int | None, int | None]] = []
+        # output appended, not committed yet: each batch's counts (counts_of: not the
+        # batch, which the log has encoded; up to GROUP_ROWS rows of it would be held),
+        # its replay_after_seq and extent note
+        self.pending: list[tuple[tuple[int, int, int, int], int | None, int | None]] = []
         self.pending_rows = 0
         self.pending_since = 0.0  # perf_counter of the first of them
         self.fenced_at = time.monotonic()  # the last look for a newer driver
@@ -234,7 +235,7 @@ class _PartitionLoop:
                 counters.in_last_seq = int(batch.column("seq")[batch.num_rows - 1].as_py())
             if result.num_rows:
                 out.append(result)
-                self.pending.append((result, ReplayAfterSeq.of(op, result),
+                self.pending.append((counts_of(result), ReplayAfterSeq.of(op, result),
                                      self.keeper.of(op)))
                 self.pending_rows += result.num_rows
                 if len(self.pending) == 1:
@@ -260,8 +261,8 @@ class _PartitionLoop:
         crash_point("operator.before_group_commit")
         self.out.commit()
         crash_point("operator.after_group_commit")
-        for result, replay_after_seq, extent in self.pending:
-            self.counters.count(result)
+        for counts, replay_after_seq, extent in self.pending:
+            self.counters.add(counts)
             self.replay_after_seq.add(replay_after_seq)
             self.keeper.add(extent)
         self.pending, self.pending_rows = [], 0
@@ -321,8 +322,9 @@ def _recover(layout: RunLayout, p: int, spec: PipelineSpec, settings: RunSetting
     :data:`REFILL_WAIT_S`, and recover into another fresh one."""
     deadline = time.monotonic() + REFILL_WAIT_S
     repaired = False
+    fmt = record_format_of(layout.output(p))  # a log goes on in the format it has
     while True:
-        op = operator_for(spec, settings, partition=p)
+        op = operator_for(spec, settings, partition=p, fmt=fmt)
         try:
             rec = recover_partition(layout.output(p), layout.upstream(p), op, fsync=spec.run.fsync,
                           create=False, segment_bytes=spec.run.segment_kb << 10,
