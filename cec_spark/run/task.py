@@ -38,7 +38,7 @@ from cec.errors import CecError
 from cec.operator import VectorOperator
 from cec.spec import PipelineSpec
 from cec_spark.run.counters import TaskCounters, counts_of
-from cec_spark.run.operators import operator_for, record_format_of
+from cec_spark.run.operators import operator_for, record_format_of, release_freed
 from cec_spark.run.rto_task import RtoTask
 from cec_spark.run.trim import OutputKeeper, ReplayAfterSeq
 from cec_spark.run.upstream import (
@@ -277,6 +277,7 @@ class _PartitionLoop:
         self.counters.rto = self.rto.tick(self.op, self.counters)
         write_advisory(self.layout.state_file(self.p), self.counters.to_dict())
         self.reported = self.counters.in_batches
+        release_freed()  # the heap pages freed since the last report (operators.py)
 
     def check_driver(self) -> None:
         """DriverSupersededError if a newer driver took the run (one listing of
