@@ -15,6 +15,12 @@ the new partition owns, ``t_now = C`` (the footprint: the state contains everyth
 up to ``C``), ``n_open`` the number of windows handed to that partition. EC
 reconstruction of that record gives exactly those windows with ``t_c = T = C``: the
 new partition resumes with an empty replay. No I/O here.
+
+Record formats (ARCHITECTURE §3): an old partition's open windows come in the columns
+its operator or log has (record format 1: every aggregate field; format 2: the
+function's only, :func:`cec.window_state.logged_for`), and the old partitions of one
+run may differ. The hand-over keeps each table's own columns; :func:`first_record`
+reads any mix and writes format 2, the new log's (a new log is written in format 2).
 """
 
 from __future__ import annotations
@@ -24,15 +30,18 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import xxhash
 
 from cec.aggregates import get_reducer
 from cec.operator.state import OperatorState
-from cec.records import G_CHECK, output_schema
-from cec.window_state import LOGGED, names
+from cec.records import G_CHECK, logged_of, output_schema
+from cec.window_state import AGGREGATE, LOGGED, UNTRACKED, StateField, logged_for, names
 
 SPARK_SEED = 42
 _WINDOW_COLUMNS = ("key", *names(LOGGED))  # a window's logged state (cec.window_state)
+#: the columns every table of open windows has, whatever its record format
+_REQUIRED = ("key", *(f.name for f in LOGGED if f not in AGGREGATE), "cnt")
 
 
 def spark_xxhash64(key: int | str) -> int:
@@ -76,8 +85,9 @@ def windows_table(state: OperatorState, key_type: str) -> pa.Table:
 
 
 def handoff(windows: Sequence[pa.Table], *, cut: int, ts: int, partitions: int,
-            groups: int, function: str, key_type: str, time_windows: bool = False
-            ) -> list[pa.RecordBatch]:
+            groups: int, function: str, key_type: str, time_windows: bool = False,
+            window_kind: str | None = None, session_gap: int | None = None,
+            logged: tuple[StateField, ...] | None = None) -> list[pa.RecordBatch]:
     """The first output record of each of ``partitions`` new partitions (0 rows: no
     window goes there, and the new partition starts fresh).
 
@@ -89,30 +99,67 @@ def handoff(windows: Sequence[pa.Table], *, cut: int, ts: int, partitions: int,
 
     The same as :func:`split_windows` of each old partition, then :func:`first_record`
     of each new one: a rescale runs the first in the old partitions' tasks and the
-    second in the new ones' (:mod:`cec_spark.recover.rescale`).
+    second in the new ones' (:mod:`cec_spark.recover.rescale`). ``window_kind``,
+    ``session_gap``, ``logged``: as :func:`first_record` has them.
     """
     if not 1 <= partitions <= groups:
         raise ValueError(f"partitions must be in 1..{groups}, got {partitions}")
     split = [split_windows(w, partitions=partitions, groups=groups, key_type=key_type)
              for w in windows]
     return [first_record([s[p] for s in split], cut=cut, ts=ts, function=function,
-                         key_type=key_type, time_windows=time_windows)
+                         key_type=key_type, time_windows=time_windows,
+                         window_kind=window_kind, session_gap=session_gap,
+                         logged=logged)
             for p in range(partitions)]
 
 
-def _window_schema(key_type: str) -> pa.Schema:
-    schema = output_schema(key_type)
-    return pa.schema([schema.field(n) for n in _WINDOW_COLUMNS])
+def _window_schema(key_type: str, logged: tuple[StateField, ...] = LOGGED) -> pa.Schema:
+    schema = output_schema(key_type, logged)
+    return pa.schema([schema.field(n) for n in ("key", *names(logged))])
+
+
+def _own_columns(windows: pa.Table, key_type: str) -> pa.Table:
+    """A table of open windows in the window columns it has (either record format: the
+    aggregate fields it lacks stay out), in their order and types. ValueError: it lacks
+    one every window has."""
+    missing = [c for c in _REQUIRED if c not in windows.column_names]
+    if missing:
+        raise ValueError(f"open windows without the column(s) {', '.join(missing)} "
+                         f"(columns: {', '.join(windows.column_names)})")
+    wschema = _window_schema(key_type, logged_of(windows.schema))
+    return windows.select(wschema.names).cast(wschema)
+
+
+def _every_column(windows: pa.Table, session_gap: int | None) -> pa.Table:
+    """:func:`_own_columns` output with every window column: an aggregate field it lacks
+    holds what an untracked field holds (:data:`~cec.window_state.UNTRACKED`), but a
+    session's ``first_ts``/``last_ts`` (``session_gap`` given) are its ``win_start`` and
+    ``win_end - gap`` (as :func:`cec.records.with_every_field` has them)."""
+    n = windows.num_rows
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {}
+    for name in _WINDOW_COLUMNS:
+        if name in windows.column_names:
+            cols[name] = windows.column(name)
+        elif session_gap is not None and name == "first_ts":
+            cols[name] = windows.column("win_start")
+        elif session_gap is not None and name == "last_ts":
+            cols[name] = pa.array(np.asarray(windows.column("win_end").to_numpy()
+                                             - session_gap, np.int64))
+        else:
+            dtype = next(f.dtype for f in AGGREGATE if f.name == name)
+            cols[name] = pa.array(np.full(n, UNTRACKED[name], dtype=dtype))
+    return pa.table(cols)
 
 
 def split_windows(windows: pa.Table, *, partitions: int, groups: int, key_type: str
                   ) -> list[pa.Table]:
-    """One old partition's open windows (:func:`windows_table` columns) by the new
-    partition that owns each key: ``partitions`` tables of the window columns, in the
-    order they came (one stable sort, then a slice each: not a filter per partition)."""
+    """One old partition's open windows (:func:`windows_table` columns, or those of
+    record format 2) by the new partition that owns each key: ``partitions`` tables of
+    the window columns ``windows`` has, in the order they came (one stable sort, then a
+    slice each: not a filter per partition)."""
     if not 1 <= partitions <= groups:
         raise ValueError(f"partitions must be in 1..{groups}, got {partitions}")
-    table = windows.select(list(_WINDOW_COLUMNS)).cast(_window_schema(key_type))
+    table = _own_columns(windows, key_type)
     target = partitions_of(table.column("key").to_pylist(), partitions, groups)
     order = np.argsort(target, kind="stable")
     bounds = np.searchsorted(target[order], np.arange(partitions + 1))
@@ -121,15 +168,38 @@ def split_windows(windows: pa.Table, *, partitions: int, groups: int, key_type: 
 
 
 def first_record(windows: Sequence[pa.Table], *, cut: int, ts: int, function: str,
-                 key_type: str, time_windows: bool = False) -> pa.RecordBatch:
+                 key_type: str, time_windows: bool = False, window_kind: str | None = None,
+                 session_gap: int | None = None,
+                 logged: tuple[StateField, ...] | None = None) -> pa.RecordBatch:
     """A new partition's first output record from the windows each old partition hands
     it (:func:`split_windows`): one ``G_check`` row per window, ``t_now = cut``, ``ts``,
     ``n_open`` the windows' number, in ``(tau1, key, win_start)`` order. ValueError: a
-    window id met twice, or a time window that ends at or before ``ts``."""
-    schema = output_schema(key_type)
-    wschema = _window_schema(key_type)
-    parts = [w.select(list(_WINDOW_COLUMNS)).cast(wschema) for w in windows]
-    sel = (pa.concat_tables(parts) if parts else wschema.empty_table())
+    window id met twice, or a time window that ends at or before ``ts``.
+
+    The tables may be of either record format, mixed. The record logs the fields
+    ``logged``: by default those of record format 2 (the record begins a new log),
+    :func:`~cec.window_state.logged_for` the function and ``window_kind``
+    (``time_windows`` is then ``window_kind == "time"``). Without ``window_kind`` (the
+    callers from before format 2) it is "time" with ``time_windows``, else "count" if
+    every window's ``win_end`` is -1 (no rows: the same), else "session".
+    ``session_gap``: a session's, for a format-1 record (``logged`` every field) made of
+    format-2 windows (their ``first_ts``/``last_ts`` derive from the bounds)."""
+    own = [_own_columns(w, key_type) for w in windows]
+    if window_kind is not None:
+        time_windows = window_kind == "time"
+    else:
+        window_kind = "time" if time_windows else (
+            "count" if all(pc.all(pc.equal(w.column("win_end"), -1)).as_py() is not False
+                           for w in own) else "session")
+    if logged is None:
+        logged = logged_for(function, window_kind)
+    if window_kind == "session" and session_gap is None and any(
+            f.name not in w.column_names for w in own for f in logged):
+        raise ValueError("a session's first_ts/last_ts are wanted of windows that do not "
+                         "keep them: give the session gap")
+    schema = output_schema(key_type, logged)
+    parts = [_every_column(w, session_gap) for w in own]
+    sel = (pa.concat_tables(parts) if parts else _window_schema(key_type).empty_table())
     ids = list(zip(sel.column("key").to_pylist(), sel.column("win_start").to_pylist(),
                    strict=True))
     if len(set(ids)) != len(ids):

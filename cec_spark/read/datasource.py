@@ -21,7 +21,9 @@ TIMESTAMPs. For a count window they are the timestamps of its first and last tup
 is at or before it: the results as they stood when the operators had seen input up to
 that time.
 ``controls`` gives every record of the output logs (``R``, ``G_open``, ``G_check``,
-``G_open+R``) with all of its columns, for inspection.
+``G_open+R``) with all of its columns, for inspection: the columns of record format 1
+whatever the log's format (ARCHITECTURE §3; a format-2 log's rows get the aggregate
+fields it does not keep as :func:`cec.records.with_every_field` fills them).
 
 One Spark partition per output log; each reads only committed records (a log being
 written is read up to its last commit). The stream reader's offset is the last seq
@@ -55,7 +57,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from cec.errors import UsageError
-from cec.records import RESULT_TYPES, output_schema
+from cec.records import RESULT_TYPES, output_schema, with_every_field
+from cec.windows import SessionWindow, window_spec
 from cec_spark.read.export import TIMESTAMP
 from cec_spark.rundir.acks import ack_key
 from cec_spark.rundir.layout import RunLayout
@@ -85,7 +88,11 @@ class _Run:
         self.logs = layout.output_logs(spec.run.partitions)  # (gen, p, path, end)
         self.partitions = len(self.logs)
         self.keys = [ack_key(gen, p) for gen, p, _, _ in self.logs]
-        self.count_window = spec.aggregate.window.kind == "count"
+        w = spec.aggregate.window
+        self.count_window = w.kind == "count"
+        win = window_spec(w.kind, w.size) if w.kind == "session" else None
+        #: a session's gap: a format-2 log's rows get their first_ts/last_ts from it
+        self.session_gap = win.gap_us if isinstance(win, SessionWindow) else None
         self.key_type = "bigint" if settings.key_type == "int64" else "string"
         self.controls = options.get("controls", "false").strip().lower() in ("1", "true", "yes")
         as_of = options.get("asOf", options.get("asof"))
@@ -135,7 +142,8 @@ class _Run:
         if batch.num_rows == 0:
             return None
         part = pa.array([p] * batch.num_rows, pa.int32())
-        if self.controls:
+        if self.controls:  # the columns of record format 1, whatever the log's
+            batch = with_every_field(batch, self.session_gap)
             return pa.RecordBatch.from_arrays([part, *batch.columns],
                                               names=["partition", *batch.schema.names])
         r = batch.filter(pc.is_in(batch.column("type"), pa.array(RESULT_TYPES, pa.int8())))

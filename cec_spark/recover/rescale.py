@@ -34,6 +34,12 @@ A task retried by Spark does its step again from the start: a drain finds its ou
 log at or past ``C`` and rebuilds the same state; a hand-over file is replaced whole
 (written aside, then renamed). Then the run resumes as any run does, with ``P'``
 partitions.
+
+Record formats (ARCHITECTURE §3): a drain appends to an old output log in the format
+that log has (:func:`~cec_spark.run.operators.record_format_of`); the hand-over files
+keep the columns the old operators give; each new partition's output log is new, so
+its first record is written in the format of new logs, 2
+(:func:`recovery.rescale.first_record` with the window kind).
 """
 
 from __future__ import annotations
@@ -55,13 +61,15 @@ from pyarrow import ipc
 
 from cec.errors import CecError, CorruptionError, RecoveryError, UsageError
 from cec.ingest_token import IngestToken, decode_token, encode_token
-from cec.records import G_CHECK, output_schema
+from cec.records import G_CHECK, logged_of, output_schema
 from cec.spec import MAX_KEY_GROUPS, PipelineSpec
+from cec.window_state import LOGGED
+from cec.windows import SessionWindow, window_spec
 from cec_spark.driver.jobs import spark_error
 from cec_spark.errors import DriverSupersededError
 from cec_spark.report import RescalePartition as OldPartition
 from cec_spark.report import RescaleResult
-from cec_spark.run.operators import operator_for
+from cec_spark.run.operators import operator_for, record_format_of
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.generations import Generation, store_generations
 from cec_spark.rundir.layout import RunLayout
@@ -119,6 +127,16 @@ def common_cut(layout: RunLayout, gen: int, partitions: int
                                           sum(t.late for t in held), wm), sealed
 
 
+def session_gap(spec: PipelineSpec) -> int | None:
+    """The run's session gap in microseconds (None: not session windows)."""
+    w = spec.aggregate.window
+    if w.kind != "session":
+        return None
+    win = window_spec(w.kind, w.size)
+    assert isinstance(win, SessionWindow)
+    return win.gap_us
+
+
 def _last_at_or_before(out: StreamLog, cut: int) -> tuple[int, int | None]:
     """The last output seq whose input position is ``<= cut`` (-1: none), and the
     ``t_now`` of the log's last row (None: empty)."""
@@ -160,6 +178,7 @@ def _drain(layout: RunLayout, gen: int, q: int, spec: PipelineSpec,
             return nothing
         StreamLog.open(out_path, writable=True, create=True, fsync=spec.run.fsync).close()
     run = spec.run
+    fmt = record_format_of(out_path)  # a log goes on in the format it has
     out = (StreamLog.open(out_path, writable=True, fsync=run.fsync,
                           segment_bytes=run.segment_kb << 10) if write
            else StreamLog.open(out_path))
@@ -169,7 +188,7 @@ def _drain(layout: RunLayout, gen: int, q: int, spec: PipelineSpec,
             last = out.last_seq if out.last_seq is not None else -1
             return _Drained(OldPartition(q, "sealed", t_c, last, 0, 0), empty, None)
         ahead = t_c is not None and t_c > cut
-        op = operator_for(spec, settings)
+        op = operator_for(spec, settings, fmt=fmt)
         with StreamLog.open(up_path) as up:
             after: int | None = None
             last_ts: int | None = None
@@ -430,14 +449,19 @@ def hand_to(job: _Job, p: int, sources: list[int], ts: int, token: IngestToken |
     check_driver(layout, job.driver)
     tables = [_read_arrow(layout.handover_file(job.new, q, p)) for q in sources]
     w = job.spec.aggregate.window
-    try:
-        record = first_record(tables, cut=job.cut, ts=ts, function=job.spec.aggregate.function,
-                              key_type=job.settings.key_type, time_windows=w.kind == "time")
-    except ValueError as exc:
-        raise RecoveryError(f"{layout.root}: new partition {p}: {exc}") from exc
     run = job.spec.run
     for path in (layout.upstream_of(job.new, p), layout.output_of(job.new, p)):
         shutil.rmtree(path, ignore_errors=True)  # a retried task starts its logs again
+    # the output log is new: the format of new logs (2; 1 where cec is told to write as
+    # before format 2, CEC_RECORD_FORMAT)
+    fmt = record_format_of(layout.output_of(job.new, p))
+    try:
+        record = first_record(tables, cut=job.cut, ts=ts, function=job.spec.aggregate.function,
+                              key_type=job.settings.key_type, window_kind=w.kind,
+                              session_gap=session_gap(job.spec),
+                              logged=LOGGED if fmt == 1 else None)
+    except ValueError as exc:
+        raise RecoveryError(f"{layout.root}: new partition {p}: {exc}") from exc
     with StreamLog.open(layout.upstream_of(job.new, p), writable=True, create=True,
                         fsync=run.fsync, segment_bytes=run.segment_kb << 10) as up:
         if token is not None:  # the late rows the old logs counted go to partition 0's
@@ -447,7 +471,8 @@ def hand_to(job: _Job, p: int, sources: list[int], ts: int, token: IngestToken |
     with StreamLog.open(layout.output_of(job.new, p), writable=True, create=True,
                         fsync=run.fsync, segment_bytes=run.segment_kb << 10) as out:
         if record.num_rows:
-            out.append(record.cast(output_schema(record.schema.field("key").type)))
+            out.append(record.cast(output_schema(record.schema.field("key").type,
+                                                 logged_of(record.schema))))
             out.commit()
     return int(record.num_rows)
 
