@@ -125,27 +125,36 @@ def record_format(schema: pa.Schema) -> int:
     return 1 if len(logged_of(schema)) == len(LOGGED) else 2
 
 
-def with_every_field(rows: pa.RecordBatch | pa.Table, session_gap: int | None = None
-                     ) -> pa.RecordBatch | pa.Table:
-    """Output rows of either record format in format 1's columns: an aggregate field a
-    format-2 log does not keep is added as the value an untracked field holds
-    (:data:`~cec.window_state.UNTRACKED`), but a session's ``first_ts``/``last_ts``
-    (``session_gap`` given): its ``win_start`` and ``win_end - gap``. Rows of format 1
-    are returned as they are."""
-    names_ = rows.schema.names
-    missing = [f for f in AGGREGATE if f.name not in names_]
-    if not missing:
-        return rows
+def untracked_columns(rows: pa.RecordBatch | pa.Table, session_gap: int | None = None
+                      ) -> dict[str, pa.Array]:
+    """The aggregate fields (:data:`~cec.window_state.AGGREGATE`) that rows of record
+    format 2 (output rows, or a table of open windows) do not keep, as the columns an
+    untracked field reads as (:data:`~cec.window_state.UNTRACKED`), but a session's
+    ``first_ts``/``last_ts`` (``session_gap`` given): its ``win_start`` and
+    ``win_end - gap``. Empty for rows of format 1."""
+    have = rows.schema.names
     n = rows.num_rows
-    add: dict[str, pa.Array] = {}
-    for f in missing:
-        if session_gap is not None and f.name == "first_ts":
-            add[f.name] = pa.array(np.asarray(rows.column("win_start")), pa.int64())
-        elif session_gap is not None and f.name == "last_ts":
-            add[f.name] = pa.array(np.asarray(rows.column("win_end")) - session_gap,
+    out: dict[str, pa.Array] = {}
+    for f in AGGREGATE:
+        if f.name in have:
+            continue
+        if session_gap is not None and f.name in ("first_ts", "last_ts"):
+            start, end = (np.asarray(rows.column(c)) for c in ("win_start", "win_end"))
+            out[f.name] = pa.array(start if f.name == "first_ts" else end - session_gap,
                                    pa.int64())
         else:
-            add[f.name] = pa.array(np.full(n, UNTRACKED[f.name], dtype=f.dtype))
+            out[f.name] = pa.array(np.full(n, UNTRACKED[f.name], dtype=f.dtype))
+    return out
+
+
+def with_every_field(rows: pa.RecordBatch | pa.Table, session_gap: int | None = None
+                     ) -> pa.RecordBatch | pa.Table:
+    """Output rows of either record format in format 1's columns
+    (:func:`output_schema`), the fields they lack filled in by
+    :func:`untracked_columns`. Rows of format 1 are returned as they are."""
+    add = untracked_columns(rows, session_gap)
+    if not add:
+        return rows
     schema = output_schema(rows.schema.field("key").type)
     cols = [add[name] if name in add else rows.column(name) for name in schema.names]
     if isinstance(rows, pa.Table):

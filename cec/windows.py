@@ -55,8 +55,8 @@ INT64_MAX = (1 << 63) - 1
 INT64_MIN = -(1 << 63)
 
 __all__ = ["INT64_MAX", "INT64_MIN", "CountWindow", "SessionWindow", "TimeWindow",
-           "WindowSpec", "count_window", "parse_duration", "session_window", "time_window",
-           "window_spec"]
+           "WindowSpec", "count_window", "gap_of", "parse_duration", "session_window",
+           "time_window", "window_spec"]
 
 
 @dataclass(frozen=True)
@@ -248,3 +248,8 @@ def window_spec(kind: str, size: int | str, slide: int | str | None = None) -> W
             raise SpecError("a session window has a gap, not a slide")
         return session_window(size)
     raise SpecError(f"window kind must be 'count', 'time' or 'session', got {kind!r}")
+
+
+def gap_of(window: WindowSpec) -> int | None:
+    """A session window's gap in microseconds; None for count and time windows."""
+    return window.gap_us if isinstance(window, SessionWindow) else None

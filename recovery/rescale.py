@@ -30,13 +30,12 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import xxhash
 
 from cec.aggregates import get_reducer
 from cec.operator.state import OperatorState
-from cec.records import G_CHECK, logged_of, output_schema
-from cec.window_state import AGGREGATE, LOGGED, UNTRACKED, StateField, logged_for, names
+from cec.records import G_CHECK, logged_of, output_schema, untracked_columns
+from cec.window_state import AGGREGATE, LOGGED, StateField, logged_for, names
 
 SPARK_SEED = 42
 _WINDOW_COLUMNS = ("key", *names(LOGGED))  # a window's logged state (cec.window_state)
@@ -85,9 +84,9 @@ def windows_table(state: OperatorState, key_type: str) -> pa.Table:
 
 
 def handoff(windows: Sequence[pa.Table], *, cut: int, ts: int, partitions: int,
-            groups: int, function: str, key_type: str, time_windows: bool = False,
-            window_kind: str | None = None, session_gap: int | None = None,
-            logged: tuple[StateField, ...] | None = None) -> list[pa.RecordBatch]:
+            groups: int, function: str, key_type: str, window_kind: str,
+            session_gap: int | None = None, logged: tuple[StateField, ...] | None = None
+            ) -> list[pa.RecordBatch]:
     """The first output record of each of ``partitions`` new partitions (0 rows: no
     window goes there, and the new partition starts fresh).
 
@@ -107,9 +106,8 @@ def handoff(windows: Sequence[pa.Table], *, cut: int, ts: int, partitions: int,
     split = [split_windows(w, partitions=partitions, groups=groups, key_type=key_type)
              for w in windows]
     return [first_record([s[p] for s in split], cut=cut, ts=ts, function=function,
-                         key_type=key_type, time_windows=time_windows,
-                         window_kind=window_kind, session_gap=session_gap,
-                         logged=logged)
+                         key_type=key_type, window_kind=window_kind,
+                         session_gap=session_gap, logged=logged)
             for p in range(partitions)]
 
 
@@ -131,24 +129,11 @@ def _own_columns(windows: pa.Table, key_type: str) -> pa.Table:
 
 
 def _every_column(windows: pa.Table, session_gap: int | None) -> pa.Table:
-    """:func:`_own_columns` output with every window column: an aggregate field it lacks
-    holds what an untracked field holds (:data:`~cec.window_state.UNTRACKED`), but a
-    session's ``first_ts``/``last_ts`` (``session_gap`` given) are its ``win_start`` and
-    ``win_end - gap`` (as :func:`cec.records.with_every_field` has them)."""
-    n = windows.num_rows
-    cols: dict[str, pa.Array | pa.ChunkedArray] = {}
-    for name in _WINDOW_COLUMNS:
-        if name in windows.column_names:
-            cols[name] = windows.column(name)
-        elif session_gap is not None and name == "first_ts":
-            cols[name] = windows.column("win_start")
-        elif session_gap is not None and name == "last_ts":
-            cols[name] = pa.array(np.asarray(windows.column("win_end").to_numpy()
-                                             - session_gap, np.int64))
-        else:
-            dtype = next(f.dtype for f in AGGREGATE if f.name == name)
-            cols[name] = pa.array(np.full(n, UNTRACKED[name], dtype=dtype))
-    return pa.table(cols)
+    """:func:`_own_columns` output with every window column (the fields it lacks as
+    :func:`cec.records.untracked_columns` gives them)."""
+    add = untracked_columns(windows, session_gap)
+    return pa.table({name: add[name] if name in add else windows.column(name)
+                     for name in _WINDOW_COLUMNS})
 
 
 def split_windows(windows: pa.Table, *, partitions: int, groups: int, key_type: str
@@ -168,8 +153,7 @@ def split_windows(windows: pa.Table, *, partitions: int, groups: int, key_type: 
 
 
 def first_record(windows: Sequence[pa.Table], *, cut: int, ts: int, function: str,
-                 key_type: str, time_windows: bool = False, window_kind: str | None = None,
-                 session_gap: int | None = None,
+                 key_type: str, window_kind: str, session_gap: int | None = None,
                  logged: tuple[StateField, ...] | None = None) -> pa.RecordBatch:
     """A new partition's first output record from the windows each old partition hands
     it (:func:`split_windows`): one ``G_check`` row per window, ``t_now = cut``, ``ts``,
@@ -178,19 +162,11 @@ def first_record(windows: Sequence[pa.Table], *, cut: int, ts: int, function: st
 
     The tables may be of either record format, mixed. The record logs the fields
     ``logged``: by default those of record format 2 (the record begins a new log),
-    :func:`~cec.window_state.logged_for` the function and ``window_kind``
-    (``time_windows`` is then ``window_kind == "time"``). Without ``window_kind`` (the
-    callers from before format 2) it is "time" with ``time_windows``, else "count" if
-    every window's ``win_end`` is -1 (no rows: the same), else "session".
-    ``session_gap``: a session's, for a format-1 record (``logged`` every field) made of
-    format-2 windows (their ``first_ts``/``last_ts`` derive from the bounds)."""
+    :func:`~cec.window_state.logged_for` the function and ``window_kind`` (count, time
+    or session). ``session_gap``: a session's, for a format-1 record (``logged`` every
+    field) made of format-2 windows (their ``first_ts``/``last_ts`` derive from the
+    bounds)."""
     own = [_own_columns(w, key_type) for w in windows]
-    if window_kind is not None:
-        time_windows = window_kind == "time"
-    else:
-        window_kind = "time" if time_windows else (
-            "count" if all(pc.all(pc.equal(w.column("win_end"), -1)).as_py() is not False
-                           for w in own) else "session")
     if logged is None:
         logged = logged_for(function, window_kind)
     if window_kind == "session" and session_gap is None and any(
@@ -205,7 +181,7 @@ def first_record(windows: Sequence[pa.Table], *, cut: int, ts: int, function: st
     if len(set(ids)) != len(ids):
         raise ValueError("a window id is open in two old partitions: the logs do not "
                          "belong to one key-partitioned run")
-    if time_windows and sel.num_rows:
+    if window_kind == "time" and sel.num_rows:
         ends = sel.column("win_end").to_numpy()
         if int(ends.min()) <= ts:
             raise ValueError(f"a time window ending at {int(ends.min())} is still open "

@@ -62,6 +62,10 @@ PARTS: dict[str, int] = {f"{path}::{test}": part for path, tests in {
     "tests/cec_spark/test_key_groups.py": {
         "test_p32_killed_then_rescaled_to_48": 0,
     },
+    "tests/cec_spark/test_old_runs.py": {
+        "test_a_format_1_run_is_recovered_rescaled_and_exported_exactly[recover]": 0,
+        "test_a_format_1_run_is_recovered_rescaled_and_exported_exactly[rescale-3-to-2]": 2,
+    },
     "tests/cec_spark/test_recover_in_tasks.py": {
         "test_the_driver_of_recover_loads_no_window_state[recover]": 1,
         "test_the_driver_of_recover_loads_no_window_state[rescale-3-to-2]": 2,

@@ -37,7 +37,7 @@ from cec.records import (
     with_every_field,
 )
 from cec.window_state import AGGREGATE, FIELDS, LOGGED, UNTRACKED, names
-from cec.windows import CountWindow, SessionWindow, TimeWindow
+from cec.windows import CountWindow, SessionWindow, TimeWindow, gap_of
 
 # a window's state (cec.window_state.FIELDS) is its _Window's own fields then its agg's
 _OWN = tuple(f for f in FIELDS if f not in AGGREGATE)
@@ -72,8 +72,7 @@ class ReferenceOperator:
         self._agg_logged = tuple(f.name for f in config.logged if f in AGGREGATE)
         #: the aggregate fields a window keeps (state_at shows the others as untracked)
         self._tracked = frozenset(config.tracked)
-        self._session_gap = (config.window.gap_us if isinstance(config.window, SessionWindow)
-                             else None)
+        self._session_gap = gap_of(config.window)
         self._windows: dict[WindowId, _Window] = {}
         self._by_key: dict[Any, list[_Window]] = {}
         self._n = 0

@@ -56,7 +56,7 @@ from cec.records import (
     decode_input,
     output_schema,
 )
-from cec.windows import CountWindow, SessionWindow, TimeWindow, WindowSpec
+from cec.windows import CountWindow, SessionWindow, TimeWindow, WindowSpec, gap_of
 
 
 def make_kernel(spec: WindowSpec, slots: WindowSlots, by_key: KeyWindows) -> WindowKernel:
@@ -274,8 +274,7 @@ class VectorOperator:
                 if start:
                     reconstruct(self._slots, TupleBatch(
                         ts[:start], seq[:start], vals[:start], kidx[:start], len(self._keys)),
-                        session_gap=cfg.window.gap_us
-                        if isinstance(cfg.window, SessionWindow) else None)
+                        session_gap=gap_of(cfg.window))
                 if start < n:
                     pos.recon_until = None
             if start < n:
@@ -339,9 +338,8 @@ class VectorOperator:
     def load_ec(self, ec: pa.Table, *, t_c: int, t_c_ts: int, next_out_seq: int) -> None:
         if self._slots.n_live or self._pos.t_now is not None or self._out.next_out:
             raise UsageError("load_ec needs a fresh operator")
-        gap = self.config.window.gap_us if isinstance(self.config.window, SessionWindow) \
-            else None
-        slots, kidx = load_windows(ec, self._schema, self._keys, self._slots, gap)
+        slots, kidx = load_windows(ec, self._schema, self._keys, self._slots,
+                                   gap_of(self.config.window))
         k = len(slots)
         if k:
             if self._out.fp_order is not None:

@@ -58,7 +58,7 @@ from pyspark.sql.types import StructType
 
 from cec.errors import UsageError
 from cec.records import RESULT_TYPES, output_schema, with_every_field
-from cec.windows import SessionWindow, window_spec
+from cec.windows import gap_of
 from cec_spark.read.export import TIMESTAMP
 from cec_spark.rundir.acks import ack_key
 from cec_spark.rundir.layout import RunLayout
@@ -90,9 +90,8 @@ class _Run:
         self.keys = [ack_key(gen, p) for gen, p, _, _ in self.logs]
         w = spec.aggregate.window
         self.count_window = w.kind == "count"
-        win = window_spec(w.kind, w.size) if w.kind == "session" else None
         #: a session's gap: a format-2 log's rows get their first_ts/last_ts from it
-        self.session_gap = win.gap_us if isinstance(win, SessionWindow) else None
+        self.session_gap = gap_of(w)
         self.key_type = "bigint" if settings.key_type == "int64" else "string"
         self.controls = options.get("controls", "false").strip().lower() in ("1", "true", "yes")
         as_of = options.get("asOf", options.get("asof"))

@@ -64,7 +64,7 @@ from cec.ingest_token import IngestToken, decode_token, encode_token
 from cec.records import G_CHECK, logged_of, output_schema
 from cec.spec import MAX_KEY_GROUPS, PipelineSpec
 from cec.window_state import LOGGED
-from cec.windows import SessionWindow, window_spec
+from cec.windows import gap_of
 from cec_spark.driver.jobs import spark_error
 from cec_spark.errors import DriverSupersededError
 from cec_spark.report import RescalePartition as OldPartition
@@ -125,16 +125,6 @@ def common_cut(layout: RunLayout, gen: int, partitions: int
     wm = max((w for w in at_cut if w is not None), default=None)
     return first.seq_end - 1, IngestToken(first.chunk, first.next_seq, first.seq_end,
                                           sum(t.late for t in held), wm), sealed
-
-
-def session_gap(spec: PipelineSpec) -> int | None:
-    """The run's session gap in microseconds (None: not session windows)."""
-    w = spec.aggregate.window
-    if w.kind != "session":
-        return None
-    win = window_spec(w.kind, w.size)
-    assert isinstance(win, SessionWindow)
-    return win.gap_us
 
 
 def _last_at_or_before(out: StreamLog, cut: int) -> tuple[int, int | None]:
@@ -458,7 +448,7 @@ def hand_to(job: _Job, p: int, sources: list[int], ts: int, token: IngestToken |
     try:
         record = first_record(tables, cut=job.cut, ts=ts, function=job.spec.aggregate.function,
                               key_type=job.settings.key_type, window_kind=w.kind,
-                              session_gap=session_gap(job.spec),
+                              session_gap=gap_of(job.spec.aggregate.window),
                               logged=LOGGED if fmt == 1 else None)
     except ValueError as exc:
         raise RecoveryError(f"{layout.root}: new partition {p}: {exc}") from exc

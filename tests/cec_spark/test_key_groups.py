@@ -190,7 +190,7 @@ def test_handoff_at_32768_groups() -> None:
     half = n // 2
     records = handoff([table.slice(0, half), table.slice(half)], cut=99, ts=0,
                       partitions=48, groups=MAX_KEY_GROUPS, function="max",
-                      key_type="int64")
+                      key_type="int64", window_kind="time")
     assert len(records) == 48 and sum(r.num_rows for r in records) == n
     want = partitions_of(keys.tolist(), 48, MAX_KEY_GROUPS)
     for p, rec in enumerate(records):

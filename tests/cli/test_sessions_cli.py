@@ -452,9 +452,9 @@ def test_rescale_hands_over_a_session_that_ends_exactly_at_the_handoff_ts() -> N
     check_session_ends([q0, q1], ts)  # accepted
     with pytest.raises(ValueError, match="time window ending at 100"):
         handoff([q0, q1], cut=4, ts=ts, partitions=2, groups=8, function="sum",
-                key_type="int64", time_windows=True)
+                key_type="int64", window_kind="time")
     records = handoff([q0, q1], cut=4, ts=ts, partitions=1, groups=8, function="sum",
-                      key_type="int64")
+                      key_type="int64", window_kind="session", session_gap=gap)
     assert records[0].num_rows == 3
     with pytest.raises(RecoveryError, match="session ending at 100 is still open at ts 101"):
         check_session_ends([q0, q1], 101)

@@ -188,8 +188,6 @@ def test_handoff_of_either_format_or_a_mix_is_one_record(function: str, kind: st
     by_kind = {name: handoff(tables, **kw, window_kind=kind, session_gap=_gap(kind))
                for name, tables in (("one", full), ("two", two),
                                     ("mixed", [full[0], two[1], full[2]]))}
-    # the callers from before format 2 (no window kind: inferred from the windows)
-    by_kind["inferred"] = handoff(two, **kw, time_windows=kind == "time")
     assert sum(r.num_rows for r in fmt1) == sum(w.num_rows for w in full) > 0
     for p, rec in enumerate(fmt1):
         assert record_format(rec.schema) == 1

@@ -56,7 +56,7 @@ def test_handoff_reconstructs_to_the_cut_and_loads() -> None:
         assert fast.sort_by(order).equals(w.sort_by(order))
     total = sum(w.num_rows for w in wins)
     records = handoff(wins, cut=n - 1, ts=(n - 1) * 10, partitions=3, groups=128,
-                      function="sum", key_type="int64")
+                      function="sum", key_type="int64", window_kind="count")
     assert sum(r.num_rows for r in records) == total > 0
     before = {w.id: w for op in ops for w in op.state_at().windows.values()}
     loaded = {}
@@ -84,7 +84,7 @@ def test_handoff_refuses_a_window_in_two_partitions_and_a_late_ts() -> None:
     w = windows_table(op.state_at(), "int64")
     with pytest.raises(ValueError, match="two old partitions"):
         handoff([w, w], cut=0, ts=5, partitions=2, groups=128, function="sum",
-                key_type="int64")
+                key_type="int64", window_kind="time")
     with pytest.raises(ValueError, match="too late"):
         handoff([w], cut=0, ts=100, partitions=2, groups=128, function="sum",
-                key_type="int64", time_windows=True)
+                key_type="int64", window_kind="time")

@@ -342,7 +342,7 @@ def test_a_rescaled_partition_with_watermarks_recovers_exactly(tmp_path: Path,
     old.watermark(w_cut, cut)
     record = handoff([windows_table(old.state_at(), "int64")], cut=cut, ts=w_cut,
                      partitions=1, groups=1, function="sum", key_type="int64",
-                     time_windows=True)[0]
+                     window_kind="time")[0]
     assert record.num_rows
     up = tmp_path / "up"
     with StreamLog.open(up, writable=True, create=True, fsync="never") as log:

@@ -1,0 +1,130 @@
+"""Issue 40 item 1: a run directory written in record format 1 (every output row carries
+the whole partial aggregate, as cec wrote every run before format 2) is recovered,
+rescaled and exported by today's code, exactly.
+
+The old run is a real ``cec run pipeline`` of a stream folder started with
+``CEC_RECORD_FORMAT=1`` (its new output logs begin in format 1, what the code before
+format 2 wrote: the same columns, the same values), killed -9 after its first file. The
+rest of the stream arrives and ``cec recover --from-log`` runs in this process, without
+the variable: each output log goes on in the format it has (format 1: its schema is
+unchanged, the rows appended after the recovery carry every field), and a rescale's new
+generation begins its logs in format 2 (a run of both formats). The export equals the
+one computed from the input with pandas. A failure-free run of the same input in format
+2 exports the same file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from cec.records import record_format
+from cec.window_state import LOGGED
+from cec_spark.read.export import export
+from cec_spark.recover.resume import recover_run
+from cec_spark.rundir.layout import RunLayout
+from storage_log.log import StreamLog
+from tests.cec_spark.helpers import (
+    alive,
+    cec,
+    read_export_csv,
+    spec_text,
+    start_cec,
+    task_states,
+    wait_for,
+    write_items_csv,
+)
+
+pytestmark = pytest.mark.spark
+
+P = 3
+ROWS = 6_000
+SIZE = 10  # count windows: format 2 keeps their first_ts/last_ts (the results' bounds)
+
+
+def _reference(df: pd.DataFrame) -> pd.DataFrame:
+    """Closed tumbling count windows of SIZE per key, min price: the export's columns."""
+    df = df[df.item_price >= 0].reset_index(drop=True).copy()
+    df["w"] = df.groupby("item_id").cumcount() // SIZE
+    g = df.groupby(["item_id", "w"], sort=False)
+    out = pd.DataFrame({"key": g.item_id.first(), "window_start": g.item_time.first(),
+                        "window_end": g.item_time.last(), "count": g.item_price.size(),
+                        "value": g.item_price.min()}).reset_index(drop=True)
+    out = out[out["count"] == SIZE]
+    return out.sort_values(["key", "window_start", "window_end"]).reset_index(drop=True)
+
+
+def _formats(run: Path, partitions: int) -> list[int | None]:
+    """Each current output log's record format (None: no row yet)."""
+    layout = RunLayout(run)
+    out: list[int | None] = []
+    for p in range(partitions):
+        with StreamLog.open(layout.output(p)) as log:
+            out.append(None if log.schema is None else record_format(log.schema))
+    return out
+
+
+@pytest.mark.parametrize("partitions", [None, 2], ids=["recover", "rescale-3-to-2"])
+def test_a_format_1_run_is_recovered_rescaled_and_exported_exactly(
+        tmp_path: Path, partitions: int | None) -> None:
+    df = write_items_csv(tmp_path / "all.csv", ROWS, keys=60, seed=13)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    half = ROWS // 2
+    df.iloc[:half].to_csv(folder / "f-000.csv", index=False)
+    spec = tmp_path / "s.toml"
+    spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\ntime_field = "item_time"\n'
+                              "poll_ms = 50", function="min", partitions=P))
+    run = tmp_path / "run"
+    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run)],
+                     tmp_path / "run.log", env={"CEC_RECORD_FORMAT": "1"})
+    first = int((df.iloc[:half].item_price >= 0).sum())
+    try:
+        wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in task_states(run, P))
+                 >= first or proc.poll() is not None, 180, "the first file processed")
+    finally:
+        pids = [int(s["pid"]) for s in task_states(run, P) if "pid" in s]  # type: ignore[call-overload]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "run.log").read_text()[-3000:]
+    wait_for(lambda: not any(alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    assert _formats(run, P) == [1] * P  # an old run: every log holds format-1 rows
+    with StreamLog.open(RunLayout(run).output(0)) as log:
+        assert log.schema is not None and {f.name for f in LOGGED} <= set(log.schema.names)
+    df.iloc[half:].to_csv(folder / ".f-001.tmp", index=False)
+    (folder / ".f-001.tmp").rename(folder / "f-001.csv")
+    (folder / "_END").touch()
+
+    assert os.environ.get("CEC_RECORD_FORMAT") is None
+    rec = recover_run(run, progress=False, partitions=partitions)  # today's code
+    assert rec.resumed is not None and rec.resumed.completed, rec
+    if partitions is None:
+        assert _formats(run, P) == [1] * P  # each log went on in its format
+    else:
+        assert RunLayout(run).generation == 1
+        assert _formats(run, partitions) == [2] * partitions  # new logs: format 2
+    out = tmp_path / "out.csv"
+    export(run, out, "csv")
+    got = read_export_csv(out)
+    cols = ["key", "window_start", "window_end", "count", "value"]
+    assert got[cols].values.tolist() == _reference(df)[cols].values.tolist()
+
+    # the same input, failure-free, in format 2: the same export, byte for byte
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    df.to_csv(whole / "f-000.csv", index=False)
+    (whole / "_END").touch()
+    spec2 = tmp_path / "s2.toml"
+    spec2.write_text(spec_text('kind = "stream-dir"\npath = "whole"\n'
+                               'time_field = "item_time"\npoll_ms = 50', function="min",
+                               partitions=P))
+    run2 = tmp_path / "run2"
+    cec(["run", "pipeline", str(spec2), "--log-dir", str(run2)], check=True)
+    assert _formats(run2, P) == [2] * P
+    out2 = tmp_path / "out2.csv"
+    export(run2, out2, "csv")
+    assert read_export_csv(out2)[cols].values.tolist() == got[cols].values.tolist()
