@@ -81,7 +81,7 @@ HEADLINE = ("output complete and usable: `cec run pipeline` + `cec export` (parq
             "against Spark's whole process with its parquet sink written")
 
 CEC_SPEC = """[source]
-kind = "parquet"
+kind = "{kind}"
 path = "{data}"
 time_field = "item_time"
 
@@ -110,8 +110,12 @@ if cfg["store"] == "rocksdb":
                  "true"))
 spark = b.getOrCreate()
 spark.sparkContext.setLogLevel("ERROR")
-src = (spark.readStream.schema("item_id BIGINT, item_price BIGINT, item_time BIGINT")
-       .option("maxFilesPerTrigger", cfg["files_per_trigger"]).parquet(cfg["data"]))
+reader = (spark.readStream.schema("item_id BIGINT, item_price BIGINT, item_time BIGINT")
+          .option("maxFilesPerTrigger", cfg["files_per_trigger"]))
+if cfg.get("format", "parquet") == "csv":  # a header line, then integers
+    src = reader.option("header", "true").option("mode", "FAILFAST").csv(cfg["data"])
+else:
+    src = reader.parquet(cfg["data"])
 ts = src.withColumn("ts", F.timestamp_micros("item_time")).withWatermark("ts", "0 seconds")
 w = F.window("ts", cfg["size"], cfg["slide"]) if cfg["slide"] else F.window("ts", cfg["size"])
 agg = (ts.groupBy(w.alias("w"), "item_id").agg(F.avg("item_price").alias("avg"))
@@ -170,11 +174,16 @@ def spark_output(folder: Path) -> pa.Table:
 CEC = [sys.executable, "-m", "cli.app"]
 
 
-def cec_spec(work: Path, data: Path, sliding: bool, partitions: int) -> Path:
+def cec_spec(work: Path, data: Path, sliding: bool, partitions: int,
+             kind: str = "parquet") -> Path:
+    """``WORK/cec.toml`` (``cec-KIND.toml`` for another source kind, e.g. ``csv``: a
+    folder of CSV files with a header line, item_time integer epoch µs as in the
+    parquet)."""
     window = ('{ kind = "time", size = "10s", slide = "5s" }' if sliding
               else '{ kind = "time", size = "10s" }')
-    spec = work / "cec.toml"
-    spec.write_text(CEC_SPEC.format(data=data, window=window, partitions=partitions))
+    spec = work / ("cec.toml" if kind == "parquet" else f"cec-{kind}.toml")
+    spec.write_text(CEC_SPEC.format(kind=kind, data=data, window=window,
+                                    partitions=partitions))
     return spec
 
 
@@ -199,11 +208,16 @@ def run_cec(spec: Path, run: Path, log: Path) -> dict[str, Any]:
 
 
 def spark_cfg(work: Path, data: Path, name: str, store: str, files_per_trigger: int,
-              sliding: bool, partitions: int) -> dict[str, Any]:
+              sliding: bool, partitions: int, fmt: str = "parquet") -> dict[str, Any]:
+    """The child's configuration; ``fmt`` ``csv`` reads CSV files with a header line
+    (the same explicit BIGINT schema, a malformed line fails the query)."""
+    if fmt not in ("parquet", "csv"):
+        raise ValueError(f"input format {fmt!r}: expected parquet or csv")
     return {"data": str(data), "out": str(work / f"{name}-out"),
             "ckpt": str(work / f"{name}-ckpt"), "store": store,
             "files_per_trigger": files_per_trigger, "size": "10 seconds",
-            "slide": "5 seconds" if sliding else None, "partitions": partitions}
+            "slide": "5 seconds" if sliding else None, "partitions": partitions,
+            "format": fmt}
 
 
 def run_spark(cfg: dict[str, Any], log: Path) -> dict[str, Any]:

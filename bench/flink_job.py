@@ -23,6 +23,9 @@ The same input and query as bench/fair_spark.py:
   time-ordered files read by K readers keep every reader in order and all K advancing
   together, so no row is late and the open windows stay few. Reading CSV costs Flink more
   than a vectorized parquet reader would: this handicap is Flink's, and is reported.
+  bench/growth_bench.py's CSV table instead gives Flink the file cec and Spark read too
+  (:func:`shared_csv`: one time-ordered file with a header line; ``flink_command(...,
+  csv=...)``), read by one reader (Flink's CSV format does not split a file).
 * Query: Flink SQL in **streaming mode** on the bounded input (event-time windows fired by
   the watermark, as a stream processor runs them; batch mode would sort and aggregate
   instead): ``ts = TO_TIMESTAMP_LTZ(item_time / 1000, 3)`` (Flink's rowtime has
@@ -67,6 +70,7 @@ started here (the reason is printed).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -115,13 +119,27 @@ def _sql_str(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def source_ddl(path: str, delay_ms: int = WATERMARK_DELAY_MS) -> str:
-    """The input table: the CSV files, event time in ms, the watermark ``delay_ms`` behind."""
+def source_ddl(path: str, delay_ms: int = WATERMARK_DELAY_MS, *, header: bool = False
+               ) -> str:
+    """The input table: the CSV files, event time in ms, the watermark ``delay_ms`` behind.
+
+    ``header``: the files begin with a line of column names (:func:`shared_csv`'s). Flink
+    2.3's CSV format cannot skip a line (``csv.ignore-first-line`` is newer), so it reads
+    that line with ``csv.ignore-parse-errors``: a row of NULLs, its time taken as 0 (a
+    NULL rowtime fails the job) and the row dropped by :data:`ROWS_VIEW` before the
+    window. Any other row read so would change the averages the comparison checks."""
+    time = "COALESCE(item_time, 0)" if header else "item_time"
+    lenient = ", 'csv.ignore-parse-errors' = 'true'" if header else ""
     return ("CREATE TABLE src (item_id BIGINT, item_price BIGINT, item_time BIGINT, "
-            "ts AS TO_TIMESTAMP_LTZ(item_time / 1000, 3), "
+            f"ts AS TO_TIMESTAMP_LTZ({time} / 1000, 3), "
             f"WATERMARK FOR ts AS ts - INTERVAL '{delay_ms / 1000:.3f}' SECOND) "
             f"WITH ('connector' = 'filesystem', 'path' = {_sql_str(path)}, "
-            "'format' = 'csv')")
+            f"'format' = 'csv'{lenient})")
+
+
+# the input rows without a header line read as NULLs (source_ddl(header=True))
+ROWS_VIEW = ("CREATE TEMPORARY VIEW src_rows AS SELECT * FROM src "
+             "WHERE item_time IS NOT NULL")
 
 
 def sink_ddl(path: str) -> str:
@@ -132,11 +150,12 @@ def sink_ddl(path: str) -> str:
             "'format' = 'csv')")
 
 
-def query_sql(sliding: bool = False) -> str:
-    """The windowed average per key, as cec's and Spark's in bench/fair_spark.py."""
-    window = (f"HOP(TABLE src, DESCRIPTOR(ts), INTERVAL '{SLIDE_S}' SECOND, "
+def query_sql(sliding: bool = False, table: str = "src") -> str:
+    """The windowed average per key, as cec's and Spark's in bench/fair_spark.py, over
+    ``table`` (``src``, or ``src_rows`` of :data:`ROWS_VIEW`)."""
+    window = (f"HOP(TABLE {table}, DESCRIPTOR(ts), INTERVAL '{SLIDE_S}' SECOND, "
               f"INTERVAL '{SIZE_S}' SECOND)" if sliding
-              else f"TUMBLE(TABLE src, DESCRIPTOR(ts), INTERVAL '{SIZE_S}' SECOND)")
+              else f"TUMBLE(TABLE {table}, DESCRIPTOR(ts), INTERVAL '{SIZE_S}' SECOND)")
     return ("INSERT INTO snk SELECT item_id, window_start, window_end, "
             f"AVG(CAST(item_price AS DOUBLE)) FROM TABLE({window}) "
             "GROUP BY item_id, window_start, window_end")
@@ -300,38 +319,78 @@ def input_rows(data: Path) -> int:
     return n - 1 if any("sentinel" in f.name for f in input_files(data)) else n
 
 
+def _stamp(files: Sequence[Path]) -> list[list[Any]]:
+    return [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
+
+
+def _made_from(dest: Path, stamp: list[list[Any]]) -> bool:
+    """Whether ``dest`` was made from parquet files with this stamp (its marker says so)."""
+    try:
+        return bool(json.loads((dest / "_source.json").read_text()) == stamp)
+    except (OSError, ValueError):
+        return False
+
+
+def _to_csv(files: Sequence[Path], paths: Sequence[Path], header: bool) -> None:
+    """The rows of ``files`` (in order) as CSV, row i in ``paths[i mod K]``; integers as
+    written by Arrow, a line of column names first if ``header``."""
+    schema = pa.schema([(c, pa.int64()) for c in INPUT_COLUMNS])
+    opts = pacsv.WriteOptions(include_header=False)
+    with contextlib.ExitStack() as stack:
+        sinks = [stack.enter_context(open(p, "wb")) for p in paths]
+        if header:
+            for sink in sinks:
+                sink.write((",".join(INPUT_COLUMNS) + "\n").encode())
+        writers = [stack.enter_context(pacsv.CSVWriter(sink, schema, write_options=opts))
+                   for sink in sinks]
+        offset = 0
+        for f in files:
+            table = pq.read_table(f, columns=list(INPUT_COLUMNS)).cast(schema)
+            for writer, part in zip(writers, split_round_robin(table, offset, len(paths)),
+                                    strict=True):
+                if part.num_rows:
+                    writer.write_table(part)
+            offset += table.num_rows
+
+
 def flink_input(data: Path, parallelism: int) -> Path:
     """The CSV copy of ``data`` for parallelism K (K time-ordered files), made once and
     reused while the parquet files are unchanged. Beside ``data``, not in it (Spark and
     cec read every file in ``data``)."""
     files = input_files(data)
     dest = data.with_name(f"{data.name}-flink-p{parallelism}")
-    stamp = [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in files]
-    marker = dest / "_source.json"  # Flink's file source skips names starting with _
-    try:
-        if json.loads(marker.read_text()) == stamp:
-            return dest
-    except (OSError, ValueError):
-        pass
+    stamp = _stamp(files)
+    if _made_from(dest, stamp):
+        return dest
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    schema = pa.schema([(c, pa.int64()) for c in INPUT_COLUMNS])
-    opts = pacsv.WriteOptions(include_header=False)
-    writers = [pacsv.CSVWriter(str(dest / f"part-{i:03d}.csv"), schema, write_options=opts)
-               for i in range(parallelism)]
-    offset = 0
-    try:
-        for f in files:
-            table = pq.read_table(f, columns=list(INPUT_COLUMNS)).cast(schema)
-            for writer, part in zip(writers, split_round_robin(table, offset, parallelism),
-                                    strict=True):
-                if part.num_rows:
-                    writer.write_table(part)
-            offset += table.num_rows
-    finally:
-        for w in writers:
-            w.close()
-    marker.write_text(json.dumps(stamp))
+    _to_csv(files, [dest / f"part-{i:03d}.csv" for i in range(parallelism)], header=False)
+    (dest / "_source.json").write_text(json.dumps(stamp))  # Flink skips names with _
+    return dest
+
+
+SHARED_CSV = "items.csv"
+
+
+def shared_csv(data: Path) -> Path:
+    """The CSV copy of ``data`` every side reads (bench/growth_bench.py's CSV table):
+    the folder ``DATA-csv`` beside ``data`` holding one file, :data:`SHARED_CSV`: the
+    line ``item_id,item_price,item_time``, then every row in stream order (the sentinel
+    last), the three columns integers as in the parquet (``item_time`` epoch µs). One
+    file because Flink's file source hands files to its readers in no fixed order (see
+    the module's docstring) and cec reads a folder in name order with time never going
+    back: only one time-ordered file is read right by both. Made once, untimed, and
+    reused while the parquet files are unchanged; its marker ``_source.json`` is skipped
+    by all three readers (names starting with ``_``)."""
+    files = input_files(data)
+    dest = data.with_name(f"{data.name}-csv")
+    stamp = _stamp(files)
+    if _made_from(dest, stamp):
+        return dest
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    _to_csv(files, [dest / SHARED_CSV], header=True)
+    (dest / "_source.json").write_text(json.dumps(stamp))
     return dest
 
 
@@ -414,7 +473,11 @@ class _Child:
             return json.load(resp)
 
 
-def _job(data: Path, out: Path, sliding: bool) -> tuple[list[str], str]:
+def _job(data: Path, out: Path, sliding: bool, header: bool = False
+         ) -> tuple[list[str], str]:
+    if header:
+        return ([source_ddl(str(data), header=True), ROWS_VIEW, sink_ddl(str(out))],
+                query_sql(sliding, "src_rows"))
     return [source_ddl(str(data)), sink_ddl(str(out))], query_sql(sliding)
 
 
@@ -448,19 +511,22 @@ def run_flink(data: Path, work: Path, parallelism: int, *,
 
 def flink_command(data: Path, work: Path, parallelism: int, *,
                   checkpoint_interval_s: float | None = 1.0, state_backend: str = "hashmap",
-                  sliding: bool = False) -> list[str]:
+                  sliding: bool = False, csv: Path | None = None) -> list[str]:
     """One failure-free run as a single command for an outside timer (farm-bench
     ``--vs``): ``sh -c`` that empties the output and checkpoint folders and execs the
-    child, the same job :func:`run_flink` runs (input converted, job file written now)."""
+    child, the same job :func:`run_flink` runs (input converted, job file written now).
+    ``csv``: read this :func:`shared_csv` folder (one file with a header line) instead
+    of the K files :func:`flink_input` makes of ``data``."""
     python = flink_python()
-    csv = flink_input(data, parallelism)
+    header = csv is not None
+    csv = csv if csv is not None else flink_input(data, parallelism)
     name = f"flink-cmd-p{parallelism}"
     work.mkdir(parents=True, exist_ok=True)
     out, ckpt = work / f"{name}-out", work / f"{name}-ckpt"
     interval = None if checkpoint_interval_s is None else int(checkpoint_interval_s * 1000)
     conf = flink_conf(parallelism, rest_port=_free_port(), checkpoint_dir=ckpt.as_uri(),
                       checkpoint_interval_ms=interval, state_backend=state_backend)
-    statements, insert = _job(csv, out, sliding)
+    statements, insert = _job(csv, out, sliding, header)
     job_file = work / f"{name}.job.json"
     job_file.write_text(json.dumps({"conf": conf, "statements": statements,
                                     "insert": insert}, indent=1))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from bench.fair_spark import SENTINEL_KEY, make_data, normalize
 from bench.harness import alternate, compare, summary
@@ -97,3 +98,30 @@ def test_the_report_names_the_headline_end_point_and_both_kill_points() -> None:
     assert "`cec recover` + `cec export` 5.0 s (4.0 + 1.0" in md
     assert "1-min load average 3.0 at the end" in md
     assert "(hdfs, 1,000,000 rows per micro-batch)" in md and "**0.5**" in md
+
+
+def test_cec_spec_and_spark_cfg_read_parquet_by_default_or_the_csv_copy(
+        tmp_path: Path) -> None:
+    """bench/growth_bench.py's CSV table: cec's source kind and Spark's reader follow the
+    input's format; fair_spark's own benchmark keeps parquet."""
+    from bench.fair_spark import SPARK_CHILD, cec_spec, spark_cfg
+
+    parquet = cec_spec(tmp_path, tmp_path / "data", False, 4)
+    assert parquet.name == "cec.toml" and 'kind = "parquet"' in parquet.read_text()
+    csv = cec_spec(tmp_path, tmp_path / "data-csv", False, 4, kind="csv")
+    text = csv.read_text()
+    assert csv.name == "cec-csv.toml" and 'kind = "csv"' in text
+    assert f'path = "{tmp_path / "data-csv"}"' in text and 'time_field = "item_time"' in text
+    assert parquet.read_text().replace('"parquet"', '"csv"').replace(
+        str(tmp_path / "data"), str(tmp_path / "data-csv")) == text  # nothing else differs
+    cfg = spark_cfg(tmp_path, tmp_path / "data", "s", "hdfs", 10, False, 4)
+    assert cfg["format"] == "parquet"
+    assert spark_cfg(tmp_path, tmp_path / "d", "s", "hdfs", 1, False, 4, "csv")["format"] == (
+        "csv")
+    with pytest.raises(ValueError, match="parquet or csv"):
+        spark_cfg(tmp_path, tmp_path / "d", "s", "hdfs", 1, False, 4, "orc")
+    # the child: the same explicit schema for both, CSV with its header line, strict
+    assert 'cfg.get("format", "parquet") == "csv"' in SPARK_CHILD
+    assert '.option("header", "true").option("mode", "FAILFAST").csv(cfg["data"])' in (
+        SPARK_CHILD)
+    assert 'schema("item_id BIGINT, item_price BIGINT, item_time BIGINT")' in SPARK_CHILD

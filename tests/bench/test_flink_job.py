@@ -12,6 +12,9 @@ import pytest
 
 from bench.fair_spark import SENTINEL_KEY, START_US, make_data, normalize
 from bench.flink_job import (
+    ROWS_VIEW,
+    SHARED_CSV,
+    _job,
     checkpoint_rows,
     committed_files,
     flink_conf,
@@ -22,6 +25,7 @@ from bench.flink_job import (
     normalize_flink,
     query_sql,
     reference_windows,
+    shared_csv,
     sink_ddl,
     source_ddl,
     source_rows,
@@ -73,6 +77,42 @@ def test_ddl_and_query_say_what_the_benchmark_compares() -> None:
     assert "AVG(CAST(item_price AS DOUBLE))" in tumble
     assert "HOP(TABLE src, DESCRIPTOR(ts), INTERVAL '5' SECOND, INTERVAL '10' SECOND)" in (
         query_sql(sliding=True))
+
+
+def test_the_shared_csv_is_one_time_ordered_file_with_a_header_made_once(
+        tmp_path: Path) -> None:
+    """bench/growth_bench.py's CSV table: the file cec, Spark and Flink all read."""
+    data = tmp_path / "data"
+    make_data(data, 250, 7, 100)
+    csv = shared_csv(data)
+    assert csv == tmp_path / "data-csv"  # beside the input, never in it
+    assert sorted(f.name for f in csv.iterdir()) == ["_source.json", SHARED_CSV]
+    text = (csv / SHARED_CSV).read_text()
+    assert text.startswith("item_id,item_price,item_time\n")  # no quotes: cec's header
+    read = pacsv.read_csv(csv / SHARED_CSV)  # the header names the columns
+    original = pa.concat_tables([pq.read_table(f) for f in sorted(data.glob("*.parquet"))])
+    assert read.schema.names == original.schema.names
+    assert read.cast(original.schema).equals(original)  # every row, in stream order
+    assert read.column("item_id").to_pylist()[-1] == SENTINEL_KEY  # the sentinel last
+    assert read.column("item_time").to_pylist()[0] == START_US  # integer epoch µs
+    made = (csv / SHARED_CSV).stat().st_mtime_ns
+    assert shared_csv(data) == csv and (csv / SHARED_CSV).stat().st_mtime_ns == made
+    (data / "part-00000.parquet").unlink()  # other parquet files: made again from them
+    make_data(data, 250, 7, 100, seed=8)
+    assert shared_csv(data) == csv and (csv / SHARED_CSV).read_text() != text
+
+
+def test_flink_reads_the_header_line_as_nulls_and_drops_that_row() -> None:
+    src = source_ddl("/d", header=True)
+    assert "'csv.ignore-parse-errors' = 'true'" in src
+    assert "TO_TIMESTAMP_LTZ(COALESCE(item_time, 0) / 1000, 3)" in src  # never a NULL time
+    assert "ignore-parse-errors" not in source_ddl("/d")  # the K-file copies: strict
+    assert ROWS_VIEW.endswith("FROM src WHERE item_time IS NOT NULL")
+    statements, insert = _job(Path("/d"), Path("/o"), False, header=True)
+    assert statements[1] == ROWS_VIEW
+    assert "TUMBLE(TABLE src_rows, DESCRIPTOR(ts), INTERVAL '10' SECOND)" in insert
+    plain, insert = _job(Path("/d"), Path("/o"), False)
+    assert len(plain) == 2 and "TABLE src," in insert
 
 
 def test_conf_checkpoints_and_restore() -> None:
