@@ -52,7 +52,7 @@ def side(text: str) -> tuple[Path, dict[str, str]]:
 
 def spec_for(work: Path, name: str, data: Path, partitions: int, run: dict[str, str]) -> Path:
     window = '{ kind = "time", size = "10s" }'
-    text = CEC_SPEC.format(data=data, window=window, partitions=partitions)
+    text = CEC_SPEC.format(kind="parquet", data=data, window=window, partitions=partitions)
     text += "".join(f"{k} = {v}\n" for k, v in run.items()
                     if not k.startswith(("spark.", "env:")))
     spark = {k: v for k, v in run.items() if k.startswith("spark.")}

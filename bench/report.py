@@ -268,7 +268,7 @@ def targets(results: Path) -> list[tuple[str, str, str, bool | None, str]]:
     if isinstance(gr, dict) and gr.get("judgement"):
         for j in gr["judgement"]:  # met, missed, not judged (a busy machine), not measured
             state = j.get("state")
-            rows.append((j["target"], "(issue 30)",
+            rows.append((j["target"], f"(issue {gr.get('targets_issue', 30)})",
                          j["text"] + ("" if state in ("met", "missed") else f" ({state})"),
                          None if state not in ("met", "missed") else state == "met",
                          "python -m bench --only growth"))
