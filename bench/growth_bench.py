@@ -198,6 +198,35 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
+def parse_pairs(text: str, sizes: list[int]) -> dict[int, int]:
+    """``3`` (rounds at every size) or ``3:3,30:3,100:1`` (million rows: rounds; every
+    size named) as rounds per size (rows)."""
+    try:
+        if ":" not in text:
+            k = int(text)
+            pairs = dict.fromkeys(sizes, k)
+        else:
+            pairs = {round(float(m) * 1_000_000): int(k)
+                     for m, k in (x.split(":") for x in text.split(",") if x.strip())}
+    except ValueError:
+        raise ValueError(f"--pairs {text!r}: expected K or SIZE_M:K,... e.g. 3:3,100:1"
+                         ) from None
+    missing = [r for r in sizes if r not in pairs]
+    if missing or any(k < 1 for k in pairs.values()):
+        raise ValueError(f"--pairs {text!r}: every size needs at least 1 round (missing: "
+                         f"{', '.join(f'{r / 1e6:g} M' for r in missing) or 'none'})")
+    return {r: pairs[r] for r in sizes}
+
+
+def pairs_text(pairs: int | dict[str, int]) -> str:
+    """The rounds per size as the report says them (``3`` or ``3 at 3 M, 1 at 100 M``)."""
+    if isinstance(pairs, int):
+        return str(pairs)
+    if len(set(pairs.values())) == 1:
+        return str(next(iter(pairs.values())))
+    return ", ".join(f"{k} at {int(r) / 1e6:g} M" for r, k in pairs.items())
+
+
 def parse_memory(text: str) -> list[tuple[int, str]]:
     """``3:2g,30:14g,100:20g`` as (up to this many rows, driver memory), ascending; a
     bare ``4g`` is that memory at every size."""
@@ -574,7 +603,8 @@ def report(res: dict[str, Any]) -> str:
         "every output compared equal with the size's reference"
         f"{'' if legacy else ' (the first output at the size, whichever input)'}. "
         f"{res['cpus']} CPUs, {res['memory_gib']} GiB; commit {harness.commit_text(res)}; "
-        f"{res['started']}; {res['pairs']} round(s) per size{'' if legacy else ' and input'}, "
+        f"{res['started']}; {pairs_text(res['pairs'])} round(s) per size"
+        f"{'' if legacy else ' and input'}, "
         "the sides' order "
         "rotated each round. Peak memory: per kind, the peak of the sum of VmRSS over that "
         "kind's processes (pages shared between processes count in each); Spark's driver "
@@ -835,8 +865,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python bench/growth_bench.py",
                                  description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--sizes", default="0.3,3,30,100", help="million rows, comma-separated")
-    ap.add_argument("--pairs", type=int, default=3,
-                    help="rounds per size and input, each running every side once")
+    ap.add_argument("--pairs", default="3",
+                    help="rounds per size and input, each running every side once: K, or "
+                    "SIZE_M:K,... per size (e.g. 3:3,30:3,100:1)")
     ap.add_argument("--sides", default=",".join(SIDES))
     ap.add_argument("--input", default="both", choices=["csv", "parquet", "both"],
                     help="csv: every side reads the same CSV file (the headline, judged); "
@@ -867,8 +898,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--sides {args.sides!r}: a list of {', '.join(SIDES)}")
         sides = [x for x in SIDES if x in sides]
         fixed = parse_spark_setting(args.spark_setting) if args.spark_setting else None
-        if args.pairs < 1 or args.timeout <= 0 or (args.flink_parallelism or 1) < 1:
-            raise ValueError("--pairs, --timeout and --flink-parallelism must be positive")
+        pairs = parse_pairs(str(args.pairs), sizes)
+        if args.timeout <= 0 or (args.flink_parallelism or 1) < 1:
+            raise ValueError("--timeout and --flink-parallelism must be positive")
     except ValueError as exc:
         print(f"growth_bench: {exc}", file=sys.stderr)
         return 2
@@ -897,13 +929,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if fixed is not None:
         b.spark_setting = {inp: spark_on(inp, fixed) for inp in inputs}
     res: dict[str, Any] = {**_machine(), "sizes": sizes, "sides": sides, "inputs": inputs,
-                           "pairs": args.pairs,
+                           "pairs": ({str(r): k for r, k in pairs.items()}
+                                     if len(set(pairs.values())) > 1
+                                     else next(iter(pairs.values()))),
                            "command": "python bench/growth_bench.py " + " ".join(argv),
                            "timeout_s": args.timeout, "spark_memory": args.spark_memory,
                            "sweep_rows": at, "load_start": load(),
                            "targets_issue": TARGETS_ISSUE}
-    print(f"# growth: sizes {', '.join(f'{r:,}' for r in sizes)} rows, {args.pairs} "
-          f"round(s), inputs {', '.join(inputs)}, sides {', '.join(sides)}, sweep at "
+    print(f"# growth: sizes {', '.join(f'{r:,}' for r in sizes)} rows, "
+          f"{pairs_text(res['pairs'])} round(s), inputs {', '.join(inputs)}, sides "
+          f"{', '.join(sides)}, sweep at "
           f"{at:,} rows, work {args.work}, load {load()}", flush=True)
     needs_sweep = (("spark" in sides and any(i not in b.spark_setting for i in inputs))
                    or ("flink" in sides and "csv" in inputs
@@ -925,7 +960,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"# {x} skipped at {rows:,} rows on {inp}: {why}", flush=True)
                     b.runs.append({"rows": rows, "input": inp, "system": x,
                                    "round": "skipped", "status": f"skipped ({why})"})
-            for i in range(args.pairs):
+            for i in range(pairs[rows]):
                 for system in rotation(here, i):
                     b.runs.append(b.side(s, inp, system, i))
             table_runs = of_input(b.runs, inp)

@@ -49,6 +49,21 @@ def test_sizes_memory_and_settings_parse() -> None:
         g.parse_spark_setting("memory:all")
 
 
+def test_rounds_per_size() -> None:
+    sizes = [3 * M, 30 * M, 100 * M]
+    assert g.parse_pairs("3", sizes) == {3 * M: 3, 30 * M: 3, 100 * M: 3}
+    assert g.parse_pairs("3:3,30:3,100:1", sizes) == {3 * M: 3, 30 * M: 3, 100 * M: 1}
+    with pytest.raises(ValueError, match=r"missing: 100 M"):
+        g.parse_pairs("3:3,30:3", sizes)
+    with pytest.raises(ValueError, match="at least 1 round"):
+        g.parse_pairs("3:3,30:0,100:1", sizes)
+    with pytest.raises(ValueError, match="expected K or SIZE_M:K"):
+        g.parse_pairs("three", sizes)
+    assert g.pairs_text(3) == "3"
+    assert g.pairs_text({str(3 * M): 3, str(100 * M): 1}) == "3 at 3 M, 1 at 100 M"
+    assert g.pairs_text({str(3 * M): 2, str(30 * M): 2}) == "2"
+
+
 def test_the_sweep_size_and_the_rotated_order() -> None:
     assert g.sweep_size([300_000, 3 * M, 30 * M]) == 3 * M
     assert g.sweep_size([300_000, 30 * M]) == 30 * M
