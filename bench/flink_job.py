@@ -357,15 +357,23 @@ def flink_input(data: Path, parallelism: int) -> Path:
     """The CSV copy of ``data`` for parallelism K (K time-ordered files), made once and
     reused while the parquet files are unchanged. Beside ``data``, not in it (Spark and
     cec read every file in ``data``)."""
+    return _csv_copy(data, f"-flink-p{parallelism}",
+                     [f"part-{i:03d}.csv" for i in range(parallelism)], header=False)
+
+
+def _csv_copy(data: Path, suffix: str, names: list[str], *, header: bool) -> Path:
+    """The folder ``DATA{suffix}`` beside ``data`` holding its rows as the CSV files
+    ``names`` (:func:`_to_csv`), remade only when the parquet files changed (their
+    stamp in ``_source.json``: every reader skips names starting with ``_``)."""
     files = input_files(data)
-    dest = data.with_name(f"{data.name}-flink-p{parallelism}")
+    dest = data.with_name(f"{data.name}{suffix}")
     stamp = _stamp(files)
     if _made_from(dest, stamp):
         return dest
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
-    _to_csv(files, [dest / f"part-{i:03d}.csv" for i in range(parallelism)], header=False)
-    (dest / "_source.json").write_text(json.dumps(stamp))  # Flink skips names with _
+    _to_csv(files, [dest / n for n in names], header=header)
+    (dest / "_source.json").write_text(json.dumps(stamp))
     return dest
 
 
@@ -382,16 +390,7 @@ def shared_csv(data: Path) -> Path:
     back: only one time-ordered file is read right by both. Made once, untimed, and
     reused while the parquet files are unchanged; its marker ``_source.json`` is skipped
     by all three readers (names starting with ``_``)."""
-    files = input_files(data)
-    dest = data.with_name(f"{data.name}-csv")
-    stamp = _stamp(files)
-    if _made_from(dest, stamp):
-        return dest
-    shutil.rmtree(dest, ignore_errors=True)
-    dest.mkdir(parents=True)
-    _to_csv(files, [dest / SHARED_CSV], header=True)
-    (dest / "_source.json").write_text(json.dumps(stamp))
-    return dest
+    return _csv_copy(data, "-csv", [SHARED_CSV], header=True)
 
 
 def committed_files(out: Path) -> list[Path]:

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -153,3 +154,82 @@ def read_export_csv(path: Path) -> pd.DataFrame:
         when = pd.to_datetime(df[col], utc=True, format="ISO8601")
         df[col] = (when - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(1, "us")
     return df
+
+
+def operate_partitions(layout: Any, upto: int | None = None, only: set[int] | None = None,
+                       fmt: int | None = None) -> None:
+    """Every operator of the run's current generation (``only`` those), as a task runs
+    it, in this process: recover, then its upstream (up to seq ``upto``), finish and
+    seal at a sealed end. ``fmt``: the record format the operators write (an old run's:
+    1), else (None) their logs' (:func:`cec_spark.run.operators.record_format_of`)."""
+    from cec_spark.run.operators import operator_for, record_format_of
+    from cec_spark.rundir.run_file import read_run_file
+    from recovery.partition import recover_partition
+    from storage_log.log import StreamLog
+
+    spec, settings = read_run_file(layout)
+    for p in range(spec.run.partitions):
+        if only is not None and p not in only:
+            continue
+        op = operator_for(spec, settings, fmt=fmt or record_format_of(layout.output(p)))
+        rec = recover_partition(layout.output(p), layout.upstream(p), op, fsync="never",
+                                create=False, upstream_after=layout.cut)
+        out = rec.output_log
+        try:
+            with StreamLog.open(layout.upstream(p)) as up:
+                for batch in up.read_forward(after_seq=rec.t_c):
+                    seq = batch.column("seq").to_numpy()
+                    n = len(seq) if upto is None else int(np.searchsorted(seq, upto, "right"))
+                    if n:
+                        res = rec.operator.process(batch.slice(0, n))
+                        if res.num_rows:
+                            out.append(res)
+                            out.commit()
+                    if n < len(seq):
+                        break
+                if up.sealed and upto is None and not out.sealed:
+                    fin = rec.operator.finish()
+                    if fin.num_rows:
+                        out.append(fin)
+                    out.commit()
+                    out.seal()
+        finally:
+            out.close()
+
+
+def killed_after_first_file(tmp_path: Path, df: pd.DataFrame, *, function: str,
+                            partitions: int, env: dict[str, str] | None = None) -> Path:
+    """A stream-folder run (``cec run pipeline`` in its own process group, ``env`` added
+    to its environment) of ``df``'s first half, killed -9 once its operators have
+    processed that file (its open windows in its output logs) and its Python workers
+    have exited; then the second half and ``_END`` arrive in the folder. Returns the
+    run directory, to be recovered."""
+    import signal
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    half = len(df) // 2
+    df.iloc[:half].to_csv(folder / "f-000.csv", index=False)
+    spec = tmp_path / "s.toml"
+    spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\ntime_field = "item_time"\n'
+                              "poll_ms = 50", function=function, partitions=partitions))
+    run = tmp_path / "run"
+    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run)],
+                     tmp_path / "run.log", env=env)
+    first = int((df.iloc[:half].item_price >= 0).sum())
+    try:
+        wait_for(lambda: sum(int(s.get("in_tuples", 0))  # type: ignore[call-overload]
+                             for s in task_states(run, partitions)) >= first
+                 or proc.poll() is not None, 180, "the first file processed")
+    finally:
+        pids = [int(s["pid"]) for s in task_states(run, partitions)  # type: ignore[call-overload]
+                if "pid" in s]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL, (tmp_path / "run.log").read_text()[-3000:]
+    # Spark's Python workers leave with their JVM (SIGHUP from the worker daemon)
+    wait_for(lambda: not any(alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    df.iloc[half:].to_csv(folder / ".f-001.tmp", index=False)
+    (folder / ".f-001.tmp").rename(folder / "f-001.csv")
+    (folder / "_END").touch()
+    return run

@@ -16,7 +16,6 @@ one computed from the input with pandas. A failure-free run of the same input in
 from __future__ import annotations
 
 import os
-import signal
 from pathlib import Path
 
 import pandas as pd
@@ -29,13 +28,10 @@ from cec_spark.recover.resume import recover_run
 from cec_spark.rundir.layout import RunLayout
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import (
-    alive,
     cec,
+    killed_after_first_file,
     read_export_csv,
     spec_text,
-    start_cec,
-    task_states,
-    wait_for,
     write_items_csv,
 )
 
@@ -72,32 +68,11 @@ def _formats(run: Path, partitions: int) -> list[int | None]:
 def test_a_format_1_run_is_recovered_rescaled_and_exported_exactly(
         tmp_path: Path, partitions: int | None) -> None:
     df = write_items_csv(tmp_path / "all.csv", ROWS, keys=60, seed=13)
-    folder = tmp_path / "in"
-    folder.mkdir()
-    half = ROWS // 2
-    df.iloc[:half].to_csv(folder / "f-000.csv", index=False)
-    spec = tmp_path / "s.toml"
-    spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\ntime_field = "item_time"\n'
-                              "poll_ms = 50", function="min", partitions=P))
-    run = tmp_path / "run"
-    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run)],
-                     tmp_path / "run.log", env={"CEC_RECORD_FORMAT": "1"})
-    first = int((df.iloc[:half].item_price >= 0).sum())
-    try:
-        wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in task_states(run, P))
-                 >= first or proc.poll() is not None, 180, "the first file processed")
-    finally:
-        pids = [int(s["pid"]) for s in task_states(run, P) if "pid" in s]  # type: ignore[call-overload]
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL, (tmp_path / "run.log").read_text()[-3000:]
-    wait_for(lambda: not any(alive(pid) for pid in pids), 60, "orphaned workers to exit")
+    run = killed_after_first_file(tmp_path, df, function="min", partitions=P,
+                                  env={"CEC_RECORD_FORMAT": "1"})
     assert _formats(run, P) == [1] * P  # an old run: every log holds format-1 rows
     with StreamLog.open(RunLayout(run).output(0)) as log:
         assert log.schema is not None and {f.name for f in LOGGED} <= set(log.schema.names)
-    df.iloc[half:].to_csv(folder / ".f-001.tmp", index=False)
-    (folder / ".f-001.tmp").rename(folder / "f-001.csv")
-    (folder / "_END").touch()
 
     assert os.environ.get("CEC_RECORD_FORMAT") is None
     rec = recover_run(run, progress=False, partitions=partitions)  # today's code

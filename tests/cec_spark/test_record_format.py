@@ -22,14 +22,12 @@ from cec_spark.ingest.logs import create_logs
 from cec_spark.read.datasource import _Run
 from cec_spark.read.export import result_rows, results_table
 from cec_spark.recover.rescale import rescale
-from cec_spark.run.operators import operator_for, record_format_of
 from cec_spark.run.plan import pipeline_spec, plan_new_run
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import read_run_file, write_run_text
-from recovery.partition import recover_partition
 from recovery.rescale import partitions_of
 from storage_log.log import StreamLog
-from tests.cec_spark.helpers import spec_text, write_items_csv
+from tests.cec_spark.helpers import operate_partitions, spec_text, write_items_csv
 from tests.recovery.test_record_format import CASES, GAP, _format1_run, to_format2
 
 # ------------------------------------------------------------------ rows, pure
@@ -142,37 +140,6 @@ def _ingest(layout: RunLayout, rows: pa.Table, chunks: range, seal: bool = False
             log.close()
 
 
-def _operate(layout: RunLayout, upto: int | None = None, fmt: int | None = None) -> None:
-    """Every operator of the generation, as a task runs it: in record format ``fmt``
-    (an old run's: 1), or (None) in its log's (:func:`record_format_of`)."""
-    spec, settings = read_run_file(layout)
-    for p in range(spec.run.partitions):
-        op = operator_for(spec, settings, fmt=fmt or record_format_of(layout.output(p)))
-        rec = recover_partition(layout.output(p), layout.upstream(p), op, fsync="never",
-                                create=False, upstream_after=layout.cut)
-        out = rec.output_log
-        try:
-            with StreamLog.open(layout.upstream(p)) as up:
-                for batch in up.read_forward(after_seq=rec.t_c):
-                    seq = batch.column("seq").to_numpy()
-                    n = len(seq) if upto is None else int(np.searchsorted(seq, upto, "right"))
-                    if n:
-                        res = rec.operator.process(batch.slice(0, n))
-                        if res.num_rows:
-                            out.append(res)
-                            out.commit()
-                    if n < len(seq):
-                        break
-                if up.sealed and upto is None and not out.sealed:
-                    fin = rec.operator.finish()  # type: ignore[attr-defined]
-                    if fin.num_rows:
-                        out.append(fin)
-                    out.commit()
-                    out.seal()
-        finally:
-            out.close()
-
-
 def _formats(layout: RunLayout, gen: int, partitions: int) -> list[int | None]:
     out: list[int | None] = []
     for p in range(partitions):
@@ -196,13 +163,13 @@ def test_an_old_run_rescaled_writes_format2_and_exports_the_same(
     for fmt in (1, 2):
         ref = _new_run(tmp_path, f"ref{fmt}", window, function, 2)
         _ingest(ref, rows, range(ROWS // CHUNK), seal=True)
-        _operate(ref, fmt=fmt)
+        operate_partitions(ref, fmt=fmt)
         assert _formats(ref, 0, 2) == [fmt, fmt]
         refs.append(results_table(ref.root))
     assert refs[0].num_rows > 0 and refs[1].equals(refs[0])
     layout = _new_run(tmp_path, "run", window, function, 2)
     _ingest(layout, rows, range(3))
-    _operate(layout, upto=CHUNK, fmt=1)  # behind the cut: the rescale drains them
+    operate_partitions(layout, upto=CHUNK, fmt=1)  # behind the cut: the rescale drains them
     assert _formats(layout, 0, 2) == [1, 1]
     result = rescale(layout, 3)
     assert result is not None and result.cut == 3 * CHUNK - 1
@@ -213,7 +180,7 @@ def test_an_old_run_rescaled_writes_format2_and_exports_the_same(
     assert new.generation == 1
     assert set(_formats(new, 1, 3)) <= {2, None} and 2 in _formats(new, 1, 3)
     _ingest(new, rows, range(3, ROWS // CHUNK), seal=True)
-    _operate(new)
+    operate_partitions(new)
     assert _formats(new, 1, 3) == [2, 2, 2]
     assert results_table(layout.root).equals(refs[0])
 
@@ -228,14 +195,14 @@ def test_a_rescale_told_to_write_format1_writes_format1(
     rows = _rows(tmp_path)
     ref = _new_run(tmp_path, "ref", window, "sum", 2)
     _ingest(ref, rows, range(ROWS // CHUNK), seal=True)
-    _operate(ref)
+    operate_partitions(ref)
     layout = _new_run(tmp_path, "run", window, "sum", 2)
     _ingest(layout, rows, range(3))
-    _operate(layout, upto=CHUNK)
+    operate_partitions(layout, upto=CHUNK)
     assert rescale(layout, 3) is not None
     new = RunLayout(layout.root)
     _ingest(new, rows, range(3, ROWS // CHUNK), seal=True)
-    _operate(new)
+    operate_partitions(new)
     assert _formats(ref, 0, 2) == [1, 1] and _formats(new, 0, 2) == [1, 1]
     assert _formats(new, 1, 3) == [1, 1, 1]
     assert results_table(layout.root).equals(results_table(ref.root))

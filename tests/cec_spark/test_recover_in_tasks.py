@@ -14,8 +14,6 @@ tasks move the windows its dry run counted.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -29,12 +27,8 @@ import recovery.partition  # noqa: F401 - loaded: sys.modules holds it
 from cec_spark.read.export import export
 from cec_spark.recover.resume import recover_run
 from tests.cec_spark.helpers import (
-    alive,
+    killed_after_first_file,
     read_export_csv,
-    spec_text,
-    start_cec,
-    task_states,
-    wait_for,
     write_items_csv,
 )
 
@@ -91,30 +85,7 @@ def test_the_driver_of_recover_loads_no_window_state(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch,
                                                      partitions: int | None) -> None:
     df = write_items_csv(tmp_path / "all.csv", ROWS, keys=60, seed=11)
-    folder = tmp_path / "in"
-    folder.mkdir()
-    half = ROWS // 2
-    df.iloc[:half].to_csv(folder / "f-000.csv", index=False)
-    spec = tmp_path / "s.toml"
-    spec.write_text(spec_text('kind = "stream-dir"\npath = "in"\ntime_field = "item_time"\n'
-                              "poll_ms = 50", function="max", partitions=P))
-    run = tmp_path / "run"
-    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run)],
-                     tmp_path / "run.log")
-    first = int((df.iloc[:half].item_price >= 0).sum())
-    try:
-        wait_for(lambda: sum(int(s.get("in_tuples", 0)) for s in task_states(run, P))
-                 >= first or proc.poll() is not None, 180, "the first file processed")
-    finally:
-        pids = [int(s["pid"]) for s in task_states(run, P) if "pid" in s]  # type: ignore[call-overload]
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL, (tmp_path / "run.log").read_text()[-3000:]
-    # Spark's Python workers leave with their JVM (SIGHUP from the worker daemon)
-    wait_for(lambda: not any(alive(pid) for pid in pids), 60, "orphaned workers to exit")
-    df.iloc[half:].to_csv(folder / ".f-001.tmp", index=False)
-    (folder / ".f-001.tmp").rename(folder / "f-001.csv")
-    (folder / "_END").touch()
+    run = killed_after_first_file(tmp_path, df, function="max", partitions=P)
 
     # reads only (may scan the extents; a rescale's dry run loads the windows to count)
     dry = recover_run(run, dry_run=True, partitions=partitions)

@@ -31,14 +31,12 @@ from cec_spark.read.export import results_table
 from cec_spark.recover import resume as resume_mod
 from cec_spark.recover.rescale import check_rescale, rescale, task_error
 from cec_spark.recover.resume import recover_run
-from cec_spark.run.operators import operator_for
 from cec_spark.run.plan import RunPlan, pipeline_spec, plan_new_run
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import read_run_file, write_run_text
-from recovery.partition import recover_partition
 from recovery.rescale import partitions_of
 from storage_log.log import StreamLog
-from tests.cec_spark.helpers import spec_text, write_items_csv
+from tests.cec_spark.helpers import operate_partitions, spec_text, write_items_csv
 
 ROWS = 6_000
 CHUNK = 500
@@ -97,44 +95,10 @@ def _ingest(layout: RunLayout, rows: pa.Table, chunks: range, only: set[int] | N
             log.close()
 
 
-def _operate(layout: RunLayout, upto: int | None = None, only: set[int] | None = None
-             ) -> None:
-    """Every operator of the current generation (``only`` those), as a task runs it:
-    recover, then its upstream (up to seq ``upto``), finish and seal at a sealed end."""
-    spec, settings = read_run_file(layout)
-    for p in range(spec.run.partitions):
-        if only is not None and p not in only:
-            continue
-        op = operator_for(spec, settings)
-        rec = recover_partition(layout.output(p), layout.upstream(p), op, fsync="never",
-                      create=False, upstream_after=layout.cut)
-        out = rec.output_log
-        try:
-            with StreamLog.open(layout.upstream(p)) as up:
-                for batch in up.read_forward(after_seq=rec.t_c):
-                    seq = batch.column("seq").to_numpy()
-                    n = len(seq) if upto is None else int(np.searchsorted(seq, upto, "right"))
-                    if n:
-                        res = rec.operator.process(batch.slice(0, n))
-                        if res.num_rows:
-                            out.append(res)
-                            out.commit()
-                    if n < len(seq):
-                        break
-                if up.sealed and upto is None and not out.sealed:
-                    fin = rec.operator.finish()  # type: ignore[attr-defined]
-                    if fin.num_rows:
-                        out.append(fin)
-                    out.commit()
-                    out.seal()
-        finally:
-            out.close()
-
-
 def _reference(tmp: Path, window: str) -> pa.Table:
     layout = _new_run(tmp, "ref", window, 3)
     _ingest(layout, _rows(tmp), range(ROWS // CHUNK), seal=True)
-    _operate(layout)
+    operate_partitions(layout)
     return results_table(layout.root)
 
 
@@ -147,8 +111,8 @@ def test_ahead_and_behind_partitions_rescale_exactly(tmp_path: Path, window: str
     layout = _new_run(tmp_path, "run", window, 3)
     _ingest(layout, rows, range(4))
     _ingest(layout, rows, range(4, 6), only={0})  # log 0 ran two chunks ahead
-    _operate(layout, only={0, 1})  # partition 0's output goes past the cut
-    _operate(layout, upto=2 * CHUNK, only={2})  # partition 2 lags behind it
+    operate_partitions(layout, only={0, 1})  # partition 0's output goes past the cut
+    operate_partitions(layout, upto=2 * CHUNK, only={2})  # partition 2 lags behind it
     result = rescale(layout, 2)
     assert result is not None and result.cut == 4 * CHUNK - 1
     assert [o.state for o in result.old] == ["ahead", "drained", "drained"], result.old
@@ -157,7 +121,7 @@ def test_ahead_and_behind_partitions_rescale_exactly(tmp_path: Path, window: str
     new = RunLayout(layout.root)
     assert (new.generation, new.cut) == (1, 4 * CHUNK - 1)
     _ingest(new, rows, range(4, ROWS // CHUNK), seal=True)
-    _operate(new)
+    operate_partitions(new)
     assert results_table(layout.root).equals(ref)
 
 
@@ -169,7 +133,7 @@ def test_drained_partitions_crash_before_commit_and_two_rescales(tmp_path: Path)
     rows = _rows(tmp_path)
     layout = _new_run(tmp_path, "run", window, 2)
     _ingest(layout, rows, range(5))
-    _operate(layout, upto=3 * CHUNK)  # every partition behind the cut: drained
+    operate_partitions(layout, upto=3 * CHUNK)  # every partition behind the cut: drained
     # a rescale that dies after writing generation 1's logs, before generations.toml
     drained = rescale(layout, 4, dry_run=True)
     assert drained is not None and drained.dry_run
@@ -188,14 +152,14 @@ def test_drained_partitions_crash_before_commit_and_two_rescales(tmp_path: Path)
     assert not (layout.root / "output" / "g0001" / "p0004").exists()
     g1 = RunLayout(layout.root)
     _ingest(g1, rows, range(5, 8))
-    _operate(g1, upto=7 * CHUNK)
+    operate_partitions(g1, upto=7 * CHUNK)
     second = rescale(g1, 1)
     assert second is not None and (second.generation, second.cut) == (2, 8 * CHUNK - 1)
     g2 = RunLayout(layout.root)
     assert [g.partitions for g in g2.generations] == [2, 4, 1]
     assert g2.output(0) == layout.root / "output" / "g0002" / "p0000"
     _ingest(g2, rows, range(8, ROWS // CHUNK), seal=True)
-    _operate(g2)
+    operate_partitions(g2)
     assert results_table(layout.root).equals(ref)
     with pytest.raises(UsageError, match="complete"):
         rescale(g2, 3)
@@ -231,7 +195,7 @@ def test_a_run_killed_before_its_logs_starts_with_the_new_partitions(
     assert [p.partitions for p in resumed] == [2]
     assert resumed[0].layout.generation == 1
     _ingest(new, _rows(tmp_path), range(ROWS // CHUNK), seal=True)
-    _operate(new)
+    operate_partitions(new)
     assert results_table(layout.root).equals(ref)
 
 
