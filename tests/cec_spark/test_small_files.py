@@ -26,12 +26,12 @@ from cec_spark.rundir.drivers import check_driver, latest_driver, take_driver
 from cec_spark.rundir.generations import GENERATIONS_BACKUP
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.repair import repair_files
+from tests.cec_spark.helpers import operate_partitions
 from tests.cec_spark.test_rescale_offline import (
     CHUNK,
     ROWS,
     _ingest,
     _new_run,
-    _operate,
     _rows,
 )
 
@@ -58,11 +58,11 @@ def rescaled(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pa.Table]:
     layout = _new_run(tmp, "run", WINDOW, 2)
     rows = _rows(tmp)
     _ingest(layout, rows, range(4))
-    _operate(layout)
+    operate_partitions(layout)
     assert rescale(layout, 3) is not None
     new = RunLayout(layout.root)
     _ingest(new, rows, range(4, ROWS // CHUNK), seal=True)
-    _operate(new)
+    operate_partitions(new)
     take_driver(new)
     return layout.root, results_table(layout.root)
 

@@ -28,7 +28,8 @@ from cec_spark.read.tail import Tail, check_run_dir, tail
 from cec_spark.recover.rescale import rescale
 from cec_spark.rundir.layout import RunLayout
 from cli.app import main
-from tests.cec_spark.test_rescale_offline import CHUNK, ROWS, _ingest, _new_run, _operate, _rows
+from tests.cec_spark.helpers import operate_partitions
+from tests.cec_spark.test_rescale_offline import CHUNK, ROWS, _ingest, _new_run, _rows
 
 WINDOW = '{ kind = "count", size = 7 }'
 REPO = Path(__file__).resolve().parents[2]
@@ -83,7 +84,7 @@ def test_a_tail_started_before_the_run_prints_exactly_the_export(tmp_path: Path)
     chunks = ROWS // CHUNK
     for c in range(chunks):  # the ingest and the operators go on while the tail follows
         _ingest(layout, rows, range(c, c + 1), seal=c == chunks - 1)
-        _operate(layout)
+        operate_partitions(layout)
     th.join(30)
     assert not th.is_alive(), "the tail did not end after the bounded run completed"
     assert _lines(out.getvalue()) == _export_rows(run_dir)
@@ -106,7 +107,7 @@ def test_a_run_that_starts_after_the_tail_is_printed_from_its_first_result(
             layout = _new_run(tmp_path, "run", WINDOW, 3)
             rows_of.append(_rows(tmp_path))
             _ingest(layout, rows_of[0], range(2))
-            _operate(layout)
+            operate_partitions(layout)
             made.append(layout)
             return False
         return check_run_dir(run_dir)
@@ -118,7 +119,7 @@ def test_a_run_that_starts_after_the_tail_is_printed_from_its_first_result(
     before = _export_rows(made[0].root)
     assert sum(before.values()) > 0  # results were committed before the tail's look
     _ingest(made[0], rows_of[0], range(2, ROWS // CHUNK), seal=True)
-    _operate(made[0])
+    operate_partitions(made[0])
     th.join(30)
     assert not th.is_alive()
     assert _lines(out.getvalue()) == _export_rows(made[0].root)
@@ -128,12 +129,12 @@ def test_from_start_midway_and_csv(tmp_path: Path) -> None:
     layout = _new_run(tmp_path, "run", WINDOW, 2)
     rows = _rows(tmp_path)
     _ingest(layout, rows, range(5))
-    _operate(layout)
+    operate_partitions(layout)
     th, out, _ = _follow(layout.root, from_start=True, fmt="csv")
     th_new, out_new, _ = _follow(layout.root)  # only what comes from now on
     time.sleep(0.5)
     _ingest(layout, rows, range(5, ROWS // CHUNK), seal=True)
-    _operate(layout)
+    operate_partitions(layout)
     th.join(30)
     th_new.join(30)
     assert not th.is_alive() and not th_new.is_alive()
@@ -152,7 +153,7 @@ def test_a_consumer_goes_on_where_it_stopped_and_shares_acks_with_export(tmp_pat
     layout = _new_run(tmp_path, "run", WINDOW, 2)
     rows = _rows(tmp_path)
     _ingest(layout, rows, range(4))
-    _operate(layout)
+    operate_partitions(layout)
     first, stop_first = io.StringIO(), [False]
     t1 = Tail(layout.root, first, fmt="jsonl", from_start=False, consumer="c",
               stop=lambda: stop_first[0])
@@ -162,7 +163,7 @@ def test_a_consumer_goes_on_where_it_stopped_and_shares_acks_with_export(tmp_pat
     stop_first[0] = True
     th.join(10)
     _ingest(layout, rows, range(4, ROWS // CHUNK), seal=True)
-    _operate(layout)
+    operate_partitions(layout)
     second = io.StringIO()
     tail(layout.root, out=second, consumer="c")
     printed = _lines(first.getvalue()) + _lines(second.getvalue())
@@ -177,11 +178,11 @@ def test_a_rescale_during_the_tail_is_followed(tmp_path: Path) -> None:
     rows = _rows(tmp_path)
     th, out, _ = _follow(layout.root, from_start=True)
     _ingest(layout, rows, range(5))
-    _operate(layout)
+    operate_partitions(layout)
     rescale(layout, 2)
     layout = RunLayout(layout.root)
     _ingest(layout, rows, range(5, ROWS // CHUNK), seal=True)
-    _operate(layout)
+    operate_partitions(layout)
     th.join(30)
     assert not th.is_alive()
     assert _lines(out.getvalue()) == _export_rows(layout.root)
@@ -210,7 +211,7 @@ def test_a_tail_killed_9_again_and_again_resumes_without_gap_or_duplicate(tmp_pa
         child = subprocess.Popen([sys.executable, "-c", _CHILD, str(layout.root), str(sink)],
                                  env=env, start_new_session=True)
         _ingest(layout, rows, range(c, c + 1), seal=c == chunks - 1)
-        _operate(layout)
+        operate_partitions(layout)
         time.sleep(0.05 * (c % 7))
         if c < chunks - 1 and child.poll() is None:
             os.kill(child.pid, signal.SIGKILL)

@@ -198,20 +198,22 @@ def test_parallel_ingest_killed_then_recovered(workload: tuple[Path, Path],
     the operators' first batch at a load of 9, and 2.1 s after the first upstream
     bytes at a load of 18 (the writers get their rows in a few batches of the shuffle),
     so a kill at a random time 0 to 1.5 s after the first upstream bytes, as this test
-    did, could land after the ingest. The kill now comes at a random append of a
+    did, could land after the ingest. The kill now comes at the first append of a
     random writer task: that task dies at the crash
-    point ``log.after_append@K%iW`` (storage_log.faults) and the test kills the whole
+    point ``log.after_append@1%iW`` (storage_log.faults) and the test kills the whole
     run as soon as its mark appears, as a crash of the host at that moment would;
     then it asserts where the kill landed: in that writer, mid-ingest (an upstream log
-    not sealed, the last chunk not committed)."""
+    not sealed, the last chunk not committed). Not a later append: a writer gets its
+    ~48,000 rows from the shuffle in Arrow batches of up to 512 Ki rows
+    (``ARROW_BATCH_ROWS``), and one appended to its log only twice in a run (its
+    partition's ``in_batches`` 2), so a kill at its third append never came."""
     spec = workload[0].with_name("items-parallel.toml")  # beside the source it names
     spec.write_text(spec_text(SOURCE, partitions=P,
                               extra_run="ingest_tasks = 3\nsegment_kb = 16\ntrim_lag_s = 0"))
     reference = workload[1]
     run, mark = tmp_path / "run", tmp_path / "mark"
     mark.mkdir()
-    # each writer appends its ~48,000 rows in 5 or more batches (Arrow's 10,000 at most)
-    at = f"log.after_append@{random.randint(1, 3)}%i{random.randrange(P)}"
+    at = f"log.after_append@1%i{random.randrange(P)}"  # every writer appends once at least
     proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                      tmp_path / "run.log", env={"CEC_CRASH_AT": at,
                                                 "CEC_CRASH_MARK": str(mark)})

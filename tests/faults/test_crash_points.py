@@ -73,8 +73,8 @@ from cec_spark.rundir.layout import RunLayout
 from cec_spark.standby.watch import run_finished
 from storage_log.faults import POINTS
 from storage_log.log import StreamLog
-from tests.cec_spark.helpers import REPO, spec_text, write_items_csv
-from tests.cec_spark.test_rescale_offline import CHUNK, _ingest, _new_run, _operate, _rows
+from tests.cec_spark.helpers import REPO, operate_partitions, spec_text, write_items_csv
+from tests.cec_spark.test_rescale_offline import CHUNK, _ingest, _new_run, _rows
 
 ROWS, KEYS, SIZE, PARTS = 3_000, 40, 5, 2
 HARD_TIMEOUT_S = 600  # one cec process (a run or a recovery takes 10-40 s here)
@@ -525,7 +525,7 @@ def test_a_tail_killed_at_the_point_prints_every_result_once(tmp_path: Path,
     chunks = TAIL_CHUNKS
     for c in range(chunks):
         _ingest(layout, rows, range(c, c + 1), seal=c == chunks - 1)
-        _operate(layout)
+        operate_partitions(layout)
         deadline = time.monotonic() + 60
         while proc.poll() is None and not _caught_up(layout) and c < chunks - 1:
             assert time.monotonic() < deadline, log.read_text()[-3000:]
