@@ -80,6 +80,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench import harness  # noqa: E402
+from bench.fair_spark import CEC_SPEC  # noqa: E402
 
 OUT = REPO / "bench" / "results" / "memory"
 WORK = Path("/tmp/cec-memory")
@@ -107,20 +108,8 @@ DISK_PER_ROW = 120
 LAYOUT_VERSION = 1
 
 CEC = [sys.executable, "-m", "cli.app"]
-SPEC = """[source]
-kind = "parquet"
-path = "{data}"
-time_field = "item_time"
-
-[aggregate]
-group_by = "item_id"
-field = "item_price"
-function = "avg"
-window = {{ kind = "time", size = "1d" }}
-
-[run]
-partitions = {partitions}
-"""
+#: the query: fair_spark's spec (parquet, avg(item_price) per item_id) over 1-day windows
+WINDOW = '{ kind = "time", size = "1d" }'
 
 
 # ----------------------------------------------------------------------------- the input
@@ -507,7 +496,8 @@ def run_once(work: Path, inp: Input, side: Side, round_i: int, partitions: int,
     """One watched ``cec run pipeline`` of ``inp`` by ``side``, its counters checked (and,
     with ``export``, its export against pandas); its run directory removed after."""
     spec = work / f"{inp.which}-{side.name}.toml"
-    spec.write_text(SPEC.format(data=inp.data, partitions=partitions))
+    spec.write_text(CEC_SPEC.format(kind="parquet", data=inp.data, window=WINDOW,
+                                    partitions=partitions))
     run = work / f"run-{inp.which}-{side.name}"
     shutil.rmtree(run, ignore_errors=True)
     summary = run.with_name(run.name + ".summary.json")

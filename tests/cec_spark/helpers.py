@@ -56,9 +56,10 @@ partitions = {partitions}
 """
 
 
-def reference_count_windows(df: pd.DataFrame, size: int, where_nonneg: bool = True
-                            ) -> pd.DataFrame:
-    """Closed tumbling count windows of ``size`` per key: the export's columns."""
+def reference_count_windows(df: pd.DataFrame, size: int, where_nonneg: bool = True,
+                            function: str = "mean") -> pd.DataFrame:
+    """Closed tumbling count windows of ``size`` per key, ``function`` of the prices
+    (a pandas aggregation: mean, min, max, ...): the export's columns."""
     if where_nonneg:
         df = df[df.item_price >= 0]
     df = df.reset_index(drop=True).copy()
@@ -67,7 +68,7 @@ def reference_count_windows(df: pd.DataFrame, size: int, where_nonneg: bool = Tr
     out = pd.DataFrame({
         "key": g.item_id.first(), "window_start": g.item_time.first(),
         "window_end": g.item_time.last(), "count": g.item_price.size(),
-        "value": g.item_price.mean()}).reset_index(drop=True)
+        "value": g.item_price.agg(function)}).reset_index(drop=True)
     out = out[out["count"] == size]
     return out.sort_values(["key", "window_start", "window_end"]).reset_index(drop=True)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from cec.records import record_format
@@ -31,6 +30,7 @@ from tests.cec_spark.helpers import (
     cec,
     killed_after_first_file,
     read_export_csv,
+    reference_count_windows,
     spec_text,
     write_items_csv,
 )
@@ -40,18 +40,6 @@ pytestmark = pytest.mark.spark
 P = 3
 ROWS = 6_000
 SIZE = 10  # count windows: format 2 keeps their first_ts/last_ts (the results' bounds)
-
-
-def _reference(df: pd.DataFrame) -> pd.DataFrame:
-    """Closed tumbling count windows of SIZE per key, min price: the export's columns."""
-    df = df[df.item_price >= 0].reset_index(drop=True).copy()
-    df["w"] = df.groupby("item_id").cumcount() // SIZE
-    g = df.groupby(["item_id", "w"], sort=False)
-    out = pd.DataFrame({"key": g.item_id.first(), "window_start": g.item_time.first(),
-                        "window_end": g.item_time.last(), "count": g.item_price.size(),
-                        "value": g.item_price.min()}).reset_index(drop=True)
-    out = out[out["count"] == SIZE]
-    return out.sort_values(["key", "window_start", "window_end"]).reset_index(drop=True)
 
 
 def _formats(run: Path, partitions: int) -> list[int | None]:
@@ -86,7 +74,8 @@ def test_a_format_1_run_is_recovered_rescaled_and_exported_exactly(
     export(run, out, "csv")
     got = read_export_csv(out)
     cols = ["key", "window_start", "window_end", "count", "value"]
-    assert got[cols].values.tolist() == _reference(df)[cols].values.tolist()
+    want = reference_count_windows(df, SIZE, function="min")
+    assert got[cols].values.tolist() == want[cols].values.tolist()
 
     # the same input, failure-free, in format 2: the same export, byte for byte
     whole = tmp_path / "whole"

@@ -8,7 +8,6 @@ A format-2 log here is a format-1 log less the columns format 2 does not keep
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +23,11 @@ from cec_spark.read.export import result_rows, results_table
 from cec_spark.recover.rescale import rescale
 from cec_spark.run.plan import pipeline_spec, plan_new_run
 from cec_spark.rundir.layout import RunLayout
-from cec_spark.rundir.run_file import read_run_file, write_run_text
-from recovery.rescale import partitions_of
+from cec_spark.rundir.run_file import write_run_text
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import operate_partitions, spec_text, write_items_csv
+from tests.cec_spark.test_rescale_offline import CHUNK as OFFLINE_CHUNK
+from tests.cec_spark.test_rescale_offline import _ingest
 from tests.recovery.test_record_format import CASES, GAP, _format1_run, to_format2
 
 # ------------------------------------------------------------------ rows, pure
@@ -92,7 +92,7 @@ def test_the_data_source_gives_the_same_rows_for_either_format(function: str, ki
 
 # ------------------------------------------------- an old run rescaled, real logs
 
-ROWS, CHUNK = 3_000, 500
+ROWS, CHUNK = 3_000, OFFLINE_CHUNK  # test_rescale_offline._ingest writes chunks of it
 
 
 def _new_run(tmp: Path, name: str, window: str, function: str, partitions: int
@@ -113,31 +113,6 @@ def _rows(tmp: Path) -> pa.Table:
     return pa.table({"ts": t.column("item_time"),
                      "seq": pa.array(np.arange(t.num_rows, dtype=np.int64)),
                      "item_id": t.column("item_id"), "item_price": t.column("item_price")})
-
-
-def _ingest(layout: RunLayout, rows: pa.Table, chunks: range, seal: bool = False) -> None:
-    """Chunks of the source into the generation's upstream logs (as the ingest does)."""
-    spec, settings = read_run_file(layout)
-    parts = spec.run.partitions
-    logs = [StreamLog.open(layout.upstream(p), writable=True, fsync="never")
-            for p in range(parts)]
-    try:
-        for c in chunks:
-            sl = rows.slice(c * CHUNK, CHUNK)
-            target = partitions_of(sl.column("item_id").to_pylist(), parts,
-                                   settings.key_groups or 128)
-            token = json.dumps({"chunk": c, "next_seq": (c + 1) * CHUNK}).encode()
-            for p, log in enumerate(logs):
-                mine = sl.filter(pa.array(target == p))
-                if mine.num_rows:
-                    log.append(mine.combine_chunks().to_batches()[0])
-                log.commit(token)
-        if seal:
-            for log in logs:
-                log.seal()
-    finally:
-        for log in logs:
-            log.close()
 
 
 def _formats(layout: RunLayout, gen: int, partitions: int) -> list[int | None]:

@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 
 import recovery.ec
@@ -29,6 +28,7 @@ from cec_spark.recover.resume import recover_run
 from tests.cec_spark.helpers import (
     killed_after_first_file,
     read_export_csv,
+    reference_count_windows,
     write_items_csv,
 )
 
@@ -43,18 +43,6 @@ STATE_LOADERS = {
     "recovery.partition": ("recover_partition", "recover_from_logs", "scan", "predict"),
     "recovery.ec": ("reconstruct", "reconstruct_reference"),
 }
-
-
-def _reference(df: pd.DataFrame) -> pd.DataFrame:
-    """Closed tumbling count windows of SIZE per key, max price: the export's columns."""
-    df = df[df.item_price >= 0].reset_index(drop=True).copy()
-    df["w"] = df.groupby("item_id").cumcount() // SIZE
-    g = df.groupby(["item_id", "w"], sort=False)
-    out = pd.DataFrame({"key": g.item_id.first(), "window_start": g.item_time.first(),
-                        "window_end": g.item_time.last(), "count": g.item_price.size(),
-                        "value": g.item_price.max()}).reset_index(drop=True)
-    out = out[out["count"] == SIZE]
-    return out.sort_values(["key", "window_start", "window_end"]).reset_index(drop=True)
 
 
 def _forbid_state_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -125,4 +113,5 @@ def test_the_driver_of_recover_loads_no_window_state(tmp_path: Path,
     export(run, out, "csv")
     got = read_export_csv(out)
     cols = ["key", "window_start", "window_end", "count", "value"]
-    assert got[cols].values.tolist() == _reference(df)[cols].values.tolist()
+    want = reference_count_windows(df, SIZE, function="max")
+    assert got[cols].values.tolist() == want[cols].values.tolist()
