@@ -15,12 +15,14 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from cec.records import record_format
-from cec.window_state import AGGREGATE, UNTRACKED, names, tracked_for
+from cec.errors import UsageError, exit_code
+from cec.records import output_schema, record_format
+from cec.window_state import AGGREGATE, LOGGED, UNTRACKED, logged_for, names, tracked_for
 from cec_spark.ingest.logs import create_logs
 from cec_spark.read.datasource import _Run
 from cec_spark.read.export import result_rows, results_table
 from cec_spark.recover.rescale import rescale
+from cec_spark.run.operators import record_format_of
 from cec_spark.run.plan import pipeline_spec, plan_new_run
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import write_run_text
@@ -181,3 +183,31 @@ def test_a_rescale_told_to_write_format1_writes_format1(
     assert _formats(ref, 0, 2) == [1, 1] and _formats(new, 0, 2) == [1, 1]
     assert _formats(new, 1, 3) == [1, 1, 1]
     assert results_table(layout.root).equals(results_table(ref.root))
+
+
+def test_the_format_of_a_log_and_a_bad_cec_record_format(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log with rows goes on in its format whatever ``CEC_RECORD_FORMAT`` says; one
+    without rows (or not there) takes the variable's, 2 by default; any other value is
+    a usage error (exit 2) naming the variable."""
+    monkeypatch.delenv("CEC_RECORD_FORMAT", raising=False)
+    assert record_format_of(tmp_path / "absent") == 2
+    empty = tmp_path / "empty"
+    StreamLog.open(empty, writable=True, create=True, fsync="never").close()
+    assert record_format_of(empty) == 2
+    for fmt, logged in ((1, LOGGED), (2, logged_for("avg", "time"))):
+        path = tmp_path / f"f{fmt}"
+        schema = output_schema("int64", logged)
+        row = pa.RecordBatch.from_pylist([dict.fromkeys(schema.names, 1)], schema=schema)
+        with StreamLog.open(path, writable=True, create=True, fsync="never") as log:
+            log.append(row)
+            log.commit()
+        for env in ("1", "2"):
+            monkeypatch.setenv("CEC_RECORD_FORMAT", env)
+            assert record_format_of(path) == fmt
+    monkeypatch.setenv("CEC_RECORD_FORMAT", "1")
+    assert record_format_of(empty) == 1
+    monkeypatch.setenv("CEC_RECORD_FORMAT", "3")
+    with pytest.raises(UsageError, match=r"CEC_RECORD_FORMAT='3'.* is 1 or 2") as err:
+        record_format_of(empty)
+    assert exit_code(err.value) == 2
