@@ -123,7 +123,7 @@ def encode(batch: pa.RecordBatch) -> bytes | None:
     return b"".join(parts)
 
 
-def encode_packed(batch: pa.RecordBatch, compress: Callable[[memoryview], bytes]
+def encode_packed(batch: pa.RecordBatch, compress: Callable[[memoryview], bytes] | None
                   ) -> bytes | None:
     """The layout-2 blob of ``batch`` (None as :func:`encode`): the columns of layout 1,
     each header followed by the length of the column's bytes, which are
@@ -136,6 +136,7 @@ def encode_packed(batch: pa.RecordBatch, compress: Callable[[memoryview], bytes]
 
     Unlike a zstd frame of the whole blob, bytes that do not compress (random prices,
     a 0/1 key) cost no compression work (issue 16: that was most of zstd's time).
+    ``compress`` None: no column is compressed.
     """
     specs = _specs(batch)
     if specs is None:
@@ -152,7 +153,7 @@ def encode_packed(batch: pa.RecordBatch, compress: Callable[[memoryview], bytes]
             flags |= BITS
         raw = body.view(np.uint8).data
         size = len(raw)
-        if size >= ZSTD_MIN_BYTES and (
+        if compress is not None and size >= ZSTD_MIN_BYTES and (
                 size < 2 * SAMPLE or len(compress(raw[:SAMPLE])) <= 0.9 * SAMPLE):
             packed = compress(raw)
             if len(packed) <= 0.9 * size:

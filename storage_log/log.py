@@ -145,7 +145,9 @@ class StreamLog(LogReads):
         (otherwise :class:`CorruptLogError`). Readers never modify files.
 
         Extra knobs (not in the architecture contract): ``fsync_interval`` for
-        ``fsync="interval"``; ``compression_level`` (zstd, 1-3);
+        ``fsync="interval"``; ``compression_level`` (zstd, 1-19; 0: no zstd, the
+        packed layout's columns as they are: the ingest's upstream logs of a replayable
+        source, a cache of it);
         ``threads``, worker threads that compress appended records in the
         background when several are appended per commit (all but the newest; a
         commit encodes on its own thread what no worker has started) and decode
@@ -155,8 +157,8 @@ class StreamLog(LogReads):
         """
         if threads is None:
             threads = 2 if (os.cpu_count() or 1) >= 2 else 0
-        if not 1 <= compression_level <= 19:
-            raise LogUsageError(f"compression_level must be 1..19, not {compression_level}")
+        if not 0 <= compression_level <= 19:
+            raise LogUsageError(f"compression_level must be 0..19, not {compression_level}")
         if fsync not in FSYNC_MODES:
             raise LogUsageError(f"fsync must be one of {', '.join(FSYNC_MODES)}, not {fsync!r}")
         if segment_bytes < 4096:

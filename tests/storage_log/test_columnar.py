@@ -399,3 +399,66 @@ def test_log_with_columnar_and_packed_frames_reads_back(tmp_path: Path,
             pa.Table.from_batches(old + new))
         back = list(log.read_backward())
         assert pa.Table.from_batches(back[::-1]).equals(pa.Table.from_batches(old + new))
+
+
+def _column_flags(blob: memoryview) -> list[int]:
+    """The flags of each column of a layout-2 blob (its header walked with the format's
+    structs: ``<IH`` then per column ``<BBBqqI`` and its bytes)."""
+    head, col = struct.Struct("<IH"), struct.Struct("<BBBqqI")
+    _, ncols = head.unpack_from(blob, 0)
+    at, flags = head.size, []
+    for _ in range(ncols):
+        _, f, _, _, _, length = col.unpack_from(blob, at)
+        flags.append(f)
+        at += col.size + length
+    assert at == len(blob)
+    return flags
+
+
+def test_level_0_writes_no_zstd_and_reads_back(tmp_path: Path) -> None:
+    """``compression_level=0`` (an upstream log that caches a replayable source): a large
+    numeric record is a PACKED frame none of whose columns is a zstd frame, a small one
+    an uncompressed Arrow IPC message (codec NONE); both read back equal, forward,
+    backward and verified, and the same records at level 1 take fewer bytes."""
+    rng = np.random.default_rng(7)
+    big = pa.record_batch({"ts": np.arange(20_000, dtype=np.int64) * 10,
+                           "seq": np.arange(20_000, dtype=np.int64),
+                           "key": rng.integers(0, 100_000, 20_000),
+                           "value": rng.integers(1, 10_000, 20_000).astype(np.float64)})
+    small = _wide(100, 20_000)
+    sizes = {}
+    for level in (0, 1):
+        path = tmp_path / f"log{level}"
+        with StreamLog.open(path, writable=True, create=True, compression_level=level) as log:
+            for b in (big, small):
+                log.append(b)
+                log.commit()
+        frames = []
+        for seg in sorted(path.glob("*.seg")):
+            data = memoryview(seg.read_bytes())
+            pos = 0
+            while pos < len(data):
+                info = parse_forward(data, pos)
+                assert info is not None
+                if info.rows:
+                    frames.append((info.codec, data[info.payload_offset:
+                                                    info.payload_offset + info.payload_len]))
+                pos = info.end
+        if level == 0:
+            assert [c for c, _ in frames] == [Codec.PACKED, Codec.NONE]
+            assert not any(f & columnar.ZSTD for f in _column_flags(frames[0][1]))
+        else:
+            assert any(f & columnar.ZSTD for f in _column_flags(frames[0][1]))
+        sizes[level] = sum(len(p) for _, p in frames)
+        with StreamLog.open(path) as log:
+            assert log.verify() == 2
+            want = pa.Table.from_batches([big, small])
+            assert pa.Table.from_batches(list(log.read_forward())).equals(want)
+            assert pa.Table.from_batches(list(log.read_backward())[::-1]).equals(want)
+    assert sizes[1] < sizes[0] < big.nbytes + small.nbytes
+
+
+def test_compression_level_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
+    from storage_log.errors import LogUsageError
+    with pytest.raises(LogUsageError, match=r"compression_level must be 0\.\.19, not -1"):
+        StreamLog.open(tmp_path / "log", writable=True, create=True, compression_level=-1)
