@@ -29,7 +29,13 @@ from cec_spark.run.rto import check_objective
 from cec_spark.run.slots import check_local_slots, local_slots
 from cec_spark.rundir.access import check_owner
 from cec_spark.rundir.layout import RunLayout
-from cec_spark.rundir.run_file import RunSettings, read_run_file, run_text, settings_for
+from cec_spark.rundir.run_file import (
+    RunSettings,
+    creation_leftover,
+    read_run_file,
+    run_text,
+    settings_for,
+)
 from cec_spark.source.fingerprint import fingerprint
 from cec_spark.source.stored import planned_with_stats
 from cec_spark.source.types import SourcePlan
@@ -152,14 +158,17 @@ def choose_ingest_tasks(given: int | None, *, slots: int | None, partitions: int
 def check_new_run_dir(run_dir: Path | str, *, staged: str | None = None) -> RunLayout:
     """The layout of a new run in the run directory ``run_dir`` (``cec run``'s
     ``--log-dir``, made absolute), which must not exist or be an empty directory (but
-    for an entry named ``staged``); else UsageError."""
+    for an entry named ``staged``, and what a ``cec run`` killed before its run.toml
+    existed left, :func:`~cec_spark.rundir.run_file.creation_leftover`); else
+    UsageError."""
     layout = RunLayout(Path(os.path.abspath(run_dir)))
     if layout.exists():
         raise UsageError(f"{run_dir}: already holds a run; resume it with "
                          f"'cec recover --from-log {run_dir}' or choose another --log-dir")
     if layout.root.exists() and not layout.root.is_dir():
         raise UsageError(f"{run_dir}: --log-dir exists and is not a directory")
-    if layout.root.exists() and any(p.name != staged for p in layout.root.iterdir()):
+    if layout.root.exists() and any(p.name != staged and not creation_leftover(layout, p)
+                                    for p in layout.root.iterdir()):
         raise UsageError(f"{run_dir}: --log-dir exists and is not empty")
     return layout
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import tomllib
 import uuid
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from cec.errors import CorruptionError, UsageError
@@ -162,6 +163,18 @@ def write_run_text(layout: RunLayout, text: str) -> None:
                          "started it first); resume it with 'cec recover --from-log "
                          f"{layout.root}' or choose another --log-dir") from None
     write_durable(layout.backup_file, text)
+
+
+def creation_leftover(layout: RunLayout, entry: Path) -> bool:
+    """``entry`` of the run directory is what a ``cec run`` killed inside
+    :func:`write_run_text` (before run.toml was linked into place) leaves: the empty state
+    folder of generation 0 or a hidden temporary of run.toml. A new run may start there
+    (it is not removed: it may be another ``cec run``'s, racing for the directory)."""
+    if entry == layout.state_dir(0):
+        return entry.is_dir() and not any(entry.iterdir())
+    name = layout.run_file.name
+    return entry.parent == layout.root and entry.name.startswith(f".{name}.") \
+        and entry.name.endswith(".tmp")
 
 
 def read_run(layout: RunLayout) -> tuple[str, PipelineSpec, RunSettings]:
