@@ -65,7 +65,8 @@ def spec_to_tables(spec: PipelineSpec) -> dict[str, dict[str, object]]:
                               "trim_upstream": spec.run.trim_upstream,
                               "trim_lag_s": spec.run.trim_lag_s,
                               "executor_wait_s": spec.run.executor_wait_s,
-                              "slot_timeout_s": spec.run.slot_timeout_s}
+                              "slot_timeout_s": spec.run.slot_timeout_s,
+                              "upstream": spec.run.upstream}
     if spec.run.ingest_tasks != 1:
         run["ingest_tasks"] = spec.run.ingest_tasks
     if spec.run.key_groups is not None:  # else the run's own are [cec] key_groups

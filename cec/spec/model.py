@@ -23,6 +23,7 @@ FILE_FORMATS = ("csv", "parquet", "jsonl")
 FUNCTIONS = ("count", "sum", "min", "max", "avg")
 TIME_UNITS = ("s", "ms", "us", "ns")  # of an integer time field (epoch)
 LATE_POLICIES = ("error", "drop")
+UPSTREAM_MODES = ("cache", "durable")  # [run] upstream
 WINDOW_KINDS = ("count", "time", "session")
 MODES = ("none", "open-only", "targets")  # cec.policy.MODES
 RESERVED_COLUMNS = ("ts", "seq")
@@ -39,6 +40,7 @@ Function = Literal["count", "sum", "min", "max", "avg"]
 Mode = Literal["none", "open-only", "targets"]
 TimeUnit = Literal["s", "ms", "us", "ns"]
 LatePolicy = Literal["error", "drop"]
+UpstreamMode = Literal["cache", "durable"]
 
 __all__ = [
     "DEFAULT_KEY_GROUPS",
@@ -52,6 +54,7 @@ __all__ = [
     "RESERVED_COLUMNS",
     "SOURCE_KINDS",
     "TIME_UNITS",
+    "UPSTREAM_MODES",
     "WINDOW_KINDS",
     "AggregateSpec",
     "CheckpointSpec",
@@ -66,8 +69,10 @@ __all__ = [
     "SourceKind",
     "SourceSpec",
     "TimeUnit",
+    "UpstreamMode",
     "WindowSpec",
     "default_master",
+    "is_local_master",
     "parse_conf",
 ]
 
@@ -178,6 +183,10 @@ class RunSpec:
     # partitions)); fixed at creation ([cec] key_groups in run.toml), the largest
     # partition count a rescale may reach. 1..MAX_KEY_GROUPS, >= partitions
     key_groups: int | None = None
+    # the upstream logs of a replayable source (every kind but a stream folder): "cache"
+    # (written without zstd and, on one host, committed without fsync: a host crash's
+    # loss is read again from the source, ARCHITECTURE §1 "Replay") or "durable"
+    upstream: UpstreamMode = "cache"
 
     @property
     def effective_master(self) -> str:
@@ -204,6 +213,24 @@ class PipelineSpec:
     run: RunSpec = field(default_factory=RunSpec)
     where: str | None = None
     origin: str = "<spec>"  # the file it was read from, for messages
+
+    @property
+    def upstream_cache(self) -> bool:
+        """The upstream logs are a cache of a replayable source (``[run] upstream =
+        "cache"`` and a source that can be read again: every kind but a stream folder,
+        whose files may be removed once read): their records are written without zstd,
+        and a damaged or lost part of them is read again from the source."""
+        return self.run.upstream == "cache" and self.source.kind != "stream-dir"
+
+    @property
+    def upstream_fsync(self) -> FsyncMode:
+        """How the ingest commits the upstream logs: a cache on one host (a local master)
+        without fsync (every process of the run reads the host's page cache, which only a
+        crash of the host loses), else the run's ``fsync`` (on a cluster a commit's fsync
+        is also what shows it to the other hosts through the shared file system)."""
+        if self.upstream_cache and is_local_master(self.run.effective_master):
+            return "never"
+        return self.run.fsync
 
     def with_rto(self, rto: str | None) -> PipelineSpec:
         """The spec with ``--rto`` applied (None: unchanged); SpecError if the spec sets
@@ -261,6 +288,11 @@ def parse_conf(pairs: list[str] | tuple[str, ...], option: str = "--conf") -> di
                              "'spark.')")
         conf[key] = value
     return conf
+
+
+def is_local_master(master: str) -> bool:
+    """A Spark master that runs every task on this host (``local``, ``local[...]``)."""
+    return master.strip() == "local" or master.strip().startswith("local[")
 
 
 def default_master(partitions: int) -> str:

@@ -120,7 +120,7 @@ def to_spec(doc: SpecDocument, origin: str, base: Path) -> PipelineSpec:
         run=RunSpec(run.partitions, run.master, run.fsync, run.segment_kb, run.trim_upstream,
                     run.trim_lag_s, run.spark, run.executor_wait_s, run.slot_timeout_s,
                     run.output_keep_mb, run.output_keep_s, run.ingest_tasks,
-                    "ingest_tasks" in run.model_fields_set, run.key_groups),
+                    "ingest_tasks" in run.model_fields_set, run.key_groups, run.upstream),
         where=doc.filter.where,
         origin=origin,
     )

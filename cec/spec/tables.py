@@ -32,6 +32,7 @@ from cec.spec.model import (
     RESERVED_COLUMNS,
     SOURCE_KINDS,
     TIME_UNITS,
+    UPSTREAM_MODES,
     WINDOW_KINDS,
     FileFormat,
     FsyncMode,
@@ -41,6 +42,7 @@ from cec.spec.model import (
     RunSpec,
     SourceKind,
     TimeUnit,
+    UpstreamMode,
 )
 from cec.spec.values import (
     OptText,
@@ -286,6 +288,7 @@ class RunTable(Table):
     output_keep_s: Annotated[float | None, number()] = None
     ingest_tasks: Annotated[int, integer(1)] = _RUN.ingest_tasks
     key_groups: Annotated[int | None, integer(1, MAX_KEY_GROUPS)] = None
+    upstream: Annotated[UpstreamMode, choice(UPSTREAM_MODES)] = _RUN.upstream
 
     @model_validator(mode="after")
     def _groups_cover_partitions(self) -> RunTable:

@@ -163,7 +163,7 @@ def ingest(spark: SparkSession, plan: RunPlan, progress: IngestProgress,
     if should_stop():
         return
     if progress.logs_sealed < spec.run.partitions:  # else the last job's writers did
-        seal_upstream(layout, spec.run.partitions, spec.run.fsync)
+        seal_upstream(layout, spec.run.partitions, spec.upstream_fsync)
     progress.sealed = True
     progress.finished = time.monotonic()
 

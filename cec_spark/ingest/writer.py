@@ -74,23 +74,26 @@ class WriterConfig:
     run_id: str | None = None
     driver: int | None = None
     late: str = "error"  # [source] late: what a row below a log's watermark does
+    level: int = 1  # the records' zstd level; 0: none (a cache of a replayable source)
 
     @classmethod
     def for_run(cls, spec: PipelineSpec, layout: RunLayout, run_id: str | None,
                 driver: int | None = None) -> WriterConfig:
-        return cls(str(layout.root), spec.run.partitions, spec.run.fsync,
+        return cls(str(layout.root), spec.run.partitions, spec.upstream_fsync,
                    spec.aggregate.group_by, value_column(spec),
                    segment_bytes=spec.run.segment_kb << 10, run_id=run_id, driver=driver,
                    # a committed output record may vanish in a machine crash without
                    # fsync; recovery would then replay from before the trimmed point
                    trim=spec.run.trim_upstream and spec.run.fsync == "always",
-                   late=spec.source.late)
+                   late=spec.source.late, level=0 if spec.upstream_cache else 1)
 
 
 def open_upstream(cfg: WriterConfig, p: int) -> StreamLog:
-    """Partition ``p``'s upstream log for writing; only the driver creates logs."""
+    """Partition ``p``'s upstream log for writing (its commits as ``cfg.fsync``, its
+    records at zstd level ``cfg.level``); only the driver creates logs."""
     return StreamLog.open(RunLayout(Path(cfg.run_dir)).upstream(p), writable=True,
-                          create=False, fsync=cfg.fsync, segment_bytes=cfg.segment_bytes)
+                          create=False, fsync=cfg.fsync, segment_bytes=cfg.segment_bytes,
+                          compression_level=cfg.level)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,9 @@ class Recovery:
     """What ``--repair`` repaired, one sentence each."""
     catch_up: dict[str, int | None] = field(default_factory=dict)
     """Each upstream log's last seq now (:mod:`cec_spark.run.rto`'s "caught up")."""
+    rescan_upstream: bool = False
+    """Every upstream log is read in full and cut where damaged, as ``--repair`` does
+    (a cache of the source committed without fsync in another boot of the machine)."""
 
     def next_generation(self) -> None:
         """Read the run again after a rescale: its new generation, ``P'`` partitions."""
@@ -164,8 +167,11 @@ def _reconcile_upstream(run: Recovery, p: int) -> UpstreamRepair | None:
     up_path = run.layout.upstream(p)
     ends: list[int | None] = []  # its end, as the writable open reconciled it
     first = wait_for_lock(up_path, seen=lambda log: ends.append(log.last_seq))
+    # a cache of the source (upstream_cache) damaged or maybe torn is cut like --repair
+    # cuts it: the rows cut are in the source, which the ingest reads again
+    cut_it = run.repair or run.rescan_upstream or (first is None and run.spec.upstream_cache)
     try:
-        if not run.repair:
+        if not cut_it:
             if ends:
                 run.catch_up[str(p)] = ends[-1]
             else:  # the writable open found it damaged: a reader says where

@@ -57,7 +57,7 @@ from cec_spark.run.plan import RunPlan
 from cec_spark.run.session import session_for, stop_session
 from cec_spark.run.slots import check_local_slots
 from cec_spark.rundir.access import check_owner
-from cec_spark.rundir.drivers import take_driver
+from cec_spark.rundir.drivers import earlier_boot, take_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.repair import repair_files
 from cec_spark.rundir.run_file import read_run_file, rescaled_spec
@@ -169,7 +169,16 @@ def _check_and_repair(root: Path, *, dry_run: bool, repair: bool, trust: bool,
     if warning is not None:  # a recovery is never refused for its objective
         say(warning)
     # before touching a log: a driver still running this run (another host) stops
-    return run, take_driver(layout) if driver is None else driver
+    n = take_driver(layout) if driver is None else driver
+    if spec.upstream_cache and spec.upstream_fsync != "always":
+        other = earlier_boot(layout, n)
+        if other is not None:  # its page cache is gone: what it held may be lost or torn
+            run.rescan_upstream = True
+            say(f"driver {other} of this run ran in another boot of its machine and its "
+                "ingest committed the upstream logs without fsync (a cache of the source): "
+                "each is read in full and cut where damaged, and the ingest reads the rows "
+                "cut again from the source")
+    return run, n
 
 
 # --------------------------------------------------------------------------- 2. rescale
@@ -213,11 +222,12 @@ def _rescale(run: Recovery, partitions: int, master: str | None,
 
 
 def _before_resume(run: Recovery, parts: list[RecoverPartition]) -> None:
-    """Rows cut from upstream logs (``--repair``) can be read again from the source;
-    what "caught up" means for this recovery's tasks (:mod:`cec_spark.run.rto`)."""
+    """Rows cut from upstream logs (``--repair``, or a damaged cache of the source) can
+    be read again from the source; what "caught up" means for this recovery's tasks
+    (:mod:`cec_spark.run.rto`)."""
     refill = {e.partition: e.upstream_repaired for e in parts
               if e.upstream_repaired is not None}
-    if run.repair and refill:
+    if refill:
         _source_can_refill(run.layout, run.spec, run.settings, refill)
     rto.write_run(run.layout, {**rto.read_run(run.layout), "catch_up": run.catch_up,
                                "catch_up_noted_at": time.time()})

@@ -40,6 +40,7 @@ from pyspark.java_gateway import launch_gateway
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
+from cec.spec.model import is_local_master
 from cec_spark.run import jvm_archive
 
 ARROW_BATCH_ROWS = 1 << 19
@@ -51,7 +52,7 @@ LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
 def is_local(master: str) -> bool:
-    return master.strip() == "local" or master.strip().startswith("local[")
+    return is_local_master(master)
 
 
 def default_conf(master: str, partitions: int) -> dict[str, str]:

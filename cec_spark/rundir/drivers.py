@@ -8,7 +8,8 @@ recover`` on two hosts) the newer one runs and the older one stops with a clear 
 instead of their tasks fencing each other's logs in turn (the logs' own epochs keep the
 data exact either way).
 
-Files: ``drivers/NNNNNNNN`` (JSON: ``host``, ``pid``, ``started``), written once;
+Files: ``drivers/NNNNNNNN`` (JSON: ``host``, ``pid``, ``started``, ``boot``: the
+machine's boot it ran in, :func:`~cec_spark.rundir.lease.boot_id`), written once;
 ``drivers/NNNNNNNN.live``, the driver's lease (:mod:`cec_spark.rundir.lease`), held
 from the moment the number is taken until :func:`end_driver` or the process's death;
 ``standbys/HOST-PID.live``, each ``cec standby``'s lease.
@@ -31,6 +32,7 @@ from cec_spark.errors import DriverSupersededError
 from cec_spark.rundir.lease import (
     DEFAULT_LEASE_S,
     Lease,
+    boot_id,
     lock_state,
     pid_alive,
     read_lease,
@@ -47,6 +49,7 @@ __all__ = [
     "check_driver",
     "claim_driver",
     "driver_info",
+    "earlier_boot",
     "end_driver",
     "latest_driver",
     "standby_view",
@@ -73,7 +76,8 @@ def claim_driver(layout: RunLayout, after: int) -> int | None:
     it first: of several standbys racing to take over from a dead driver ``after``,
     exactly one wins (an exclusive hard link, as for ``run.toml``)."""
     layout.drivers_dir.mkdir(exist_ok=True)
-    info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+    info = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time(),
+            "boot": boot_id()}
     n = after + 1
     try:
         write_durable(layout.driver_file(n), json.dumps(info), exclusive=True)
@@ -105,6 +109,19 @@ def latest_driver(layout: RunLayout) -> int:
     except FileNotFoundError:
         return 0
     return max((int(n) for n in names if n.isdigit()), default=0)
+
+
+def earlier_boot(layout: RunLayout, before: int) -> int | None:
+    """The newest driver below ``before`` that ran in another boot of a machine than this
+    process's (its record's ``boot`` differs; None: none did, or no record says). What
+    such a driver's ingest committed without fsync may be lost or torn: a page cache
+    does not outlive its boot (:attr:`cec.spec.PipelineSpec.upstream_fsync`)."""
+    mine = boot_id()
+    for n in range(before - 1, 0, -1):
+        boot = driver_info(layout, n).get("boot")
+        if mine and isinstance(boot, str) and boot and boot != mine:
+            return n
+    return None
 
 
 def driver_info(layout: RunLayout, n: int) -> dict[str, Any]:

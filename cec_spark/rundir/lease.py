@@ -55,8 +55,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["BEAT_S", "DEFAULT_LEASE_S", "FENCE_LOOK_S", "RECORD_BYTES", "BeatJudge", "Lease",
-           "lock_state", "machine_id", "needs_sync", "pid_alive", "read_lease", "released",
-           "same_machine"]
+           "boot_id", "lock_state", "machine_id", "needs_sync", "pid_alive", "read_lease",
+           "released", "same_machine"]
 
 BEAT_S = 0.25
 """How often a holder rewrites its beat."""
@@ -119,16 +119,26 @@ def needs_sync(path: Path, mountinfo: str | None = None) -> bool:
 
 
 @functools.cache
+def boot_id() -> str:
+    """This boot of this machine (Linux's ``boot_id``; '' when unknown): what a process
+    wrote without fsync is in the page cache of its boot only."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+@functools.cache
 def machine_id() -> str:
     """This machine's boot and pid namespace: two processes with the same id can judge
     each other's pids. ('' when unknown: then no pid is judged.) Read once per process
     (a process keeps its boot and its pid namespace)."""
+    boot = boot_id()
     try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         ns = os.readlink("/proc/self/ns/pid")
     except OSError:
         return ""
-    return f"{boot}/{ns}"
+    return f"{boot}/{ns}" if boot else ""
 
 
 def process_start(pid: int) -> int | None:
