@@ -291,7 +291,8 @@ def recover(
     repair: Annotated[bool, typer.Option(
         "--repair", help="Restore a damaged run.toml from its backup; cut a damaged "
         "upstream log at its first bad frame and read the rows cut again from the "
-        "source (exit 4 naming them if the source is gone).")] = False,
+        "source (exit 4 naming them if the source is gone); an upstream log that caches "
+        "a file source ([run] upstream) is cut without it.")] = False,
     trust: Annotated[bool, typer.Option(
         "--trust", help="Resume a run directory another user owns (its \\[filter] is Spark "
         "SQL that the resume executes).")] = False,
