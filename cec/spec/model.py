@@ -185,7 +185,7 @@ class RunSpec:
     key_groups: int | None = None
     # the upstream logs of a replayable source (every kind but a stream folder): "cache"
     # (written without zstd and, on one host, committed without fsync: a host crash's
-    # loss is read again from the source, ARCHITECTURE §1 "Replay") or "durable"
+    # loss is read again from the source, ARCHITECTURE §5 "Replay") or "durable"
     upstream: UpstreamMode = "cache"
 
     @property

@@ -1,7 +1,7 @@
 """Issue 40 item 2: the upstream logs of a replayable source are a cache of it.
 
 A run of a file source writes its upstream records without zstd and, on one host,
-commits them without fsync (``[run] upstream = "cache"``, the default; ARCHITECTURE §1
+commits them without fsync (``[run] upstream = "cache"``, the default; ARCHITECTURE §5
 "Replay"). A host crash may then lose or tear what the page cache held: ``cec recover``
 after another boot reads every upstream log in full, cuts it where damaged and the
 ingest reads the rows cut again from the source, whose files are checked unchanged.
