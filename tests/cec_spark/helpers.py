@@ -73,6 +73,22 @@ def reference_count_windows(df: pd.DataFrame, size: int, where_nonneg: bool = Tr
     return out.sort_values(["key", "window_start", "window_end"]).reset_index(drop=True)
 
 
+RESULT_COLUMNS = ["key", "window_start", "window_end", "count", "value"]
+
+
+def assert_results_equal(run: Path, want: pd.DataFrame) -> None:
+    """The run's results (every generation's output logs, as ``cec export`` reads them),
+    sorted by key and window, equal ``want`` (a reference of the export's columns) row
+    for row and column for column, exactly."""
+    from cec_spark.read.export import results_table
+
+    got = results_table(run).to_pandas()[RESULT_COLUMNS]
+    got = got.sort_values(RESULT_COLUMNS[:3]).reset_index(drop=True)
+    assert len(got) == len(want)
+    for col in RESULT_COLUMNS:
+        assert np.array_equal(got[col].to_numpy(), want[col].to_numpy()), col
+
+
 def reference_time_windows(df: pd.DataFrame, size_us: int, slide_us: int,
                            function: str = "sum") -> pd.DataFrame:
     """Sliding time windows per key (all flushed at the end of the input)."""

@@ -27,11 +27,15 @@ import pyarrow.csv as pacsv
 import pytest
 
 from cec_spark.ingest.logs import resume_point
-from cec_spark.read.export import results_table
 from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.layout import RunLayout
 from storage_log.log import StreamLog
-from tests.cec_spark.helpers import REPO, reference_count_windows, spec_text
+from tests.cec_spark.helpers import (
+    REPO,
+    assert_results_equal,
+    reference_count_windows,
+    spec_text,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -176,10 +180,4 @@ def test_a_run_killed_after_a_commit_within_a_chunk_resumes_at_its_row(
         assert final[p][:len(had[p])] == had[p]  # what the log had, untouched
         assert final[p] == sorted(set(final[p]))  # no row twice
     assert sum(len(s) for s in final) == path.rows
-    got = results_table(run).to_pandas()
-    ref = reference_count_windows(df, SIZE, where_nonneg=False)
-    cols = ["key", "window_start", "window_end", "count", "value"]
-    got = got[cols].sort_values(cols[:3]).reset_index(drop=True)
-    assert len(got) == len(ref)
-    for col in cols:
-        assert np.array_equal(got[col].to_numpy(), ref[col].to_numpy()), col
+    assert_results_equal(run, reference_count_windows(df, SIZE, where_nonneg=False))

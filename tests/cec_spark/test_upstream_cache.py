@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import struct
 from pathlib import Path
 
 import numpy as np
@@ -26,19 +25,20 @@ import pytest
 
 from cec.spec import parse_spec
 from cec_spark.ingest.writer import WriterConfig
-from cec_spark.read.export import results_table
 from cec_spark.rundir.drivers import earlier_boot, latest_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.lease import boot_id
 from storage_log import columnar
-from storage_log.framing import Codec, parse_forward
+from storage_log.framing import Codec
 from tests.cec_spark.helpers import (
+    assert_results_equal,
     cec,
     reference_count_windows,
     spec_text,
     start_cec,
     wait_for,
 )
+from tests.storage_log.frames import packed_column_flags, record_frames
 
 P, SIZE, ROWS, CHUNK = 2, 10, 600_000, 150_000
 
@@ -93,34 +93,6 @@ def test_earlier_boot_reads_the_drivers_records(tmp_path: Path) -> None:
     assert earlier_boot(layout, 4) is None
 
 
-def _frames(log_dir: Path) -> list[tuple[int, memoryview]]:
-    """Every record frame of a log's segments: (codec, payload)."""
-    out = []
-    for seg in sorted(log_dir.glob("*.seg")):
-        data = memoryview(seg.read_bytes())
-        pos = 0
-        while pos < len(data):
-            info = parse_forward(data, pos)
-            assert info is not None
-            if info.rows:
-                out.append((info.codec, data[info.payload_offset:
-                                             info.payload_offset + info.payload_len]))
-            pos = info.end
-    return out
-
-
-def _zstd_columns(blob: memoryview) -> int:
-    """How many columns of a PACKED record are zstd frames (its layout-2 header)."""
-    head, col = struct.Struct("<IH"), struct.Struct("<BBBqqI")
-    _, ncols = head.unpack_from(blob, 0)
-    at, n = head.size, 0
-    for _ in range(ncols):
-        _, flags, _, _, _, length = col.unpack_from(blob, at)
-        n += bool(flags & columnar.ZSTD)
-        at += col.size + length
-    return n
-
-
 @pytest.mark.spark
 def test_a_damaged_cache_after_a_reboot_is_read_again_from_the_source(
         tmp_path: Path) -> None:
@@ -153,9 +125,10 @@ def test_a_damaged_cache_after_a_reboot_is_read_again_from_the_source(
     layout = RunLayout(run)
     up0 = layout.upstream(0)
     # the cache's records: large ones packed with no column compressed
-    frames = _frames(up0)
+    frames = record_frames(up0)
     assert frames and all(c in (Codec.PACKED, Codec.NONE) for c, _ in frames)
-    assert not any(_zstd_columns(b) for c, b in frames if c == Codec.PACKED)
+    assert not any(f & columnar.ZSTD for c, b in frames if c == Codec.PACKED
+                   for f in packed_column_flags(b))
     # a host crash: the drivers ran in another boot, and a committed record is torn
     for n in range(1, latest_driver(layout) + 1):
         rec = json.loads(layout.driver_file(n).read_text())
@@ -172,10 +145,4 @@ def test_a_damaged_cache_after_a_reboot_is_read_again_from_the_source(
     said = json.loads(done.stdout)
     assert any(r.startswith("partition 0: upstream log cut after seq")
                for r in said["repairs"]), said["repairs"]
-    got = results_table(run).to_pandas()
-    ref = reference_count_windows(df, SIZE, where_nonneg=False)
-    cols = ["key", "window_start", "window_end", "count", "value"]
-    got = got[cols].sort_values(cols[:3]).reset_index(drop=True)
-    assert len(got) == len(ref)
-    for col in cols:
-        assert np.array_equal(got[col].to_numpy(), ref[col].to_numpy()), col
+    assert_results_equal(run, reference_count_windows(df, SIZE, where_nonneg=False))

@@ -18,6 +18,7 @@ from storage_log import payload as payload_mod
 from storage_log.framing import FLAG_COMMIT, Codec, FrameError, parse_forward
 from storage_log.log import StreamLog
 from storage_log.payload import COLUMNAR_MIN_ROWS, PayloadCodec
+from tests.storage_log.frames import packed_column_flags, record_frames
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -382,16 +383,7 @@ def test_log_with_columnar_and_packed_frames_reads_back(tmp_path: Path,
         for b in new:
             log.append(b)
             log.commit()
-    codecs = []
-    for seg in sorted(path.glob("*.seg")):
-        data = memoryview(seg.read_bytes())
-        pos = 0
-        while pos < len(data):
-            info = parse_forward(data, pos)
-            assert info is not None
-            if info.rows:
-                codecs.append(info.codec)
-            pos = info.end
+    codecs = [codec for codec, _ in record_frames(path)]
     assert codecs == [Codec.COLUMNAR] * 3 + [Codec.PACKED] * 3
     with StreamLog.open(path) as log:
         assert log.verify() == 6
@@ -399,20 +391,6 @@ def test_log_with_columnar_and_packed_frames_reads_back(tmp_path: Path,
             pa.Table.from_batches(old + new))
         back = list(log.read_backward())
         assert pa.Table.from_batches(back[::-1]).equals(pa.Table.from_batches(old + new))
-
-
-def _column_flags(blob: memoryview) -> list[int]:
-    """The flags of each column of a layout-2 blob (its header walked with the format's
-    structs: ``<IH`` then per column ``<BBBqqI`` and its bytes)."""
-    head, col = struct.Struct("<IH"), struct.Struct("<BBBqqI")
-    _, ncols = head.unpack_from(blob, 0)
-    at, flags = head.size, []
-    for _ in range(ncols):
-        _, f, _, _, _, length = col.unpack_from(blob, at)
-        flags.append(f)
-        at += col.size + length
-    assert at == len(blob)
-    return flags
 
 
 def test_level_0_writes_no_zstd_and_reads_back(tmp_path: Path) -> None:
@@ -433,22 +411,12 @@ def test_level_0_writes_no_zstd_and_reads_back(tmp_path: Path) -> None:
             for b in (big, small):
                 log.append(b)
                 log.commit()
-        frames = []
-        for seg in sorted(path.glob("*.seg")):
-            data = memoryview(seg.read_bytes())
-            pos = 0
-            while pos < len(data):
-                info = parse_forward(data, pos)
-                assert info is not None
-                if info.rows:
-                    frames.append((info.codec, data[info.payload_offset:
-                                                    info.payload_offset + info.payload_len]))
-                pos = info.end
+        frames = record_frames(path)
         if level == 0:
             assert [c for c, _ in frames] == [Codec.PACKED, Codec.NONE]
-            assert not any(f & columnar.ZSTD for f in _column_flags(frames[0][1]))
+            assert not any(f & columnar.ZSTD for f in packed_column_flags(frames[0][1]))
         else:
-            assert any(f & columnar.ZSTD for f in _column_flags(frames[0][1]))
+            assert any(f & columnar.ZSTD for f in packed_column_flags(frames[0][1]))
         sizes[level] = sum(len(p) for _, p in frames)
         with StreamLog.open(path) as log:
             assert log.verify() == 2
