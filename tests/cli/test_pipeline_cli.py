@@ -581,33 +581,41 @@ def _upstream_ends(run: Path) -> list[object]:
 
 def test_damaged_upstream_is_cut_and_read_again_from_the_source(
         workload: tuple[Path, Path], tmp_path: Path) -> None:
-    """Issue 17 item 1: a flipped byte in the middle of an upstream segment. Verify and
-    recover without --repair name the damage and the command (exit 3); with --repair the
-    log is cut at the bad frame, the rows cut are ingested again from the source, verify
-    is clean, every upstream log ends where it did and the export is exact. With the
-    source gone, --repair exits 4 naming the partition and the rows lost."""
+    """Issue 17 item 1: a flipped byte in the middle of an upstream segment; verify names
+    it (exit 3). A durable upstream log (``[run] upstream = "durable"``): recover without
+    --repair names the damage and the command (exit 3); with --repair the log is cut at
+    the bad frame, the rows cut are ingested again from the source, verify is clean,
+    every upstream log ends where it did and the export is exact. A cache of the source
+    (the default, issue 40 item 2) is cut so by a plain recover. With the source gone
+    the cut rows cannot be read again: exit 4 naming the partition and the rows lost."""
     spec, reference = workload
-    ends = None
-    for source_gone in (False, True):
-        run = tmp_path / f"run-{source_gone}"
-        shutil.copytree(spec.parent / "ref", run)
-        ends = ends or _upstream_ends(run)
+    durable = spec.with_name("items-durable.toml")  # beside items.csv (a relative path)
+    durable.write_text(spec.read_text().replace("[run]\n", '[run]\nupstream = "durable"\n', 1))
+    assert 'upstream = "durable"' in durable.read_text()
+    durable_run = tmp_path / "durable-ref"
+    cec(["run", "pipeline", str(durable), "--log-dir", str(durable_run)], check=True)
+    for case in ("durable", "cache", "source gone"):
+        run = tmp_path / f"run-{case}"
+        shutil.copytree(durable_run if case == "durable" else spec.parent / "ref", run)
+        ends = _upstream_ends(run)
         _flip_upstream(run, 0)
         verify = cec(["inspect", "log", str(run), "--verify"])
         assert verify.returncode == 3, verify.stdout + verify.stderr
-        if source_gone:
+        if case == "source gone":
             _move_source(run, spec.parent / "items.csv", tmp_path / "gone.csv")
-            got = cec(["recover", "--from-log", str(run), "--repair"])
+            got = cec(["recover", "--from-log", str(run)])
             err = " ".join(got.stderr.split())
             assert got.returncode == 4, err
             assert "partition 0: rows with seq" in err and "gone.csv" in err, err
             continue
-        plain = cec(["recover", "--from-log", str(run)])
-        assert plain.returncode == 3, plain.stderr[-2000:]
-        assert "--repair" in plain.stderr and "partition 0" in plain.stderr
-        rec = cec(["recover", "--from-log", str(run), "--repair", "--json"])
+        if case == "durable":
+            plain = cec(["recover", "--from-log", str(run)])
+            assert plain.returncode == 3, plain.stderr[-2000:]
+            assert "--repair" in plain.stderr and "partition 0" in plain.stderr
+        args = ["--repair"] if case == "durable" else []
+        rec = cec(["recover", "--from-log", str(run), *args, "--json"])
         assert rec.returncode == 0, rec.stderr[-3000:]
-        assert "upstream log cut after seq" in rec.stderr, rec.stderr
+        assert "partition 0: upstream log cut after seq" in rec.stderr, rec.stderr
         assert _upstream_ends(run) == ends
         verify = cec(["inspect", "log", str(run), "--verify"])
         assert verify.returncode == 0, verify.stdout + verify.stderr
