@@ -202,9 +202,10 @@ class Lease:
         self._thread = threading.Thread(target=self._beat, name="cec-lease", daemon=True)
         self._thread.start()
 
-    def _write(self, **extra: Any) -> None:
+    def _write(self, *, beat: bool = False, **extra: Any) -> None:
         with self._lock:
-            if self._fd < 0:
+            # a beat that woke before end() set the stop must not write over its record
+            if self._fd < 0 or (beat and self._stop.is_set()):
                 return
             self.beat += 1
             record = {**self.info, "beat": self.beat, "at": round(time.time(), 3), **extra}
@@ -218,7 +219,7 @@ class Lease:
 
     def _beat(self) -> None:
         while not self._stop.wait(BEAT_S):
-            self._write()
+            self._write(beat=True)
 
     def update(self, **info: Any) -> None:
         """Change what the record says (e.g. a standby's ``state``), beating at once."""
