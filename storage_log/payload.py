@@ -80,41 +80,41 @@ class PayloadCodec:
     # -- encode -----------------------------------------------------------------
 
     def _compress(self, batch: pa.RecordBatch) -> tuple[int, bytes, xxhash.xxh64]:
-        cctx = getattr(self._local, "cctx", None)
-        if cctx is None:
-            cctx = self._local.cctx = zstandard.ZstdCompressor(level=self._level)
-        n = batch.num_rows
-        if self._level == 0:  # no zstd: the packed layout's columns as they are, or IPC
-            return self._uncompressed(batch)
-        if n >= PACKED_MIN_ROWS:
-            payload = columnar.encode_packed(batch, cctx.compress)
-            if payload is not None:
-                if len(payload) > MAX_PAYLOAD:
-                    raise ValueError(f"record payload of {len(payload)} bytes exceeds 4 GiB")
-                return _PACKED, payload, xxhash.xxh64(payload)
-        blob = columnar.encode(batch) if n >= COLUMNAR_MIN_ROWS else None
-        codec = _ZSTD if blob is None else _COLUMNAR
-        payload = cctx.compress(batch.serialize() if blob is None else blob)
+        """The record's codec, payload and the payload's checksum."""
+        codec, payload = (self._uncompressed(batch) if self._level == 0
+                          else self._zstd(batch))
         if len(payload) > MAX_PAYLOAD:
             raise ValueError(f"record payload of {len(payload)} bytes exceeds 4 GiB")
         return codec, payload, xxhash.xxh64(payload)
 
+    def _zstd(self, batch: pa.RecordBatch) -> tuple[int, bytes]:
+        """Levels 1-19: a large numeric record packed, its columns compressed where they
+        shrink; a smaller one as a zstd frame of the columnar blob or the IPC message."""
+        cctx = getattr(self._local, "cctx", None)
+        if cctx is None:
+            cctx = self._local.cctx = zstandard.ZstdCompressor(level=self._level)
+        n = batch.num_rows
+        if n >= PACKED_MIN_ROWS:
+            payload = columnar.encode_packed(batch, cctx.compress)
+            if payload is not None:
+                return _PACKED, payload
+        blob = columnar.encode(batch) if n >= COLUMNAR_MIN_ROWS else None
+        codec = _ZSTD if blob is None else _COLUMNAR
+        return codec, cctx.compress(batch.serialize() if blob is None else blob)
+
     @staticmethod
-    def _uncompressed(batch: pa.RecordBatch) -> tuple[int, bytes, xxhash.xxh64]:
+    def _uncompressed(batch: pa.RecordBatch) -> tuple[int, bytes]:
         """Level 0: a large numeric record in the packed layout with no column
-        compressed (frame-of-reference, deltas and bit-packing only: about 9 bytes a row
-        for an upstream record, against 32 raw and 5.7 with zstd, at a third of the
-        encoding's CPU and three fifths of the decoding's), else the Arrow IPC message
-        uncompressed (codec NONE). Both are read by every reader of the log format."""
+        compressed (frame-of-reference, deltas and bit-packing only: 9 bytes a row of the
+        growth benchmark's upstream records, against 32 raw and 5.6 with zstd, at half
+        the encoding's CPU and three fifths of the decoding's: bench/upstream_codec.py),
+        else the Arrow IPC message uncompressed (codec NONE). Both are read by every
+        reader of the log format."""
         payload = (columnar.encode_packed(batch, None)
                    if batch.num_rows >= PACKED_MIN_ROWS else None)
         if payload is not None:
-            codec = _PACKED
-        else:
-            codec, payload = _NONE, batch.serialize().to_pybytes()
-        if len(payload) > MAX_PAYLOAD:
-            raise ValueError(f"record payload of {len(payload)} bytes exceeds 4 GiB")
-        return codec, payload, xxhash.xxh64(payload)
+            return _PACKED, payload
+        return _NONE, batch.serialize().to_pybytes()
 
     def encode_data(self, batch: pa.RecordBatch, first_seq: int, last_seq: int,
                     first_ts: int, last_ts: int) -> PendingFrame:
@@ -231,4 +231,3 @@ _COLUMNAR = int(Codec.COLUMNAR)
 _PACKED = int(Codec.PACKED)
 _frame_content_size = zstandard.frame_content_size
 _read_record_batch = pa.ipc.read_record_batch
-
