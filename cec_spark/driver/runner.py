@@ -23,6 +23,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
+from cec.spec.model import is_local_master
 from cec_spark.driver.execution import execute
 from cec_spark.errors import DriverSupersededError
 from cec_spark.ingest.logs import upstream_sealed
@@ -33,7 +34,6 @@ from cec_spark.run.plan import RunPlan, pipeline_spec, plan_new_run, plan_resume
 from cec_spark.run.probe import probe
 from cec_spark.run.session import (
     early_start_pending,
-    is_local,
     session_for,
     stop_session,
 )
@@ -66,7 +66,7 @@ def prepare_executors(spark: SparkSession, plan: RunPlan) -> SlotWatch:
     spec, layout = plan.spec, plan.layout
     master = spec.run.effective_master
     slots = wait_for_slots(sc, spec.run.partitions, master, spec.run.executor_wait_s)
-    if not is_local(master):
+    if not is_local_master(master):
         done = upstream_sealed(layout, spec.run.partitions)  # the source is not read again
         paths = [str(spec.source.path)] if spec.source.path is not None and not done else []
         announce_wait("every executor to check that it sees the run directory",

@@ -51,17 +51,13 @@ JIT_OPTS = "-XX:TieredStopAtLevel=1"
 LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
-def is_local(master: str) -> bool:
-    return is_local_master(master)
-
-
 def default_conf(master: str, partitions: int) -> dict[str, str]:
     """cec's Spark settings for a run; a user's ``[run.spark]``/``--conf`` override them."""
     local = {
         # a local run talks to itself only: never bind the driver to a public interface
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
-    } if is_local(master) else {"spark.executor.extraJavaOptions": JIT_OPTS}
+    } if is_local_master(master) else {"spark.executor.extraJavaOptions": JIT_OPTS}
     return {
         **local,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{LOG4J} {JIT_OPTS}",
@@ -121,7 +117,7 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
     os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if is_local(master):  # else Spark warns that the host name resolves to loopback
+    if is_local_master(master):  # else Spark warns that the host name resolves to loopback
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
     settings = {**default_conf(master, partitions), **conf}
