@@ -1,11 +1,12 @@
 """Weak scaling past one host's driver (issue 38): what grows with the run in the driver.
 
 ``python bench/scale.py [--quick] [--only plan,recover,export] [--base TREE]
-[--work DIR] [--out DIR]``
+[--work DIR] [--out DIR] [--plan-sizes M,M,...]``
 
 * **plan**: planning a new run of a CSV source (``cec_spark.run.plan.plan_new_run``,
   what ``cec run pipeline`` does before any job starts) at 1, 4 and 16 M rows in 8
-  files (``--quick``: 1 and 4 M), timed in a fresh process of its own (best of 3).
+  files (``--quick``: 1 and 4 M; ``--plan-sizes``: those millions), timed in a fresh
+  process of its own (best of 3), with the bytes it read (``rchar``).
   Target: flat in the rows (it reads the files' metadata, not their rows).
 * **recover**: the same rows per partition at P = 4, 16 and 32 (``--quick``: 4 and 16):
   ``cec run pipeline`` killed -9 once its operators processed half the input, then
@@ -77,9 +78,12 @@ import json, sys, time
 from pathlib import Path
 from cec_spark.run.plan import pipeline_spec, plan_new_run
 spec, run = Path(sys.argv[1]), Path(sys.argv[2])
-t0 = time.perf_counter()
+def rchar():
+    with open("/proc/self/io") as fh:
+        return next(int(x.split()[1]) for x in fh if x.startswith("rchar:"))
+r0, t0 = rchar(), time.perf_counter()
 plan_new_run(pipeline_spec(spec), spec, run)
-print(json.dumps({"plan_s": time.perf_counter() - t0}))
+print(json.dumps({"plan_s": time.perf_counter() - t0, "read_bytes": rchar() - r0}))
 """
 
 
@@ -143,8 +147,10 @@ def plan_section(work: Path, sizes_m: list[int], base: Path | None) -> list[dict
                                 env=_env(tree), cwd=_cwd(tree), stdout_pipe=True)
                 got = r.stdout.read() if r.stdout is not None else b""
                 m_ = r.check(600, "the plan")
-                plan_s = json.loads(got.decode().strip().splitlines()[-1])["plan_s"]
+                out_ = json.loads(got.decode().strip().splitlines()[-1])
+                plan_s = out_["plan_s"]
                 row.setdefault(name, []).append({"plan_s": round(plan_s, 3),
+                                                 "read_mb": round(out_["read_bytes"] / 1e6, 1),
                                                  "process_s": round(m_.wall_s, 3),
                                                  "load": m_.load_start,
                                                  "others_cores": m_.others_cores})
@@ -300,19 +306,25 @@ def tail_section(rates: list[int], tasks: list[int], seconds: float) -> list[dic
 
 # ------------------------------------------------------------------------------ report
 
+def _best_read(runs: list[dict[str, Any]]) -> str:
+    best = min(runs, key=lambda x: x["plan_s"])
+    return "" if "read_mb" not in best else f"{best['read_mb']:,.1f}"
+
+
 def markdown(res: dict[str, Any]) -> str:
     lines = [f"# Weak scaling (issue 38): bench/scale.py{' --quick' if res['quick'] else ''}",
              "", f"{harness.commit_text(res)}; started {res['started']}, load "
              f"{res['load_start']} at the start, {res['load_end']} at the end.", ""]
     if res.get("plan"):
         lines += ["## Planning a CSV source (in its own process, best of 3)", "",
+                  "MB read: what the planning process read (`rchar`), in its best run.", "",
                   "| rows | files | MB | " + " | ".join(
-                      f"{n} s" for n in res["sides"]) + " |",
-                  "|---|---|---|" + "---|" * len(res["sides"])]
+                      f"{n} s | {n} MB read" for n in res["sides"]) + " |",
+                  "|---|---|---|" + "---|---|" * len(res["sides"])]
         for r in res["plan"]:
             lines.append(f"| {r['rows']:,} | {r['files']} | {r['bytes'] / 1e6:,.0f} | "
-                         + " | ".join(f"{r[f'{n}_best_s']:.3f}" for n in res["sides"])
-                         + " |")
+                         + " | ".join(f"{r[f'{n}_best_s']:.3f} | {_best_read(r[n])}"
+                                      for n in res["sides"]) + " |")
         lines.append("")
     if res.get("recover"):
         lines += ["## `cec recover` after a kill -9 at half the input, same rows per "
@@ -364,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--base", type=Path, default=None)
     ap.add_argument("--work", type=Path, default=Path("/tmp/cec-scale"))
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "scale")
+    ap.add_argument("--plan-sizes", default=None,
+                    help="the plan section's sizes, millions of rows (default 1,4,16)")
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
     args.work.mkdir(parents=True, exist_ok=True)
@@ -374,8 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         "base": None if args.base is None else str(args.base)}
     compiled(args.base)
     if "plan" in only:
-        res["plan"] = plan_section(args.work, [1, 4] if args.quick else [1, 4, 16],
-                                   args.base)
+        sizes = [int(m) for m in args.plan_sizes.split(",")] if args.plan_sizes \
+            else [1, 4] if args.quick else [1, 4, 16]
+        res["plan"] = plan_section(args.work, sizes, args.base)
     if "recover" in only:
         per = ROWS_PER_PARTITION // (4 if args.quick else 1)
         res["recover"] = recover_section(args.work, [4, 16] if args.quick else [4, 16, 32],

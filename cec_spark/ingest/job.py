@@ -80,6 +80,7 @@ from cec_spark.run.plan import RunPlan
 from cec_spark.rundir.advisory import write_advisory
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.source.chunk_report import counted_rows
 from cec_spark.source.fingerprint import (
     check_fingerprint,
     fingerprint,
@@ -115,18 +116,20 @@ def task_input_error(exc: BaseException) -> InputError | None:
     return InputError(found[-1].strip()) if found else None
 
 
-def _jobs(chunks: Sequence[Chunk], resume: ResumePoint, job_rows: int = JOB_ROWS
-          ) -> Iterator[list[Chunk]]:
+def _jobs(chunks: Sequence[Chunk], resume: ResumePoint, job_rows: int = JOB_ROWS,
+          chunk_rows: int = 0) -> Iterator[list[Chunk]]:
     """Runs of consecutive chunks after ``resume`` (:func:`resume_chunks`: the rows every
-    log holds skipped) of at most ``job_rows`` rows to read each."""
+    log holds skipped) of at most ``job_rows`` rows to read each (a chunk cut by bytes,
+    whose rows are not counted: ``chunk_rows``, what it was cut to hold)."""
     job: list[Chunk] = []
     rows = 0
     for chunk in resume_chunks(chunks, resume):
-        if job and rows + chunk.rows - chunk.skip > job_rows:
+        size = chunk_rows if chunk.sparse else chunk.rows - chunk.skip
+        if job and rows + size > job_rows:
             yield job
             job, rows = [], 0
         job.append(chunk)
-        rows += chunk.rows - chunk.skip
+        rows += size
     if job:
         yield job
 
@@ -189,7 +192,8 @@ def _bounded_source(plan: RunPlan, resume: int) -> tuple[SourcePlan, str]:
     stored = load_plan(layout.source_plan_file, spec, settings.max_tuples)
     if stored is not None:
         return stored, "stored"
-    source, stats = planned_with_stats(spec, settings.max_tuples)
+    source, stats = planned_with_stats(spec, settings.max_tuples, settings.chunk_bytes,
+                                       settings.source_reports)
     if resume >= 0:  # a resumed ingest reads the source again: the same up to its
         _check_source(plan, source, resume)  # tokens (a bad row fixed after them)
     store_plan(layout.source_plan_file, spec, settings.max_tuples, source, stats)
@@ -206,7 +210,9 @@ def _check_source(plan: RunPlan, source: SourcePlan, resume: int) -> None:
     if resume < len(source.chunks):
         last = source.chunks[resume]
         upto = (last.file, None if last.fmt == "parquet" else last.stop)
-    check_fingerprint(spec, stored, read_upto=upto, now=list(source.files))
+    check_fingerprint(spec, stored, read_upto=upto, now=list(source.files),
+                      chunks=source.chunks, reports=plan.layout.source_chunk_report,
+                      upto_chunk=resume)
     files = list(source.files) or fingerprint(spec)
     if files and files != stored:
         record(path, files)
@@ -310,7 +316,7 @@ def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: ResumePoint,
     job_rows = DIRECT_JOB_ROWS if query.direct is not None else JOB_ROWS
     layout = RunLayout(Path(query.cfg.run_dir))
     sc = query.spark.sparkContext
-    for job in _jobs(chunks, resume, job_rows):
+    for job in _jobs(chunks, resume, job_rows, query.spec.source.chunk_rows):
         if should_stop():
             return
         t0 = time.monotonic()
@@ -331,15 +337,17 @@ def _run_jobs(query: IngestQuery, chunks: Sequence[Chunk], resume: ResumePoint,
         if should_stop():  # the job may have ended at a chunk before its last
             chunk, nxt = committed_chunk(layout, query.cfg.partitions)
             if chunk >= 0 and nxt is not None:
-                progress.chunks_done, progress.source_rows = chunk + 1, nxt
+                progress.chunks_done = chunk + 1
+                progress.source_rows = counted_rows(layout.source_chunk_report, chunks, chunk)
             _report(layout, progress)
             return
         progress.chunks_done = job[-1].index + 1
-        progress.source_rows = job[-1].next_seq
+        progress.source_rows = counted_rows(layout.source_chunk_report, chunks, job[-1].index)
         _report(layout, progress)
     if chunks and chunks[-1].index <= resume.chunk:
         progress.chunks_done = chunks[-1].index + 1
-        progress.source_rows = chunks[-1].next_seq
+        progress.source_rows = counted_rows(layout.source_chunk_report, chunks,
+                                            chunks[-1].index)
 
 
 def _report(layout: RunLayout, progress: IngestProgress) -> None:

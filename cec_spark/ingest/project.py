@@ -34,6 +34,7 @@ from cec.spec import PipelineSpec
 from cec_spark.errors import FilterRowError, InputError
 from cec_spark.ingest.where import CompiledWhere
 from cec_spark.rundir.run_file import RunSettings, value_column
+from cec_spark.source.read import first_line_of
 from cec_spark.source.types import SEQ, Chunk
 from recovery.rescale import SPARK_SEED, spark_xxhash64
 
@@ -195,7 +196,7 @@ def _where_in_file(chunk: Chunk, seq: int | None, reordered: bool) -> str:
         return f"{name} (the chunk from seq {chunk.first_seq})"
     k = seq - chunk.first_seq  # the chunk's k-th row (blank lines are refused)
     if chunk.fmt in ("csv", "jsonl"):
-        return f"{name}: line {chunk.first_line + k}"
+        return f"{name}: line {first_line_of(chunk) + k}"
     if chunk.fmt == "parquet":
         try:
             meta = pq.ParquetFile(chunk.file).metadata

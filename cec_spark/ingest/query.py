@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -30,6 +31,7 @@ from cec_spark.ingest.writer import (
     job_chunks,
 )
 from cec_spark.run.plan import RunPlan
+from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import value_column
 from cec_spark.source.order import LATE
 from cec_spark.source.read import read_chunk
@@ -74,30 +76,34 @@ def _reader_run(chunks: list[Chunk], i: int, readers: int) -> list[Chunk]:
     return chunks[i * n // readers:(i + 1) * n // readers]
 
 
-def _chunk_reader(chunks: list[str] | None, columns: str, time: str, readers: int = 1
+def _chunk_reader(chunks: list[str] | None, columns: str, time: str, readers: int = 1,
+                  report: str | None = None
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function that turns chunk indices into the chunks' rows, in order.
 
     With ``chunks`` None the indices are reader numbers (of ``readers``) and the chunks
-    are the job's (:func:`job_chunks`).
+    are the job's (:func:`job_chunks`). ``report``: the run directory, where the
+    chunks cut by bytes are reported (:func:`cec_spark.source.read.read_chunk`).
     """
 
     def read(indices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cols = ColumnTypes.from_json(columns)
         tspec = TimeSpec.from_json(time)
         job = job_chunks() if chunks is None else None
+        where = RunLayout(Path(report)).source_chunk_report if report else None
         for batch in indices:
             for i in batch.column(0).to_pylist():
                 run = (_reader_run(job, i, readers) if job is not None
                        else [Chunk.from_json(chunks[i])] if chunks is not None else [])
                 for chunk in run:
-                    yield from read_chunk(chunk, cols, tspec)
+                    yield from read_chunk(chunk, cols, tspec, report=where)
 
     return read
 
 
 def _file_frame(spark: SparkSession, columns: ColumnTypes, time: TimeSpec,
-                chunks: list[Chunk] | None, readers: int = 1) -> DataFrame:
+                chunks: list[Chunk] | None, readers: int = 1,
+                report: str | None = None) -> DataFrame:
     """Consecutive chunks of a file source read by a Spark task, as Arrow batches.
 
     ``spark.range(len(chunks))`` in one partition hands the chunk numbers in order to
@@ -116,8 +122,9 @@ def _file_frame(spark: SparkSession, columns: ColumnTypes, time: TimeSpec,
     if chunks is None:
         readers = max(1, readers)
         return spark.range(0, readers, 1, readers).mapInArrow(
-            _chunk_reader(None, columns.to_json(), time.to_json(), readers), schema)
-    reader = _chunk_reader([c.to_json() for c in chunks], columns.to_json(), time.to_json())
+            _chunk_reader(None, columns.to_json(), time.to_json(), readers, report), schema)
+    reader = _chunk_reader([c.to_json() for c in chunks], columns.to_json(), time.to_json(),
+                           report=report)
     return spark.range(0, len(chunks), 1, max(1, min(readers, len(chunks)))).mapInArrow(
         reader, schema)
 
@@ -142,15 +149,17 @@ def partition_expr(key: Column, partitions: int, key_groups: int | None = None) 
 
 
 def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
-                 chunks: list[Chunk] | None, readers: int = 1) -> DataFrame:
+                 chunks: list[Chunk] | None, readers: int = 1,
+                 report: str | None = None) -> DataFrame:
     """The rows of consecutive chunks with every source column plus ``SEQ``, read by
     ``readers`` tasks (each in order; with one, the whole frame is in order).
 
-    ``chunks`` None (file sources only): the chunks of the job that runs the query."""
+    ``chunks`` None (file sources only): the chunks of the job that runs the query.
+    ``report``: the run directory, where chunks cut by bytes are reported."""
     if chunks is None:
         if spec.source.kind == "generator":
             raise CecError("ingest: a generator query needs its chunks")
-        return _file_frame(spark, columns, TimeSpec.of(spec), None, readers)
+        return _file_frame(spark, columns, TimeSpec.of(spec), None, readers, report)
     chunk = chunks[0]
     if chunk.fmt == "generator":
         gen = spec.source.generator
@@ -164,15 +173,15 @@ def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
             (F.lit(gen.start_ts) + ids * F.lit(gen.interval_us)).alias("item_time"),
             ids.alias(SEQ),
         )
-    return _file_frame(spark, columns, TimeSpec.of(spec), chunks, readers)
+    return _file_frame(spark, columns, TimeSpec.of(spec), chunks, readers, report)
 
 
 def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
                    chunks: list[Chunk] | None, readers: int = 1,
-                   key_groups: int | None = None) -> DataFrame:
+                   key_groups: int | None = None, report: str | None = None) -> DataFrame:
     """Filtered, projected and partitioned rows: ts, seq, key, value, PART
     (:func:`partition_expr` with the run's ``key_groups``)."""
-    df = source_frame(spark, spec, columns, chunks, readers)
+    df = source_frame(spark, spec, columns, chunks, readers, report)
     if spec.where is not None:
         df = df.where(spec.where)
     agg = spec.aggregate
@@ -258,7 +267,7 @@ class IngestQuery:
 
     def _query(self, chunks: list[Chunk] | None, readers: int) -> DataFrame:
         df = upstream_frame(self.spark, self.spec, self.settings.columns, chunks, readers,
-                            self.settings.key_groups)
+                            self.settings.key_groups, self.cfg.run_dir)
         if readers > 1 or self.writers > 1:
             # rows to their writer through Spark's shuffle: Spark partition w holds the
             # key partitions p % writers == w, in seq order (each log keeps the source
@@ -351,7 +360,8 @@ def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projecto
         size = int(raw) if raw and raw.isdigit() and int(raw) > 0 else 1 << 18
         rows = (row for chunk in chunks
                 for row in project_chunk(project, chunk, read_chunk(
-                    chunk, cols, tspec, batch_rows=size), reordered=tspec.reorders))
+                    chunk, cols, tspec, batch_rows=size, report=cfg.reports()),
+                    reordered=tspec.reorders))
         yield from chunk_writer(cfg, chunks)(rows)
 
     return run

@@ -25,6 +25,7 @@ from cec_spark.rundir.access import check_visible
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import value_column
+from cec_spark.source.chunk_report import ReportPath
 from cec_spark.source.order import LATE
 from cec_spark.source.types import Chunk
 from storage_log.faults import armed, crash_point, set_tag
@@ -75,6 +76,10 @@ class WriterConfig:
     driver: int | None = None
     late: str = "error"  # [source] late: what a row below a log's watermark does
     level: int = 1  # the records' zstd level; 0: none (a cache of a replayable source)
+
+    def reports(self) -> ReportPath:
+        """Where the reader of a chunk cut by bytes reports it (RunLayout.source_chunk_report)."""
+        return RunLayout(Path(self.run_dir)).source_chunk_report
 
     @classmethod
     def for_run(cls, spec: PipelineSpec, layout: RunLayout, run_id: str | None,

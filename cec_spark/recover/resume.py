@@ -296,10 +296,13 @@ def _source_can_refill(layout: RunLayout, spec: Any, settings: Any,
         else:
             # the files' metadata (the ingest tasks check the rows they read again), and
             # the fingerprint a resumed run last recorded, against the digests just made
-            plan = plan_source(spec, max_rows=settings.max_tuples, validate=False)
+            plan = plan_source(spec, max_rows=settings.max_tuples, validate=False,
+                               chunk_bytes=settings.chunk_bytes,
+                               reports=settings.source_reports)
             check_fingerprint(spec, stored_fingerprint(layout.source_files_file,
                                                          list(settings.source_files)),
-                              now=list(plan.files))
+                              now=list(plan.files), chunks=plan.chunks,
+                              reports=layout.source_chunk_report)
     except CecError as exc:
         def first(c: UpstreamRepair) -> int:
             return 0 if c.last_seq is None else int(c.last_seq) + 1

@@ -32,17 +32,21 @@ def operator_for(spec: PipelineSpec, settings: RunSettings,
     """A fresh vectorized operator for the spec; in partition ``partition``'s task, with
     the check that its open windows fit this worker's memory (:func:`window_memory`).
     ``fmt``: the record format of the rows it writes (:func:`record_format_of` the output
-    log it goes on)."""
+    log it goes on). ``U`` counts input positions: for a text source planned by bytes
+    (``settings.chunk_bytes``), whose positions are bytes, the operator takes ``U``
+    times the run's bytes a row, so that it keeps meaning about ``U`` rows."""
     w = spec.aggregate.window
     cp = spec.checkpoint
     q: int | str = cp.q_records if cp.q_records is not None else cp.q_text
+    u = cp.u if settings.chunk_bytes is None \
+        else round(cp.u * settings.chunk_bytes / spec.source.chunk_rows)
     config = OperatorConfig(
         window=window_spec(w.kind, w.size, None if w.kind == "session" else w.slide),
         function=spec.aggregate.function,
         key_column=spec.aggregate.group_by,
         value_column=value_column(spec),
         key_type=settings.key_type,
-        policy=PolicyConfig(mode=cp.mode, q=q, u=cp.u,  # type: ignore[arg-type]
+        policy=PolicyConfig(mode=cp.mode, q=q, u=u,  # type: ignore[arg-type]
                             ci_ms=cp.ci_ms, cp_ms=cp.cp_ms),
         memory=None if partition is None else window_memory(spec, partition),
         record_format=fmt,

@@ -36,6 +36,7 @@ from cec_spark.rundir.run_file import (
     run_text,
     settings_for,
 )
+from cec_spark.source.check import chunk_bytes_for, reports_for
 from cec_spark.source.fingerprint import fingerprint
 from cec_spark.source.stored import planned_with_stats
 from cec_spark.source.types import SourcePlan
@@ -109,7 +110,8 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
     run_dir = run_dir if run_dir is not None else default_run_dir(Path(spec_path))
     layout = check_new_run_dir(run_dir, staged=staged)
     # from the files' metadata: the ingest tasks check the rows (Chunk.check)
-    source, stats = planned_with_stats(spec, max_tuples)
+    chunk_bytes, reports = chunk_bytes_for(spec, max_tuples), reports_for(spec, max_tuples)
+    source, stats = planned_with_stats(spec, max_tuples, chunk_bytes, reports)
     if spec.source.kind == "stream-dir" and not source.columns.names:
         raise UsageError(f"{spec.source.path}: the stream folder holds no file yet; the "
                          "first file fixes the column types")
@@ -121,7 +123,8 @@ def plan_new_run(spec: PipelineSpec, spec_path: Path | str,
         spec = replace(spec, run=replace(spec.run, ingest_tasks=tasks))
     files = source.files or tuple(fingerprint(spec))  # made while planning, or now
     settings = settings_for(spec, source.columns, max_tuples, files,
-                            source.warnings + ((why,) if why is not None else ()))
+                            source.warnings + ((why,) if why is not None else ()),
+                            chunk_bytes, reports)
     return RunPlan(spec, settings, layout, source, str(run_dir), stats)
 
 

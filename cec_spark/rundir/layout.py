@@ -81,6 +81,7 @@ BACKUP_FILE = "run.toml.bak"
 STOP_FILE = "STOP"
 SOURCE_FILES_FILE = "source_files.json"
 SOURCE_PLAN_FILE = "source_plan.json"
+SOURCE_CHUNKS_DIR = "source_chunks"
 UPSTREAM_DIR = "upstream"
 OUTPUT_DIR = "output"
 STATE_DIR = "state"
@@ -96,7 +97,8 @@ INGEST_STATE_FILE = "ingest.json"  # in the current generation's state/
 RTO_FILE = "rto.json"  # in state/
 TAKEOVER_FILE = "takeover.json"  # in state/
 FOLDERS = frozenset({UPSTREAM_DIR, OUTPUT_DIR, STATE_DIR, DRIVERS_DIR, STANDBYS_DIR,
-                     CONSUMERS_DIR, SOURCE_DIR, WATCHDOG_DIR, METRICS_DIR, HANDOVER_DIR})
+                     CONSUMERS_DIR, SOURCE_DIR, WATCHDOG_DIR, METRICS_DIR, HANDOVER_DIR,
+                     SOURCE_CHUNKS_DIR})
 """Every folder a run directory may hold."""
 BEFORE_RUN_FILE = frozenset({STATE_DIR, SOURCE_DIR})
 """What a driver creates in a new run directory before its run.toml (the state folder,
@@ -262,6 +264,16 @@ class RunLayout:
     def source_plan_file(self) -> Path:
         """The stored chunk plan of a bounded source (cec_spark.source.stored)."""
         return self.root / SOURCE_PLAN_FILE
+
+    @property
+    def source_chunks_dir(self) -> Path:
+        """The reports of the chunks of a source planned by bytes, one a chunk, written
+        by the task that read it: its rows and digest (cec_spark.source.chunk_report)."""
+        return self.root / SOURCE_CHUNKS_DIR
+
+    def source_chunk_report(self, index: int) -> Path:
+        """Chunk ``index``'s report in :attr:`source_chunks_dir`."""
+        return self.source_chunks_dir / f"c{index:08d}.json"
 
     @property
     def source_dir(self) -> Path:

@@ -69,6 +69,14 @@ class RunSettings:
     # None: a run from before key groups, partitioned by pmod(xxhash64(key), P), which
     # cannot be rescaled
     key_groups: int | None = None
+    # a text file source planned by bytes: its chunks' size (cec_spark.source.check.
+    # chunk_bytes_for, fixed at creation in ``[cec] chunk_bytes``); None: planned by
+    # rows (every other source, and runs from before)
+    chunk_bytes: int | None = None
+    # a csv, jsonl or parquet file source whose tasks report the chunks they read (rows
+    # and digest, cec_spark.source.chunk_report; ``[cec] source_reports``): its
+    # fingerprint is its files' sizes and times; False: digests (runs from before)
+    source_reports: bool = False
 
     @property
     def key_type(self) -> str:
@@ -79,10 +87,12 @@ class RunSettings:
 
 def settings_for(spec: PipelineSpec, columns: ColumnTypes, max_tuples: int | None,
                  source_files: tuple[dict[str, Any], ...] = (),
-                 warnings: tuple[str, ...] = ()) -> RunSettings:
+                 warnings: tuple[str, ...] = (), chunk_bytes: int | None = None,
+                 source_reports: bool = False) -> RunSettings:
     """The settings of a new run (with a new run id)."""
     return RunSettings(max_tuples, columns, spec.aggregate.group_by, uuid.uuid4().hex,
-                       source_files, warnings, spec.run.new_run_key_groups)
+                       source_files, warnings, spec.run.new_run_key_groups, chunk_bytes,
+                       source_reports)
 
 
 def run_text(spec: PipelineSpec, settings: RunSettings) -> str:
@@ -101,6 +111,10 @@ def run_text(spec: PipelineSpec, settings: RunSettings) -> str:
         extra["cec"]["warnings"] = list(settings.warnings)
     if settings.key_groups is not None:
         extra["cec"]["key_groups"] = settings.key_groups
+    if settings.chunk_bytes is not None:
+        extra["cec"]["chunk_bytes"] = settings.chunk_bytes
+    if settings.source_reports:
+        extra["cec"]["source_reports"] = True
     return sign_run_text(dump_spec(spec, extra))
 
 
@@ -130,8 +144,7 @@ def parse_run_text(text: str, origin: str, repair: str = "") -> tuple[PipelineSp
         run_id = cec.get("run_id")
         if run_id is not None and not isinstance(run_id, str):
             raise TypeError(f"run_id must be a string, got {run_id!r}")
-        files = tuple({"file": str(f["file"]), "bytes": int(f["bytes"]),
-                       "xxh64": str(f["xxh64"])} for f in cec.get("source_files", []))
+        files = tuple(_file_entry(f) for f in cec.get("source_files", []))
         warnings = tuple(str(w) for w in cec.get("warnings", []))
         groups = cec.get("key_groups")
         if groups is not None and (isinstance(groups, bool) or not isinstance(groups, int)
@@ -142,12 +155,33 @@ def parse_run_text(text: str, origin: str, repair: str = "") -> tuple[PipelineSp
         if spec.run.key_groups is not None and groups != spec.run.key_groups:
             raise ValueError(f"key_groups {groups!r} is not [run].key_groups "
                              f"({spec.run.key_groups})")
+        chunk_bytes = cec.get("chunk_bytes")
+        if chunk_bytes is not None and (isinstance(chunk_bytes, bool)
+                                        or not isinstance(chunk_bytes, int)
+                                        or chunk_bytes < 1):
+            raise ValueError(f"chunk_bytes must be a positive integer, got {chunk_bytes!r}")
+        reports = cec.get("source_reports", False)
+        if not isinstance(reports, bool):
+            raise ValueError(f"source_reports must be true or false, got {reports!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptionError(f"{origin}: [cec] table missing or damaged: {exc}"
                               f"{tail}") from exc
     settings = RunSettings(None if max_tuples < 0 else max_tuples, columns,
-                           spec.aggregate.group_by, run_id, files, warnings, groups)
+                           spec.aggregate.group_by, run_id, files, warnings, groups,
+                           chunk_bytes, reports)
     return spec, settings
+
+
+def _file_entry(raw: dict[str, Any]) -> dict[str, Any]:
+    """A source file's fingerprint entry: its name, size and the xxh64 of its bytes (a
+    run planned by rows), or its modification time (by bytes: the digests are the
+    chunks', cec_spark.source.chunk_report)."""
+    entry: dict[str, Any] = {"file": str(raw["file"]), "bytes": int(raw["bytes"])}
+    if "xxh64" in raw or "mtime_ns" not in raw:
+        entry["xxh64"] = str(raw["xxh64"])
+    else:
+        entry["mtime_ns"] = int(raw["mtime_ns"])
+    return entry
 
 
 # --------------------------------------------------------------------------- the file

@@ -22,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +33,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
+from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
 from cec_spark.source.file_state import FileState
+from cec_spark.source.files import source_files
 from cec_spark.source.parquet import plan_parquet_file
 from cec_spark.source.read import (
     csv_header,
@@ -43,10 +47,10 @@ from cec_spark.source.read import (
     read_bytes,
     text_lines,
 )
-from cec_spark.source.scan import nth_line, scan_lines
+from cec_spark.source.scan import line_starts, nth_line, scan_lines
 from cec_spark.source.types import Chunk, ColumnTypes
 
-__all__ = ["plan_file"]
+__all__ = ["chunk_bytes_for", "plan_file", "reports_for"]
 
 _INTEGER = r"^\s*[-+]?\d+\s*$"
 
@@ -57,6 +61,9 @@ def _plan_text_file(st: FileState, path: Path, fmt: str) -> None:
     (:attr:`FileState.light`), only the source's first: the others are cut by counting
     newlines and the time of each one's last line read (its watermark); their tasks
     check their rows (:attr:`Chunk.check`)."""
+    if st.chunk_bytes is not None:
+        _plan_text_bytes(st, path, fmt, st.chunk_bytes)
+        return
     spec = st.spec
     columns, header_len, first_line = _text_header(st, path, fmt)
     scan = scan_lines(path, header_len, spec.source.chunk_rows, digest=st.light)
@@ -104,6 +111,49 @@ def _plan_text_file(st: FileState, path: Path, fmt: str) -> None:
                                rows, first, columns), last, f"line {first + rows - 1}")
     if st.light:
         st.files.extend({"file": str(path), "bytes": at, "xxh64": h} for at, h in scan.digests)
+
+
+def _plan_text_bytes(st: FileState, path: Path, fmt: str, every: int) -> None:
+    """Plan one csv or jsonl file by bytes (:attr:`Chunk.sparse`): a chunk every
+    ``every`` bytes, at the next line start (:func:`line_starts`), its first seq its
+    first byte's place in the source (the files before it take their sizes). Of the
+    rows, only the source's first chunk is parsed and checked (it fixes the column
+    types), and each other chunk's last line read (its watermark); no newline is
+    counted: what this reads grows with the files and chunks, not the rows. The
+    file's fingerprint is its size and time (:mod:`cec_spark.source.chunk_report`
+    keeps the digests of what the tasks read)."""
+    columns, header_len, first_line = _text_header(st, path, fmt)
+    stat = path.stat()
+    base = st.next_seq  # the sizes of the files before this one
+    st.next_seq = base + header_len
+    bounds = [*line_starts(path, header_len, stat.st_size, every), stat.st_size]
+    lasts: list[tuple[int, int, bytes]] = []
+    for start, stop in itertools.pairwise(bounds):
+        if start >= stop:
+            break
+        chunk = Chunk(len(st.chunks) + len(lasts), fmt, str(path), start, stop,
+                      base + start, stop - start, 0, columns, sparse=True, reported=True)
+        if st.columns is not None:
+            lasts.append((start, stop, nth_line(path, start, stop, 1, 1)))
+            continue
+        data = read_bytes(str(path), start, stop)
+        table, _ = _parse_text_chunk(st, path.name, fmt, data, first_line, columns)
+        table = _fix_types(st, table, path.name)
+        assert st.columns is not None
+        table = st.time_us(table, path.name, first_line, "line")
+        table = table.cast(st.columns.schema()) if fmt == "csv" else table
+        st.add_chunk(replace(chunk, first_line=first_line),
+                     st.check(table, path.name, first_line, "line"))
+    if lasts:
+        times = _last_times(st, path.name, fmt, columns, [(0, text) for _, _, text in lasts])
+        for k, ((start, stop, _), last) in enumerate(zip(lasts, times, strict=True)):
+            where = f"the last line of {path.name}" if k == len(lasts) - 1 else ""
+            st.add_light(Chunk(len(st.chunks), fmt, str(path), start, stop, base + start,
+                               stop - start, 0, columns, sparse=True, reported=True),
+                         last, where)
+    st.next_seq = base + stat.st_size
+    st.files.append({"file": str(path), "bytes": stat.st_size,
+                     "mtime_ns": stat.st_mtime_ns})
 
 
 def _chunk_times(st: FileState, name: str, fmt: str, data: bytes, line: int,
@@ -257,6 +307,43 @@ def _fix_types(st: FileState, table: pa.Table, name: str) -> pa.Table:
                                      pc.cast(key, pa.int64()))
     st.fix_types(table, name)
     return table
+
+
+#: bytes of the first file's first lines a new run measures its rows' width on
+_SAMPLE = 1 << 16
+
+
+def reports_for(spec: PipelineSpec, max_rows: int | None) -> bool:
+    """The ``[cec] source_reports`` of a new run: the tasks of a csv, jsonl or parquet
+    file source without lateness settings or ``max_rows`` report the chunks they read
+    (:mod:`cec_spark.source.chunk_report`), and the planner digests no byte (False: as
+    runs from before; ``CEC_PLAN_BY_ROWS=1`` makes new runs so too, to test old run
+    directories)."""
+    src = spec.source
+    return src.path is not None and src.kind in ("csv", "jsonl", "parquet") \
+        and not src.reorders and max_rows is None \
+        and os.environ.get("CEC_PLAN_BY_ROWS") != "1"
+
+
+def chunk_bytes_for(spec: PipelineSpec, max_rows: int | None) -> int | None:
+    """The ``[cec] chunk_bytes`` of a new run: a text file source whose tasks report
+    their chunks (:func:`reports_for`) is planned by bytes, its chunks about
+    ``chunk_rows`` rows of the width of the first file's first lines (None: planned by
+    rows). Fixed at creation, so every later plan of the run cuts its chunks the same."""
+    src = spec.source
+    if src.path is None or src.kind not in ("csv", "jsonl") \
+            or not reports_for(spec, max_rows):
+        return None
+    files = source_files(src.path, src.kind if src.path.is_dir() else None)
+    if not files:
+        return None  # the planner names what is wrong
+    with files[0].open("rb") as fh:
+        if src.kind == "csv":
+            fh.readline()
+        head = fh.read(_SAMPLE)
+    lines = head.count(b"\n")
+    width = len(head) / lines if lines else max(len(head), 1)
+    return max(1, round(src.chunk_rows * width))
 
 
 def plan_file(st: FileState, path: Path, fmt: str) -> None:

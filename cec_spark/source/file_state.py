@@ -42,7 +42,8 @@ class FileState:
     """Running state of a validation pass over the files of one source."""
 
     def __init__(self, spec: PipelineSpec, max_rows: int | None, *,
-                 light: bool = False) -> None:
+                 light: bool = False, chunk_bytes: int | None = None,
+                 reports: bool = False) -> None:
         self.spec = spec
         self.max_rows = max_rows
         # light: read the rows of the source's first chunk only (it fixes the column
@@ -65,6 +66,16 @@ class FileState:
         # lateness settings: the planner's side of cec_spark.source.order
         self.order = OrderState(self.time.allowed_lateness_us, self.time.late == "drop") \
             if self.time.reorders else None
+        # a light plan of a run planned by bytes (its text files cut every
+        # ``chunk_bytes`` bytes, at a line start: Chunk.sparse); not with lateness
+        # settings, whose plan reads every time, nor at a --max-tuples cut, which
+        # counts rows
+        plain = light and self.order is None and max_rows is None
+        self.chunk_bytes = chunk_bytes if plain else None
+        # a light plan of a run whose tasks report the chunks they read (rows, digest:
+        # cec_spark.source.chunk_report): the files' fingerprint is their sizes and
+        # times, no byte of them digested here (Chunk.reported)
+        self.reports = plain and (reports or chunk_bytes is not None)
 
     def add_chunk(self, chunk: Chunk, table: pa.Table) -> None:
         """Plan ``chunk`` (its rows ``table``, after the cut) as the next chunk."""

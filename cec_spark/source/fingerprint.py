@@ -20,6 +20,7 @@ and a file that sorts before one already consumed is refused by the watcher.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ import xxhash
 
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
+from cec_spark.source.chunk_report import ReportPath, check_reported
 from cec_spark.source.files import file_digest, source_files
+from cec_spark.source.types import Chunk
 from storage_log.durable import write_durable
 
 CHUNK = 8 << 20
@@ -72,7 +75,9 @@ def _changed(old: dict[str, Any], path: Path) -> str:
 
 def check_fingerprint(spec: PipelineSpec, stored: list[dict[str, Any]], *,
                       read_upto: tuple[str, int | None] | None = None,
-                      now: list[dict[str, Any]] | None = None) -> None:
+                      now: list[dict[str, Any]] | None = None,
+                      chunks: Sequence[Chunk] = (), reports: ReportPath | None = None,
+                      upto_chunk: int | None = None) -> None:
     """InputError unless the source is still what ``stored`` describes.
 
     ``read_upto``: the file and byte (None: the whole file, parquet) where the last
@@ -80,8 +85,20 @@ def check_fingerprint(spec: PipelineSpec, stored: list[dict[str, Any]], *,
     then :func:`record` s the source it reads); without it, every file. ``now``: the
     fingerprint the source's plan made just now (:attr:`SourcePlan.files`), whose
     digests are used instead of reading the files again.
+
+    A run planned by bytes stores each file's size and modification time, not a
+    digest: a file with both unchanged is taken as it is (the quick check of the
+    stored plan), and of a changed one, the chunks the run read up to ``upto_chunk``
+    (the last it committed; None: every one it read) are read again and compared with
+    their reports in ``reports`` (:func:`~cec_spark.source.chunk_report.check_reported`;
+    ``chunks``: the source's plan now).
     """
     if not stored:
+        return
+    if any("xxh64" not in f for f in stored):
+        assert reports is not None
+        _check_by_chunks(spec, stored, None if read_upto is None else read_upto[0],
+                         chunks, reports, upto_chunk)
         return
     whole = _whole(stored)
     if read_upto is None or read_upto[0] not in whole:
@@ -159,6 +176,44 @@ def _check_read(spec: PipelineSpec, stored: list[dict[str, Any]],
                 "input up to there, and may read a fixed file after it)")
 
 
+def _check_by_chunks(spec: PipelineSpec, stored: list[dict[str, Any]],
+                     upto_file: str | None, chunks: Sequence[Chunk], reports: ReportPath,
+                     upto_chunk: int | None) -> None:
+    """:func:`check_fingerprint` of a run planned by bytes (its docstring)."""
+    assert spec.source.path is not None
+    src = Path(spec.source.path)
+    whole = {f["file"]: f for f in stored}
+    try:
+        paths = [str(p) for p in source_files(src, spec.source.kind
+                                              if src.is_dir() else None)]
+    except (OSError, InputError) as exc:
+        raise InputError(f"{spec.source.path}: the source cannot be read again: {exc}") \
+            from exc
+    added = [p for p in paths if p not in whole and (upto_file is None or p <= upto_file)]
+    if added:
+        raise InputError(f"{added[0]}: the source changed since the run started: a file "
+                         "was added before the part already read (a resumed run must "
+                         "read the same input)")
+    changed: set[str] = set()
+    for name, old in whole.items():
+        if upto_file is not None and name > upto_file:
+            continue
+        path = Path(name)
+        if not path.is_file():
+            raise InputError(f"{name}: the source changed since the run started: the "
+                             "file is gone (a resumed run must read the same input)")
+        st = path.stat()
+        if st.st_size == int(old["bytes"]) and st.st_mtime_ns == int(old["mtime_ns"]):
+            continue
+        if st.st_size != int(old["bytes"]) and (upto_file is None or name < upto_file):
+            raise InputError(f"{name}: the source changed since the run started: "
+                             f"{old['bytes']} bytes then, {st.st_size} now, and the run "
+                             "read it whole (a resumed run must read the same input)")
+        changed.add(name)
+    if changed:
+        check_reported(reports, chunks, changed, upto_chunk)
+
+
 def stored_fingerprint(path: Path, settings_files: list[dict[str, Any]]
                        ) -> list[dict[str, Any]]:
     """The fingerprint a resume checks: the last one :func:`record` wrote at ``path``
@@ -172,8 +227,9 @@ def stored_fingerprint(path: Path, settings_files: list[dict[str, Any]]
         raise InputError(f"{path}: unreadable ({exc}); the fingerprint of the source a "
                          "resumed run read") from exc
     if not isinstance(raw, list) or not all(
-            isinstance(f, dict) and {"file", "bytes", "xxh64"} <= f.keys() for f in raw):
-        raise InputError(f"{path}: not a list of files with bytes and xxh64")
+            isinstance(f, dict) and {"file", "bytes"} <= f.keys()
+            and ("xxh64" in f or "mtime_ns" in f) for f in raw):
+        raise InputError(f"{path}: not a list of files with bytes and xxh64 or mtime_ns")
     return raw
 
 

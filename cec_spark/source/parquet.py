@@ -25,7 +25,8 @@ from cec_spark.source.types import Chunk
 
 
 def plan_parquet_file(st: FileState, path: Path) -> None:
-    """Plan one parquet file into ``st``: its chunks, and, light, its fingerprint."""
+    """Plan one parquet file into ``st``: its chunks, and, light, its fingerprint (of a
+    run whose tasks report their chunks, its size and time: no byte digested here)."""
     name = path.name
     try:
         pf = parquet_file(str(path))
@@ -61,7 +62,8 @@ def plan_parquet_file(st: FileState, path: Path) -> None:
                 row += n
                 continue
             st.add_light(Chunk(len(st.chunks), "parquet", str(path), lo, hi, st.next_seq,
-                               rows, row), _last_row_time(st, pf, name, hi - 1, row, n, rows),
+                               rows, row, reported=st.reports),
+                         _last_row_time(st, pf, name, hi - 1, row, n, rows),
                          f"row {row + rows - 1}")
             row += n
             continue
@@ -78,9 +80,19 @@ def plan_parquet_file(st: FileState, path: Path) -> None:
                              f"source's first file: {exc}") from exc
         cut = st.check(table, name, row, "row")
         st.add_chunk(Chunk(len(st.chunks), "parquet", str(path), lo, hi, st.next_seq,
-                           cut.num_rows, row), cut)
+                           cut.num_rows, row, reported=st.reports), cut)
         row += table.num_rows
-    if st.light:
+    _fingerprint(st, path)
+
+
+def _fingerprint(st: FileState, path: Path) -> None:
+    """The file's fingerprint entry of a light plan: its size and time when the tasks
+    report what they read (cec_spark.source.chunk_report), else the xxh64 of its bytes."""
+    if st.reports:
+        stat = path.stat()
+        st.files.append({"file": str(path), "bytes": stat.st_size,
+                         "mtime_ns": stat.st_mtime_ns})
+    elif st.light:
         st.files.append({"file": str(path), "bytes": path.stat().st_size,
                          "xxh64": file_digest(path)})
 

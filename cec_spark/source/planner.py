@@ -62,7 +62,8 @@ __all__ = ["END_MARKER", "EXTENSIONS", "SEQ", "Chunk", "ColumnTypes", "InputErro
 
 
 def plan_source(spec: PipelineSpec, *, max_rows: int | None = None,
-                validate: bool = True) -> SourcePlan:
+                validate: bool = True, chunk_bytes: int | None = None,
+                reports: bool = False) -> SourcePlan:
     """Cut a source into chunks and, with ``validate``, check every row of it.
 
     ``validate=False`` (a run's planning): the files' metadata is read (names, sizes,
@@ -74,6 +75,14 @@ def plan_source(spec: PipelineSpec, *, max_rows: int | None = None,
     is the InputError). With lateness settings each chunk's times are read here
     either way (:mod:`cec_spark.source.order` plans from every row's time), the time
     column alone.
+
+    ``chunk_bytes`` (a run planned by bytes, ``[cec] chunk_bytes``): with
+    ``validate=False``, no lateness settings and no ``max_rows``, a csv or jsonl file
+    is cut every that many bytes at a line start, its newlines not counted and its
+    bytes not digested (:attr:`Chunk.sparse`; the tasks count and digest what they
+    read, :mod:`cec_spark.source.chunk_report`): the plan reads a few bytes a chunk.
+    ``reports`` (``[cec] source_reports``, implied by ``chunk_bytes``): the same for a
+    parquet file's digest (:attr:`Chunk.reported`); its footer is all the plan reads.
 
     For ``stream-dir`` this is the plan of the files present now (use
     :class:`StreamDirWatcher` to follow the folder).
@@ -95,7 +104,8 @@ def plan_source(spec: PipelineSpec, *, max_rows: int | None = None,
         watcher.poll()
         return watcher.plan if watcher.plan.columns.names else _first_file(watcher, spec)
     assert src.path is not None
-    st = FileState(spec, max_rows, light=True)
+    st = FileState(spec, max_rows, light=True, chunk_bytes=None if validate else chunk_bytes,
+                   reports=reports and not validate)
     files = source_files(src.path, src.kind if src.path.is_dir() else None)
     if not files:
         raise InputError(f"{src.path}: [source].path: no {src.kind} files in this folder")

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from cec.errors import CecError
 from cec_spark.errors import InputError
+from cec_spark.source.chunk_report import ReportPath, chunk_digest, write_report
 from cec_spark.source.order import reorder
 from cec_spark.source.times import TimeValueError, to_us
 from cec_spark.source.types import SEQ, Chunk, ColumnTypes, TimeSpec
@@ -267,7 +268,26 @@ def has_blank_line(data: bytes) -> bool:
     return data.startswith((b"\n", b"\r\n")) or b"\n\n" in data or b"\n\r\n" in data
 
 
-def _checked_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Table:
+def _checked_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
+                   report: ReportPath | None = None) -> pa.Table:
+    """:func:`_checked_one`; a chunk cut by bytes (``chunk.sparse``: its first line not
+    known) that fails is checked again with its first line counted, so that the error
+    names the line (what a message costs, never a read)."""
+    try:
+        return _checked_one(chunk, columns, time, report)
+    except InputError:
+        if not chunk.sparse or chunk.fmt == "parquet":
+            raise
+        first = first_line_of(chunk)
+        after_header = 2 if chunk.fmt == "csv" else 1
+        _checked_one(replace(chunk, sparse=False, first_line=first, prev_where=(
+            f"line {first - 1}" if first > after_header else chunk.prev_where)),
+            columns, time, None)
+        raise
+
+
+def _checked_one(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
+                 report: ReportPath | None) -> pa.Table:
     """The rows of a chunk the planner did not read (``chunk.check``), each checked as
     the planner checks the rows it reads (:mod:`cec_spark.source.check`): parsed, every
     needed value there and finite, times in microseconds and non-decreasing from the
@@ -321,7 +341,52 @@ def _checked_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Tab
     if not time.reorders:  # with lateness settings the planner read the times
         check_order(table.column(time.field).to_numpy(), time.field, name, first, unit,
                     chunk.prev_ts, chunk.prev_where)
+    if report is not None and chunk.reported:
+        _report(report, chunk, table.num_rows, data if chunk.fmt != "parquet" else None)
     return table
+
+
+def _report(report: ReportPath, chunk: Chunk, rows: int, data: bytes | None) -> None:
+    """Report ``chunk`` (:mod:`cec_spark.source.chunk_report`): a text chunk's digest of
+    the bytes it parsed (``data``), a parquet chunk's of its row groups' bytes, read
+    again raw (the page cache holds them: pyarrow just read them)."""
+    if data is not None:
+        write_report(report(chunk.index), chunk, rows, (chunk.start, chunk.stop),
+                     chunk_digest(data))
+        return
+    span = group_bytes(parquet_file(chunk.file).metadata, chunk.start, chunk.stop)
+    write_report(report(chunk.index), chunk, rows, span,
+                 chunk_digest(read_bytes(chunk.file, *span)))
+
+
+def group_bytes(meta: pq.FileMetaData, lo: int, hi: int) -> tuple[int, int]:
+    """The bytes ``[start, stop)`` of a parquet file that its row groups ``lo..hi-1``
+    hold: from the first page of group ``lo``'s first column to the end of group
+    ``hi - 1``'s last column chunk."""
+    def first(col: pq.ColumnChunkMetaData) -> int:
+        data_at = int(col.data_page_offset)
+        dict_at = int(col.dictionary_page_offset or 0) if col.has_dictionary_page else 0
+        return min(data_at, dict_at) if dict_at else data_at
+
+    head, tail = meta.row_group(lo), meta.row_group(hi - 1)
+    start = min(first(head.column(c)) for c in range(head.num_columns))
+    stop = max(first(tail.column(c)) + tail.column(c).total_compressed_size
+               for c in range(tail.num_columns))
+    return start, stop
+
+
+def first_line_of(chunk: Chunk) -> int:
+    """The 1-based line of a text chunk's first row: ``chunk.first_line``, or, for a
+    chunk cut by bytes (``chunk.sparse``, whose planner counted no newline), one more
+    than the newlines before its first byte, counted now (for a message)."""
+    if not chunk.sparse or chunk.fmt == "parquet":
+        return chunk.first_line
+    seen, left = 0, chunk.start
+    with open(chunk.file, "rb") as fh:
+        while left > 0 and (block := fh.read(min(_LINE_BLOCK, left))):
+            seen += block.count(b"\n")
+            left -= len(block)
+    return seen + 1
 
 
 def _line_start(path: str, start: int, stop: int, n: int) -> int:
@@ -371,29 +436,38 @@ def _from_row(chunk: Chunk) -> tuple[Chunk, int]:
         start = _line_start(chunk.file, chunk.start, chunk.stop, target)
     part = replace(chunk, start=start, first_seq=chunk.first_seq + before,
                    rows=chunk.rows - before, first_line=chunk.first_line + before, skip=0,
+                   reported=False,  # read in part: its report is the whole read's
                    prev_ts=None if before < chunk.skip else chunk.prev_ts,
                    prev_where="" if before < chunk.skip else chunk.prev_where)
     return part, chunk.skip - before
 
 
-def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Table:
+def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
+                report: ReportPath | None = None) -> pa.Table:
     """The rows of a chunk, typed as the ingest reads them (times in microseconds);
     checked row by row first when the planner did not read them (``chunk.check``).
-    A resumed ingest's chunk: its rows from row ``chunk.skip`` (:func:`_from_row`)."""
+    A resumed ingest's chunk: its rows from row ``chunk.skip`` (:func:`_from_row`).
+    ``report``: where (RunLayout.source_chunk_report) a reported chunk read whole is
+    reported (its rows and digest, :mod:`cec_spark.source.chunk_report`) before its
+    rows are returned."""
     if chunk.rows == 0 or chunk.skip >= chunk.rows:  # a flush chunk (cec_spark.source.
         return columns.schema().empty_table()        # order), or one every log holds
     if chunk.skip > 0:
         part, drop = _from_row(chunk)
         return chunk_table(part, columns, time).slice(drop)
     if chunk.check:
-        return _checked_table(chunk, columns, time)
+        return _checked_table(chunk, columns, time, report)
     if chunk.fmt == "parquet":
         table = parquet_file(chunk.file).read_row_groups(
             list(range(chunk.start, chunk.stop)), columns=list(columns.names))
+        if report is not None and chunk.reported:
+            _report(report, chunk, table.num_rows, None)
     else:
         data = read_bytes(chunk.file, chunk.start, chunk.stop)
         table = parse_text(chunk.fmt, data, chunk.columns, columns, {})
         table = table.select(list(columns.names))
+        if report is not None and chunk.reported:
+            _report(report, chunk, table.num_rows, data)
     table = table.slice(0, chunk.rows)
     unit_word = "row" if chunk.fmt == "parquet" else "line"
     table = with_time_us(table, time, columns.kind(time.field), Path(chunk.file).name,
@@ -402,7 +476,8 @@ def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec) -> pa.Table:
 
 
 def read_chunk(chunk: Chunk, columns: ColumnTypes, time: TimeSpec, *,
-               batch_rows: int = 1 << 18) -> Iterator[pa.RecordBatch]:
+               batch_rows: int = 1 << 18, report: ReportPath | None = None
+               ) -> Iterator[pa.RecordBatch]:
     """The rows of a chunk with typed columns plus ``SEQ`` (int64), as Arrow batches;
     with lateness settings, the rows it emits and the ``LATE`` flag
     (:func:`cec_spark.source.order.reorder`). A resumed ingest's chunk: its rows from
@@ -414,7 +489,7 @@ def read_chunk(chunk: Chunk, columns: ColumnTypes, time: TimeSpec, *,
         table = reorder(chunk, time, lambda c: chunk_table(c, columns, time))
         yield from table.to_batches(max_chunksize=batch_rows)
         return
-    table = chunk_table(chunk, columns, time)
+    table = chunk_table(chunk, columns, time, report)
     first = chunk.first_seq + min(chunk.skip, chunk.rows)
     seq = pa.array(np.arange(first, first + table.num_rows, dtype=np.int64))
     table = table.append_column(SEQ, seq)

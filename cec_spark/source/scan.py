@@ -12,7 +12,7 @@ watermark) without reading the rest. The planner of text files
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import numpy as np
 import xxhash
@@ -99,3 +99,37 @@ def nth_line(path: Path, start: int, stop: int, n: int, lines: int) -> bytes:
             if nl >= 0 or lo == start:
                 return data[nl + 1:]
             back *= 4
+
+
+def line_starts(path: Path, begin: int, size: int, every: int) -> list[int]:
+    """A text file's chunk boundaries by bytes: ``begin`` (its first data line), then the
+    first line start at or after each ``begin + k * every`` (a line that starts exactly
+    there starts a chunk), each found by reading a few bytes from there, none twice;
+    the boundaries below ``size``. The cost is the chunks', not the file's: what makes
+    a plan by bytes (:mod:`cec_spark.source.check`) cost its files, not its rows."""
+    out = [begin]
+    with path.open("rb") as fh:
+        for target in range(begin + every, size, every):
+            if target <= out[-1]:
+                continue  # a line longer than ``every`` reached past this target
+            at = _next_line_start(fh, target, size)
+            if at < size and at > out[-1]:
+                out.append(at)
+    return out
+
+
+def _next_line_start(fh: BinaryIO, target: int, size: int) -> int:
+    """The first line start at or after ``target`` (> 0): just after the first newline
+    at or after byte ``target - 1``; ``size`` when there is none."""
+    pos, want = target - 1, 4096
+    while pos < size:
+        fh.seek(pos)
+        block = fh.read(want)
+        if not block:
+            break
+        nl = block.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(block)
+        want = min(want * 4, 1 << 20)
+    return size

@@ -58,14 +58,17 @@ def file_stats(spec: PipelineSpec) -> tuple[dict[str, Any], ...]:
     return tuple(out)
 
 
-def planned_with_stats(spec: PipelineSpec, max_rows: int | None
+def planned_with_stats(spec: PipelineSpec, max_rows: int | None,
+                       chunk_bytes: int | None, reports: bool
                        ) -> tuple[SourcePlan, tuple[dict[str, Any], ...]]:
     """The source planned from its files' metadata (:func:`plan_source`,
-    ``validate=False``: the tasks check the rows they read), and its files'
+    ``validate=False``: the tasks check the rows they read; by bytes with the run's
+    ``chunk_bytes``, reported with its ``source_reports``), and its files'
     :func:`file_stats` as they were before the planner read them: () when a file
     changed while it was planned (such a plan is not stored)."""
     stats = file_stats(spec)
-    plan = plan_source(spec, max_rows=max_rows, validate=False)
+    plan = plan_source(spec, max_rows=max_rows, validate=False, chunk_bytes=chunk_bytes,
+                       reports=reports)
     return plan, stats if stats and file_stats(spec) == stats else ()
 
 

@@ -36,7 +36,7 @@ class Chunk:
     start: int  # byte offset (csv/jsonl), first row group (parquet), first row (generator)
     stop: int  # exclusive end in the same unit
     first_seq: int
-    rows: int  # rows delivered (after a --max-tuples cut)
+    rows: int  # rows delivered (after a --max-tuples cut); a sparse chunk's: its seq span
     first_line: int = 0  # 1-based line of the first row (csv/jsonl), for messages
     columns: tuple[str, ...] = ()  # csv: the file's header
     # with lateness settings (cec_spark.source.order; else the defaults): the largest
@@ -60,6 +60,18 @@ class Chunk:
     # a resumed ingest's chunk: its first ``skip`` rows, which every upstream log holds,
     # are not read (cec_spark.ingest.logs.resume_chunks; only where seq is a source row)
     skip: int = 0
+    # a text chunk cut by bytes (a run planned by bytes, RunSettings.chunk_bytes): its
+    # rows are not counted by the planner, and ``rows`` is its seq span, ``stop -
+    # start``. Its first seq is its first byte's place in the source (the sizes of the
+    # files before it plus ``start``), row ``i`` of it takes ``first_seq + i`` (a row
+    # holds at least a byte: below ``next_seq``), and ``first_line`` is 0 (unknown: a
+    # message counts it, cec_spark.source.read.first_line_of). The task that reads it
+    # counts its rows (cec_spark.source.chunk_report).
+    sparse: bool = False
+    # its task reports it once read whole and checked, before its first row is yielded:
+    # rows and the digest of its bytes (cec_spark.source.chunk_report; a run made with
+    # ``[cec] source_reports``: every chunk of its csv, jsonl or parquet files)
+    reported: bool = False
 
     @property
     def next_seq(self) -> int:
@@ -183,4 +195,6 @@ class SourcePlan:
 
     @property
     def rows(self) -> int:
+        """The seq after the source's last row: its rows, but for chunks cut by bytes
+        (:attr:`Chunk.sparse`), whose seqs are places in the bytes."""
         return self.chunks[-1].next_seq if self.chunks else 0

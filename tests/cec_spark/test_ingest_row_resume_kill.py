@@ -29,6 +29,8 @@ import pytest
 from cec_spark.ingest.logs import resume_point
 from cec_spark.rundir.advisory import read_advisory
 from cec_spark.rundir.layout import RunLayout
+from cec_spark.source.chunk_report import counted_rows
+from cec_spark.source.types import Chunk
 from storage_log.log import StreamLog
 from tests.cec_spark.helpers import (
     REPO,
@@ -133,6 +135,31 @@ def _upstream_rows(layout: RunLayout) -> list[list[int]]:
     return out
 
 
+def _chunks(layout: RunLayout) -> list[Chunk]:
+    raw = json.loads(layout.source_plan_file.read_text(encoding="utf-8"))["chunks"]
+    return [Chunk.from_dict(c) for c in raw]
+
+
+def _chunk_seqs(layout: RunLayout, path: IngestPath) -> tuple[tuple[int, int], ...]:
+    """The seqs ``[first, next)`` of the first two chunks: a csv file's from the plan
+    the run stored (planned by bytes: its seqs are places in the bytes), a stream
+    folder's rows."""
+    if path.kind != "csv":
+        return (0, path.chunk), (path.chunk, 2 * path.chunk)
+    chunks = _chunks(layout)
+    assert all(c.sparse for c in chunks)
+    return tuple((c.first_seq, c.next_seq) for c in chunks[:2])
+
+
+def _rows_below(layout: RunLayout, path: IngestPath, row: int) -> int:
+    """The source rows below seq ``row`` (in chunk 1): the rows of chunk 0 (its
+    reader's report) and those of chunk 1 below it."""
+    if path.kind != "csv":
+        return row
+    chunks = _chunks(layout)
+    return counted_rows(layout.source_chunk_report, chunks, 0) + row - chunks[1].first_seq
+
+
 @pytest.mark.parametrize("path", PATHS, ids=[p.kind for p in PATHS])
 def test_a_run_killed_after_a_commit_within_a_chunk_resumes_at_its_row(
         tmp_path: Path, path: IngestPath) -> None:
@@ -149,10 +176,12 @@ def test_a_run_killed_after_a_commit_within_a_chunk_resumes_at_its_row(
     point = resume_point(layout, P)
     # the kill landed after a commit within chunk 1: every log holds its rows up to a
     # row inside it, and the ingest had rows of that chunk still to write
-    assert point.chunk == 0 and path.chunk < point.row < 2 * path.chunk, \
-        (point, log.read_text())
+    _, second = _chunk_seqs(layout, path)
+    assert point.chunk == 0 and second[0] < point.row < second[1], (point, log.read_text())
+    below = _rows_below(layout, path, point.row)
+    assert path.chunk // 2 < below < 3 * path.chunk
     had = _upstream_rows(layout)
-    assert sum(len(s) for s in had) == point.row  # each log: its rows below the row
+    assert sum(len(s) for s in had) == below  # each log: its rows below the row
     assert all(s == sorted(set(s)) and (not s or s[-1] < point.row) for s in had)
 
     rc = _end(_cec(["recover", "--from-log", str(run)], log), log)
@@ -161,8 +190,8 @@ def test_a_run_killed_after_a_commit_within_a_chunk_resumes_at_its_row(
     # a stream folder's ingest ran as the long-lived task, not as a job per poll
     assert "one Spark job per poll" not in log.read_text(errors="replace")
     state = read_advisory(layout.ingest_state_file)
-    print(f"{path.kind}: killed with every log at row {point.row} of chunk 1 "
-          f"({point.row - path.chunk} of its {path.chunk} rows); the resumed ingest: {state}")
+    print(f"{path.kind}: killed with every log at seq {point.row} of chunk 1, "
+          f"{below} source rows below it; the resumed ingest: {state}")
     # read from the row, not from the chunk's start (row path.chunk): the writers received
     # exactly the rows no log had (no filter: every row read reaches them), each one
     # appended (written == received: none was dropped as already in its log)
@@ -173,8 +202,9 @@ def test_a_run_killed_after_a_commit_within_a_chunk_resumes_at_its_row(
     if path.kind == "csv":  # the last job's writer sealed every log (not the driver)
         assert state["sealed_by_writers"] == P, state
     assert state["first_received"] == point.row
-    assert state["rows_received"] == path.rows - point.row == state["tuples"], \
+    assert state["rows_received"] == path.rows - below == state["tuples"], \
         json.dumps(state)
+    assert state["source_rows"] == path.rows, json.dumps(state)
     final = _upstream_rows(layout)
     for p in range(P):
         assert final[p][:len(had[p])] == had[p]  # what the log had, untouched

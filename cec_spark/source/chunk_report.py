@@ -1,0 +1,145 @@
+"""The reports of chunks cut by bytes: what the task that read one saw.
+
+A text source planned by bytes (``[cec] chunk_bytes`` in run.toml,
+:attr:`~cec_spark.source.types.Chunk.sparse`) is not read by the planner: its chunks'
+rows are counted, and their bytes digested, by the ingest task that reads them. Once
+every row of a chunk is checked, and before it yields the first, that task writes
+``RUN/source_chunks/cNNNNNNNN.json`` (``RunLayout.source_chunk_report``, the
+:data:`ReportPath` every function here takes):
+``{"file", "start", "stop", "rows", "xxh3"}``, durably (a retried or speculative task
+writes the same). A resume that skips a chunk's first rows reads only part of it and
+writes nothing: the whole chunk was read, and reported, before any of its rows was
+committed. The reports are
+
+* the fingerprint of what the run read (:func:`check_reported`): a resume that finds a
+  file changed (its size or modification time) reads again the bytes of each reported
+  chunk of it before its resume point and compares the digests, so a file changed
+  where rows were committed is refused naming the file and the bytes, and a file fixed
+  after them is read on;
+* the rows the ingest read (:func:`counted_rows`): the seqs of a chunk cut by bytes are
+  places in the source's bytes, not row numbers, so the progress, the run's report and
+  its metrics count its rows from here.
+
+A report counts only for a chunk of the current plan with the same file and bytes: a
+fixed file may move the chunks after the fix, whose old reports are then ignored (and
+written over when the chunk is read). The file is JSON, never pickle; a report that
+does not parse is treated as missing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from cec_spark.errors import InputError
+from cec_spark.source.types import Chunk
+from storage_log.durable import write_durable
+
+__all__ = ["ReportPath", "check_reported", "chunk_digest", "counted_rows",
+           "read_reports", "write_report"]
+
+_BLOCK = 16 << 20
+
+
+def chunk_digest(data: bytes) -> str:
+    """The digest of a chunk's bytes a report holds (xxh3, 64 bits, hex)."""
+    return xxhash.xxh3_64_hexdigest(data)
+
+
+#: where chunk ``index``'s report is (RunLayout.source_chunk_report)
+ReportPath = Callable[[int], Path]
+
+
+def write_report(path: Path, chunk: Chunk, rows: int, span: tuple[int, int],
+                 digest: str) -> None:
+    """Report ``chunk`` read whole at ``path``: its ``rows`` and the ``digest`` of its
+    bytes ``span`` (a text chunk's ``start``-``stop``; a parquet chunk's row groups'),
+    in the task, before its first row is yielded."""
+    path.parent.mkdir(exist_ok=True)
+    write_durable(path, json.dumps(
+        {"file": chunk.file, "start": chunk.start, "stop": chunk.stop, "rows": rows,
+         "bytes": list(span), "xxh3": digest}))
+
+
+def _matches(report: dict[str, Any] | None, chunk: Chunk) -> bool:
+    return report is not None and report.get("file") == chunk.file \
+        and report.get("start") == chunk.start and report.get("stop") == chunk.stop
+
+
+def read_reports(folder: ReportPath, chunks: Sequence[Chunk]) -> dict[int, dict[str, Any]]:
+    """The reports of ``chunks`` (of the current plan; reported ones) that match them."""
+    out: dict[int, dict[str, Any]] = {}
+    for chunk in chunks:
+        if chunk.reported and _matches(report := _load(folder, chunk.index), chunk):
+            assert report is not None
+            out[chunk.index] = report
+    return out
+
+
+def counted_rows(folder: ReportPath, chunks: Sequence[Chunk], upto: int) -> int:
+    """The source rows of the chunks up to index ``upto``: a dense chunk's from its seqs,
+    a sparse one's from its report (one not reported yet: none)."""
+    done = [c for c in chunks if c.index <= upto]
+    if not done:
+        return 0
+    if not any(c.sparse for c in done):
+        return done[-1].next_seq
+    reports = read_reports(folder, done)
+    return sum(int(reports[c.index]["rows"]) if c.sparse and c.index in reports
+               else (0 if c.sparse else c.rows) for c in done)
+
+
+def _load(folder: ReportPath, index: int) -> dict[str, Any] | None:
+    try:
+        report = json.loads(folder(index).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    keys = {"file": str, "start": int, "stop": int, "rows": int, "xxh3": str, "bytes": list}
+    ok = isinstance(report, dict) and all(isinstance(report.get(k), t) for k, t in keys.items()) \
+        and len(report["bytes"]) == 2 and all(isinstance(b, int) for b in report["bytes"])
+    return report if ok else None
+
+
+def _digest_now(file: str, start: int, stop: int) -> str | None:
+    """The digest of bytes ``[start, stop)`` of ``file`` now (None: not there)."""
+    h = xxhash.xxh3_64()
+    try:
+        with open(file, "rb") as fh:
+            fh.seek(start)
+            left = stop - start
+            while left > 0 and (block := fh.read(min(_BLOCK, left))):
+                h.update(block)
+                left -= len(block)
+    except OSError:
+        return None
+    return None if left else h.hexdigest()
+
+
+def check_reported(folder: ReportPath, chunks: Sequence[Chunk], files: set[str],
+                   upto: int | None) -> None:
+    """InputError unless the chunks of ``files`` the run read, up to index ``upto``
+    (None: all it read), hold the bytes their reports say it read (each report's own
+    file and bytes: a committed chunk is never planned otherwise). Up to ``upto`` every
+    chunk of the current plan in ``files`` was read whole: without its report the
+    source cannot be checked, and that is refused too."""
+    todo = [c for c in chunks if c.reported and c.file in files
+            and (upto is None or c.index <= upto)]
+    for chunk in todo:
+        report = _load(folder, chunk.index)
+        if report is None:
+            if upto is None:
+                continue  # never read whole, nothing of it committed
+            raise InputError(f"{chunk.file}: chunk {chunk.index}: the run "
+                             f"read it, but its report "
+                             f"({folder(chunk.index)}) is missing or damaged: the "
+                             "source cannot be checked against what the run read")
+        file, (start, stop) = report["file"], report["bytes"]
+        if _digest_now(file, start, stop) != report["xxh3"]:
+            raise InputError(f"{file}: bytes {start}-{stop}: the source changed since the "
+                             f"run read them (xxh3 {report['xxh3']} then; a resumed run "
+                             "must read the same input up to where it stopped, and may "
+                             "read a fixed file after it)")
