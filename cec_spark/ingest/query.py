@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -31,7 +30,6 @@ from cec_spark.ingest.writer import (
     job_chunks,
 )
 from cec_spark.run.plan import RunPlan
-from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import value_column
 from cec_spark.source.order import LATE
 from cec_spark.source.read import read_chunk
@@ -77,20 +75,21 @@ def _reader_run(chunks: list[Chunk], i: int, readers: int) -> list[Chunk]:
 
 
 def _chunk_reader(chunks: list[str] | None, columns: str, time: str, readers: int = 1,
-                  report: str | None = None
+                  report: WriterConfig | None = None
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The mapInArrow function that turns chunk indices into the chunks' rows, in order.
 
     With ``chunks`` None the indices are reader numbers (of ``readers``) and the chunks
-    are the job's (:func:`job_chunks`). ``report``: the run directory, where the
-    chunks cut by bytes are reported (:func:`cec_spark.source.read.read_chunk`).
+    are the job's (:func:`job_chunks`). ``report``: the run's writers' settings, where
+    the chunks are reported (:meth:`WriterConfig.reports`,
+    :func:`cec_spark.source.read.read_chunk`).
     """
 
     def read(indices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         cols = ColumnTypes.from_json(columns)
         tspec = TimeSpec.from_json(time)
         job = job_chunks() if chunks is None else None
-        where = RunLayout(Path(report)).source_chunk_report if report else None
+        where = report.reports() if report is not None else None
         for batch in indices:
             for i in batch.column(0).to_pylist():
                 run = (_reader_run(job, i, readers) if job is not None
@@ -103,7 +102,7 @@ def _chunk_reader(chunks: list[str] | None, columns: str, time: str, readers: in
 
 def _file_frame(spark: SparkSession, columns: ColumnTypes, time: TimeSpec,
                 chunks: list[Chunk] | None, readers: int = 1,
-                report: str | None = None) -> DataFrame:
+                report: WriterConfig | None = None) -> DataFrame:
     """Consecutive chunks of a file source read by a Spark task, as Arrow batches.
 
     ``spark.range(len(chunks))`` in one partition hands the chunk numbers in order to
@@ -150,12 +149,12 @@ def partition_expr(key: Column, partitions: int, key_groups: int | None = None) 
 
 def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
                  chunks: list[Chunk] | None, readers: int = 1,
-                 report: str | None = None) -> DataFrame:
+                 report: WriterConfig | None = None) -> DataFrame:
     """The rows of consecutive chunks with every source column plus ``SEQ``, read by
     ``readers`` tasks (each in order; with one, the whole frame is in order).
 
     ``chunks`` None (file sources only): the chunks of the job that runs the query.
-    ``report``: the run directory, where chunks cut by bytes are reported."""
+    ``report``: the run's writers' settings, where chunks are reported."""
     if chunks is None:
         if spec.source.kind == "generator":
             raise CecError("ingest: a generator query needs its chunks")
@@ -178,7 +177,7 @@ def source_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
 
 def upstream_frame(spark: SparkSession, spec: PipelineSpec, columns: ColumnTypes,
                    chunks: list[Chunk] | None, readers: int = 1,
-                   key_groups: int | None = None, report: str | None = None) -> DataFrame:
+                   key_groups: int | None = None, report: WriterConfig | None = None) -> DataFrame:
     """Filtered, projected and partitioned rows: ts, seq, key, value, PART
     (:func:`partition_expr` with the run's ``key_groups``)."""
     df = source_frame(spark, spec, columns, chunks, readers, report)
@@ -267,7 +266,7 @@ class IngestQuery:
 
     def _query(self, chunks: list[Chunk] | None, readers: int) -> DataFrame:
         df = upstream_frame(self.spark, self.spec, self.settings.columns, chunks, readers,
-                            self.settings.key_groups, self.cfg.run_dir)
+                            self.settings.key_groups, self.cfg)
         if readers > 1 or self.writers > 1:
             # rows to their writer through Spark's shuffle: Spark partition w holds the
             # key partitions p % writers == w, in seq order (each log keeps the source

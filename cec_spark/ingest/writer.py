@@ -25,7 +25,7 @@ from cec_spark.rundir.access import check_visible
 from cec_spark.rundir.drivers import check_driver
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import value_column
-from cec_spark.source.chunk_report import ReportPath
+from cec_spark.source.chunk_report import Reports
 from cec_spark.source.order import LATE
 from cec_spark.source.types import Chunk
 from storage_log.faults import armed, crash_point, set_tag
@@ -77,9 +77,11 @@ class WriterConfig:
     late: str = "error"  # [source] late: what a row below a log's watermark does
     level: int = 1  # the records' zstd level; 0: none (a cache of a replayable source)
 
-    def reports(self) -> ReportPath:
-        """Where the reader of a chunk cut by bytes reports it (RunLayout.source_chunk_report)."""
-        return RunLayout(Path(self.run_dir)).source_chunk_report
+    def reports(self) -> Reports:
+        """Where a chunk's reader reports it (RunLayout.source_chunk_report): synced as
+        the upstream logs are (:mod:`cec_spark.source.chunk_report`)."""
+        return Reports(RunLayout(Path(self.run_dir)).source_chunk_report,
+                       sync=self.fsync != "never")
 
     @classmethod
     def for_run(cls, spec: PipelineSpec, layout: RunLayout, run_id: str | None,

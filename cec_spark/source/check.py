@@ -3,18 +3,19 @@
 :func:`plan_file` plans one file of a source into the pass's
 :class:`~cec_spark.source.file_state.FileState` (a parquet file:
 :mod:`cec_spark.source.parquet`); a csv or jsonl file is planned here. A run's plan is
-**light** (:attr:`FileState.light <cec_spark.source.file_state.FileState.light>`):
-chunk boundaries from file metadata (a csv header, a parquet footer's row counts, a
-text file's newlines counted in one pass with its fingerprint,
-:func:`~cec_spark.source.scan.scan_lines`), the source's first chunk parsed and checked
-(it fixes the column types) and each other chunk's last time read (its watermark, and
-the time its successor's first row must not be below, ``FileState.add_light``); the
-ingest task checks the other rows (:attr:`~cec_spark.source.types.Chunk.check`).
-Otherwise (lateness settings, whose plan needs every row's time; a stream folder's
-watcher) each file is parsed once, chunk by chunk, as the ingest will read it. Either
-way a missing column, a malformed row, a missing or non-finite value or a time field
-that goes back raises :class:`InputError` naming the file, line (row for parquet) and
-field.
+**light** (:attr:`FileState.light <cec_spark.source.file_state.FileState.light>`): chunk
+boundaries from file metadata (a csv header, a parquet footer's row counts; a text
+file's bytes, every ``[cec] chunk_bytes`` at a line start,
+:func:`~cec_spark.source.scan.line_starts`, or, for a run from before, its newlines
+counted in one pass with its fingerprint, :func:`~cec_spark.source.scan.scan_lines`),
+the source's first chunk parsed and checked (it fixes the column types) and each other
+chunk's last time read (its watermark, and the time its successor's first row must not
+be below, ``FileState.add_light``); the ingest task checks the other rows
+(:attr:`~cec_spark.source.types.Chunk.check`). Otherwise (lateness settings, whose plan
+needs every row's time; a stream folder's watcher) each file is parsed once, chunk by
+chunk, as the ingest will read it. Either way a missing column, a malformed row, a
+missing or non-finite value or a time field that goes back raises :class:`InputError`
+naming the file, line (row for parquet) and field.
 """
 
 from __future__ import annotations
@@ -328,20 +329,22 @@ def reports_for(spec: PipelineSpec, max_rows: int | None) -> bool:
 def chunk_bytes_for(spec: PipelineSpec, max_rows: int | None) -> int | None:
     """The ``[cec] chunk_bytes`` of a new run: a text file source whose tasks report
     their chunks (:func:`reports_for`) is planned by bytes, its chunks about
-    ``chunk_rows`` rows of the width of the first file's first lines (None: planned by
-    rows). Fixed at creation, so every later plan of the run cuts its chunks the same."""
+    ``chunk_rows`` rows of the width of the first lines of the first file that has
+    some (None: planned by rows). Fixed at creation, so every later plan of the run
+    cuts its chunks the same."""
     src = spec.source
     if src.path is None or src.kind not in ("csv", "jsonl") \
             or not reports_for(spec, max_rows):
         return None
-    files = source_files(src.path, src.kind if src.path.is_dir() else None)
-    if not files:
-        return None  # the planner names what is wrong
-    with files[0].open("rb") as fh:
-        if src.kind == "csv":
-            fh.readline()
-        head = fh.read(_SAMPLE)
-    lines = head.count(b"\n")
+    head, lines = b"", 0
+    for path in source_files(src.path, src.kind if src.path.is_dir() else None):
+        with path.open("rb") as fh:  # the first file with a line after its header
+            if src.kind == "csv":
+                fh.readline()
+            head = fh.read(_SAMPLE)
+        lines = head.count(b"\n")
+        if lines:
+            break
     width = len(head) / lines if lines else max(len(head), 1)
     return max(1, round(src.chunk_rows * width))
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from cec_spark.errors import InputError
 from cec_spark.source.types import Chunk
 from storage_log.durable import write_durable
 
-__all__ = ["ReportPath", "check_reported", "chunk_digest", "counted_rows",
+__all__ = ["ReportPath", "Reports", "check_reported", "chunk_digest", "counted_rows",
            "read_reports", "write_report"]
 
 _BLOCK = 16 << 20
@@ -54,13 +55,25 @@ def chunk_digest(data: bytes) -> str:
 ReportPath = Callable[[int], Path]
 
 
-def write_report(path: Path, chunk: Chunk, rows: int, span: tuple[int, int],
+@dataclass(frozen=True)
+class Reports:
+    """Where a task reports the chunks it reads, and whether each report is synced
+    (with the run's upstream logs: not on a local master whose logs are a cache of the
+    source, where a report lost in a machine crash is only a row count short and, for
+    a file changed since, a resume that says the source cannot be checked)."""
+
+    path: ReportPath
+    sync: bool = True
+
+
+def write_report(reports: Reports, chunk: Chunk, rows: int, span: tuple[int, int],
                  digest: str) -> None:
-    """Report ``chunk`` read whole at ``path``: its ``rows`` and the ``digest`` of its
-    bytes ``span`` (a text chunk's ``start``-``stop``; a parquet chunk's row groups'),
-    in the task, before its first row is yielded."""
+    """Report ``chunk`` read whole: its ``rows`` and the ``digest`` of its bytes
+    ``span`` (a text chunk's ``start``-``stop``; a parquet chunk's row groups'), in the
+    task, before its first row is yielded."""
+    path = reports.path(chunk.index)
     path.parent.mkdir(exist_ok=True)
-    write_durable(path, json.dumps(
+    write_durable(path, sync=reports.sync, data=json.dumps(
         {"file": chunk.file, "start": chunk.start, "stop": chunk.stop, "rows": rows,
          "bytes": list(span), "xxh3": digest}))
 

@@ -15,6 +15,13 @@ resumes check instead. A check without ``read_upto`` (``--repair``) wants every 
 it was. A completed run never reads its source, so it is not checked (it may be gone).
 Stream folders are not fingerprinted: files are consumed as they appear, in name order,
 and a file that sorts before one already consumed is refused by the watcher.
+
+A run made with ``[cec] source_reports`` (a new csv, jsonl or parquet file source
+without lateness settings or ``--max-tuples``) stores each file's size and modification
+time instead of a digest: the planner reads no file whole. The digests are the chunks'
+its tasks read (:mod:`cec_spark.source.chunk_report`), and a resume reads again only
+the chunks the run read of a file whose size or time changed
+(:func:`check_fingerprint`).
 """
 
 from __future__ import annotations

@@ -4,15 +4,18 @@ A source is cut into **chunks**, the unit of ingest and of resumption. A chunk i
 contiguous run of source rows: a byte range of whole lines of a CSV/JSONL file, a run
 of row groups of a parquet file, or a row range of the generator. Chunk ``c`` knows
 ``first_seq``, the source row number of its first row, so ``seq = first_seq + i`` is
-the row's position in the stream *before* the filter (ARCHITECTURE §1). Chunks are
+the row's position in the stream *before* the filter (ARCHITECTURE §1); a text chunk
+cut by bytes (:attr:`Chunk.sparse`) knows its first byte's place in the source
+instead, and its rows take ``first_seq + i`` all the same. Chunks are
 numbered densely from 0 in stream order; planning is deterministic (the same files
 give the same chunks), which is what lets a restarted ingest skip what its logs'
 commit tokens already cover.
 
 A run plans a bounded source from its files' metadata (:func:`plan_source` with
-``validate=False``: names, sizes, headers, parquet footers, newline counts, the
-fingerprint; the rows of its first chunk and each chunk's last time): its cost grows
-with the files, not the rows. The ingest task that reads a chunk checks its rows
+``validate=False``: names, sizes and times, headers, parquet footers, a text file's
+chunks cut by bytes; the rows of its first chunk and each chunk's last time): its cost
+grows with the files and chunks, not the rows (a run from before, planned by rows,
+also counts newlines and digests the bytes). The ingest task that reads a chunk checks its rows
 before it yields one (:attr:`Chunk.check`): a missing file or column, a malformed row
 or a time field that goes back raises :class:`InputError` (exit status 2) naming the
 file, line (row for parquet) and field, and nothing from that chunk on is committed.

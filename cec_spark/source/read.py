@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from cec.errors import CecError
 from cec_spark.errors import InputError
-from cec_spark.source.chunk_report import ReportPath, chunk_digest, write_report
+from cec_spark.source.chunk_report import Reports, chunk_digest, write_report
 from cec_spark.source.order import reorder
 from cec_spark.source.times import TimeValueError, to_us
 from cec_spark.source.types import SEQ, Chunk, ColumnTypes, TimeSpec
@@ -269,7 +269,7 @@ def has_blank_line(data: bytes) -> bool:
 
 
 def _checked_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
-                   report: ReportPath | None = None) -> pa.Table:
+                   report: Reports | None = None) -> pa.Table:
     """:func:`_checked_one`; a chunk cut by bytes (``chunk.sparse``: its first line not
     known) that fails is checked again with its first line counted, so that the error
     names the line (what a message costs, never a read)."""
@@ -287,7 +287,7 @@ def _checked_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
 
 
 def _checked_one(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
-                 report: ReportPath | None) -> pa.Table:
+                 report: Reports | None) -> pa.Table:
     """The rows of a chunk the planner did not read (``chunk.check``), each checked as
     the planner checks the rows it reads (:mod:`cec_spark.source.check`): parsed, every
     needed value there and finite, times in microseconds and non-decreasing from the
@@ -346,17 +346,15 @@ def _checked_one(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
     return table
 
 
-def _report(report: ReportPath, chunk: Chunk, rows: int, data: bytes | None) -> None:
+def _report(report: Reports, chunk: Chunk, rows: int, data: bytes | None) -> None:
     """Report ``chunk`` (:mod:`cec_spark.source.chunk_report`): a text chunk's digest of
     the bytes it parsed (``data``), a parquet chunk's of its row groups' bytes, read
     again raw (the page cache holds them: pyarrow just read them)."""
     if data is not None:
-        write_report(report(chunk.index), chunk, rows, (chunk.start, chunk.stop),
-                     chunk_digest(data))
+        write_report(report, chunk, rows, (chunk.start, chunk.stop), chunk_digest(data))
         return
     span = group_bytes(parquet_file(chunk.file).metadata, chunk.start, chunk.stop)
-    write_report(report(chunk.index), chunk, rows, span,
-                 chunk_digest(read_bytes(chunk.file, *span)))
+    write_report(report, chunk, rows, span, chunk_digest(read_bytes(chunk.file, *span)))
 
 
 def group_bytes(meta: pq.FileMetaData, lo: int, hi: int) -> tuple[int, int]:
@@ -443,13 +441,12 @@ def _from_row(chunk: Chunk) -> tuple[Chunk, int]:
 
 
 def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
-                report: ReportPath | None = None) -> pa.Table:
+                report: Reports | None = None) -> pa.Table:
     """The rows of a chunk, typed as the ingest reads them (times in microseconds);
     checked row by row first when the planner did not read them (``chunk.check``).
     A resumed ingest's chunk: its rows from row ``chunk.skip`` (:func:`_from_row`).
-    ``report``: where (RunLayout.source_chunk_report) a reported chunk read whole is
-    reported (its rows and digest, :mod:`cec_spark.source.chunk_report`) before its
-    rows are returned."""
+    ``report``: where a reported chunk read whole is reported (its rows and digest,
+    :mod:`cec_spark.source.chunk_report`) before its rows are returned."""
     if chunk.rows == 0 or chunk.skip >= chunk.rows:  # a flush chunk (cec_spark.source.
         return columns.schema().empty_table()        # order), or one every log holds
     if chunk.skip > 0:
@@ -476,7 +473,7 @@ def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
 
 
 def read_chunk(chunk: Chunk, columns: ColumnTypes, time: TimeSpec, *,
-               batch_rows: int = 1 << 18, report: ReportPath | None = None
+               batch_rows: int = 1 << 18, report: Reports | None = None
                ) -> Iterator[pa.RecordBatch]:
     """The rows of a chunk with typed columns plus ``SEQ`` (int64), as Arrow batches;
     with lateness settings, the rows it emits and the ``LATE`` flag

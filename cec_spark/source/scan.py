@@ -1,5 +1,8 @@
 """A text file's bytes without parsing them: its chunk boundaries and one line of a chunk.
 
+:func:`line_starts` cuts a file by bytes (a run planned by bytes): a chunk every so
+many bytes, at the next line start, found by reading a few bytes there.
+
 :func:`scan_lines` is one pass over a csv or jsonl file: the offset of every
 ``chunk_rows``-th line start, the number of lines and, asked, the xxh64 of each prefix
 ending at a chunk boundary and of the whole file (the fingerprint a resumed ingest

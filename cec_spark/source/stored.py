@@ -1,18 +1,18 @@
 """A bounded source's plan kept in the run directory, so a resume does not plan it again.
 
-Planning a file source reads each file's bytes once (its newline offsets and the
-fingerprint, :mod:`cec_spark.source.check`): its cost grows with the rows. A resumed
-ingest (``cec recover``, a standby's takeover) needs the same chunks, and it used to
-plan the whole source again in the driver, then check the fingerprint of the part
-already read. The plan a run's ingest starts from is written once, beside
-``run.toml`` (``RUN/source_plan.json``: :attr:`RunLayout.source_plan_file`), with each
-file's size and modification time (ns) as they were *before* the planner read it
-(:func:`file_stats`; a file that changed while it was planned is not stored). A
-resume lists the source (its files' metadata, no bytes) and, when it finds the same
-files with the same sizes and times, takes the stored chunks as they are
-(:func:`load_plan`): the quick check of ``make`` and ``rsync``. Anything else (a file
-fixed, added, gone, touched; no stored plan; another version) plans the source and
-checks the fingerprint as before, and the new plan is stored in its turn.
+Planning a file source reads its files' metadata and a few bytes a chunk
+(:mod:`cec_spark.source.check`; a run from before read each file's bytes once, its
+newline offsets and the fingerprint). A resumed ingest (``cec recover``, a standby's
+takeover) needs the same chunks, and it used to plan the whole source again in the
+driver, then check the fingerprint of the part already read. The plan a run's ingest
+starts from is written once, beside ``run.toml`` (``RUN/source_plan.json``:
+:attr:`RunLayout.source_plan_file`), with each file's size and modification time (ns) as
+they were *before* the planner read it (:func:`file_stats`; a file that changed while it
+was planned is not stored). A resume lists the source (its files' metadata, no bytes)
+and, when it finds the same files with the same sizes and times, takes the stored chunks
+as they are (:func:`load_plan`): the quick check of ``make`` and ``rsync``. Anything
+else (a file fixed, added, gone, touched; no stored plan; another version) plans the
+source and checks the fingerprint as before, and the new plan is stored in its turn.
 
 What the quick check does not see: a file rewritten in place with its old size and
 its old modification time put back (``touch -r``, ``cp -p`` over it). The rows the

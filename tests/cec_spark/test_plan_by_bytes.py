@@ -25,7 +25,7 @@ from cec.spec import PipelineSpec, parse_spec
 from cec_spark.errors import InputError
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.source.check import chunk_bytes_for, reports_for
-from cec_spark.source.chunk_report import ReportPath, counted_rows, read_reports
+from cec_spark.source.chunk_report import ReportPath, Reports, counted_rows, read_reports
 from cec_spark.source.fingerprint import check_fingerprint
 from cec_spark.source.planner import plan_source
 from cec_spark.source.read import chunk_table, read_chunk
@@ -86,7 +86,7 @@ def _read_all(plan: SourcePlan, spec: PipelineSpec, reports: Path) -> pa.Table:
     reports.mkdir()
     time = TimeSpec.of(spec)
     batches = [b for c in plan.chunks
-               for b in read_chunk(c, plan.columns, time, report=_where(reports))]
+               for b in read_chunk(c, plan.columns, time, report=Reports(_where(reports)))]
     return pa.Table.from_batches(batches)
 
 
@@ -183,7 +183,7 @@ def test_a_resume_checks_the_chunks_the_run_read(tmp_path: Path) -> None:
     in_f1 = [c for c in plan.chunks if c.file == str(f1)]
     upto = in_f1[1]  # the run read (and committed) every chunk up to f01's second
     for chunk in plan.chunks[:upto.index + 1]:
-        chunk_table(chunk, plan.columns, time, reports)
+        chunk_table(chunk, plan.columns, time, Reports(reports))
     stored = list(plan.files)
     assert all(set(f) == {"file", "bytes", "mtime_ns"} for f in stored)
 
@@ -212,7 +212,7 @@ def test_a_resume_checks_the_chunks_the_run_read(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"f01\.csv: chunk \d+: the run read it, but its "
                                          r"report .* is missing"):
         check()
-    chunk_table(in_f1[0], plan.columns, time, reports)  # reported again
+    chunk_table(in_f1[0], plan.columns, time, Reports(reports))  # reported again
     check()
     f0 = tmp_path / "src" / "f00.csv"
     f0.write_bytes(f0.read_bytes() + b"1,1.0,99999999999999999\n")
