@@ -322,8 +322,12 @@ def _checked_one(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
             raise diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
                            exc) from exc
         # a line the parser skipped (a blank jsonl line): a row fewer than lines (the
-        # planner counted them: chunk.rows, but for a cut at max_rows)
-        if table.num_rows != chunk.rows and table.num_rows != (n := text_lines(data)):
+        # planner counted them: chunk.rows, but for a cut at max_rows; a chunk cut by
+        # bytes: counted here, for jsonl only: the csv parser skips no line, it makes a
+        # blank one a row of nulls, refused below)
+        if (table.num_rows != chunk.rows or chunk.sparse) \
+                and not (chunk.sparse and chunk.fmt == "csv") \
+                and table.num_rows != (n := text_lines(data)):
             raise diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
                            ValueError(f"{n} lines gave {table.num_rows} rows"))
         try:
