@@ -147,10 +147,10 @@ def _check_all(spec: PipelineSpec, whole: dict[str, dict[str, Any]]) -> None:
                          "a file was added (a resumed run must read the same input)")
 
 
-def _check_read(spec: PipelineSpec, stored: list[dict[str, Any]],
-                whole: dict[str, dict[str, Any]], upto_file: str, upto_byte: int | None,
-                digest: _Digests) -> None:
-    """The files before ``upto_file`` as they were, and it up to ``upto_byte``."""
+def _none_added(spec: PipelineSpec, whole: dict[str, dict[str, Any]],
+                upto_file: str | None) -> None:
+    """InputError if the source now lists a file ``whole`` lacks at or before
+    ``upto_file`` (None: anywhere), or cannot be listed."""
     assert spec.source.path is not None
     src = Path(spec.source.path)
     try:
@@ -159,16 +159,27 @@ def _check_read(spec: PipelineSpec, stored: list[dict[str, Any]],
     except (OSError, InputError) as exc:
         raise InputError(f"{spec.source.path}: the source cannot be read again: {exc}") \
             from exc
-    added = [p for p in paths if p <= upto_file and p not in whole]
+    added = [p for p in paths if p not in whole and (upto_file is None or p <= upto_file)]
     if added:
         raise InputError(f"{added[0]}: the source changed since the run started: a file "
                          "was added before the part already read (a resumed run must "
                          "read the same input)")
+
+
+def _not_gone(path: Path) -> None:
+    if not path.is_file():
+        raise InputError(f"{path}: the source changed since the run started: the "
+                         "file is gone (a resumed run must read the same input)")
+
+
+def _check_read(spec: PipelineSpec, stored: list[dict[str, Any]],
+                whole: dict[str, dict[str, Any]], upto_file: str, upto_byte: int | None,
+                digest: _Digests) -> None:
+    """The files before ``upto_file`` as they were, and it up to ``upto_byte``."""
+    _none_added(spec, whole, upto_file)
     for name in (f for f in whole if f <= upto_file):
         old, path = whole[name], Path(name)
-        if not path.is_file():
-            raise InputError(f"{name}: the source changed since the run started: the "
-                             "file is gone (a resumed run must read the same input)")
+        _not_gone(path)
         size = path.stat().st_size
         if size == int(old["bytes"]) and digest(path) == old["xxh64"]:
             continue
@@ -186,29 +197,15 @@ def _check_read(spec: PipelineSpec, stored: list[dict[str, Any]],
 def _check_by_chunks(spec: PipelineSpec, stored: list[dict[str, Any]],
                      upto_file: str | None, chunks: Sequence[Chunk], reports: ReportPath,
                      upto_chunk: int | None) -> None:
-    """:func:`check_fingerprint` of a run planned by bytes (its docstring)."""
-    assert spec.source.path is not None
-    src = Path(spec.source.path)
+    """:func:`check_fingerprint` of a run whose tasks report their chunks (its docstring)."""
     whole = {f["file"]: f for f in stored}
-    try:
-        paths = [str(p) for p in source_files(src, spec.source.kind
-                                              if src.is_dir() else None)]
-    except (OSError, InputError) as exc:
-        raise InputError(f"{spec.source.path}: the source cannot be read again: {exc}") \
-            from exc
-    added = [p for p in paths if p not in whole and (upto_file is None or p <= upto_file)]
-    if added:
-        raise InputError(f"{added[0]}: the source changed since the run started: a file "
-                         "was added before the part already read (a resumed run must "
-                         "read the same input)")
+    _none_added(spec, whole, upto_file)
     changed: set[str] = set()
     for name, old in whole.items():
         if upto_file is not None and name > upto_file:
             continue
         path = Path(name)
-        if not path.is_file():
-            raise InputError(f"{name}: the source changed since the run started: the "
-                             "file is gone (a resumed run must read the same input)")
+        _not_gone(path)
         st = path.stat()
         if st.st_size == int(old["bytes"]) and st.st_mtime_ns == int(old["mtime_ns"]):
             continue
