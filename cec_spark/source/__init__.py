@@ -15,8 +15,8 @@
 ``planner``      the entry: :func:`plan_source` plans a spec's source (and checks its rows)
 ``fingerprint``  a bounded source's fingerprint, checked up to what a resumed ingest read
 ``stored``       a bounded source's plan kept in the run directory: a resume takes it unplanned
-``chunk_report`` the tasks' reports of the chunks they read (rows, digest) of a source planned
-                 by bytes: its row counts and the fingerprint of what a run read
+``chunk_report`` the tasks' reports of the chunks they read (rows, digest): a text source's row
+                 counts when cut by bytes, and the fingerprint of what a run read
 ``bridge``       any Spark streaming source (Kafka) into a stream folder
 ===============  ===============================================================================
 

@@ -1,15 +1,17 @@
-"""The reports of chunks cut by bytes: what the task that read one saw.
+"""The reports of the chunks a run's tasks read: what the task that read one saw.
 
-A text source planned by bytes (``[cec] chunk_bytes`` in run.toml,
-:attr:`~cec_spark.source.types.Chunk.sparse`) is not read by the planner: its chunks'
-rows are counted, and their bytes digested, by the ingest task that reads them. Once
-every row of a chunk is checked, and before it yields the first, that task writes
-``RUN/source_chunks/cNNNNNNNN.json`` (``RunLayout.source_chunk_report``, the
-:data:`ReportPath` every function here takes):
-``{"file", "start", "stop", "rows", "xxh3"}``, durably (a retried or speculative task
-writes the same). A resume that skips a chunk's first rows reads only part of it and
-writes nothing: the whole chunk was read, and reported, before any of its rows was
-committed. The reports are
+A csv, jsonl or parquet file source of a run made with ``[cec] source_reports`` is not
+digested by the planner, and a text one is cut by bytes (``[cec] chunk_bytes``,
+:attr:`~cec_spark.source.types.Chunk.sparse`), its rows not counted: the ingest task
+that reads a chunk (:attr:`~cec_spark.source.types.Chunk.reported`) counts its rows and
+digests its bytes. Once every row of a chunk is checked, and before it yields the
+first, that task writes ``RUN/source_chunks/cNNNNNNNN.json``
+(``RunLayout.source_chunk_report``, the :data:`ReportPath` every function here takes):
+``{"file", "start", "stop", "rows", "bytes", "xxh3"}`` (``bytes``: the span digested,
+a parquet chunk's row groups'), synced as the upstream logs are (:class:`Reports`; a
+retried or speculative task writes the same). A resume that skips a chunk's first rows
+reads only part of it and writes nothing: the whole chunk was read, and reported,
+before any of its rows was committed. The reports are
 
 * the fingerprint of what the run read (:func:`check_reported`): a resume that finds a
   file changed (its size or modification time) reads again the bytes of each reported
