@@ -117,8 +117,18 @@ def test_chunks_cut_by_bytes_give_every_row_once_in_order(tmp_path: Path, fmt: s
     df = _files(tmp_path / "src", [3_000, 1, 2_500], fmt)
     last = tmp_path / "src" / f"f02.{fmt}"
     last.write_bytes(last.read_bytes().rstrip(b"\n"))
+    first = tmp_path / "src" / f"f00.{fmt}"  # row 1000's price written with 60 k digits
+    lines = first.read_bytes().split(b"\n")
+    at = 1000 + (1 if fmt == "csv" else 0)
+    price = repr(float(df.item_price.iloc[1000])).encode()
+    assert lines[at].count(price) == 1
+    lines[at] = lines[at].replace(price, price + b"0" * 60_000)
+    first.write_bytes(b"\n".join(lines))
     spec = _spec(tmp_path, tmp_path / "src", 200, fmt)
     plan, _ = _plan(spec)
+    every = chunk_bytes_for(spec, None)
+    assert every is not None and len(lines[at]) > 2 * every  # longer than a chunk
+    assert len(plan.chunks) >= 10
     got = _read_all(plan, spec, tmp_path / "run")
     assert got.num_rows == len(df)
     for col in ("item_id", "item_time"):
