@@ -36,17 +36,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import xxhash
 
 from cec_spark.errors import InputError
+from cec_spark.source.files import digest_range
 from cec_spark.source.types import Chunk
 from storage_log.durable import write_durable
 
 __all__ = ["ReportPath", "Reports", "check_reported", "chunk_digest", "counted_rows",
-           "read_reports", "write_report"]
-
-_BLOCK = 16 << 20
-
+           "group_bytes", "read_reports", "report_chunk", "write_report"]
 
 def chunk_digest(data: bytes) -> str:
     """The digest of a chunk's bytes a report holds (xxh3, 64 bits, hex)."""
@@ -78,6 +77,37 @@ def write_report(reports: Reports, chunk: Chunk, rows: int, span: tuple[int, int
     write_durable(path, sync=reports.sync, data=json.dumps(
         {"file": chunk.file, "start": chunk.start, "stop": chunk.stop, "rows": rows,
          "bytes": list(span), "xxh3": digest}))
+
+
+def report_chunk(reports: Reports, chunk: Chunk, rows: int,
+                 read: bytes | pq.FileMetaData) -> None:
+    """Report ``chunk`` read whole (:func:`write_report`): a text chunk's digest of the
+    bytes it parsed (``read``), a parquet chunk's of its row groups' bytes (found in
+    its file's footer, ``read``), read again raw (the page cache holds them: pyarrow
+    just read them)."""
+    if isinstance(read, bytes):
+        write_report(reports, chunk, rows, (chunk.start, chunk.stop), chunk_digest(read))
+        return
+    span = group_bytes(read, chunk.start, chunk.stop)
+    h = xxhash.xxh3_64()
+    digest_range(chunk.file, *span, h)
+    write_report(reports, chunk, rows, span, h.hexdigest())
+
+
+def group_bytes(meta: pq.FileMetaData, lo: int, hi: int) -> tuple[int, int]:
+    """The bytes ``[start, stop)`` of a parquet file that its row groups ``lo..hi-1``
+    hold: from the first page of group ``lo``'s first column to the end of group
+    ``hi - 1``'s last column chunk."""
+    def first(col: pq.ColumnChunkMetaData) -> int:
+        data_at = int(col.data_page_offset)
+        dict_at = int(col.dictionary_page_offset or 0) if col.has_dictionary_page else 0
+        return min(data_at, dict_at) if dict_at else data_at
+
+    head, tail = meta.row_group(lo), meta.row_group(hi - 1)
+    start = min(first(head.column(c)) for c in range(head.num_columns))
+    stop = max(first(tail.column(c)) + tail.column(c).total_compressed_size
+               for c in range(tail.num_columns))
+    return start, stop
 
 
 def _matches(report: dict[str, Any] | None, chunk: Chunk) -> bool:
@@ -123,15 +153,10 @@ def _digest_now(file: str, start: int, stop: int) -> str | None:
     """The digest of bytes ``[start, stop)`` of ``file`` now (None: not there)."""
     h = xxhash.xxh3_64()
     try:
-        with open(file, "rb") as fh:
-            fh.seek(start)
-            left = stop - start
-            while left > 0 and (block := fh.read(min(_BLOCK, left))):
-                h.update(block)
-                left -= len(block)
+        whole = digest_range(file, start, stop, h) == stop - start
     except OSError:
         return None
-    return None if left else h.hexdigest()
+    return h.hexdigest() if whole else None
 
 
 def check_reported(folder: ReportPath, chunks: Sequence[Chunk], files: set[str],
@@ -151,7 +176,8 @@ def check_reported(folder: ReportPath, chunks: Sequence[Chunk], files: set[str],
             raise InputError(f"{chunk.file}: chunk {chunk.index}: the run "
                              f"read it, but its report "
                              f"({folder(chunk.index)}) is missing or damaged: the "
-                             "source cannot be checked against what the run read")
+                             "source cannot be checked against what the run read (put "
+                             "the file back as the run read it, or start a new run)")
         file, (start, stop) = report["file"], report["bytes"]
         if _digest_now(file, start, stop) != report["xxh3"]:
             raise InputError(f"{file}: bytes {start}-{stop}: the source changed since the "

@@ -2,8 +2,9 @@
 
 :func:`source_files` lists a file or folder source's data files in name order (hidden
 and ``_`` files left out), :func:`file_format` tells a file's format from its name
-(or the declared ``[source].format``), and :func:`file_digest` is the xxh64 of a
-file's bytes (the source fingerprint's, :mod:`cec_spark.source.fingerprint`). Nothing
+(or the declared ``[source].format``), :func:`file_digest` is the xxh64 of a
+file's bytes (the source fingerprint's, :mod:`cec_spark.source.fingerprint`) and
+:func:`digest_range` feeds a part of them to a digest. Nothing
 here parses a row.
 """
 
@@ -17,6 +18,7 @@ from cec_spark.errors import InputError
 from cec_spark.source.types import EXTENSIONS
 
 SCAN_BLOCK = 16 << 20  # the bytes a pass over a file reads at a time
+Hasher = xxhash.xxh64 | xxhash.xxh3_64
 
 
 def file_digest(path: Path) -> str:
@@ -26,6 +28,18 @@ def file_digest(path: Path) -> str:
         while block := fh.read(SCAN_BLOCK):
             h.update(block)
     return h.hexdigest()
+
+
+def digest_range(path: Path | str, start: int, stop: int, h: Hasher) -> int:
+    """Feed bytes ``[start, stop)`` of a file to ``h`` (an xxhash hasher), block by
+    block; the bytes fed (fewer: the file ends before ``stop``)."""
+    done = 0
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        while done < stop - start and (block := fh.read(min(SCAN_BLOCK, stop - start - done))):
+            h.update(block)
+            done += len(block)
+    return done
 
 
 def source_files(path: Path, fmt: str | None) -> list[Path]:

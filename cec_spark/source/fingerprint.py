@@ -36,11 +36,9 @@ import xxhash
 from cec.spec import PipelineSpec
 from cec_spark.errors import InputError
 from cec_spark.source.chunk_report import ReportPath, check_reported
-from cec_spark.source.files import file_digest, source_files
+from cec_spark.source.files import digest_range, file_digest, source_files
 from cec_spark.source.types import Chunk
 from storage_log.durable import write_durable
-
-CHUNK = 8 << 20
 
 
 def fingerprint(spec: PipelineSpec) -> list[dict[str, Any]]:
@@ -65,11 +63,7 @@ def _whole(stored: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def _prefix_digest(path: Path, n: int) -> str:
     h = xxhash.xxh64()
-    with path.open("rb") as fh:
-        left = n
-        while left > 0 and (block := fh.read(min(CHUNK, left))):
-            h.update(block)
-            left -= len(block)
+    digest_range(path, 0, n, h)
     return h.hexdigest()
 
 

@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from cec.errors import CecError
 from cec_spark.errors import InputError
-from cec_spark.source.chunk_report import Reports, chunk_digest, write_report
+from cec_spark.source.chunk_report import Reports, report_chunk
 from cec_spark.source.order import reorder
 from cec_spark.source.times import TimeValueError, to_us
 from cec_spark.source.types import SEQ, Chunk, ColumnTypes, TimeSpec
@@ -325,9 +325,9 @@ def _checked_one(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
         # planner counted them: chunk.rows, but for a cut at max_rows; a chunk cut by
         # bytes: counted here, for jsonl only: the csv parser skips no line, it makes a
         # blank one a row of nulls, refused below)
-        if (table.num_rows != chunk.rows or chunk.sparse) \
-                and not (chunk.sparse and chunk.fmt == "csv") \
-                and table.num_rows != (n := text_lines(data)):
+        maybe_skipped = chunk.fmt == "jsonl" if chunk.sparse \
+            else table.num_rows != chunk.rows
+        if maybe_skipped and table.num_rows != (n := text_lines(data)):
             raise diagnose(chunk.fmt, name, data, first, chunk.columns, time, columns,
                            ValueError(f"{n} lines gave {table.num_rows} rows"))
         try:
@@ -346,35 +346,9 @@ def _checked_one(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
         check_order(table.column(time.field).to_numpy(), time.field, name, first, unit,
                     chunk.prev_ts, chunk.prev_where)
     if report is not None and chunk.reported:
-        _report(report, chunk, table.num_rows, data if chunk.fmt != "parquet" else None)
+        report_chunk(report, chunk, table.num_rows,
+                     pf.metadata if chunk.fmt == "parquet" else data)
     return table
-
-
-def _report(report: Reports, chunk: Chunk, rows: int, data: bytes | None) -> None:
-    """Report ``chunk`` (:mod:`cec_spark.source.chunk_report`): a text chunk's digest of
-    the bytes it parsed (``data``), a parquet chunk's of its row groups' bytes, read
-    again raw (the page cache holds them: pyarrow just read them)."""
-    if data is not None:
-        write_report(report, chunk, rows, (chunk.start, chunk.stop), chunk_digest(data))
-        return
-    span = group_bytes(parquet_file(chunk.file).metadata, chunk.start, chunk.stop)
-    write_report(report, chunk, rows, span, chunk_digest(read_bytes(chunk.file, *span)))
-
-
-def group_bytes(meta: pq.FileMetaData, lo: int, hi: int) -> tuple[int, int]:
-    """The bytes ``[start, stop)`` of a parquet file that its row groups ``lo..hi-1``
-    hold: from the first page of group ``lo``'s first column to the end of group
-    ``hi - 1``'s last column chunk."""
-    def first(col: pq.ColumnChunkMetaData) -> int:
-        data_at = int(col.data_page_offset)
-        dict_at = int(col.dictionary_page_offset or 0) if col.has_dictionary_page else 0
-        return min(data_at, dict_at) if dict_at else data_at
-
-    head, tail = meta.row_group(lo), meta.row_group(hi - 1)
-    start = min(first(head.column(c)) for c in range(head.num_columns))
-    stop = max(first(tail.column(c)) + tail.column(c).total_compressed_size
-               for c in range(tail.num_columns))
-    return start, stop
 
 
 def first_line_of(chunk: Chunk) -> int:
@@ -459,16 +433,17 @@ def chunk_table(chunk: Chunk, columns: ColumnTypes, time: TimeSpec,
     if chunk.check:
         return _checked_table(chunk, columns, time, report)
     if chunk.fmt == "parquet":
-        table = parquet_file(chunk.file).read_row_groups(
-            list(range(chunk.start, chunk.stop)), columns=list(columns.names))
+        pf = parquet_file(chunk.file)
+        table = pf.read_row_groups(list(range(chunk.start, chunk.stop)),
+                                   columns=list(columns.names))
         if report is not None and chunk.reported:
-            _report(report, chunk, table.num_rows, None)
+            report_chunk(report, chunk, table.num_rows, pf.metadata)
     else:
         data = read_bytes(chunk.file, chunk.start, chunk.stop)
         table = parse_text(chunk.fmt, data, chunk.columns, columns, {})
         table = table.select(list(columns.names))
         if report is not None and chunk.reported:
-            _report(report, chunk, table.num_rows, data)
+            report_chunk(report, chunk, table.num_rows, data)
     table = table.slice(0, chunk.rows)
     unit_word = "row" if chunk.fmt == "parquet" else "line"
     table = with_time_us(table, time, columns.kind(time.field), Path(chunk.file).name,
