@@ -45,6 +45,20 @@ def factorize(key_idx: I64, m: I64, n_keys: int) -> tuple[I64, int]:
     return np.asarray(codes, dtype=np.int64), len(uniq)
 
 
+def first_occurrences(codes: I64) -> I64:
+    """Where each code of :func:`factorize` first appears, code by code: as its codes
+    come in order of first appearance, a first appearance is a new running maximum (one
+    linear pass; ``np.unique(codes, return_index=True)[1]`` sorted, and was a fifth of
+    the time kernel's time)."""
+    if len(codes) == 0:
+        return _EMPTY_I64
+    top = np.maximum.accumulate(codes)
+    new = np.empty(len(codes), dtype=bool)
+    new[0] = True
+    np.greater(top[1:], top[:-1], out=new[1:])
+    return np.flatnonzero(new)
+
+
 class TimeKernel(ClosedByEventTime):
     """Time windows, tumbling or sliding (see the module docstring)."""
 
@@ -63,14 +77,22 @@ class TimeKernel(ClosedByEventTime):
         sl = self.slots
         # the memberships: (tuple, m) for each window m a tuple belongs to, in input order
         # (and m ascending per tuple)
-        m = (ts // slide)[:, None] - np.arange(max_open - 1, -1, -1, dtype=np.int64)[None, :]
-        member = (m * slide > (ts - size)[:, None]).ravel()
-        member_tuple = np.repeat(np.arange(n, dtype=np.int64), max_open)[member]
-        member_m = m.ravel()[member]
-        # existing windows through the ring: stale entries fail the check
         self.by_key.ensure(batch.n_keys)
-        member_key = kidx[member_tuple]
-        member_slot = self.by_key.table[member_key, member_m % max_open].astype(np.int64)
+        if max_open == 1 and size == slide:  # tumbling: tuple i is in window ts // size
+            member_tuple = np.arange(n, dtype=np.int64)
+            member_m = ts // slide
+            member_key = kidx
+            member_slot = self.by_key.table[kidx, 0].astype(np.int64)
+            member_ts, member_vals = ts, vals
+        else:
+            m = (ts // slide)[:, None] - np.arange(max_open - 1, -1, -1, dtype=np.int64)[None, :]
+            member = (m * slide > (ts - size)[:, None]).ravel()
+            member_tuple = np.repeat(np.arange(n, dtype=np.int64), max_open)[member]
+            member_m = m.ravel()[member]
+            # existing windows through the ring: stale entries fail the check
+            member_key = kidx[member_tuple]
+            member_slot = self.by_key.table[member_key, member_m % max_open].astype(np.int64)
+            member_ts, member_vals = ts[member_tuple], vals[member_tuple]
         hit = np.flatnonzero(member_slot >= 0)
         s_hit = member_slot[hit]
         current = (sl.live[s_hit] & (sl.key_idx[s_hit] == member_key[hit])
@@ -79,7 +101,7 @@ class TimeKernel(ClosedByEventTime):
         missing = np.flatnonzero(member_slot < 0)
         if len(missing):  # open the windows not found, at their first membership
             code, n_new = factorize(member_key[missing], member_m[missing], batch.n_keys)
-            first_at = np.unique(code, return_index=True)[1]
+            first_at = first_occurrences(code)
             opening = missing[first_at]  # opening memberships, in order
             new_slots = sl.alloc(n_new)
             opener = member_tuple[opening]
@@ -89,8 +111,7 @@ class TimeKernel(ClosedByEventTime):
         else:
             opening = _EMPTY_I64
             new_slots = _EMPTY_I64
-        member_ts = ts[member_tuple]
-        sl.accumulate(member_slot, vals[member_tuple], member_ts,
+        sl.accumulate(member_slot, member_vals, member_ts,
                       ts_offset=member_ts - member_m * slide)  # in [0, size)
         # closes: every open window (any key, new ones included) that ends by the last ts,
         # caused by the first tuple at or after its end
