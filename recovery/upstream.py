@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, overload
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -125,6 +124,8 @@ class ReplayFilter:
 
     def __init__(self, ec: pa.Table, key_column: str) -> None:
         self.key_column = key_column
+        import pandas as pd  # noqa: PLC0415 - not at import (recovery.ec says why)
+
         self._kind = _key_kind(ec.schema.field("key").type, "the eventual checkpoint's key")
         frame = pd.DataFrame(
             {
