@@ -22,6 +22,8 @@ semantics) and ``operator/vector.py`` (the hot path).
 ``policy``        when to emit ``G_check`` footprints and how much time they may take
                   (modes ``none``, ``open-only``, ``targets``)
 ``durations``     the one parser of durations (``"10s"``, ``"1 minute"``), in µs
+``order``         stable orders of integer keys by counting passes (the ingest's
+                  split by partition, ``cec export``'s order)
 ``ingest_token``  the ingest's commit token on every upstream log (chunk, seq end,
                   late rows, watermark): one paired ``encode_token``/``decode_token``
 ``errors``        the one error tree: :class:`CecError` at the root (declared in
@@ -33,9 +35,10 @@ semantics) and ``operator/vector.py`` (the hot path).
 ``__main__``      ``python -m cec``: the command line (a program, not a module)
 ================  ==============================================================
 
-Choices made here: every window keeps one fixed partial state (``cnt``, ``sum``,
-``min``, ``max``, ``first_ts``, ``last_ts``) whatever the function, so a footprint row
-restores any aggregate; floats are added one tuple at a time in input order, so both
+Choices made here: a window keeps ``cnt`` and the fields its function reads (record
+format 2, docs/ARCHITECTURE.md §3; logs of format 1 carry all six: ``cnt``, ``sum``,
+``min``, ``max``, ``first_ts``, ``last_ts``), so a footprint row restores its
+aggregate; floats are added one tuple at a time in input order, so both
 operators give bit-identical rows; every error a user can meet is a :class:`CecError`
 whose class carries the exit status.
 """

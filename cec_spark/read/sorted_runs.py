@@ -40,6 +40,8 @@ import numpy as np
 import pyarrow as pa
 from pyarrow import ipc
 
+from cec.order import stable_order
+
 SORT_ROWS = 1 << 19
 """Rows sorted in memory at once; more are spilled in run files of this size."""
 BLOCK_ROWS = 1 << 13
@@ -85,26 +87,6 @@ def quick_order(table: pa.Table) -> np.ndarray | None:
         if not bool(np.all(ordered | ~same)):
             return None
     return order
-
-
-def stable_order(key: np.ndarray) -> np.ndarray:
-    """``np.argsort(key, kind="stable")`` for integers, by radix where their range fits
-    32 bits: numpy sorts 16-bit integers by a counting sort, so two stable passes (low
-    then high half) order a range of up to 2^32 in linear time. 3 M keys over 100 k
-    ids: 0.13 s instead of 0.38 s."""
-    if key.size < 2:
-        return np.arange(key.size)
-    lo, hi = int(key.min()), int(key.max())
-    span = hi - lo
-    if span >= 1 << 32:
-        return np.argsort(key, kind="stable")
-    k = key - np.array(lo, key.dtype) if lo else key
-    if span < 1 << 16:
-        return np.argsort(k.astype(np.uint16), kind="stable")
-    k32 = k.astype(np.uint32)
-    order = np.argsort((k32 & 0xFFFF).astype(np.uint16), kind="stable")
-    high = (k32[order] >> 16).astype(np.uint16)
-    return order[np.argsort(high, kind="stable")]
 
 
 class SortedRuns:

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from cec_spark.read.sorted_runs import SORT_KEYS, quick_order, sort_results, stable_order
+from cec_spark.read.sorted_runs import SORT_KEYS, quick_order, sort_results
 
 INT64 = pa.int64()
 
@@ -70,19 +70,3 @@ def test_string_and_null_keys_and_tiny_tables_are_sorted_in_full() -> None:
     one = _results(np.array([4]), np.array([0]), np.array([1]), np.array([0]))
     assert sort_results(one).equals(one)
 
-
-@pytest.mark.parametrize(("dtype", "span"), [
-    (np.int8, 1), (np.int8, 100), (np.int32, 200), (np.int32, 70_000), (np.int32, 1 << 30),
-    *[(t, s) for t in (np.int64, np.uint64)
-      for s in (1, 200, 70_000, 1 << 31, (1 << 32) + 5, 1 << 62)]])
-def test_the_radix_order_is_numpys_stable_argsort(dtype: type, span: int) -> None:
-    """stable_order (one or two 16-bit counting passes, or numpy's merge sort past 32
-    bits) gives exactly np.argsort(kind="stable"): ties in the order they came."""
-    info = np.iinfo(dtype)
-    rng = np.random.default_rng(span % 997)
-    lo = int(info.min) if info.min < 0 and span < int(info.max) else 0
-    raw = rng.integers(0, span, 2000, dtype=np.uint64)  # many ties below 2000
-    key = np.array([int(v) + lo for v in raw] + [lo, lo + span - 1] * 3, dtype=dtype)
-    order = stable_order(key)
-    assert np.array_equal(order, np.argsort(key, kind="stable"))
-    assert np.array_equal(stable_order(key[:1]), [0]) and stable_order(key[:0]).size == 0
