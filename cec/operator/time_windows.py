@@ -38,37 +38,11 @@ def factorize(key_idx: I64, m: I64, n_keys: int) -> tuple[I64, int]:
     """Codes 0, 1, ... of the distinct (key, m) pairs, in order of first appearance."""
     base = int(m.min())
     span = int(m.max()) - base + 1
-    cells = span * max(n_keys, 1)
-    if cells <= DIRECT_CELLS_PER_ROW * len(m) + DIRECT_CELLS_MIN:
-        return _factorize_direct(key_idx.astype(np.int64, copy=False) * span + (m - base),
-                                 cells)
     if span * (n_keys + 1) < 2**62:
         codes, uniq = pd.factorize(key_idx * span + (m - base))
     else:  # pragma: no cover - astronomically many keys or a huge time span
         codes, uniq = pd.factorize(pd.MultiIndex.from_arrays([key_idx, m]))
     return np.asarray(codes, dtype=np.int64), len(uniq)
-
-
-#: :func:`factorize` numbers the pairs through a table of every (key, m) cell, not a
-#: hash, when the cells are at most this many per pair plus :data:`DIRECT_CELLS_MIN`
-#: (the table's two int64 arrays: 16 bytes a cell, freed at once)
-DIRECT_CELLS_PER_ROW = 2
-DIRECT_CELLS_MIN = 1 << 16
-
-
-def _factorize_direct(cell: I64, cells: int) -> tuple[I64, int]:
-    """:func:`factorize` of cell numbers below ``cells``, by a table instead of a hash:
-    each cell's first row (``np.minimum.at``), the rows that are their cell's first in
-    row order, numbered 0, 1, ... (80 k pairs: 1.3 ms, pandas' hash 2.5 ms)."""
-    n = len(cell)
-    rows = np.arange(n, dtype=np.int64)
-    first = np.full(cells, n, dtype=np.int64)
-    np.minimum.at(first, cell, rows)
-    first_at = np.flatnonzero(first[cell] == rows)
-    del first
-    number = np.empty(cells, dtype=np.int64)
-    number[cell[first_at]] = np.arange(len(first_at), dtype=np.int64)
-    return number[cell], len(first_at)
 
 
 def first_occurrences(codes: I64) -> I64:
