@@ -258,8 +258,8 @@ def duplicated(key: np.ndarray[Any, Any], ws: np.ndarray[Any, Any],
     Integer ids whose ranges fit are packed into one int64 (one hash pass instead of
     two factorizations); anything else goes through pandas' multi-column path.
     """
-    import pandas as pd  # noqa: PLC0415 - not at import: the driver and `cec export`
-    # import this module (through the reports) and need no pandas to start (0.24 s)
+    import pandas as pd  # noqa: PLC0415 - not at import: the driver imports this module
+    # (through the reports) before it starts its JVM, and pandas (0.24 s) can load later
 
     if key.dtype.kind in "iu" and key.size:
         kmin, kmax = int(key.min()), int(key.max())
