@@ -24,11 +24,10 @@ import contextlib
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from cec.errors import CecError, UsageError
@@ -50,25 +49,23 @@ MAX_RESUBMITS = 5
 
 
 def _task_entry(plan: RunPlan, driver: int | None
-                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+                ) -> Callable[[Iterable[int]], Iterator[str]]:
     """The operator job's function: Spark partition ``p`` holds the one number ``p``.
 
-    The job is ``spark.range(P, P partitions).mapInArrow(...)``, a SQL job like the
-    ingest's, so that both jobs' Python workers fork from one worker daemon (an RDD
-    job and a SQL job each started their own: two interpreters importing cec at the
-    start of every run, on two cores). The function carries the run directory, the run
-    id, ``driver`` and the run's ``run.toml`` text (:attr:`RunPlan.run_text`: the tasks
-    parse it instead of reading the file), not the plan. Each task yields one row: its
-    :class:`TaskCounters` as JSON (:meth:`TaskCounters.to_json`).
+    The job is ``sc.parallelize(range(P), P).mapPartitions(...)``, an RDD job: a SQL
+    job (``spark.range(P).mapInArrow``, before) cost the driver's JVM about 1 s of
+    planning and code generation on the way to the first row, every run. Its workers
+    fork from the one daemon the ingest's do (:mod:`cec_spark.run.session`). The
+    function carries the run directory, the run id, ``driver`` and the run's
+    ``run.toml`` text (:attr:`RunPlan.run_text`: the tasks parse it instead of reading
+    the file), not the plan. Each task yields one string: its :class:`TaskCounters` as
+    JSON (:meth:`TaskCounters.to_json`).
     """
     run_dir, run_id, run_text = str(plan.layout.root), plan.settings.run_id, plan.run_text
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for p in batch.column(0).to_pylist():
-                counters = run_partition(run_dir, int(p), run_id, driver, run_text=run_text)
-                yield pa.RecordBatch.from_pydict(
-                    {"result": pa.array([counters.to_json()], pa.string())})
+    def run(partitions: Iterable[int]) -> Iterator[str]:
+        for p in partitions:
+            yield run_partition(run_dir, int(p), run_id, driver, run_text=run_text).to_json()
 
     return run
 
@@ -192,9 +189,9 @@ def operator_thread(spark: SparkSession, plan: RunPlan, driver: int | None,
             shared.results = [TaskCounters.from_json(r) for r in prepared.release(driver)]
             return
         sc.setJobGroup("cec-operators", "cec operator tasks", interruptOnCancel=True)
-        rows = (spark.range(0, partitions, 1, partitions)
-                .mapInArrow(_task_entry(plan, driver), "result string").collect())
-        shared.results = [TaskCounters.from_json(r["result"]) for r in rows]
+        rows = (sc.parallelize(range(partitions), partitions)
+                .mapPartitions(_task_entry(plan, driver)).collect())
+        shared.results = [TaskCounters.from_json(r) for r in rows]
 
     def count() -> int:
         shared.resubmits += 1
@@ -244,9 +241,18 @@ def request_stop(layout: RunLayout, shared: JobState, *, file: bool = True) -> N
 
 
 def spark_error(exc: BaseException) -> str:
+    """One line for a failed Spark job: the last line of the Python traceback it carries
+    (an RDD job's error has the JVM's stack after it), else its last line naming an
+    error that is not a frame of a JVM stack."""
     text = str(exc)
-    lines = [ln for ln in text.splitlines() if ln.strip()]
+    at = text.rfind("Traceback (most recent call last)")
+    if at >= 0:
+        for ln in text[at:].splitlines()[1:]:
+            if ln.strip() and not ln.startswith((" ", "\t")):
+                return ln.strip()[:500]
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not ln.strip().startswith(("at ", "..."))]
     for ln in reversed(lines):
         if "Error" in ln or "Exception" in ln:
-            return ln.strip()[:500]
+            return ln[:500]
     return (lines[-1] if lines else repr(exc))[:500]

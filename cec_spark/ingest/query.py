@@ -5,12 +5,12 @@ built once per ingest and run once per job (:class:`IngestQuery`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyspark import TaskContext
+from pyspark import RDD, TaskContext
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -258,7 +258,7 @@ class IngestQuery:
         self.cfg = WriterConfig.for_run(plan.spec, plan.layout, plan.settings.run_id, driver)
         self.tasks = plan.spec.run.ingest_tasks
         self.writers = min(self.tasks, plan.partitions)
-        self._reused: DataFrame | None = None
+        self._reused: DataFrame | RDD[dict[str, Any]] | None = None
         self.direct: Projector | None = None
         self.direct_off, where = _direct_off(spark, plan)
         if self.direct_off is None:
@@ -278,11 +278,10 @@ class IngestQuery:
     def run(self, chunks: list[Chunk], progress: IngestProgress) -> int:
         """Ingest consecutive chunks (one Spark job); the number of tuples written."""
         if self.direct is not None:
-            if self._reused is None:
-                self._reused = self.spark.range(0, 1, 1, 1).mapInArrow(
+            if self._reused is None:  # an RDD job: no SQL planning (cec_spark.driver.jobs)
+                self._reused = self.spark.sparkContext.parallelize([0], 1).mapPartitions(
                     _direct_writer(self.cfg, self.settings.columns.to_json(),
-                                   TimeSpec.of(self.spec).to_json(), self.direct),
-                    self._SCHEMA)
+                                   TimeSpec.of(self.spec).to_json(), self.direct))
             # the batches the reader makes: Spark's Arrow batch size, as the Spark query's
             key = "spark.sql.execution.arrow.maxRecordsPerBatch"
             sc = self.spark.sparkContext
@@ -344,13 +343,13 @@ def _direct_off(spark: SparkSession, plan: RunPlan) -> tuple[str | None, Compile
 
 
 def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projector
-                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The direct query's function: its one task reads the job's chunks
-    (:func:`job_chunks`), makes the upstream rows and writes them
-    (:func:`chunk_writer`); it yields the writer's one row of figures."""
+                   ) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
+    """The direct query's function (an RDD job of one task, its one element 0): the
+    task reads the job's chunks (:func:`job_chunks`), makes the upstream rows and
+    writes them (:func:`chunk_writer`); it yields the writer's one row of figures."""
 
-    def run(indices: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for _ in indices:  # the one input row: nothing to read from the JVM
+    def run(indices: Iterable[int]) -> Iterator[dict[str, Any]]:
+        for _ in indices:  # the one element: nothing to read from the JVM
             pass
         chunks = job_chunks()
         cols, tspec = ColumnTypes.from_json(columns), TimeSpec.from_json(time)
@@ -361,7 +360,8 @@ def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projecto
                 for row in project_chunk(project, chunk, read_chunk(
                     chunk, cols, tspec, batch_rows=size, report=cfg.reports()),
                     reordered=tspec.reorders))
-        yield from chunk_writer(cfg, chunks)(rows)
+        for figures in chunk_writer(cfg, chunks)(rows):
+            yield from figures.to_pylist()
 
     return run
 

@@ -12,6 +12,11 @@ Settings and why (DESIGN §7):
   it listens on 127.0.0.1 only, as the driver does), without its kill buttons;
 * quiet logs from the JVM's first line (``log4j2.properties`` given to the driver JVM
   on its command line, then ``setLogLevel("ERROR")``);
+* one Python worker daemon for SQL and RDD jobs alike: PySpark starts a daemon per set
+  of worker environment variables, and its "simplified traceback" (on by default) adds
+  one to SQL jobs only, so an RDD job and a SQL job each started a daemon importing cec
+  (``spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled = false``; the
+  operator job and the direct ingest are RDD jobs, a [filter]'s ingest query is SQL);
 * the JVMs' just-in-time compiler limited to its first tier (``-XX:TieredStopAtLevel=1``,
   :data:`JIT_OPTS`): a run's JVM mostly moves Arrow bytes to and from Python, and the
   optimizing compiler spent ~10 of its ~20 CPU seconds compiling code that runs a few
@@ -75,6 +80,9 @@ def default_conf(master: str, partitions: int) -> dict[str, str]:
         "spark.pyspark.python": sys.executable,
         "spark.python.worker.reuse": "true",
         "spark.python.daemon.module": "cec_spark.driver.daemon",
+        # one daemon for SQL and RDD jobs (see above): a SQL job's workers otherwise
+        # get one more environment variable, so a daemon of their own
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         "spark.driver.memory": "2g",
         "spark.sql.session.timeZone": "UTC",
     }
@@ -94,7 +102,8 @@ _WRITING: list[jvm_archive.Archive] = []
 
 
 def build_session(master: str, partitions: int, conf: Mapping[str, str] | None = None, *,
-                  app_name: str = "cec", write_archive: bool = False) -> SparkSession:
+                  app_name: str = "cec", write_archive: bool = False,
+                  warm: bool = False) -> SparkSession:
     """A (possibly already running) SparkSession for ``master`` with cec's settings.
 
     ``conf`` (the spec's ``[run.spark]`` and ``--conf``) overrides the defaults. A
@@ -102,6 +111,10 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
     driver JVM maps the class archive of :mod:`cec_spark.run.jvm_archive` if there is
     one; with ``write_archive`` and none yet, it writes one at its exit, which
     :func:`stop_session` (not ``spark.stop()``) waits for and keeps.
+
+    With ``warm`` (the early start of a command) and a local master, a one-task job
+    starts the Python worker daemon as soon as the SparkContext is up
+    (:func:`_warm_daemon`): the daemon's imports then overlap the SparkSession's start.
     """
     conf = dict(conf or {})
     for key, (value, why) in FIXED.items():
@@ -134,13 +147,43 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
     try:
         if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
             _launch_quiet_gateway(master, app_name, settings)
-        spark = builder.getOrCreate()
+        if warm and is_local_master(master) and SparkContext._active_spark_context is None:
+            _warm_daemon(master, app_name, settings)
+        spark = builder.getOrCreate()  # with the context _warm_daemon made, if so
     except Exception as exc:
         raise _start_error(exc, master, conf) from exc
     spark.sparkContext.setLogLevel("ERROR")
     if archive is not None and archive.part is not None:
         _WRITING[:] = [archive]
     return spark
+
+
+# the thread of the job that starts the Python worker daemon early (_warm_daemon)
+_WARMING: list[threading.Thread] = []
+
+
+def _warm_daemon(master: str, app_name: str, settings: Mapping[str, str]) -> None:
+    """Make the SparkContext (as ``getOrCreate`` would), then start the Python worker
+    daemon in a thread: a job of one task that does nothing.
+
+    The daemon imports cec before it forks a worker (1.2-1.4 s here,
+    :mod:`cec_spark.driver.daemon`). Started by the run's first job, it came after the
+    SparkSession's start (about 1 s), on the way to the first row. The run's jobs then
+    fork their workers from this daemon (one daemon: see the module's notes)."""
+
+    spark_conf = SparkConf().setMaster(master).setAppName(app_name)
+    for key, value in settings.items():
+        spark_conf.set(key, value)
+    sc = SparkContext.getOrCreate(spark_conf)
+
+    def run() -> None:
+        with contextlib.suppress(Exception):  # the run's own jobs start it otherwise
+            sc.setJobGroup("cec-warm", "cec: start the Python worker daemon")
+            sc.parallelize([0], 1).mapPartitions(lambda rows: iter(())).collect()
+
+    thread = threading.Thread(target=run, name="cec-warm-daemon", daemon=True)
+    _WARMING[:] = [thread]
+    thread.start()
 
 
 #: What the JVM itself writes on stderr before any of its logging is configured:
@@ -229,7 +272,8 @@ class _EarlyStart:
 
     def _start(self, master: str, partitions: int, conf: dict[str, str]) -> None:
         try:
-            self.spark = build_session(master, partitions, conf, write_archive=True)
+            self.spark = build_session(master, partitions, conf, write_archive=True,
+                                       warm=True)
         except BaseException as exc:  # handed to the thread that takes the session
             self.error = exc
         finally:
@@ -302,6 +346,8 @@ def stop_session(spark: SparkSession) -> None:
     left to a daemon thread (it completes within about a second in a long-lived
     process, and is not waited for by one that exits).
     """
+    while _WARMING:  # its job ends within seconds; stopping under it says so on stderr
+        _WARMING.pop().join(10)
     sc = spark.sparkContext
     server = getattr(sc, "_accumulatorServer", None)
     if server is not None:

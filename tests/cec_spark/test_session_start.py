@@ -5,7 +5,8 @@ early in a background thread is the one the driver then takes, it is the taking
 thread's active session, it runs a Python job, and ``stop_session`` leaves the process
 able to start another session and run a job in it (the accumulator server's shutdown
 is left to a thread). A session started early for other settings is stopped, not
-handed out in their place.
+handed out in their place. The early start starts the Python worker daemon, which
+RDD and SQL jobs share; a failed job of either kind is said as its task's error.
 """
 
 from __future__ import annotations
@@ -64,8 +65,61 @@ MISMATCH = textwrap.dedent('''
     print("OK")
 ''')
 
+# The early start warms the Python worker daemon, and RDD and SQL jobs fork their
+# workers from that one daemon (the JVM's only child running cec's daemon module);
+# a failed job of either kind is said as its task's Python error.
+ONE_DAEMON = textwrap.dedent('''
+    import os
+    import pyarrow as pa
+    from cec_spark.driver.jobs import spark_error
+    from cec_spark.run import session as s
 
-@pytest.mark.parametrize("code", [CHILD, MISMATCH], ids=["taken", "other-settings"])
+    def daemons(jvm):
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            except OSError:
+                continue
+            if ppid == jvm and b"cec_spark.driver.daemon" in cmd:
+                found.append(pid)
+        return found
+
+    def same(batches):
+        yield from batches
+
+    def boom_rdd(rows):
+        raise ValueError("boom 42")
+
+    def boom_sql(batches):
+        raise ValueError("boom 43")
+        yield
+
+    s.start_early("local[3]", 2, {})
+    spark = s.session_for("local[3]", 2, {})
+    sc = spark.sparkContext
+    assert sc.parallelize(range(4), 2).mapPartitions(lambda r: [sum(r)]).collect() == [1, 5]
+    assert len(spark.range(0, 4, 1, 2).mapInArrow(same, "id long").collect()) == 4
+    jvm = sc._gateway.proc.pid
+    assert len(daemons(jvm)) == 1, daemons(jvm)
+    for run, want in ((lambda: sc.parallelize([0], 1).mapPartitions(boom_rdd).collect(),
+                       "ValueError: boom 42"),
+                      (lambda: spark.range(0, 1, 1, 1).mapInArrow(boom_sql, "id long")
+                       .collect(), "ValueError: boom 43")):
+        try:
+            run()
+        except Exception as exc:
+            assert spark_error(exc) == want, (spark_error(exc), str(exc)[-3000:])
+        else:
+            raise AssertionError("the job did not fail")
+    s.stop_session(spark)
+    print("OK")
+''')
+
+
+@pytest.mark.parametrize("code", [CHILD, MISMATCH, ONE_DAEMON],
+                         ids=["taken", "other-settings", "one-daemon"])
 def test_session_started_early(code: str) -> None:
     got = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=300, check=False)
