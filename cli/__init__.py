@@ -7,6 +7,7 @@
                    numbers as a person reads them
 ``schema``         the JSON schema of every ``--json`` output, and docs/JSON.md from it
 ``example_specs``  ``cec examples``: the shipped specs listed and copied
+``leave``          the end of a `cec` process: a normal exit's work, without the teardown
 ``examples/``      the example specs and their data (package data)
 =================  ===========================================================================
 

@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.markup import escape
 
 import cec_spark  # its front page only: the API is loaded on first use
+from cli.leave import leave
 from cli.render import Column, render
 
 if TYPE_CHECKING:
@@ -459,6 +460,10 @@ def main(argv: list[str] | None = None) -> int:
     _set_umask()
     try:
         app(args=argv, prog_name="cec")
+    except SystemExit as exc:  # click ends every command so; the `cec` process ends here
+        if argv is None and (exc.code is None or isinstance(exc.code, int)):
+            leave(exc.code or 0)
+        raise
     except Exception as exc:
         # the error tree is imported here, when a command failed: it is the log's
         # (storage_log.errors), whose package loads pyarrow
@@ -474,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             err_console.print(f"[bold red]cec:[/] {escape(str(exc))}", highlight=False,
                               soft_wrap=True)
-        return exc.exit_code
+        return leave(exc.exit_code) if argv is None else exc.exit_code
     return 0
 
 
