@@ -2,7 +2,7 @@
 
 The per-poll ingest (:mod:`cec_spark.ingest.job`) runs one Spark job for every poll that
 found files (~180 ms each, then queueing). Here the driver runs ONE Spark job of one task
-(``spark.range(1, 1 partition).mapInArrow``, like the operator job) that:
+(``spark.range(1, 1 partition).mapInArrow``) that:
 
 1. plans the folder exactly as the per-poll ingest does (:class:`StreamDirWatcher`, from the
    run's plan: the same chunk numbers, tokens and resume point);

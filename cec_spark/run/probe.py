@@ -52,9 +52,10 @@ def probe(spark: SparkSession, layout: RunLayout, run_id: str | None,
           source_paths: list[str], tasks: int) -> list[str]:
     """One short task per slot: every host must see the run directory and the source.
 
-    A SQL job (``mapInArrow``), as the operator and ingest jobs are, so that it starts
-    the Python worker daemon they will fork from on each executor. Returns the hosts
-    seen; raises UsageError (exit 2) naming each host and path that failed.
+    A SQL job (``mapInArrow``); it starts the Python worker daemon the run's jobs, RDD
+    or SQL, will fork from on each executor (one daemon for both kinds:
+    :mod:`cec_spark.run.session`). Returns the hosts seen; raises UsageError (exit 2)
+    naming each host and path that failed.
     """
     spark.sparkContext.setJobGroup("cec-probe",
                                    "cec: can every executor see the run directory?")

@@ -1,8 +1,8 @@
 """One long-lived operator task: a key partition's aggregate, from upstream log to output log.
 
-The driver runs ONE Spark job of P tasks (``spark.range(P, P partitions)
-.mapInArrow``); task ``p`` calls :func:`run_partition` with nothing but
-the run directory and ``p``. It:
+The driver runs ONE Spark job of P tasks (``sc.parallelize(range(P), P)
+.mapPartitions``, :mod:`cec_spark.driver.jobs`); task ``p`` calls :func:`run_partition`
+with nothing but the run directory and ``p``. It:
 
 1. opens its output log as the writer (which reconciles a torn tail);
 2. if the output log already holds records, it is *recovering* — whatever its attempt

@@ -12,8 +12,8 @@ Its life, in the order :func:`standby` takes it:
    starts, and its start-up does not compete with the run's;
 2. **warm** (:func:`_warm`): everything slow of a restart, before anything fails: the
    Spark session and its JVM, the Python worker daemon with cec imported (a first
-   ``mapInArrow`` job on every slot: the same job shape as the operator and ingest
-   jobs, so the JVM's code for them is loaded too), the run's plan read. A session
+   ``mapInArrow`` job on every slot, as the hot standby's own job is; the run's RDD
+   jobs fork from the same daemon, :mod:`cec_spark.run.session`), the run's plan read. A session
    warmed in 1 is kept when it can run the run (:func:`_reusable`), else stopped and
    started anew on the run's settings, which the standby says (``the run's Spark
    settings ... differ from what the standby warmed on``); then the run's own checks
