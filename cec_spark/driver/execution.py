@@ -141,6 +141,10 @@ def _watch(spark: SparkSession, plan: RunPlan, shared: JobState, view: ProgressV
         with view, Watchdog(plan.layout.watchdog_file(socket.gethostname(), os.getpid()),
                             stall_s) as dog:
             _wait_for_operators(spark, plan, shared, view, dog, driver=driver, watch=watch)
+            if shared.operator_error is None and shared.cluster_error is None:
+                # the ingest's job returns just after the operators end (execute waits
+                # for it next): its last figures, the seal, go into the final metrics
+                shared.ingest_done.wait(STOP_GRACE_S)
             view.refresh()
     except KeyboardInterrupt:
         _stop_on_interrupt(spark, plan.layout, shared, view)
