@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -356,14 +357,36 @@ def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projecto
         ctx = TaskContext.get()
         raw = ctx.getLocalProperty(BATCH_PROPERTY) if ctx is not None else None
         size = int(raw) if raw and raw.isdigit() and int(raw) > 0 else 1 << 18
-        rows = (row for chunk in chunks
-                for row in project_chunk(project, chunk, read_chunk(
-                    chunk, cols, tspec, batch_rows=size, report=cfg.reports()),
-                    reordered=tspec.reorders))
+        reports = cfg.reports()
+        rows = (row for chunk, batches in read_ahead(chunks, lambda c: list(read_chunk(
+                    c, cols, tspec, batch_rows=size, report=reports)))
+                for row in project_chunk(project, chunk, batches, reordered=tspec.reorders))
         for figures in chunk_writer(cfg, chunks)(rows):
             yield from figures.to_pylist()
 
     return run
+
+
+def read_ahead(chunks: list[Chunk], read: Callable[[Chunk], list[pa.RecordBatch]]
+               ) -> Iterator[tuple[Chunk, list[pa.RecordBatch]]]:
+    """``(chunk, read(chunk))`` in order, the next chunk read on a thread while the
+    caller works on this one (the direct ingest: pyarrow parses and checks the next
+    chunk, without the GIL, while the task projects, splits and appends this one).
+
+    A chunk's error (a bad row) is raised when the caller reaches that chunk, after
+    the chunks before it. A caller that stops early waits for the read under way."""
+    if not chunks:
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cec-read-ahead") as pool:
+        pending = pool.submit(read, chunks[0])
+        try:
+            for i, chunk in enumerate(chunks):
+                batches = pending.result()
+                if i + 1 < len(chunks):
+                    pending = pool.submit(read, chunks[i + 1])
+                yield chunk, batches
+        finally:
+            pending.cancel()
 
 
 BATCH_PROPERTY = "cec.ingest.batch_rows"  # the direct query's batch size (rows)
