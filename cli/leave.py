@@ -6,8 +6,13 @@ time), after its output is complete and durable. :func:`leave` ends the process 
 normal exit would, less that: the ``atexit`` functions run (and with them logging's
 shutdown), both standard streams are flushed, then ``os._exit``. It does so only when
 no thread but the main one and daemon threads is alive: a normal exit waits for such
-a thread, so then it exits normally. Nothing in cec leaves data to a finalizer: logs
-and output files are written, closed and synced before a command returns.
+a thread, so then it exits normally.
+
+What it skips is the freeing of objects: a file left open with unwritten buffers would
+lose them. cec's commands close (and sync, where the log rules say so) what they write
+before they return; the tests read their outputs and exit statuses through this exit,
+and ``tests/cli/test_leave.py`` checks the buffered output, ``atexit`` and a
+non-daemon thread.
 """
 
 from __future__ import annotations
