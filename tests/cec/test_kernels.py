@@ -28,15 +28,22 @@ def test_kernel_per_window_kind(window: WindowSpec, kernel: type) -> None:
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_first_occurrences_are_numpys_unique_return_index(seed: int) -> None:
-    """The time kernel's first membership of each new window: factorize's codes (in order
-    of first appearance), their first indices by one running maximum, exactly what
-    np.unique(return_index=True) gave (keys and window numbers with many repeats)."""
+@pytest.mark.parametrize("spread", [1, 10**6])
+def test_factorize_and_first_occurrences_against_a_dict(seed: int, spread: int) -> None:
+    """The time kernel's new windows: factorize numbers the (key, m) pairs 0, 1, ... in
+    order of first appearance (few keys, ``spread`` 1, and many, 10**6), and
+    first_occurrences finds each pair's first row by one running maximum: both as a
+    dict gives them, and the rows np.unique(return_index=True) gave."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 5000))
-    key_idx = rng.integers(0, max(1, n // 7), n).astype(np.int64)
+    n_keys = max(1, n // 7) * spread
+    key_idx = rng.integers(0, n_keys, n).astype(np.int64)
     m = np.sort(rng.integers(-3, 4, n)).astype(np.int64) + seed * 10**9
-    codes, n_new = factorize(key_idx, m, int(key_idx.max()) + 1)
+    codes, n_new = factorize(key_idx, m, n_keys)
+    number: dict[tuple[int, int], int] = {}
+    expected = [number.setdefault((int(k), int(w)), len(number))
+                for k, w in zip(key_idx, m, strict=True)]
+    assert codes.tolist() == expected and n_new == len(number)
     first = first_occurrences(codes)
     assert len(first) == n_new
     assert np.array_equal(first, np.unique(codes, return_index=True)[1])
