@@ -158,6 +158,16 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
     return spark
 
 
+def _spark_conf(master: str, app_name: str, settings: Mapping[str, str], *,
+                defaults: bool) -> SparkConf:
+    """The run's settings as a SparkConf (``defaults``: over the JVM's ``spark.*``
+    properties, as ``SparkSession.builder.getOrCreate`` makes its context's)."""
+    conf = SparkConf(loadDefaults=defaults).setMaster(master).setAppName(app_name)
+    for key, value in settings.items():
+        conf.set(key, value)
+    return conf
+
+
 # the thread of the job that starts the Python worker daemon early (_warm_daemon)
 _WARMING: list[threading.Thread] = []
 
@@ -171,10 +181,7 @@ def _warm_daemon(master: str, app_name: str, settings: Mapping[str, str]) -> Non
     SparkSession's start (about 1 s), on the way to the first row. The run's jobs then
     fork their workers from this daemon (one daemon: see the module's notes)."""
 
-    spark_conf = SparkConf().setMaster(master).setAppName(app_name)
-    for key, value in settings.items():
-        spark_conf.set(key, value)
-    sc = SparkContext.getOrCreate(spark_conf)
+    sc = SparkContext.getOrCreate(_spark_conf(master, app_name, settings, defaults=True))
 
     def run() -> None:
         with contextlib.suppress(Exception):  # the run's own jobs start it otherwise
@@ -202,9 +209,7 @@ def _launch_quiet_gateway(master: str, app_name: str, settings: Mapping[str, str
     stderr in order. The JVM ends when this process does (PySpark keeps its stdin as
     a pipe).
     """
-    conf = SparkConf(loadDefaults=False).setMaster(master).setAppName(app_name)
-    for key, value in settings.items():
-        conf.set(key, value)
+    conf = _spark_conf(master, app_name, settings, defaults=False)
     read_fd, write_fd = os.pipe()
     copier = _StderrCopier(read_fd)
     try:
