@@ -5,12 +5,14 @@ windows' slots, their free list, the per-key index, the key registry, the footpr
 order): measured by ``python bench/datapath.py window-bytes`` (docs/PROFILE.md).
 
 The open windows live in :class:`~cec.operator.slots.WindowSlots`, whose arrays grow
-by 1.25x when they are full (the bytes of a slot: ``WindowSlots.slot_bytes()``, which
-depends on the window kind's layout, :class:`~cec.operator.slot_layout.SlotLayout`).
+by 1.25x when they are full, in place where they can (the bytes of a slot:
+``WindowSlots.slot_bytes()``, which depends on the window kind's layout,
+:class:`~cec.operator.slot_layout.SlotLayout`).
 A task whose open windows outgrow its memory would otherwise be
 killed by the kernel (or Spark's ``spark.executor.pyspark.memory`` limit) with no word
 about why. :class:`WindowMemory` checks every growth first: the bytes the slots need
-after it (the new arrays and the old ones while they are copied) against the task's
+after it (and the old arrays while they are copied, when they do not grow in place:
+:class:`~cec.operator.arrays.Reserved`) against the task's
 limit (:func:`task_limit`: ``spark.executor.pyspark.memory`` per task if set, else a
 share of the host's available memory), and raises a :class:`~cec.errors.WindowMemoryError` (a
 :class:`~cec.errors.UsageError`, exit 2; a failed task carrying it is not retried,
@@ -70,19 +72,21 @@ class WindowMemory:
     limit: Limit
 
     def check(self, open_windows: int, old_capacity: int, new_capacity: int,
-              slot_bytes: int) -> None:
+              slot_bytes: int, copied: bool = True) -> None:
         """UsageError if growing the slots from ``old_capacity`` to ``new_capacity`` slots
-        of ``slot_bytes`` each (both sets of arrays exist while the old ones are copied)
-        passes the limit."""
-        need = (old_capacity + new_capacity) * slot_bytes
+        of ``slot_bytes`` each passes the limit. ``copied``: the growth copies the
+        arrays, and both sets exist while it does (else they grow in place:
+        :class:`~cec.operator.arrays.Reserved`)."""
+        need = ((old_capacity if copied else 0) + new_capacity) * slot_bytes
         if need <= self.limit.bytes:
             return
         where = "the operator" if self.partition is None else f"partition {self.partition}"
+        how = ", old and new arrays while they are copied" if copied else ""
         raise WindowMemoryError(
             f"{where}: {open_windows:,} open windows do not fit in its memory: growing "
             f"their state to {new_capacity:,} windows needs {_mib(need)} "
-            f"({slot_bytes} bytes per window, old and new arrays while they are "
-            f"copied), over the limit of {_mib(self.limit.bytes)} "
+            f"({slot_bytes} bytes per window{how}), over the limit of "
+            f"{_mib(self.limit.bytes)} "
             f"({self.limit.source}). Give the run more partitions (--partitions), its "
             "Python workers more memory (spark.executor.pyspark.memory, more executors) "
             "or fewer open windows (a smaller window or fewer keys)")

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from cec.errors import UsageError
-from cec.operator.arrays import F64, I32, I64, MAX_INDEX, grown
+from cec.operator.arrays import F64, I32, I64, MAX_INDEX, Reserved, grown
 from cec.operator.memory import WindowMemory
 from cec.operator.slot_layout import (
     SEQ_FIELDS,
@@ -82,9 +82,15 @@ class WindowSlots:
                else np.uint32 if f.name in (*SEQ_FIELDS, "cnt") else f.dtype)
               for f in FIELDS if (f.name != "win_end" or layout.end_stored)
               and (f not in AGGREGATE or f.name in self.tracked)))
+        # each array reserved for more windows than the memory limit allows (all of
+        # them at once, after a widening too), so every growth the check lets pass is
+        # in place (arrays.Reserved)
+        room = (MAX_INDEX + 1 if memory is None else
+                memory.limit.bytes // self.slot_bytes() * 2 + 1024)
+        self._reserved = Reserved(room)
         for name, dtype in self.arrays:
-            setattr(self, name, np.zeros(capacity, dtype=dtype))
-        self.live = np.zeros(capacity, dtype=np.bool_)
+            setattr(self, name, self._reserved.new(name, dtype, capacity))
+        self.live = self._reserved.new("live", np.bool_, capacity)
         self._free: I32 = np.empty(0, dtype=np.int32)  # released slots, a stack
         self._n_free = 0  # entries of _free in use
         self._fresh = 0  # slots >= _fresh were never used
@@ -106,15 +112,12 @@ class WindowSlots:
                              f"its limit of {MAX_INDEX + 1:,} (slot numbers are 32-bit): "
                              "give the run more partitions (--partitions)")
         if self.memory is not None:
-            self.memory.check(self.n_live + n, old, new_cap, self.slot_bytes())
+            copied = not all(self._reserved.in_place(name, new_cap, np.dtype(t).itemsize)
+                             for name, t in self.arrays)
+            self.memory.check(self.n_live + n, old, new_cap, self.slot_bytes(), copied)
         for name, _ in self.arrays:
-            arr = getattr(self, name)
-            bigger = np.zeros(new_cap, dtype=arr.dtype)
-            bigger[:old] = arr
-            setattr(self, name, bigger)
-        live = np.zeros(new_cap, dtype=np.bool_)
-        live[:old] = self.live
-        self.live = live
+            setattr(self, name, self._reserved.grow(name, getattr(self, name), new_cap))
+        self.live = self._reserved.grow("live", self.live, new_cap)
         self.capacity = new_cap
 
     def alloc(self, n: int) -> I64:
@@ -233,7 +236,8 @@ class WindowSlots:
     def _widen(self, name: str) -> I64:
         """Field ``name``'s array as int64 from now on (4 more bytes per slot; not
         checked against the memory limit: a one-time 4 bytes per slot)."""
-        wide: I64 = getattr(self, name).astype(np.int64)
+        wide: I64 = self._reserved.new(name, np.int64, self.capacity)
+        wide[:] = getattr(self, name)
         setattr(self, name, wide)
         self.arrays = tuple((n, np.int64 if n == name else t) for n, t in self.arrays)
         return wide

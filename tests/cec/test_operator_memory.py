@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from cec.errors import UsageError, WindowMemoryError, exit_code
+from cec.operator import arrays
 from cec.operator.base import OperatorConfig
 from cec.operator.memory import (
     HOST_SHARE,
@@ -60,19 +61,17 @@ def test_a_growth_past_the_limit_names_the_partition_and_the_sizes() -> None:
     assert isinstance(err.value, UsageError) and exit_code(err.value) == 2
 
 
-def test_the_operator_stops_before_its_windows_outgrow_the_limit() -> None:
+def _stops_at_12000(limit_slots: int, copied: bool) -> None:
     # every key opens a window: 8,000 keys grow the slots to 9,024, 4,000 more to
-    # 13,024 (12,000 + 1,024 spare, over 1.25x; both sets of arrays held while copying:
-    # 22,048 slots)
-    op = _operator(WindowMemory(0, Limit(1 << 40, "unused")))
-    per = op._slots.slot_bytes()
-    limit = Limit((9024 + 13_024) * per - 1, "a test's limit")
-    op = _operator(WindowMemory(0, limit))
+    # 13,024 (12,000 + 1,024 spare, over 1.25x)
+    per = _operator(WindowMemory(0, Limit(1 << 40, "unused")))._slots.slot_bytes()
+    op = _operator(WindowMemory(0, Limit(limit_slots * per - 1, "a test's limit")))
     op.process(_batch(np.arange(0, 8000), 0))
     assert op.n_open == 8000 and op._slots.capacity == 9024
     with pytest.raises(WindowMemoryError, match=r"^partition 0: 12,000 open windows do not "
-                       r"fit in its memory: growing their state to 13,024 windows"):
+                       r"fit in its memory: growing their state to 13,024 windows") as err:
         op.process(_batch(np.arange(8000, 12_000), 8000))
+    assert ("old and new arrays while they are copied" in str(err.value)) == copied
     # the same input with room for it: no error, the same windows as without a check
     roomy, free = _operator(WindowMemory(0, Limit(1 << 30, "roomy"))), _operator(None)
     for op in (roomy, free):
@@ -80,6 +79,33 @@ def test_the_operator_stops_before_its_windows_outgrow_the_limit() -> None:
         op.process(_batch(np.arange(8000, 12_000), 8000))
     assert roomy.n_open == free.n_open == 12_000
     assert roomy.open_windows().equals(free.open_windows())
+
+
+def test_the_operator_stops_before_its_windows_outgrow_the_limit() -> None:
+    # the arrays grow in place (arrays.Reserved): 13,024 slots are what the growth needs
+    _stops_at_12000(13_024, copied=False)
+
+
+def test_without_a_reservation_the_growth_counts_both_copies(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # no anonymous mapping (a strict commit limit, an address-space limit): the arrays
+    # are copied, and both sets are held while they are (9,024 + 13,024 slots)
+    def refused(*_: object, **__: object) -> None:
+        raise OSError(12, "Cannot allocate memory")
+    monkeypatch.setattr(arrays.mmap, "mmap", refused)
+    _stops_at_12000(9024 + 13_024, copied=True)
+
+
+def test_reserved_arrays_grow_in_place_and_keep_their_entries() -> None:
+    res = arrays.Reserved(1 << 20)
+    a = res.new("x", np.int64, 1024)
+    a[:] = np.arange(1024)
+    b = res.grow("x", a, 5000)
+    assert len(b) == 5000 and np.shares_memory(a, b)
+    assert np.array_equal(b[:1024], np.arange(1024)) and not b[1024:].any()
+    c = res.grow("x", b, 2 << 20)  # past its reservation: a copy, then in place again
+    assert not np.shares_memory(b, c) and np.array_equal(c[:1024], np.arange(1024))
+    assert not c[1024:].any() and np.shares_memory(c, res.grow("x", c, (2 << 20) + 8))
 
 
 def test_state_bytes_by_part() -> None:
