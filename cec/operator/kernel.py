@@ -165,9 +165,24 @@ def close_windows(slots: WindowSlots, out: RowWriter, closing: I64, ts: int,
 
 
 def _close_order(slots: WindowSlots, closing: I64) -> I64:
-    """``closing`` ordered ``(win_end, tau1, win_start)``, as a tuple's closes are."""
-    return closing[np.lexsort((slots.win_start[closing], slots.seqs("tau1", closing),
-                               slots.ends(closing)))]
+    """``closing`` ordered ``(win_end, tau1, win_start)``, as a tuple's closes are.
+
+    Sorted on the narrowest keys that give that order (at the end of the input this
+    sorts every open window at once: its keys are the task's largest temporaries):
+    ``tau1`` as stored (``value + 1``, the same order), and where ``win_end`` is
+    ``win_start`` plus a constant (time windows) or a constant (count windows) the
+    order is ``(win_start, tau1)`` or ``(tau1, win_start)``."""
+    lay = slots.layout
+    start, tau1 = slots.win_start[closing], slots.tau1[closing]
+    if lay.end_offset is not None:
+        keys: tuple[npt.NDArray[np.generic], ...] = (tau1, start)
+    elif lay.end_constant is not None:
+        keys = (start, tau1)
+    else:
+        keys = (start, tau1, slots.ends(closing))
+    order = np.lexsort(keys)
+    del start, tau1, keys
+    return closing[order]
 
 
 def _closed(slots: WindowSlots, out: RowWriter, closing: I64, ts: int, t_now: int) -> Block:

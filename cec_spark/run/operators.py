@@ -16,6 +16,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
+
 from cec.errors import UsageError
 from cec.operator import OperatorConfig, VectorOperator
 from cec.operator.memory import WindowMemory, task_limit
@@ -106,11 +108,14 @@ _TRIM = _malloc_trim()
 
 def release_freed() -> None:
     """Give the pages the C heap holds free back to the system (glibc ``malloc_trim``;
-    a no-op elsewhere). An operator task's numpy temporaries and the window arrays it
-    outgrew are freed into glibc's heap, which keeps their pages: measured on a
-    partition of 1.25 M open 1-day windows (bench/memory_bench.py's input), the task
-    held 184 MiB more than at its start for 96 MiB of window arrays, and 132 MiB when
-    trimmed after each batch. About 3 ms a call there: the task calls it with its state
-    report (every :data:`cec_spark.run.task.STATE_EVERY_S`)."""
+    a no-op elsewhere), and those Arrow's memory pool holds unused. An operator task's
+    numpy temporaries and the window arrays it outgrew are freed into glibc's heap,
+    which keeps their pages: measured on a partition of 1.25 M open 1-day windows
+    (bench/memory_bench.py's input), the task held 184 MiB more than at its start for
+    96 MiB of window arrays, and 132 MiB when trimmed after each batch. About 3 ms a
+    call there: the task calls it with its state report (every
+    :data:`cec_spark.run.task.STATE_EVERY_S`) and at its end; the direct ingest when
+    its chunks are written."""
+    pa.default_memory_pool().release_unused()  # Arrow's own pool (mimalloc, jemalloc)
     if _TRIM is not None:
         _TRIM(0)

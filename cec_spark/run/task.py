@@ -305,11 +305,17 @@ class _PartitionLoop:
             raise CecError(f"partition {self.p}: the upstream tail ended before the "
                            "log was sealed")
         self.rto.note_caught_up(self.counters, finished=True)
-        for final in self.op.finish_parts(FINISH_ROWS):  # not every window's row at once
-            if final.num_rows:
+        # the heap's free pages back first, and once the close order is made (its
+        # temporaries are the end's largest): the task's peak memory is at its end when
+        # windows stay open until then
+        release_freed()
+        for i, final in enumerate(self.op.finish_parts(FINISH_ROWS)):  # not every
+            if final.num_rows:                                # window's row at once
                 self.out.append(final)
                 self.counters.count(final)
                 self.out.commit()  # the log holds what is appended until its commit
+            if i == 0:
+                release_freed()
         self.out.seal()
         self.counters.done = True
 

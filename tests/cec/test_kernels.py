@@ -8,6 +8,9 @@ import pytest
 from cec.operator import OperatorConfig, VectorOperator
 from cec.operator.count_sliding import CountSlidingKernel
 from cec.operator.count_tumbling import CountSizeOneKernel, CountTumblingKernel
+from cec.operator.kernel import _close_order
+from cec.operator.slot_layout import SlotLayout
+from cec.operator.slots import WindowSlots
 from cec.operator.time_windows import TimeKernel, factorize, first_occurrences
 from cec.windows import CountWindow, TimeWindow, WindowSpec
 
@@ -48,3 +51,27 @@ def test_factorize_and_first_occurrences_against_a_dict(seed: int, spread: int) 
     assert len(first) == n_new
     assert np.array_equal(first, np.unique(codes, return_index=True)[1])
     assert first_occurrences(codes[:0]).size == 0
+
+
+@pytest.mark.parametrize("layout", ["time", "count", "session"])
+def test_the_close_order_is_win_end_tau1_win_start(layout: str) -> None:
+    # the narrow keys (tau1 as stored, no win_end where it follows from win_start) give
+    # the order of the whole one, ties and a widened tau1 included
+    lay = {"time": SlotLayout(end_offset=100, ts_from_start=True),
+           "count": SlotLayout(end_constant=-1),
+           "session": SlotLayout(first_is_start=True)}[layout]
+    rng = np.random.default_rng(7)
+    for widen in (False, True):
+        sl = WindowSlots(capacity=2048, layout=lay)
+        n = 1500
+        slots = sl.alloc(n)
+        start = rng.integers(0, 20, n) * 10
+        sl.open(slots, np.zeros(n, np.int64), start,
+                start + rng.integers(1, 30, n) * (not lay.end_offset), rng.integers(0, 40, n),
+                start)
+        if widen:
+            sl.set_seqs("tau1", slots[:1], np.array([1 << 40]))
+        closing = rng.permutation(slots)
+        want = closing[np.lexsort((sl.win_start[closing], sl.seqs("tau1", closing),
+                                   sl.ends(closing)))]
+        assert np.array_equal(_close_order(sl, closing), want)
