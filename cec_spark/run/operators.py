@@ -106,7 +106,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 _TRIM = _malloc_trim()
 
 
-def release_freed() -> None:
+def release_freed(arrow: bool = True) -> None:
     """Give the pages the C heap holds free back to the system (glibc ``malloc_trim``;
     a no-op elsewhere), and those Arrow's memory pool holds unused. An operator task's
     numpy temporaries and the window arrays it outgrew are freed into glibc's heap,
@@ -115,7 +115,9 @@ def release_freed() -> None:
     96 MiB of window arrays, and 132 MiB when trimmed after each batch. About 3 ms a
     call there: the task calls it with its state report (every
     :data:`cec_spark.run.task.STATE_EVERY_S`) and at its end; the direct ingest when
-    its chunks are written."""
-    pa.default_memory_pool().release_unused()  # Arrow's own pool (mimalloc, jemalloc)
+    its chunks are written. ``arrow``: Arrow's pool too (mimalloc's collection: about
+    6 ms a call in the ingest, and the next chunk would take the same pages again)."""
+    if arrow:
+        pa.default_memory_pool().release_unused()  # Arrow's own pool (mimalloc, jemalloc)
     if _TRIM is not None:
         _TRIM(0)
