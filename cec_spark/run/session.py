@@ -107,7 +107,8 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
     """A (possibly already running) SparkSession for ``master`` with cec's settings.
 
     ``conf`` (the spec's ``[run.spark]`` and ``--conf``) overrides the defaults. A
-    setting Spark refuses is a UsageError (exit 2) carrying Spark's own message. A new
+    setting Spark refuses is a UsageError (exit 2) carrying Spark's own message, a SQL
+    setting's too (checked here, not at the first job that reads it). A new
     driver JVM maps the class archive of :mod:`cec_spark.run.jvm_archive` if there is
     one; with ``write_archive`` and none yet, it writes one at its exit, which
     :func:`stop_session` (not ``spark.stop()``) waits for and keeps.
@@ -150,6 +151,10 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
         if warm and is_local_master(master) and SparkContext._active_spark_context is None:
             _warm_daemon(master, app_name, settings)
         spark = builder.getOrCreate()  # with the context _warm_daemon made, if so
+        # the SQL settings are checked when the session's SQL state is made, which the
+        # first SQL use would do: a bad one (spark.sql.shuffle.partitions=abc) failed the
+        # ingest's job 5 times, about 34 s, then exit 1, after the run was created
+        spark.conf.get("spark.sql.session.timeZone")
     except Exception as exc:
         raise _start_error(exc, master, conf) from exc
     spark.sparkContext.setLogLevel("ERROR")

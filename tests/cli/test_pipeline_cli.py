@@ -409,6 +409,11 @@ def _last_json(text: str) -> dict[str, object]:
     (["--conf", "spark.executor.memory=zz"],  # refused by spark-submit, before the JVM
      "Spark refused to start with master local[5,3] (your settings: "   # is up
      "spark.executor.memory=zz): SparkException: Executor memory must be a positive number"),
+    (["--conf", "spark.sql.shuffle.partitions=abc"],  # a SQL setting: read by a job only,
+     "Spark refused to start with master local[5,3] (your settings: "  # so checked at once
+     "spark.sql.shuffle.partitions=abc): SparkIllegalArgumentException: "
+     "[INVALID_CONF_VALUE.TYPE_MISMATCH] The value 'abc' in the config "
+     '"spark.sql.shuffle.partitions" is invalid'),
     (["--conf", "spark.speculation=true"], "Spark setting spark.speculation=true: cec needs "
                                            "false"),
     (["--conf", "driver.memory=4g"], "--conf: 'driver.memory' is not a Spark setting"),
