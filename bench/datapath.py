@@ -18,6 +18,12 @@ is exported (``cec export --format parquet``, not timed) and compared with A's f
 output, every row (:func:`bench.fair_spark.compare`): a difference is exit 1. The
 1-minute load average is printed with each run.
 
+``python bench/datapath.py open-windows --a TREE --b TREE [--open N] [--records K]
+[--rows R] [--pairs K]``: the operator alone, in a process per tree: ``--records``
+records of ``--rows`` rows into ``--open`` open 1-day windows (none closing), records
+per CPU second, the trees alternated (a tuple stream's small records while many windows
+are open).
+
 ``python bench/datapath.py window-bytes [--keys 1000000,10000000] [--batch 1000000]``:
 the operator's memory per open time window (10 s tumbling, int64 keys, the spec's
 default checkpoint policy): every key opens one window (all in the same window), fed
@@ -130,8 +136,75 @@ def window_bytes(keys: int, batch: int) -> dict[str, Any]:
             "slots_per_window": round(sl.capacity / n, 3)}
 
 
+_SMALL_RECORDS = """
+import json, sys, time
+import numpy as np, pyarrow as pa
+from cec.operator.base import OperatorConfig
+from cec.operator.vector import VectorOperator
+from cec.policy import PolicyConfig
+from cec.windows import window_spec
+n, records, rows = (int(x) for x in sys.argv[1:4])
+op = VectorOperator(OperatorConfig(window=window_spec("time", "1d"), key_type="int64",
+                                   policy=PolicyConfig(mode="open-only")))
+def batch(keys, first):
+    seq = np.arange(first, first + len(keys), dtype=np.int64)
+    return pa.RecordBatch.from_arrays([pa.array(seq // 1000), pa.array(seq),
+        pa.array(keys.astype(np.int64)), pa.array(np.ones(len(keys)))],
+        names=["ts", "seq", "key", "value"])
+op.process(batch(np.arange(n), 0))
+rng = np.random.default_rng(1)
+feed = [batch(rng.integers(0, n, rows), n + i * rows) for i in range(records)]
+t, c = time.perf_counter(), time.process_time()
+out = sum(op.process(b).num_rows for b in feed)
+print(json.dumps({"wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
+                  "open": op.n_open, "out_rows": out}))
+"""
+
+
+def small_records(argv: list[str]) -> int:
+    """``open-windows``: ``--records`` records of ``--rows`` rows into an operator that
+    holds ``--open`` open 1-day windows (one per key, none closing; the policy
+    ``open-only``: no time-budgeted ``G_check`` rows, so the rows are the same), in a
+    process per tree (its cwd and first on ``PYTHONPATH``), the trees alternated;
+    records per CPU second and the output rows, which must be equal."""
+    import subprocess
+    sp = argparse.ArgumentParser(description="small records, many open windows")
+    sp.add_argument("--a", required=True)
+    sp.add_argument("--b", required=True)
+    sp.add_argument("--open", type=int, default=1_000_000)
+    sp.add_argument("--records", type=int, default=500)
+    sp.add_argument("--rows", type=int, default=1000)
+    sp.add_argument("--pairs", type=int, default=3)
+    args = sp.parse_args(argv)
+    got: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+    for i in range(args.pairs):
+        for name in rotation(["A", "B"], i):
+            tree = Path(getattr(args, name.lower())).resolve()
+            proc = subprocess.run(
+                [sys.executable, "-c", _SMALL_RECORDS, str(args.open), str(args.records),
+                 str(args.rows)], env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree,
+                capture_output=True, text=True, check=True, timeout=600)
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            got[name].append(r)
+            print(f"{name} {i}: {args.records / r['cpu_s']:,.0f} records per CPU s "
+                  f"({r['open']:,} windows open, {r['out_rows']:,} output rows), "
+                  f"load {load():.2f}", flush=True)
+    if len({r["out_rows"] for r in got["A"] + got["B"]}) != 1:
+        print("OUTPUT ROWS DIFFER")
+        return 1
+    ratios = [a["cpu_s"] / b["cpu_s"] for a, b in zip(got["A"], got["B"], strict=True)]
+    print(f"\nA = {args.a}\nB = {args.b}\n{args.records} records of {args.rows} rows, "
+          f"{args.open:,} windows open: CPU A/B pairwise median "
+          f"{statistics.median(ratios):.3f} (records per CPU s: A "
+          f"{statistics.median(args.records / r['cpu_s'] for r in got['A']):,.0f}, B "
+          f"{statistics.median(args.records / r['cpu_s'] for r in got['B']):,.0f})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["open-windows"]:
+        return small_records(argv[1:])
     if argv[:1] == ["window-bytes"]:
         wp = argparse.ArgumentParser(description="bytes per open time window")
         wp.add_argument("--keys", default="1000000,10000000")

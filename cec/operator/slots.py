@@ -24,6 +24,9 @@ from cec.operator.slot_layout import (
 )
 from cec.window_state import AGGREGATE, FIELDS, UNTRACKED, declares, names
 
+#: :attr:`WindowSlots.min_start` with no window open
+NO_START = 1 << 62
+
 
 @declares(FIELDS, first=("key_idx",), form="array")
 class WindowSlots:
@@ -97,6 +100,10 @@ class WindowSlots:
         self.n_live = 0
         #: no open window's ``cnt`` is above this (``cnt`` is uint32 while it fits)
         self._cnt_bound = 0
+        #: no open window starts before this (a bound: lowered by every ``win_start``
+        #: written, raised only by a caller that looked at every open window; the time
+        #: kernel's ``due`` skips its scan while no window can end)
+        self.min_start: int = NO_START
 
     def slot_bytes(self) -> int:
         """Bytes per slot: every array (as it is now: a widened one counts 8), ``live``
@@ -267,6 +274,13 @@ class WindowSlots:
                                  "window spec's): an EC of another window spec?")
             return
         getattr(self, name)[slots] = values
+        if name == "win_start":
+            self._lower_start(values)
+
+    def _lower_start(self, win_start: npt.NDArray[np.generic] | int) -> None:
+        v = np.asarray(win_start)
+        if v.size:
+            self.min_start = min(self.min_start, int(v.min()))
 
     def open(self, slots: I64, key_idx: I64, win_start: I64, win_end: I64 | int,
              seq: I64, ts: I64) -> None:
@@ -278,6 +292,7 @@ class WindowSlots:
         """
         self.key_idx[slots] = key_idx
         self.win_start[slots] = win_start
+        self._lower_start(win_start)
         if self.layout.end_stored:
             self.win_end[slots] = win_end
         if not seq_fits(seq, self.tau1.dtype):

@@ -29,7 +29,7 @@ from cec.operator.kernel import (
 )
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
-from cec.operator.slots import WindowSlots
+from cec.operator.slots import NO_START, WindowSlots
 
 _EMPTY_I64: I64 = np.empty(0, dtype=np.int64)
 
@@ -127,9 +127,20 @@ class TimeKernel(ClosedByEventTime):
         return blk
 
     def due(self, ts: int) -> I64:
-        """The open windows (any key) a tuple at ``ts`` closes: ``win_end <= ts``."""
-        live = self.slots.live_slots()
-        out: I64 = live[self.slots.ends(live) <= ts]
+        """The open windows (any key) a tuple at ``ts`` closes: ``win_end <= ts``
+        (``win_start + size``). No scan of the open windows while none can end yet
+        (:attr:`~.slots.WindowSlots.min_start`): with a million windows open the scan
+        took 5 ms a batch."""
+        sl = self.slots
+        if ts < sl.min_start + self.size:
+            return _EMPTY_I64
+        live = sl.live_slots()
+        starts = sl.win_start[live]
+        ends_by = starts <= ts - self.size
+        out: I64 = live[ends_by]
+        # still a bound if the caller keeps them open (it closes them): the next look
+        # after a close scans once more and finds the bound of the rest
+        sl.min_start = int(starts.min()) if len(starts) else NO_START
         return out
 
     def index_loaded(self, slots: I64, key_idx: I64) -> None:

@@ -8,7 +8,8 @@ import pytest
 from cec.operator import OperatorConfig, VectorOperator
 from cec.operator.count_sliding import CountSlidingKernel
 from cec.operator.count_tumbling import CountSizeOneKernel, CountTumblingKernel
-from cec.operator.kernel import _close_order
+from cec.operator.kernel import WindowShape, _close_order
+from cec.operator.key_index import KeyWindows
 from cec.operator.slot_layout import SlotLayout
 from cec.operator.slots import WindowSlots
 from cec.operator.time_windows import TimeKernel, factorize, first_occurrences
@@ -75,3 +76,29 @@ def test_the_close_order_is_win_end_tau1_win_start(layout: str) -> None:
         want = closing[np.lexsort((sl.win_start[closing], sl.seqs("tau1", closing),
                                    sl.ends(closing)))]
         assert np.array_equal(_close_order(sl, closing), want)
+
+
+def test_due_skips_its_scan_only_while_no_window_can_end() -> None:
+    # the bound on the open windows' starts (opened, loaded with put, released) never
+    # hides a due window: due(ts) is the scan's answer at every ts
+    rng = np.random.default_rng(11)
+    sl = WindowSlots(capacity=64, layout=SlotLayout(end_offset=100, ts_from_start=True))
+    kern = TimeKernel(WindowShape(size=100, slide=100, max_open=1), sl, KeyWindows(1))
+    for _ in range(200):
+        k = int(rng.integers(0, 6))
+        new = sl.alloc(k)
+        start = rng.integers(0, 50, k) * 100
+        if rng.random() < 0.5:
+            sl.open(new, np.zeros(k, np.int64), start, start + 100, np.zeros(k, np.int64),
+                    start)
+        else:
+            sl.put("win_start", new, start)
+        live = sl.live_slots()
+        if len(live) and rng.random() < 0.4:
+            sl.release(rng.choice(live, size=min(len(live), 3), replace=False))
+        ts = int(rng.integers(0, 5200))
+        live = sl.live_slots()
+        due = kern.due(ts)
+        assert np.array_equal(due, live[sl.win_start[live] + 100 <= ts])
+        if rng.random() < 0.5:  # as the kernels do; or kept open
+            sl.release(due)
