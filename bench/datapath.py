@@ -19,8 +19,9 @@ output, every row (:func:`bench.fair_spark.compare`): a difference is exit 1. Th
 1-minute load average is printed with each run.
 
 ``python bench/datapath.py open-windows --a TREE --b TREE [--open N] [--records K]
-[--rows R] [--pairs K]``: the operator alone, in a process per tree: ``--records``
-records of ``--rows`` rows into ``--open`` open 1-day windows (none closing), records
+[--rows R] [--pairs K] [--window time|session]``: the operator alone, in a process per
+tree: ``--records`` records of ``--rows`` rows into ``--open`` open 1-day windows or
+sessions of a 1-day gap (none closing), records
 per CPU second, the trees alternated (a tuple stream's small records while many windows
 are open).
 
@@ -144,7 +145,7 @@ from cec.operator.vector import VectorOperator
 from cec.policy import PolicyConfig
 from cec.windows import window_spec
 n, records, rows = (int(x) for x in sys.argv[1:4])
-op = VectorOperator(OperatorConfig(window=window_spec("time", "1d"), key_type="int64",
+op = VectorOperator(OperatorConfig(window=window_spec(sys.argv[4], "1d"), key_type="int64",
                                    policy=PolicyConfig(mode="open-only")))
 def batch(keys, first):
     seq = np.arange(first, first + len(keys), dtype=np.int64)
@@ -163,7 +164,8 @@ print(json.dumps({"wall_s": time.perf_counter() - t, "cpu_s": time.process_time(
 
 def small_records(argv: list[str]) -> int:
     """``open-windows``: ``--records`` records of ``--rows`` rows into an operator that
-    holds ``--open`` open 1-day windows (one per key, none closing; the policy
+    holds ``--open`` open 1-day windows (``--window time``, or sessions of a 1-day gap:
+    ``--window session``; one per key, none closing; the policy
     ``open-only``: no time-budgeted ``G_check`` rows, so the rows are the same), in a
     process per tree (its cwd and first on ``PYTHONPATH``), the trees alternated;
     records per CPU second and the output rows, which must be equal."""
@@ -175,6 +177,7 @@ def small_records(argv: list[str]) -> int:
     sp.add_argument("--records", type=int, default=500)
     sp.add_argument("--rows", type=int, default=1000)
     sp.add_argument("--pairs", type=int, default=3)
+    sp.add_argument("--window", choices=("time", "session"), default="time")
     args = sp.parse_args(argv)
     got: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     for i in range(args.pairs):
@@ -182,7 +185,8 @@ def small_records(argv: list[str]) -> int:
             tree = Path(getattr(args, name.lower())).resolve()
             proc = subprocess.run(
                 [sys.executable, "-c", _SMALL_RECORDS, str(args.open), str(args.records),
-                 str(args.rows)], env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree,
+                 str(args.rows), args.window], cwd=tree,
+                env={**os.environ, "PYTHONPATH": str(tree)},
                 capture_output=True, text=True, check=True, timeout=600)
             r = json.loads(proc.stdout.strip().splitlines()[-1])
             got[name].append(r)
@@ -194,7 +198,7 @@ def small_records(argv: list[str]) -> int:
         return 1
     ratios = [a["cpu_s"] / b["cpu_s"] for a, b in zip(got["A"], got["B"], strict=True)]
     print(f"\nA = {args.a}\nB = {args.b}\n{args.records} records of {args.rows} rows, "
-          f"{args.open:,} windows open: CPU A/B pairwise median "
+          f"{args.open:,} {args.window} windows open: CPU A/B pairwise median "
           f"{statistics.median(ratios):.3f} (records per CPU s: A "
           f"{statistics.median(args.records / r['cpu_s'] for r in got['A']):,.0f}, B "
           f"{statistics.median(args.records / r['cpu_s'] for r in got['B']):,.0f})")

@@ -74,6 +74,7 @@ def reconstruct(slots: WindowSlots, batch: TupleBatch, session_gap: int | None =
     slots.accumulate(member_slot, batch.values[member_tuple], batch.ts[member_tuple])
     if session_gap is not None:
         slots.win_end[member_slot] = slots.last_ts[member_slot] + session_gap
+        slots.note_ends(slots.win_end[member_slot])  # (an EC's end may have been later)
 
 
 def snapshot(slots: WindowSlots, keys: KeyRegistry, n_open: int, t_now: int | None,

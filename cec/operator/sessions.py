@@ -37,7 +37,9 @@ from cec.operator.kernel import (
 )
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
-from cec.operator.slots import WindowSlots
+from cec.operator.slots import NO_START, WindowSlots
+
+_EMPTY: I64 = np.empty(0, dtype=np.int64)
 
 
 class SessionKernel(ClosedByEventTime):
@@ -110,8 +112,12 @@ class SessionKernel(ClosedByEventTime):
         tuple at exactly ``win_end`` would join its key's session); so a watermark ``w``
         closes the sessions that end before ``w``."""
         sl = self.slots
+        if ts <= sl.min_end:  # none ends before ts (a session's end only moves later)
+            return _EMPTY
         live = sl.live_slots()
-        out: I64 = live[sl.win_end[live] < ts]
+        ends = sl.win_end[live]
+        out: I64 = live[ends < ts]
+        sl.min_end = int(ends.min()) if len(ends) else NO_START  # as the time kernel's
         return out
 
     def index_loaded(self, slots: I64, key_idx: I64) -> None:

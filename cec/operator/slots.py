@@ -104,6 +104,8 @@ class WindowSlots:
         #: written, raised only by a caller that looked at every open window; the time
         #: kernel's ``due`` skips its scan while no window can end)
         self.min_start: int = NO_START
+        #: the same for a stored ``win_end`` (sessions: an end only moves later)
+        self.min_end: int = NO_START
 
     def slot_bytes(self) -> int:
         """Bytes per slot: every array (as it is now: a widened one counts 8), ``live``
@@ -275,12 +277,23 @@ class WindowSlots:
             return
         getattr(self, name)[slots] = values
         if name == "win_start":
-            self._lower_start(values)
+            self.note_starts(values)
+        elif name == "win_end":
+            self.note_ends(values)
 
-    def _lower_start(self, win_start: npt.NDArray[np.generic] | int) -> None:
+    def note_starts(self, win_start: npt.NDArray[np.generic] | int) -> None:
+        """Starts written outside :meth:`open` and :meth:`put`: keep
+        :attr:`min_start` a bound."""
         v = np.asarray(win_start)
         if v.size:
             self.min_start = min(self.min_start, int(v.min()))
+
+    def note_ends(self, win_end: npt.NDArray[np.generic] | int) -> None:
+        """The same for stored ends (:attr:`min_end`): one written earlier than before
+        (only an end moved later needs no note)."""
+        v = np.asarray(win_end)
+        if v.size:
+            self.min_end = min(self.min_end, int(v.min()))
 
     def open(self, slots: I64, key_idx: I64, win_start: I64, win_end: I64 | int,
              seq: I64, ts: I64) -> None:
@@ -292,9 +305,10 @@ class WindowSlots:
         """
         self.key_idx[slots] = key_idx
         self.win_start[slots] = win_start
-        self._lower_start(win_start)
+        self.note_starts(win_start)
         if self.layout.end_stored:
             self.win_end[slots] = win_end
+            self.note_ends(win_end)
         if not seq_fits(seq, self.tau1.dtype):
             self._widen("tau1")
         if not seq_fits(seq, self.tau2.dtype):

@@ -10,6 +10,7 @@ from cec.operator.count_sliding import CountSlidingKernel
 from cec.operator.count_tumbling import CountSizeOneKernel, CountTumblingKernel
 from cec.operator.kernel import WindowShape, _close_order
 from cec.operator.key_index import KeyWindows
+from cec.operator.sessions import SessionKernel
 from cec.operator.slot_layout import SlotLayout
 from cec.operator.slots import WindowSlots
 from cec.operator.time_windows import TimeKernel, factorize, first_occurrences
@@ -101,4 +102,31 @@ def test_due_skips_its_scan_only_while_no_window_can_end() -> None:
         due = kern.due(ts)
         assert np.array_equal(due, live[sl.win_start[live] + 100 <= ts])
         if rng.random() < 0.5:  # as the kernels do; or kept open
+            sl.release(due)
+
+
+def test_session_due_skips_its_scan_only_while_no_session_can_end() -> None:
+    # sessions: a bound on the stored ends (opened, loaded, moved later as tuples come)
+    rng = np.random.default_rng(12)
+    sl = WindowSlots(capacity=64, layout=SlotLayout(first_is_start=True))
+    kern = SessionKernel(100, sl, KeyWindows(1))
+    for _ in range(200):
+        k = int(rng.integers(0, 6))
+        new = sl.alloc(k)
+        start = rng.integers(0, 5000, k)
+        if rng.random() < 0.5:
+            sl.open(new, np.zeros(k, np.int64), start, start + 100, np.zeros(k, np.int64),
+                    start)
+        else:
+            sl.put("win_start", new, start)
+            sl.put("win_end", new, start + rng.integers(100, 300, k))
+        live = sl.live_slots()
+        if len(live):  # some sessions go on: their ends move later
+            moved = rng.choice(live, size=min(len(live), 2), replace=False)
+            sl.win_end[moved] += rng.integers(0, 200, len(moved))
+        ts = int(rng.integers(0, 5500))
+        live = sl.live_slots()
+        due = kern.due(ts)
+        assert np.array_equal(due, live[sl.win_end[live] < ts])
+        if rng.random() < 0.5:
             sl.release(due)
