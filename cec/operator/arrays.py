@@ -52,10 +52,10 @@ class Reserved:
     A growth is then a longer view of the same pages: no copy, no old array beside the
     new one, no unwritten slack counted as memory (the resident part is the entries
     used, to the page). Measured on the memory benchmark's input (docs/PROFILE.md,
-    "Arrays reserved, not copied"). Where the reservation fails (no ``mmap`` with
-    these flags, a strict commit limit, an address-space limit such as the one
-    ``spark.executor.pyspark.memory`` sets), or an array outgrows its reservation, it
-    falls back to a zeroed numpy array and a copy, as before.
+    "The peak memory, again"). An array that outgrows its reservation is copied into
+    a new one twice its need; where no reservation can be made (no ``mmap`` with these
+    flags, a strict commit limit, an address-space limit such as the one
+    ``spark.executor.pyspark.memory`` sets) into a zeroed numpy array, as before.
     """
 
     def __init__(self, items: int) -> None:
