@@ -26,6 +26,8 @@ from cec.window_state import AGGREGATE, FIELDS, UNTRACKED, declares, names
 
 #: :attr:`WindowSlots.min_start` with no window open
 NO_START = 1 << 62
+#: the windows a slot array is reserved for when the task has no memory limit
+UNLIMITED_ROOM = 1 << 26
 
 
 @declares(FIELDS, first=("key_idx",), form="array")
@@ -88,7 +90,9 @@ class WindowSlots:
         # each array reserved for more windows than the memory limit allows (all of
         # them at once, after a widening too), so every growth the check lets pass is
         # in place (arrays.Reserved)
-        room = (MAX_INDEX + 1 if memory is None else
+        # (no limit: 64 M windows, 512 MiB of address space an 8-byte array; past it an
+        # array moves to a reservation twice its need)
+        room = (UNLIMITED_ROOM if memory is None else
                 memory.limit.bytes // self.slot_bytes() * 2 + 1024)
         self._reserved = Reserved(room)
         for name, dtype in self.arrays:
