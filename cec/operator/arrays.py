@@ -25,6 +25,9 @@ I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 F64 = npt.NDArray[np.float64]
 
+#: an empty int64 array (the kernels' "no windows"; never written to)
+EMPTY_I64: I64 = np.empty(0, dtype=np.int64)
+
 #: the most key indices / slots one operator holds (they are stored as int32)
 MAX_INDEX = (1 << 31) - 1
 
@@ -81,9 +84,8 @@ class Reserved:
     def grow(self, name: str, arr: npt.NDArray[Any], capacity: int) -> npt.NDArray[Any]:
         """Array ``name`` (now ``arr``, its first entries kept) with ``capacity``
         entries, the new ones zero: in place within its reservation, else copied."""
-        mm = self._maps.get(name)
-        if mm is not None and capacity * arr.dtype.itemsize <= len(mm):
-            return np.frombuffer(mm, dtype=arr.dtype, count=capacity)
+        if self.in_place(name, capacity, arr.dtype.itemsize):
+            return np.frombuffer(self._maps[name], dtype=arr.dtype, count=capacity)
         bigger = self.new(name, arr.dtype, capacity)
         bigger[: len(arr)] = arr
         return bigger

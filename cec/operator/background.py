@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from cec.operator.arrays import I64
+from cec.operator.arrays import EMPTY_I64, I64
 from cec.operator.rows import Block, RowWriter
 from cec.policy import CheckpointBudget, PolicyConfig
 from cec.records import G_CHECK
-
-_EMPTY_I64: I64 = np.empty(0, dtype=np.int64)
 
 
 def checkpoint_step(policy: PolicyConfig, budget: CheckpointBudget, out: RowWriter, t_now: int,
@@ -65,7 +63,7 @@ def checkpoint_step(policy: PolicyConfig, budget: CheckpointBudget, out: RowWrit
             end = int(pos[n_ok - 1])
         if n_ok < len(cand):
             break
-    slots = np.concatenate(picked) if len(picked) > 1 else picked[0] if picked else _EMPTY_I64
+    slots = np.concatenate(picked) if len(picked) > 1 else picked[0] if picked else EMPTY_I64
     emitted = len(slots)
     blk = out.block(slots, np.full(emitted, G_CHECK, np.int8),
                     np.full(emitted, ts_now, np.int64), np.full(emitted, t_now, np.int64),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 
 from cec.errors import UsageError
-from cec.operator.arrays import I64
+from cec.operator.arrays import EMPTY_I64, I64
 from cec.operator.kernel import (
     ClosedByEventTime,
     TupleBatch,
@@ -38,8 +38,6 @@ from cec.operator.kernel import (
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.slots import NO_START, WindowSlots
-
-_EMPTY: I64 = np.empty(0, dtype=np.int64)
 
 
 class SessionKernel(ClosedByEventTime):
@@ -113,7 +111,7 @@ class SessionKernel(ClosedByEventTime):
         closes the sessions that end before ``w``."""
         sl = self.slots
         if ts <= sl.min_end:  # none ends before ts (a session's end only moves later)
-            return _EMPTY
+            return EMPTY_I64
         live = sl.live_slots()
         ends = sl.win_end[live]
         out: I64 = live[ends < ts]

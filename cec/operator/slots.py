@@ -288,16 +288,12 @@ class WindowSlots:
     def note_starts(self, win_start: npt.NDArray[np.generic] | int) -> None:
         """Starts written outside :meth:`open` and :meth:`put`: keep
         :attr:`min_start` a bound."""
-        v = np.asarray(win_start)
-        if v.size:
-            self.min_start = min(self.min_start, int(v.min()))
+        self.min_start = _lowered(self.min_start, win_start)
 
     def note_ends(self, win_end: npt.NDArray[np.generic] | int) -> None:
         """The same for stored ends (:attr:`min_end`): one written earlier than before
         (only an end moved later needs no note)."""
-        v = np.asarray(win_end)
-        if v.size:
-            self.min_end = min(self.min_end, int(v.min()))
+        self.min_end = _lowered(self.min_end, win_end)
 
     def open(self, slots: I64, key_idx: I64, win_start: I64, win_end: I64 | int,
              seq: I64, ts: I64) -> None:
@@ -364,3 +360,8 @@ class WindowSlots:
         else:
             np.maximum.at(self.last_ts, slots, ts)
 
+
+def _lowered(bound: int, values: npt.NDArray[np.generic] | int) -> int:
+    """``bound``, lowered to the least of ``values`` if that is below it."""
+    v = np.asarray(values)
+    return min(bound, int(v.min())) if v.size else bound

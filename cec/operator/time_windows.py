@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from cec.operator.arrays import I64
+from cec.operator.arrays import EMPTY_I64, I64
 from cec.operator.kernel import (
     ClosedByEventTime,
     TupleBatch,
@@ -30,8 +30,6 @@ from cec.operator.kernel import (
 from cec.operator.key_index import KeyWindows
 from cec.operator.rows import Block, RowWriter
 from cec.operator.slots import NO_START, WindowSlots
-
-_EMPTY_I64: I64 = np.empty(0, dtype=np.int64)
 
 
 def factorize(key_idx: I64, m: I64, n_keys: int) -> tuple[I64, int]:
@@ -51,7 +49,7 @@ def first_occurrences(codes: I64) -> I64:
     linear pass; ``np.unique(codes, return_index=True)[1]`` sorted, and was a fifth of
     the time kernel's time)."""
     if len(codes) == 0:
-        return _EMPTY_I64
+        return EMPTY_I64
     top = np.maximum.accumulate(codes)
     new = np.empty(len(codes), dtype=bool)
     new[0] = True
@@ -109,8 +107,8 @@ class TimeKernel(ClosedByEventTime):
             sl.open(new_slots, kidx[opener], start, start + size, seq[opener], ts[opener])
             member_slot[missing] = new_slots[code]
         else:
-            opening = _EMPTY_I64
-            new_slots = _EMPTY_I64
+            opening = EMPTY_I64
+            new_slots = EMPTY_I64
         sl.accumulate(member_slot, member_vals, member_ts,
                       ts_offset=member_ts - member_m * slide)  # in [0, size)
         # closes: every open window (any key, new ones included) that ends by the last ts,
@@ -133,7 +131,7 @@ class TimeKernel(ClosedByEventTime):
         took 5 ms a batch."""
         sl = self.slots
         if ts < sl.min_start + self.size:
-            return _EMPTY_I64
+            return EMPTY_I64
         live = sl.live_slots()
         starts = sl.win_start[live]
         ends_by = starts <= ts - self.size
