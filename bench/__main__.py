@@ -371,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--report", action="store_true",
                     help="only rewrite BENCHMARKS.md from the results in bench/results")
     args = ap.parse_args(argv)
+    harness.byte_compiled(None)
     args.argv = argv
     if args.report:
         _log(f"wrote {report.write()}")

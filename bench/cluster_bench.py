@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="fraction of the input consumed when the Worker is killed")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cluster")
     args = ap.parse_args(argv)
+    harness.byte_compiled(None)
     why = missing_tools()
     if why is not None:
         print(f"cluster_bench: {why}", file=sys.stderr)

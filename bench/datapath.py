@@ -49,7 +49,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.fair_spark import CEC_SPEC, cec_output, make_data  # noqa: E402
-from bench.harness import checked, compare, load, measure, rotation  # noqa: E402
+from bench.harness import (  # noqa: E402
+    byte_compiled,
+    checked,
+    compare,
+    load,
+    measure,
+    rotation,
+)
 
 
 def side(text: str) -> tuple[Path, dict[str, str]]:
@@ -179,6 +186,7 @@ def small_records(argv: list[str]) -> int:
     sp.add_argument("--pairs", type=int, default=3)
     sp.add_argument("--window", choices=("time", "session"), default="time")
     args = sp.parse_args(argv)
+    byte_compiled(Path(args.a).resolve(), Path(args.b).resolve())
     got: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
     for i in range(args.pairs):
         for name in rotation(["A", "B"], i):
@@ -233,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if not data.exists():
         make_data(data, args.rows, args.keys, 100_000)
     sides = {"A": side(args.a), "B": side(args.b)}
+    byte_compiled(sides["A"][0], sides["B"][0])
     specs = {n: spec_for(args.work, n, data, args.partitions, run)
              for n, (_, run) in sides.items()}
     results: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}

@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/cec-export-bench"))
     parser.add_argument("--out", type=Path, help="make: the run directory")
     a = parser.parse_args(argv)
+    harness.byte_compiled(None, a.base)
     shape = {"partitions": a.partitions, "kind": a.kind, "key": a.key,
              "generations": a.generations}
     if a.what == "make":

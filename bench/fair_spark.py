@@ -308,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    harness.byte_compiled(None)
     work = args.work or Path(tempfile.mkdtemp(prefix="cec-fair-"))
     work.mkdir(parents=True, exist_ok=True)
     log = work / "runs.log"

@@ -889,6 +889,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="million rows of the sweep (default: the smallest size >= 3, "
                     "else the largest)")
     args = ap.parse_args(argv)
+    harness.byte_compiled(None)
     try:
         sizes = parse_sizes(args.sizes)
         memory = parse_memory(args.spark_memory)

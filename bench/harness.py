@@ -32,6 +32,7 @@ import re
 import signal
 import statistics
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +50,25 @@ GROUP_EXIT_S = 15.0  # how long what the root left running may take to exit
 OOM = re.compile(r"OutOfMemoryError|Java heap space|GC overhead limit exceeded|"
                  r"MemoryError|Cannot allocate memory|insufficient memory for the Java")
 T = TypeVar("T")
+
+
+# ----------------------------------------------------------------------------- the code
+
+PACKAGES = ("cec", "cec_spark", "cli", "recovery", "storage_log")
+
+
+def byte_compiled(*trees: Path | None) -> None:
+    """Every side's modules byte-compiled before anything is timed, as an installed
+    package is (pip compiles what it installs; ``make`` compiles the tree, see the
+    Makefile). A cec process imports about 150 of them (the driver, the Python worker
+    daemon, ``cec export`` each): without their ``.pyc`` (an edit, a fresh clone, or
+    ``PYTHONDONTWRITEBYTECODE`` in the environment, as on this project's machines)
+    each compiles them again, 0.3 s a process, on the way to the first row. ``None``
+    is this tree. A failure to compile is the benchmark's error, as any command's."""
+    for tree in trees:
+        cwd = REPO if tree is None else tree
+        subprocess.run([sys.executable, "-m", "compileall", "-q", *PACKAGES], cwd=cwd,
+                       check=True, stdout=subprocess.DEVNULL, timeout=600)
 
 
 # ----------------------------------------------------------------------------- the machine

@@ -608,6 +608,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"python bench/memory_bench.py: --base {args.base}: not a source tree of cec "
               "(no cli/app.py)", file=sys.stderr)
         return 2
+    harness.byte_compiled(None, args.base)
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
     big_data, small_data = work / f"data-{rows}-{keys}", work / f"data-{small.rows}-{small.keys}"

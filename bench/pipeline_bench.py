@@ -184,6 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    harness.byte_compiled(None)
 
     load = harness.load()
     with tempfile.TemporaryDirectory(prefix="cec-pipeline-bench-") as tmp:

@@ -385,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
+    harness.byte_compiled(None)
     res = run(args)
     text = report(res, args)
     print(text)

@@ -278,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=20)
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    harness.byte_compiled(None)
     args.objectives = [float(x) for x in args.objectives.split(",")]
     args.kills = args.kills if args.kills is not None else (4 if args.quick else 10)
     args.reps = args.reps if args.reps is not None else (1 if args.quick else 3)

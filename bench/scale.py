@@ -221,17 +221,6 @@ def recover_once(work: Path, p: int, tree: Path | None, name: str, src: Path,
             "load": rec.load_start, "others_cores": rec.others_cores, "exact": exact}
 
 
-def compiled(base: Path | None) -> None:
-    """Every side's modules byte-compiled before anything is timed: the first process
-    after an edit compiles what changed, which counted in the driver CPU of the first
-    recovery measured (P = 4: 1.36 s once, 1.07 s the next time)."""
-    for _, tree in _sides(base):
-        harness.checked([sys.executable, "-m", "compileall", "-q", "cec", "cec_spark",
-                         "cli", "recovery", "storage_log"],
-                        Path(tempfile.mkdtemp(prefix="cec-scale-compile-")) / "log",
-                        timeout=600, cwd=_cwd(tree))
-
-
 def recover_section(work: Path, ps: list[int], per_partition: int, base: Path | None
                     ) -> list[dict[str, Any]]:
     out = []
@@ -386,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(), **harness.commit(),
         "sides": [n for n, _ in _sides(args.base)],
         "base": None if args.base is None else str(args.base)}
-    compiled(args.base)
+    harness.byte_compiled(None, args.base)
     if "plan" in only:
         sizes = [int(m) for m in args.plan_sizes.split(",")] if args.plan_sizes \
             else [1, 4] if args.quick else [1, 4, 16]

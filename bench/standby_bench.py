@@ -1094,6 +1094,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--work", type=Path, default=None)
     args = ap.parse_args(argv)
+    harness.byte_compiled(None)
     args.rows = args.rows or (300_000 if args.quick else 3_000_000)
     args.kills = args.kills if args.kills is not None else (3 if args.quick else 20)
     args.reps = args.reps if args.reps is not None else (1 if args.quick else 5)

@@ -255,3 +255,15 @@ def test_stat_reads_past_a_comm_with_spaces_and_parens() -> None:
     assert st.cpu_s == pytest.approx(42.0)
     me = h.stat(os.getpid())
     assert me is not None and me.ppid == os.getppid() and h.alive(os.getpid())
+
+
+def test_byte_compiled_writes_every_package_and_fails_on_bad_source(tmp_path: Path) -> None:
+    for pkg in h.PACKAGES:
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "mod.py").write_text("X = 1\n")
+    h.byte_compiled(tmp_path)
+    for pkg in h.PACKAGES:
+        assert len(list((tmp_path / pkg / "__pycache__").glob("mod.*.pyc"))) == 1, pkg
+    (tmp_path / "cec" / "bad.py").write_text("def (:\n")
+    with pytest.raises(subprocess.CalledProcessError):
+        h.byte_compiled(tmp_path)
