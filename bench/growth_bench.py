@@ -33,10 +33,11 @@ under ``--work``, untimed, and reused while they hold the right rows:
 
 Three systems, each a whole process (or two) started cold and timed from outside:
 
-* **cec**: ``cec run pipeline SPEC`` (:func:`bench.fair_spark.cec_spec`, ``kind`` csv or
-  parquet) then ``cec export --format parquet``: the output complete and usable, as
-  fair_spark's headline; wall, CPU and memory are the two processes' (summed, summed, the
-  larger).
+* **cec**: ``cec run pipeline SPEC --out FILE --format parquet``
+  (:func:`bench.fair_spark.cec_spec`, ``kind`` csv or parquet): the run, then its results
+  written as ``cec export`` writes them, in the run's own process (before 2026-11-28: a
+  second process, ``cec export``, whose wall, CPU and memory were added); the output
+  complete and usable, as fair_spark's headline.
 * **Spark** Structured Streaming: fair_spark's child (:data:`bench.fair_spark.SPARK_CHILD`,
   :func:`bench.fair_spark.spark_cfg`, ``format`` csv or parquet) at its best setting,
   swept per input at the sweep size (the smallest size of at least 3 M rows, else the
@@ -598,7 +599,8 @@ def report(res: dict[str, Any]) -> str:
         "",
         f"{KEYS:,} keys, 10 s tumbling avg(item_price) per item_id, P = {PARTITIONS}; "
         f"input: {what}; whole processes started cold, timed "
-        "from outside (cec: `run pipeline` + `export`, the output complete and usable); "
+        "from outside (cec: `run pipeline --out`, or `run pipeline` + `export` where its "
+        "setting says so, the output complete and usable); "
         "CPU and peak resident memory (VmRSS) of the process tree from /proc every 0.2 s; "
         "every output compared equal with the size's reference"
         f"{'' if legacy else ' (the first output at the size, whichever input)'}. "
@@ -704,24 +706,21 @@ def run_cec(s: Sized, inp: str, timeout: float) -> tuple[Measured, Any, dict[str
     shutil.rmtree(run, ignore_errors=True)
     log = s.work / "logs" / f"cec-{inp}.log"
     summary = run.with_suffix(".json")
+    out = run.with_suffix(".parquet")
+    out.unlink(missing_ok=True)
     m = measure([*CEC, "run", "pipeline", str(s.specs[inp]), "--log-dir", str(run),
-                 "--json"], log, timeout=timeout, stdout=summary)
+                 "--json", "--out", str(out), "--format", "parquet"], log, timeout=timeout,
+                stdout=summary)
     extra: dict[str, Any] = {"run_s": m.wall_s}
     if m.status != "ok":
         return m, None, extra
-    out = run.with_suffix(".parquet")
-    out.unlink(missing_ok=True)
-    e = measure([*CEC, "export", str(run), "--out", str(out), "--format", "parquet"], log,
-                timeout=timeout)
-    extra["export_s"] = e.wall_s
     try:
         own = json.loads(summary.read_text())
         extra |= {k: round(float(own[k]), 2) for k in ("elapsed_s", "steady_s", "ingest_s")
                   if isinstance(own.get(k), int | float)}
     except (OSError, ValueError):
         pass
-    both = m.then(e)
-    return both, (cec_output(out) if both.status == "ok" else None), extra
+    return m, cec_output(out), extra
 
 
 def run_spark(s: Sized, inp: str, setting: SparkSetting, memory: str, timeout: float,
@@ -807,7 +806,7 @@ class Bench:
         t = self.args.timeout
         if system == "cec":
             return self.one(s, inp, system, round_i,
-                            f"P = {PARTITIONS}, run pipeline + export",
+                            f"P = {PARTITIONS}, run pipeline --out",
                             lambda: run_cec(s, inp, t))
         if system == "spark":
             st, mem = self.spark_setting[inp], memory_for(s.rows, self.memory)

@@ -199,11 +199,18 @@ def run_pipeline(
         "--standby", help="Also start a warm standby on this machine ('cec standby', in "
         "its own session; its messages in RUN/standby.log): if this process dies, it "
         "takes the run over in about a second.")] = False,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Once the run has ended, write its results to this file, as 'cec "
+        "export RUN --out FILE' does (not when it is interrupted).")] = None,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="The --out file's format: csv or parquet.")] = "csv",
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
     from cec.spec import parse_conf  # noqa: PLC0415 - the library when a command runs
 
+    if fmt not in ("csv", "parquet"):  # before the run, not after it
+        raise typer.BadParameter(f"{fmt!r} is not one of csv|parquet", param_hint="--format")
     spec = cec_spark.api.load(spec_path, partitions=partitions, master=master,
                               conf=parse_conf(conf or []), rto=rto,
                               standby=standby)  # read once
@@ -212,8 +219,14 @@ def run_pipeline(
     outcome = cec_spark.api.run(spec, run_dir, spec_path=spec_path, max_tuples=max_tuples,
                                 progress=not json_out, keep_session=False,
                                 on_started=started).outcome
+    if out is not None and not outcome.interrupted:  # in this process: no second start
+        exported = cec_spark.api.export(outcome.run_dir, out, fmt)
+        outcome = dataclasses.replace(outcome, export=exported)
     _show(outcome, json_out, "per_partition", RUN_COLUMNS)
     if outcome.interrupted:
+        if out is not None:  # `cec recover` resumes it
+            err_console.print(f"cec: --out {escape(str(out))}: not written, the run was "
+                              "interrupted", highlight=False, soft_wrap=True)
         raise typer.Exit(130)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cec_spark.report.common import JSON_DOCS
+from cec_spark.report.read import ExportResult
 from recovery.explain import RecoveryExplain
 
 
@@ -117,3 +118,6 @@ class RunResult:
     """Late rows dropped in each partition (committed with its upstream log)."""
     warnings: list[str] = field(default_factory=list)
     """What looked wrong about the source when the run was planned (e.g. its time unit)."""
+    export: ExportResult | None = None
+    """The results written by ``--out`` once the run ended (as ``cec export``); null:
+    no ``--out``, or the run was interrupted."""

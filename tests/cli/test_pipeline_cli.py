@@ -64,15 +64,19 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     df = write_items_csv(d / "items.csv", ROWS, keys=3000, seed=11)
     spec = d / "items.toml"
     spec.write_text(spec_text(SOURCE, partitions=P))
-    run = cec(["run", "pipeline", str(spec), "--log-dir", str(d / "ref"), "--json"],
-              check=True)
+    run = cec(["run", "pipeline", str(spec), "--log-dir", str(d / "ref"), "--json",
+               "--out", str(d / "ref-run.csv")], check=True)
     summary = checked(run.stdout, RunResult)
     assert summary["completed"] and summary["source_rows"] == ROWS
+    assert summary["export"]["out"] == str(d / "ref-run.csv")
     # with --json nothing human goes to stderr: not the JVM's boot warning, not the UI
     assert "incubator" not in run.stderr and "Spark UI" not in run.stderr, run.stderr
     exported = cec(["export", str(d / "ref"), "--out", str(d / "ref.csv"), "--json"],
                    check=True)
     assert checked(exported.stdout, ExportResult)["rows"] > 0
+    # `run --out` wrote what `cec export` writes, in the run's own process
+    assert (d / "ref-run.csv").read_bytes() == (d / "ref.csv").read_bytes()
+    assert summary["export"]["rows"] == checked(exported.stdout, ExportResult)["rows"]
     # the crash tests compare their exports byte for byte with this one: key, window,
     # count and the average all equal pandas' (issue 29: the average was not checked)
     _same_as_pandas(read_export_csv(d / "ref.csv"), reference_count_windows(df, 10))
@@ -417,6 +421,8 @@ def _last_json(text: str) -> dict[str, object]:
     (["--conf", "spark.speculation=true"], "Spark setting spark.speculation=true: cec needs "
                                            "false"),
     (["--conf", "driver.memory=4g"], "--conf: 'driver.memory' is not a Spark setting"),
+    (["--out", "r.xml", "--format", "xml"],  # refused before the run, not after it
+     "Invalid value for --format: 'xml' is not one of csv|parquet"),
     (["--conf", "spark.driver.memory"], "--conf: expected key=value"),
 ])
 def test_bad_spark_settings_exit_2_and_leave_no_run(tmp_path: Path, args: list[str],
