@@ -353,8 +353,8 @@ def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) ->
                               "poll_ms = 50", partitions=P,
                               extra_run="segment_kb = 4\ntrim_lag_s = 0"))  # trims too
     run = tmp_path / "run"
-    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
-                     tmp_path / "run.log")
+    proc = start_cec(["run", "pipeline", str(spec), "--log-dir", str(run), "--json",
+                      "--out", str(tmp_path / "never.csv")], tmp_path / "run.log")
     wait_for(lambda: "waiting for the first file in the stream folder" in
              (tmp_path / "run.log").read_text(), 60, "the run to say it waits for a file")
     assert not run.exists()  # nothing is written before the first file fixes the types
@@ -370,6 +370,10 @@ def test_ctrl_c_stops_an_unbounded_run_cleanly_and_it_resumes(tmp_path: Path) ->
     assert proc.wait(120) == 130, (tmp_path / "run.log").read_text()[-3000:]
     summary = _last_json((tmp_path / "run.log").read_text())
     assert summary["interrupted"] and not summary["completed"]
+    # --out is written only by a run that ended; this one says so
+    assert summary["export"] is None and not (tmp_path / "never.csv").exists()
+    assert "never.csv: not written, the run was interrupted" in (tmp_path / "run.log"
+                                                                  ).read_text()
     assert all(s.get("stopped") for s in _states(run))
     logs = cec(["inspect", "log", str(run), "--verify", "--json"], check=True)
     assert all(lg["verify"]["ok"] for lg in checked(logs.stdout, LogReport)["logs"])
