@@ -208,9 +208,9 @@ def run_pipeline(
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
     from cec.spec import parse_conf  # noqa: PLC0415 - the library when a command runs
+    from cec_spark.read.export import check_format  # noqa: PLC0415
 
-    if fmt not in ("csv", "parquet"):  # before the run, not after it
-        raise typer.BadParameter(f"{fmt!r} is not one of csv|parquet", param_hint="--format")
+    check_format(fmt)  # before the run, not after it
     spec = cec_spark.api.load(spec_path, partitions=partitions, master=master,
                               conf=parse_conf(conf or []), rto=rto,
                               standby=standby)  # read once

@@ -260,6 +260,13 @@ class ResultFile:
         self._last_key = some[len(some) - 1].as_py()
 
 
+def check_format(fmt: str) -> None:
+    """An export's ``--format``: csv or parquet (a UsageError, exit 2, otherwise);
+    ``cec run pipeline --out`` checks it before the run."""
+    if fmt not in ("csv", "parquet"):
+        raise UsageError(f"--format: {fmt!r} is not one of csv|parquet")
+
+
 def export(root: Path | str, out: Path | str, fmt: str = "csv",
            consumer: str | None = None, *, sort_rows: int = SORT_ROWS) -> ExportResult:
     """Write the results of the run in ``root`` to ``out``; a summary.
@@ -269,8 +276,7 @@ def export(root: Path | str, out: Path | str, fmt: str = "csv",
     deletes what a registered consumer has not acknowledged. ``sort_rows``: results
     sorted in memory at once (more are spilled in sorted runs beside ``out``).
     """
-    if fmt not in ("csv", "parquet"):
-        raise UsageError(f"--format: {fmt!r} is not one of csv|parquet")
+    check_format(fmt)
     if consumer is not None:
         check_consumer(consumer)
     layout = RunLayout(Path(root))

@@ -425,8 +425,8 @@ def _last_json(text: str) -> dict[str, object]:
     (["--conf", "spark.speculation=true"], "Spark setting spark.speculation=true: cec needs "
                                            "false"),
     (["--conf", "driver.memory=4g"], "--conf: 'driver.memory' is not a Spark setting"),
-    (["--out", "r.xml", "--format", "xml"],  # refused before the run, not after it
-     "Invalid value for --format: 'xml' is not one of csv|parquet"),
+    (["--out", "r.xml", "--format", "xml"],  # refused before the run, as cec export does
+     "cec: --format: 'xml' is not one of csv|parquet"),
     (["--conf", "spark.driver.memory"], "--conf: expected key=value"),
 ])
 def test_bad_spark_settings_exit_2_and_leave_no_run(tmp_path: Path, args: list[str],
