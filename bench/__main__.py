@@ -371,11 +371,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--report", action="store_true",
                     help="only rewrite BENCHMARKS.md from the results in bench/results")
     args = ap.parse_args(argv)
-    harness.byte_compiled(None)
     args.argv = argv
     if args.report:
         _log(f"wrote {report.write()}")
         return 0
+    harness.byte_compiled(None)
     if args.preset is None:
         args.preset = "quick" if args.quick else "full"
     default_out = args.out is None

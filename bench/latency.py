@@ -84,8 +84,15 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 REPO = Path(__file__).resolve().parents[1]
 
-from bench import harness  # noqa: E402
-from bench.harness import Others, Run, checked, commit, load, quiet  # noqa: E402 (after the path fix)
+from bench.harness import (  # noqa: E402 (after the path fix)
+    Others,
+    Run,
+    byte_compiled,
+    checked,
+    commit,
+    load,
+    quiet,
+)
 from bench.latency_stats import (  # noqa: E402 (after the path fix)
     BUSY_PARTITION,
     keys_of,
@@ -480,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
                     "single window end is closed by a watermark)")
     ap.add_argument("--out", type=Path, default=None, help="write the result as JSON here")
     args = ap.parse_args(argv)
-    harness.byte_compiled(None)
+    byte_compiled(None)
     if args.quick:
         args.seconds, args.trim_s = 8.0, 1.0
     if args.quiet_s is None:

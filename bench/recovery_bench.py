@@ -53,7 +53,6 @@ import pyarrow as pa
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import harness
 from bench.workload import DEFAULT_SEED, WorkloadSpec, generate_columns
 from cec.operator import OperatorConfig
 from cec.operator.vector import VectorOperator
@@ -293,7 +292,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", type=Path, default=None, help="work directory (default: tmp)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     a = p.parse_args(argv)
-    harness.byte_compiled(None)
     keys = a.keys or (20_000 if a.quick else 100_000)
     tuples = a.tuples or (400_000 if a.quick else 2_000_000)
     setup = Setup(keys, tuples, a.window, a.batch, a.batch_ms, a.row_us, a.seed, keys / 100_000)
