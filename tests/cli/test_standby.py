@@ -93,11 +93,15 @@ def _stream_spec(tmp_path: Path) -> Path:
 
 
 def _drop(folder: Path, df: pd.DataFrame, files: range, end: bool = False) -> None:
-    """Files ``files`` of the FILES the rows are cut into (``_END`` after them)."""
+    """Files ``files`` of the FILES the rows are cut into (``_END`` after them): all
+    written first, then renamed in one go."""
+    tmps = []
     for i in files:
         tmp = folder / f".f{i:04d}.tmp"
         df.iloc[i * len(df) // FILES:(i + 1) * len(df) // FILES].to_csv(tmp, index=False)
-        tmp.rename(folder / f"f{i:04d}.csv")
+        tmps.append((tmp, folder / f"f{i:04d}.csv"))
+    for tmp, final in tmps:
+        tmp.rename(final)
     if end:
         (folder / END_MARKER).write_text("")
 
@@ -152,14 +156,47 @@ def _mid_work(run: Path, before: int, last: int) -> str:
             f"{landed} of {before + 1}..{last}, partitions {late} behind it)")
 
 
+def _stop_in_work(run: Path, folder: Path, df: pd.DataFrame, files: range, before: int,
+                  stop: object, resume: object) -> tuple[str, int]:
+    """Drop the files of ``files`` one by one until ``stop`` (SIGSTOP to the processes
+    to fault) lands in the work on rows: after each drop, ``stop`` as soon as the
+    upstream logs grow, then read where it landed (``_mid_work``, from the logs and the
+    state files); if the run was already idle again (the scheduler can hold this
+    process back for longer than the run takes on a file), ``resume`` and drop the next.
+    Returns where it landed and how many of the FILES were dropped; AssertionError if
+    no drop of ``files`` caught the run at work."""
+    for i in files:
+        idle = _upstream_bytes(run)
+        _drop(folder, df, range(i, i + 1))
+        wait_for(lambda idle=idle: _upstream_bytes(run) != idle, 60, "the ingest to write",  # type: ignore[misc]
+                 step=0.001)
+        stop()  # type: ignore[operator]
+        try:
+            return _mid_work(run, before, _last_row(df, i + 1)), i + 1
+        except AssertionError:
+            if i == files[-1]:
+                raise
+            resume()  # type: ignore[operator]
+    raise AssertionError(f"no files to drop: {files}")
+
+
+def _signal_groups(groups: set[int], sig: int) -> None:
+    for g in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(g, sig)
+
+
 def test_two_standbys_a_killed_driver_and_a_standby_killed_while_taking_over(
         workload: Workload, tmp_path: Path) -> None:
     """A stream folder gets the first half of the files: the run cannot end before the
-    faults, whatever the machine's load. Once they are ingested, a quarter more is
-    dropped at once and the driver's process group is killed as soon as the upstream
-    logs grow; the last quarter is dropped once a standby claimed the run, and that
-    standby is killed as soon as its run commits upstream: both deaths land in the work
-    on rows (asserted from the logs and the state files: mid-ingest or mid-operator)."""
+    faults, whatever the machine's load. Once they are ingested, more files are dropped
+    one by one, and the driver's process groups (its own, its JVM's PySpark daemon's)
+    are stopped as soon as the upstream logs grow, then killed once the stop is seen to
+    have landed in the work on rows (``_stop_in_work``); the rest is dropped once a
+    standby claimed the run, and that standby is stopped and killed the same way: both
+    deaths land in the work on rows (asserted from the logs and the state files while
+    stopped: mid-ingest or mid-operator; a stopped process writes nothing before its
+    kill, and after it the hot standby resumes the run within milliseconds)."""
     spec, reference = _stream_spec(tmp_path), workload.reference
     _drop(tmp_path / "in", workload.rows, range(FILES // 2))
     run = tmp_path / "run"
@@ -190,36 +227,36 @@ def test_two_standbys_a_killed_driver_and_a_standby_killed_while_taking_over(
                  "inspect extent to see both hot standbys", step=0.5)
         seen = json.loads(cec(["inspect", "extent", str(run), "--json"], check=True).stdout)
         assert seen["standbys_ready"] == 2 and isinstance(seen["standby_behind_records"], int)
-        half, more = _last_row(workload.rows, FILES // 2), FILES * 3 // 4
+        half = _last_row(workload.rows, FILES // 2)
         wait_for(lambda: _processing(run) and max(upstream_last_seqs(run, P)) == half, 240,
                  "the first half ingested and a processed batch")
-        groups = groups_of(driver.pid)
-        idle = _upstream_bytes(run)
-        _drop(tmp_path / "in", workload.rows, range(FILES // 2, more))
-        wait_for(lambda: _upstream_bytes(run) != idle, 60, "the ingest to write", step=0.001)
-        _kill_group(driver)  # the driver, its JVM and its Python workers
+        groups = groups_of(driver.pid)  # the driver, its JVM and its Python workers
+        first_kill, more = _stop_in_work(
+            run, tmp_path / "in", workload.rows, range(FILES // 2, FILES * 3 // 4), half,
+            lambda: _signal_groups(groups, signal.SIGSTOP),
+            lambda: _signal_groups(groups, signal.SIGCONT))
+        landed = max(upstream_last_seqs(run, P))  # stopped: before a standby's run writes
+        _signal_groups(groups, signal.SIGKILL)
         driver.wait(30)
         wait_gone(groups)
-        first_kill = _mid_work(run, half, _last_row(workload.rows, more))
-        landed = max(upstream_last_seqs(run, P))
         wait_for((run / "drivers" / "00000002").exists, 60,
                  "a standby to claim driver number 2")
         first = _claimer(run, 2)
         taking = next(s for s in standbys if s.pid == first)
         other = next(s for s in standbys if s.pid != first)
-        # one file first; the rest once the taking standby's run commits it, and the
-        # kill at once (its hot tasks resume within tens of ms: with the whole quarter
-        # dropped first, it had sometimes processed every row before the kill came)
+        # one file first; the rest one by one once the taking standby's run commits it
         _drop(tmp_path / "in", workload.rows, range(more, more + 1))
         wait_for(lambda: max(upstream_last_seqs(run, P)) > landed, 240,
                  "the taking standby's run to commit upstream", step=0.002)
         groups = groups_of(taking.pid)
-        _drop(tmp_path / "in", workload.rows, range(more + 1, FILES))
-        _kill_group(taking)
+        second_kill, dropped = _stop_in_work(
+            run, tmp_path / "in", workload.rows, range(more + 1, FILES), landed,
+            lambda: _signal_groups(groups, signal.SIGSTOP),
+            lambda: _signal_groups(groups, signal.SIGCONT))
+        _signal_groups(groups, signal.SIGKILL)
         taking.wait(30)
         wait_gone(groups)
-        second_kill = _mid_work(run, landed, _last_row(workload.rows, FILES))
-        _drop(tmp_path / "in", workload.rows, range(0), end=True)
+        _drop(tmp_path / "in", workload.rows, range(dropped, FILES), end=True)
         # the other one takes over from the dead standby, and runs the run to its end
         assert other.wait(300) == 0, _text(tmp_path / f"sb{standbys.index(other)}.log")
         said = _text(tmp_path / f"sb{standbys.index(other)}.log")
@@ -254,9 +291,10 @@ def _snapshot(run: Path, pid: int) -> dict[str, tuple[int, int]]:
 def test_a_frozen_driver_is_fenced_and_writes_nothing_when_woken(
         workload: Workload, tmp_path: Path) -> None:
     """The driver (its process only) is frozen with SIGSTOP as soon as the upstream
-    logs grow after a quarter of the rows was dropped at once on an ingested half
-    (asserted at once: mid-ingest or mid-operator); the standby takes over, the last
-    quarter and ``_END`` come, and the woken driver writes nothing."""
+    logs grow after a file was dropped on an ingested half (asserted at once:
+    mid-ingest or mid-operator; woken and the next file dropped while not:
+    ``_stop_in_work``); the standby takes over, the rest of the files and ``_END``
+    come, and the woken driver writes nothing."""
     spec, reference = _stream_spec(tmp_path), workload.reference
     _drop(tmp_path / "in", workload.rows, range(FILES // 2))
     run = tmp_path / "run"
@@ -273,16 +311,17 @@ def test_a_frozen_driver_is_fenced_and_writes_nothing_when_woken(
                  "the second standby to be ready")
         _kill_group(extra)  # the run does not notice
         extra.wait(30)
-        half, more = _last_row(workload.rows, FILES // 2), FILES * 3 // 4
+        half = _last_row(workload.rows, FILES // 2)
         wait_for(lambda: _processing(run) and max(upstream_last_seqs(run, P)) == half, 240,
                  "the first half ingested and a processed batch")
-        idle = _upstream_bytes(run)
-        _drop(tmp_path / "in", workload.rows, range(FILES // 2, more))
-        wait_for(lambda: _upstream_bytes(run) != idle, 60, "the ingest to write", step=0.001)
-        os.kill(driver.pid, signal.SIGSTOP)  # the driver only: its JVM runs on
-        frozen = time.monotonic()
-        # read at once (its tasks go on): the freeze came in the work on the dropped rows
-        at_freeze = _mid_work(run, half, _last_row(workload.rows, more))
+        # the driver only (its JVM runs on), read at once (its tasks go on): the freeze
+        # came in the work on the dropped rows
+        stopped: list[float] = []
+        at_freeze, more = _stop_in_work(
+            run, tmp_path / "in", workload.rows, range(FILES // 2, FILES * 3 // 4), half,
+            lambda: (os.kill(driver.pid, signal.SIGSTOP), stopped.append(time.monotonic())),
+            lambda: os.kill(driver.pid, signal.SIGCONT))
+        frozen = stopped[-1]
         wait_for((run / "drivers" / "00000002").exists, 60,
                  "the standby to take over")
         took = time.monotonic() - frozen
