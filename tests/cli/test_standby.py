@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,15 +94,11 @@ def _stream_spec(tmp_path: Path) -> Path:
 
 
 def _drop(folder: Path, df: pd.DataFrame, files: range, end: bool = False) -> None:
-    """Files ``files`` of the FILES the rows are cut into (``_END`` after them): all
-    written first, then renamed in one go."""
-    tmps = []
+    """Files ``files`` of the FILES the rows are cut into (``_END`` after them)."""
     for i in files:
         tmp = folder / f".f{i:04d}.tmp"
         df.iloc[i * len(df) // FILES:(i + 1) * len(df) // FILES].to_csv(tmp, index=False)
-        tmps.append((tmp, folder / f"f{i:04d}.csv"))
-    for tmp, final in tmps:
-        tmp.rename(final)
+        tmp.rename(folder / f"f{i:04d}.csv")
     if end:
         (folder / END_MARKER).write_text("")
 
@@ -115,8 +112,13 @@ def _text(log: Path) -> str:
 
 
 def _kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
+    _signal_groups({proc.pid}, sig)
+
+
+def _signal_groups(groups: set[int], sig: int) -> None:
+    for g in groups:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(g, sig)
 
 
 def _export_equals(run: Path, tmp: Path, reference: Path) -> None:
@@ -157,7 +159,8 @@ def _mid_work(run: Path, before: int, last: int) -> str:
 
 
 def _stop_in_work(run: Path, folder: Path, df: pd.DataFrame, files: range, before: int,
-                  stop: object, resume: object) -> tuple[str, int]:
+                  stop: Callable[[], None], resume: Callable[[], None]
+                  ) -> tuple[str, int]:
     """Drop the files of ``files`` one by one until ``stop`` (SIGSTOP to the processes
     to fault) lands in the work on rows: after each drop, ``stop`` as soon as the
     upstream logs grow, then read where it landed (``_mid_work``, from the logs and the
@@ -168,22 +171,16 @@ def _stop_in_work(run: Path, folder: Path, df: pd.DataFrame, files: range, befor
     for i in files:
         idle = _upstream_bytes(run)
         _drop(folder, df, range(i, i + 1))
-        wait_for(lambda idle=idle: _upstream_bytes(run) != idle, 60, "the ingest to write",  # type: ignore[misc]
+        wait_for(lambda idle=idle: _upstream_bytes(run) != idle, 60, "the ingest to write",
                  step=0.001)
-        stop()  # type: ignore[operator]
+        stop()
         try:
             return _mid_work(run, before, _last_row(df, i + 1)), i + 1
         except AssertionError:
             if i == files[-1]:
                 raise
-            resume()  # type: ignore[operator]
+            resume()
     raise AssertionError(f"no files to drop: {files}")
-
-
-def _signal_groups(groups: set[int], sig: int) -> None:
-    for g in groups:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(g, sig)
 
 
 def test_two_standbys_a_killed_driver_and_a_standby_killed_while_taking_over(
@@ -317,10 +314,14 @@ def test_a_frozen_driver_is_fenced_and_writes_nothing_when_woken(
         # the driver only (its JVM runs on), read at once (its tasks go on): the freeze
         # came in the work on the dropped rows
         stopped: list[float] = []
+
+        def freeze() -> None:
+            os.kill(driver.pid, signal.SIGSTOP)
+            stopped.append(time.monotonic())
+
         at_freeze, more = _stop_in_work(
             run, tmp_path / "in", workload.rows, range(FILES // 2, FILES * 3 // 4), half,
-            lambda: (os.kill(driver.pid, signal.SIGSTOP), stopped.append(time.monotonic())),
-            lambda: os.kill(driver.pid, signal.SIGCONT))
+            freeze, lambda: os.kill(driver.pid, signal.SIGCONT))
         frozen = stopped[-1]
         wait_for((run / "drivers" / "00000002").exists, 60,
                  "the standby to take over")
