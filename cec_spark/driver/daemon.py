@@ -16,13 +16,14 @@ from __future__ import annotations
 import os
 import sys
 
-# Spark puts its own pyspark.zip and py4j zip first on the workers' PYTHONPATH. Python
-# cannot cache bytecode for a zip: every forked worker compiled pyspark again, and
-# re-read the 4 MB zip's directory (importlib.invalidate_caches), 2.7 CPU s per run of
-# 3 M rows measured (docs/PROFILE.md). When this interpreter has the same pyspark
-# installed (cec depends on it; spark.pyspark.python is the driver's interpreter),
-# with its compiled bytecode, the daemon imports that one instead. A different version
-# (a cluster's own Spark) keeps the zips.
+# Spark puts its own pyspark.zip and py4j zip (and the spark-core jar) first on the
+# workers' PYTHONPATH. Python cannot cache bytecode for a zip: every forked worker
+# compiled pyspark again, and re-read the archives' directories at its first task
+# (importlib.invalidate_caches), 2.7 CPU s per run of 3 M rows measured
+# (docs/PROFILE.md). When this interpreter has the same pyspark installed (cec depends
+# on it; spark.pyspark.python is the driver's interpreter), with its compiled
+# bytecode, the daemon imports that one instead and drops the archives (below). A
+# different version (a cluster's own Spark) keeps them.
 
 
 def _installed_same_pyspark() -> bool:
@@ -44,9 +45,27 @@ def _installed_same_pyspark() -> bool:
     return m is not None and m.group(1) == installed
 
 
+def _spark_archive(path: str) -> bool:
+    """Spark's own entries on a worker's PYTHONPATH: its pyspark and py4j zips and the
+    spark-core jar (PythonUtils puts the jar there; it holds no Python module)."""
+    name = os.path.basename(path)
+    return (path.endswith(".zip") and name.startswith(("pyspark", "py4j"))) or \
+        path.endswith(".jar")
+
+
 if _installed_same_pyspark():
-    sys.path[:] = [p for p in sys.path if not (
-        p.endswith(".zip") and os.path.basename(p).startswith(("pyspark", "py4j")))]
+    _ARCHIVES = [p for p in sys.path if _spark_archive(p)]
+    sys.path[:] = [p for p in sys.path if p not in _ARCHIVES]
+    # ... and their importers, cached by the imports above (the jar's too: the stdlib's
+    # copy module tries `from org.python.core import ...`, and the jar's org/ directory
+    # makes `org` a namespace package). A worker's first task calls
+    # importlib.invalidate_caches() (PySpark's setup_spark_files adds the task's files
+    # directory to sys.path), which re-reads the directory of every cached archive, on
+    # sys.path or not: the 16 MB jar's twice, 0.24-0.36 CPU s and 0.66-1.07 s of wall
+    # per worker at the start of a 3 M-row run (docs/PROFILE.md)
+    for _p in [p for p in sys.path_importer_cache
+               if any(p == a or p.startswith(a + os.sep) for a in _ARCHIVES)]:
+        del sys.path_importer_cache[_p]
 
 # Normally inherited from the driver (cec_spark.run.session sets them before the JVM
 # starts); pyarrow's jemalloc would otherwise start a background thread as it loads.
