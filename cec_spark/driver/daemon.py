@@ -13,6 +13,7 @@ pools start lazily. The daemon process has exactly one thread when it forks.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -79,4 +80,10 @@ import cec_spark.ingest.job  # noqa: E402
 import cec_spark.run.task  # noqa: E402, F401
 
 if __name__ == "__main__":
+    # What the imports made lives as long as the daemon and every worker it forks: out
+    # of the collector's sight (gc.freeze, Python's advice before a fork). A reused
+    # worker calls gc.collect() after each task (pyspark.daemon), and each full
+    # collection walked the imports' ~96 k objects: 45 ms a time on a quiet core.
+    gc.collect()
+    gc.freeze()
     daemon.manager()

@@ -89,6 +89,13 @@ ONE_DAEMON = textwrap.dedent('''
     def same(batches):
         yield from batches
 
+    def worker_look(rows):
+        import gc, sys, zipimport
+        yield gc.get_freeze_count()
+        yield [p for p in sys.path if p.endswith((".zip", ".jar")) and "spark" in p]
+        yield [k for k, v in sys.path_importer_cache.items()
+               if isinstance(v, zipimport.zipimporter)]
+
     def boom_rdd(rows):
         raise ValueError("boom 42")
 
@@ -103,6 +110,11 @@ ONE_DAEMON = textwrap.dedent('''
     assert len(spark.range(0, 4, 1, 2).mapInArrow(same, "id long").collect()) == 4
     jvm = sc._gateway.proc.pid
     assert len(daemons(jvm)) == 1, daemons(jvm)
+    # a worker as the daemon forks it: the imports' objects frozen out of the
+    # collector's sight, no Spark archive on the path or cached as an importer
+    frozen, archives, importers = sc.parallelize([0], 1).mapPartitions(worker_look).collect()
+    assert frozen > 10_000, frozen
+    assert archives == [] and importers == [], (archives, importers)
     for run, want in ((lambda: sc.parallelize([0], 1).mapPartitions(boom_rdd).collect(),
                        "ValueError: boom 42"),
                       (lambda: spark.range(0, 1, 1, 1).mapInArrow(boom_sql, "id long")
