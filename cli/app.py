@@ -111,10 +111,11 @@ def _main_options(
 err_console = Console(stderr=True)
 out_console = Console()
 
+FormatOpt = Annotated[str | None, typer.Option("--format", help="The --out file's format, csv or "
+                     "parquet (default: as its name ends, .parquet/.pq or .csv; else csv).")]
 JsonOpt = Annotated[bool, typer.Option(
     "--json", help="Print machine-readable JSON (its fields: docs/JSON.md).")]
-ConfOpt = Annotated[list[str] | None, typer.Option(
-    "--conf", metavar="KEY=VALUE",
+ConfOpt = Annotated[list[str] | None, typer.Option("--conf", metavar="KEY=VALUE",
     help="A Spark setting (repeatable), over the spec's \\[run.spark] and cec's defaults.")]
 # What every command but `run` reads: the run directory (run.toml, the logs, the state),
 # named as the code names it; `recover` and `standby` take it as --from-log.
@@ -202,15 +203,14 @@ def run_pipeline(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Once the run has ended, write its results to this file, as 'cec "
         "export RUN --out FILE' does (not when it is interrupted).")] = None,
-    fmt: Annotated[str, typer.Option(
-        "--format", help="The --out file's format: csv or parquet.")] = "csv",
+    fmt: FormatOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
     from cec.spec import parse_conf  # noqa: PLC0415 - the library when a command runs
-    from cec_spark.read.export import check_format  # noqa: PLC0415
+    from cec_spark.read.export import export_format  # noqa: PLC0415
 
-    check_format(fmt)  # before the run, not after it
+    fmt = export_format(out or "", fmt)  # before the run, not after it
     spec = cec_spark.api.load(spec_path, partitions=partitions, master=master,
                               conf=parse_conf(conf or []), rto=rto,
                               standby=standby)  # read once
@@ -383,7 +383,7 @@ def inspect_log(
 def export(
     run_dir: RunDirArg,
     out: Annotated[Path, typer.Option("--out", help="Output file.")],
-    fmt: Annotated[str, typer.Option("--format", help="csv or parquet.")] = "csv",
+    fmt: FormatOpt = None,
     consumer: Annotated[str | None, typer.Option(
         "--consumer", help="Export only what this consumer has not acknowledged yet, then "
         "acknowledge it (output retention keeps what is not acknowledged).")] = None,

@@ -110,10 +110,11 @@ def standby(run_dir: Path | str, *, master: str | None = None,
     return guard(run_dir, master=master, conf=conf, progress=progress, **more)
 
 
-def export(run_dir: Path | str, out: Path | str, fmt: str = "csv",
+def export(run_dir: Path | str, out: Path | str, fmt: str | None = None,
            consumer: str | None = None, **more: Any) -> ExportResult:
-    """``cec export``: every result of the run as one CSV or parquet file. ``more``:
-    further options of :func:`cec_spark.read.export.export`."""
+    """``cec export``: every result of the run as one CSV or parquet file (``fmt``
+    None: as ``out``'s suffix says, else csv). ``more``: further options of
+    :func:`cec_spark.read.export.export`."""
     return _export(run_dir, out, fmt, consumer, **more)
 
 

@@ -78,7 +78,7 @@ class Run:
         """The results as a Spark DataFrame (:func:`results`)."""
         return results(self.run_dir, spark)
 
-    def export(self, out: Path | str, fmt: str = "csv", consumer: str | None = None
+    def export(self, out: Path | str, fmt: str | None = None, consumer: str | None = None
                ) -> ExportResult:
         """``cec export`` of this run (:func:`cec_spark.read.export.export`)."""
         from cec_spark.read.export import export  # noqa: PLC0415 - lazy

@@ -260,14 +260,28 @@ class ResultFile:
         self._last_key = some[len(some) - 1].as_py()
 
 
-def check_format(fmt: str) -> None:
-    """An export's ``--format``: csv or parquet (a UsageError, exit 2, otherwise);
-    ``cec run pipeline --out`` checks it before the run."""
+#: an export file's format by its name's suffix, when no format is given
+SUFFIX_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
+
+
+def export_format(out: Path | str, fmt: str | None) -> str:
+    """An export's format: ``fmt`` (``--format``: csv or parquet), or when it is None
+    the one ``out``'s suffix names (.parquet or .pq, .csv), else csv. A UsageError (exit
+    2) for another ``fmt``, or one the suffix contradicts (``x.parquet`` as csv): the
+    file would not be what its name says. ``cec run pipeline --out`` checks it before
+    the run."""
+    named = SUFFIX_FORMATS.get(Path(out).suffix.lower())
+    if fmt is None:
+        return named or "csv"
     if fmt not in ("csv", "parquet"):
         raise UsageError(f"--format: {fmt!r} is not one of csv|parquet")
+    if named is not None and named != fmt:
+        raise UsageError(f"--out {out}: its name says {named}, --format says {fmt}; "
+                         "name the file for its format or leave --format out")
+    return fmt
 
 
-def export(root: Path | str, out: Path | str, fmt: str = "csv",
+def export(root: Path | str, out: Path | str, fmt: str | None = None,
            consumer: str | None = None, *, sort_rows: int = SORT_ROWS) -> ExportResult:
     """Write the results of the run in ``root`` to ``out``; a summary.
 
@@ -276,7 +290,7 @@ def export(root: Path | str, out: Path | str, fmt: str = "csv",
     deletes what a registered consumer has not acknowledged. ``sort_rows``: results
     sorted in memory at once (more are spilled in sorted runs beside ``out``).
     """
-    check_format(fmt)
+    fmt = export_format(out, fmt)
     if consumer is not None:
         check_consumer(consumer)
     layout = RunLayout(Path(root))

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from cec_spark.ingest.logs import committed_chunk, upstream_sealed
@@ -74,6 +75,9 @@ def workload(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     exported = cec(["export", str(d / "ref"), "--out", str(d / "ref.csv"), "--json"],
                    check=True)
     assert checked(exported.stdout, ExportResult)["rows"] > 0
+    # without --format the file's name says the format: parquet here, the same rows
+    cec(["export", str(d / "ref"), "--out", str(d / "ref.parquet")], check=True)
+    assert pq.read_table(d / "ref.parquet").num_rows == summary["export"]["rows"]
     # `run --out` wrote what `cec export` writes, in the run's own process
     assert (d / "ref-run.csv").read_bytes() == (d / "ref.csv").read_bytes()
     assert summary["export"]["rows"] == checked(exported.stdout, ExportResult)["rows"]
@@ -427,6 +431,8 @@ def _last_json(text: str) -> dict[str, object]:
     (["--conf", "driver.memory=4g"], "--conf: 'driver.memory' is not a Spark setting"),
     (["--out", "r.xml", "--format", "xml"],  # refused before the run, as cec export does
      "cec: --format: 'xml' is not one of csv|parquet"),
+    (["--out", "r.parquet", "--format", "csv"],
+     "cec: --out r.parquet: its name says parquet, --format says csv"),
     (["--conf", "spark.driver.memory"], "--conf: expected key=value"),
 ])
 def test_bad_spark_settings_exit_2_and_leave_no_run(tmp_path: Path, args: list[str],
