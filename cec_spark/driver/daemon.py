@@ -47,8 +47,8 @@ def _installed_same_pyspark() -> bool:
 
 
 def _spark_archive(path: str) -> bool:
-    """Spark's own entries on a worker's PYTHONPATH: its pyspark and py4j zips and the
-    spark-core jar (PythonUtils puts the jar there; it holds no Python module)."""
+    """Spark's own entries on a worker's PYTHONPATH: its pyspark and py4j zips, and a
+    jar (PythonUtils puts the spark-core jar there; it holds no Python module)."""
     name = os.path.basename(path)
     return (path.endswith(".zip") and name.startswith(("pyspark", "py4j"))) or \
         path.endswith(".jar")

@@ -57,7 +57,8 @@ def test_spark_archives_leave_the_path_and_the_importer_cache() -> None:
         [sys.executable, "-c", "import cec_spark.driver.daemon, pyspark.worker, sys; "
          "print(sys.modules['pyspark.worker'].__file__)"],
         env=env, capture_output=True, text=True, timeout=120, check=True)
-    assert check.stdout.strip().startswith(str(PYSPARK)), check.stdout
+    worker_file = check.stdout.strip()
+    assert worker_file.startswith(str(PYSPARK)) and ".zip" not in worker_file, worker_file
 
 
 def test_without_the_fix_the_archives_would_be_cached() -> None:
