@@ -26,6 +26,9 @@ from cec.errors import UsageError
 from cec.operator.arrays import I32, I64, grown
 from cec.operator.slots import WindowSlots
 
+#: the table's rows looked at at once by :meth:`KeyWindows.live_keys`
+LOOK_ROWS = 1 << 14
+
 
 class KeyWindows:
     """The open windows' slots per key index (see the module docstring for the layout)."""
@@ -48,25 +51,47 @@ class KeyWindows:
             bigger[:cap] = self.table
             self.table = bigger
 
-    def current_rows(self, n_keys: int, slots: WindowSlots) -> tuple[npt.NDArray[np.bool_], I64]:
-        """Which keys have an open window, and their rows with only current entries.
+    def _current(self, lo: int, hi: int, slots: WindowSlots
+                 ) -> tuple[npt.NDArray[np.bool_], I32]:
+        """Rows ``lo:hi`` of the table (``hi`` at most its rows) with every entry that
+        is not a current window set to -1, and which of those entries are current."""
+        rows = self.table[lo:hi].copy()
+        s = np.maximum(rows, 0)
+        cur = (rows >= 0) & slots.live[s] & \
+            (slots.key_idx[s] == np.arange(lo, hi, dtype=np.int32)[:, None])
+        rows[~cur] = -1
+        return cur, rows
+
+    def live_keys(self, n_keys: int, slots: WindowSlots) -> npt.NDArray[np.bool_]:
+        """``keep[k]`` iff key ``k`` has an open window (``k < n_keys``).
 
         Every open window of key ``k`` is referenced from ``table[k]`` (count windows
         exactly; time windows among stale entries, which fail the check "slot live and
-        of key ``k``"). So the live keys and all open windows are found from the rows of
-        the registered keys, O(keys * max_open), without a scan of the slot arrays.
-        Returns ``(keep, rows)``: ``keep[k]`` iff key ``k`` has an open window, and
-        ``table[:n_keys]`` with every entry that is not a current window set to -1.
-        """
-        rows = np.full((n_keys, self.max_open), -1, dtype=np.int64)
+        of key ``k``"). So the live keys are found from the rows of the registered keys,
+        O(keys * max_open), without a scan of the slot arrays; :data:`LOOK_ROWS` rows at
+        a time, so that the look's temporaries stay small whatever the keys (at 1.25 M
+        keys, the whole table at once made about 40 MB of them: docs/PROFILE.md)."""
+        keep = np.zeros(n_keys, dtype=np.bool_)
         h = min(n_keys, self.table.shape[0])  # size-1 count windows never grow the table
-        rows[:h] = self.table[:h]
-        s = np.maximum(rows, 0)
-        cur = (rows >= 0) & slots.live[s] & (slots.key_idx[s] == np.arange(n_keys)[:, None])
-        rows[~cur] = -1
-        return cur.any(axis=1), rows
+        for lo in range(0, h, LOOK_ROWS):
+            hi = min(h, lo + LOOK_ROWS)
+            keep[lo:hi] = self._current(lo, hi, slots)[0].any(axis=1)
+        return keep
 
-    def compact(self, keep: npt.NDArray[np.bool_], rows: I64, slots: WindowSlots) -> None:
+    def current_rows(self, n_keys: int, slots: WindowSlots) -> tuple[npt.NDArray[np.bool_], I32]:
+        """Which keys have an open window (:meth:`live_keys`), and their rows with only
+        current entries: ``(keep, rows)``, ``rows`` being ``table[:n_keys]`` with every
+        entry that is not a current window set to -1."""
+        keep = np.zeros(n_keys, dtype=np.bool_)
+        rows = np.full((n_keys, self.max_open), -1, dtype=np.int32)
+        h = min(n_keys, self.table.shape[0])
+        for lo in range(0, h, LOOK_ROWS):
+            hi = min(h, lo + LOOK_ROWS)
+            cur, rows[lo:hi] = self._current(lo, hi, slots)
+            keep[lo:hi] = cur.any(axis=1)
+        return keep, rows
+
+    def compact(self, keep: npt.NDArray[np.bool_], rows: I32, slots: WindowSlots) -> None:
         """Keep only the keys in ``keep``; kept key ``k`` becomes ``cumsum(keep)[k] - 1``.
 
         ``rows`` are the cleaned rows of :meth:`current_rows`; they reference every open

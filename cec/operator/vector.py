@@ -242,9 +242,9 @@ class VectorOperator:
         n = len(self._keys)
         if n < self._compact_at:
             return
-        keep, rows = self._by_key.current_rows(n, self._slots)
-        kept = int(np.count_nonzero(keep))
+        kept = int(np.count_nonzero(self._by_key.live_keys(n, self._slots)))
         if n > 2 * kept:
+            keep, rows = self._by_key.current_rows(n, self._slots)
             self._by_key.compact(keep, rows, self._slots)
             self._keys.compact(keep)
             n = kept
