@@ -38,7 +38,12 @@ from cec.errors import CecError
 from cec.operator import VectorOperator
 from cec.spec import PipelineSpec
 from cec_spark.run.counters import TaskCounters, counts_of
-from cec_spark.run.operators import operator_for, record_format_of, release_freed
+from cec_spark.run.operators import (
+    HeapBound,
+    operator_for,
+    record_format_of,
+    release_freed,
+)
 from cec_spark.run.rto_task import RtoTask
 from cec_spark.run.trim import OutputKeeper, ReplayAfterSeq
 from cec_spark.run.upstream import (
@@ -209,6 +214,7 @@ class _PartitionLoop:
         ``operator.watermark(W, seq)`` (``seq``: the upstream's last seq at that
         commit), and its output is appended, grouped and committed as a record's."""
         counters, op, out = self.counters, self.op, self.out
+        heap = HeapBound()
         last_state = 0.0
         for item in upstream_tail(up, self.t_c, self.layout, self.report_idle):
             if item is None:  # the tail has nothing more at once: commit
@@ -227,6 +233,7 @@ class _PartitionLoop:
                 batch = item
                 if counters.first_input_at is None:
                     counters.first_input_at = time.time()
+                heap.fit(batch.num_rows)
                 result = op.process(batch)
                 t1 = time.perf_counter()
                 counters.process_s += t1 - t0
