@@ -186,6 +186,21 @@ def rss(pid: int | str) -> int:
     return 0
 
 
+def pss(pid: int | str) -> int:
+    """Proportional set size of a process in bytes (``Pss`` of /proc/PID/smaps_rollup:
+    each resident page divided by the processes that map it, so a sum over processes
+    counts a page once); 0 if it is gone or the kernel has no smaps_rollup."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            parts = line.split()
+            return int(parts[1]) * 1024 if len(parts) > 1 and parts[1].isdigit() else 0
+    return 0
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
@@ -279,7 +294,10 @@ class Watch:
     in bytes. RSS counts pages shared between processes (a forked worker's pages shared
     with its daemon, mapped libraries) in each of them, so a sum over processes can
     exceed the memory really used; a peak, or a process, shorter than ``every`` can be
-    missed. ``jvm_threads`` (with ``threads=True``): every JVM thread's name and CPU."""
+    missed. With ``pss=True`` also each process's ``Pss`` (:func:`pss`), whose sum counts a
+    shared page once (:attr:`peak_pss_kind`; a read walks the process's page tables,
+    about 1 ms per 300 MiB). ``jvm_threads`` (with ``threads=True``): every JVM
+    thread's name and CPU."""
 
     root: int
     every: float = 0.2
@@ -291,6 +309,9 @@ class Watch:
     stop: threading.Event = field(default_factory=threading.Event)
     peak_rss_kind: dict[str, int] = field(default_factory=dict)
     peak_rss_total: int = 0
+    #: with ``pss=True``: per kind, the peak over the looks of the sum of ``Pss``
+    pss: bool = False
+    peak_pss_kind: dict[str, int] = field(default_factory=dict)
     looks: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -304,6 +325,15 @@ class Watch:
                 self.peak_rss_kind[kind] = total
         self.peak_rss_total = max(self.peak_rss_total, sum(by_kind.values()))
         self.looks += 1
+
+    def record_pss(self, sample: list[tuple[str, int]]) -> None:
+        """One look's (kind, Pss bytes) per live process into :attr:`peak_pss_kind`."""
+        by_kind: dict[str, int] = collections.defaultdict(int)
+        for kind, n in sample:
+            by_kind[kind] += n
+        for kind, total in by_kind.items():
+            if total > self.peak_pss_kind.get(kind, -1):
+                self.peak_pss_kind[kind] = total
 
     def cpu_by_kind(self) -> dict[str, float]:
         """CPU seconds per process kind (each process at its last looked-at value)."""
@@ -334,6 +364,7 @@ class Watch:
             todo: list[tuple[int, str | None]] = [*known, (self.root, None)]
             seen: set[int] = set()
             sample: list[tuple[str, int]] = []
+            sample_pss: list[tuple[str, int]] = []
             while todo:
                 pid, parent_kind = todo.pop()
                 if pid in seen:
@@ -369,6 +400,8 @@ class Watch:
                     proc.rss = rss(pid)
                     proc.peak_rss = max(proc.peak_rss, proc.rss)
                     sample.append((proc.kind, proc.rss))
+                    if self.pss:
+                        sample_pss.append((proc.kind, pss(pid)))
                 if self.threads and proc.kind == "jvm":
                     try:
                         tids = os.listdir(f"/proc/{pid}/task")
@@ -382,6 +415,8 @@ class Watch:
                     todo.extend((k, proc.kind) for k in kids.get(pid, []))
             if sample:
                 self.record_rss(sample)
+            if sample_pss:
+                self.record_pss(sample_pss)
 
     def loop(self) -> None:
         while not self.stop.is_set():
@@ -461,6 +496,7 @@ class Measured:
     jvm_xmx: list[str] = field(default_factory=list)
     others_cpu_s: float | None = None  # the machine's CPU seconds less ours
     waited_for: str = ""  # what a timeout waited for
+    peak_pss_kind: dict[str, int] = field(default_factory=dict)  # Run(pss=True) only
 
     @property
     def ok(self) -> bool:
@@ -488,7 +524,9 @@ class Measured:
                         self.jvm_xmx + other.jvm_xmx,
                         None if self.others_cpu_s is None or other.others_cpu_s is None
                         else self.others_cpu_s + other.others_cpu_s,
-                        self.waited_for if first_bad else other.waited_for)
+                        self.waited_for if first_bad else other.waited_for,
+                        {k: max(self.peak_pss_kind.get(k, 0), other.peak_pss_kind.get(k, 0))
+                         for k in {*self.peak_pss_kind, *other.peak_pss_kind}})
 
 
 class Failed(RuntimeError):
@@ -523,13 +561,15 @@ class Run:
     """``cmd`` started in its own session: standard error appended to ``log``, standard
     output to ``stdout`` (truncated, or appended to with ``stdout_append``), to a pipe
     (``stdout_pipe``: :attr:`stdout`) or to the log. ``watch``: its tree watched
-    (:class:`Watch`, ``on_new`` called with each new process). End it with :meth:`wait`,
+    (:class:`Watch`, ``on_new`` called with each new process; ``pss``: each process's
+    ``Pss`` too). End it with :meth:`wait`,
     :meth:`kill` or :meth:`kill_when`; each leaves no process of its group behind."""
 
     def __init__(self, cmd: Sequence[str], log: Path, *, stdout: Path | None = None,
                  env: dict[str, str] | None = None, cwd: Path = REPO, watch: bool = False,
                  on_new: Callable[[Proc], None] | None = None, threads: bool = False,
-                 stdout_pipe: bool = False, stdout_append: bool = False) -> None:
+                 stdout_pipe: bool = False, stdout_append: bool = False,
+                 pss: bool = False) -> None:
         self.cmd = [str(x) for x in cmd]
         self.log = log
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -548,7 +588,8 @@ class Run:
         self.pid = self.proc.pid
         self.watch: Watch | None = None
         if watch:
-            self.watch = Watch(self.pid, on_new=on_new, threads=threads).__enter__()
+            self.watch = Watch(self.pid, on_new=on_new, threads=threads,
+                               pss=pss).__enter__()
         self.result: Measured | None = None
         # a thread blocks in wait4 for the root: its exit is timed when it happens, and
         # its rusage (the root and the descendants it waited for) kept
@@ -662,10 +703,12 @@ class Run:
                           if p.kind == "jvm" and "org.apache.spark.launcher.Main" not in p.cmd
                           for m in re.findall(r"-Xmx(\S+)", p.cmd)})
             peak, kinds = w.peak_rss_total, dict(w.peak_rss_kind)
+            pss_kinds = dict(w.peak_pss_kind)
         else:
             cpu = {"tree": self._rusage_cpu} if self._rusage_cpu is not None else {}
             peak = self._rusage_peak
             xmx, kinds = [], ({"tree": peak} if peak else {})
+            pss_kinds = {}
         busy1 = busy_cpu_s()
         others = None if self.busy0 is None or busy1 is None else round(
             max(0.0, busy1 - self.busy0 - sum(cpu.values())
@@ -673,7 +716,7 @@ class Run:
         self.result = Measured(round(wall, 3), round(sum(cpu.values()), 2),
                                status_of(code, timed_out, tail), code, self.load_start,
                                load(), {k: round(v, 2) for k, v in cpu.items()}, peak,
-                               kinds, xmx, others, what if timed_out else "")
+                               kinds, xmx, others, what if timed_out else "", pss_kinds)
         return self.result
 
 

@@ -332,7 +332,11 @@ def per_round(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if small is None or big is None or small["status"] != "ok" or big["status"] != "ok":
             continue
         grow = big["workers_peak"] - small["workers_peak"]
+        pss_b, pss_s = big.get("workers_peak_pss"), small.get("workers_peak_pss")
+        by_pss = None if not pss_b or not pss_s else round(
+            bytes_per_window(pss_b, pss_s, big["open_windows"]), 1)
         out.append({"side": side, "round": rnd, "growth": grow,
+                    "bytes_per_window_pss": by_pss,
                     "open_windows": big["open_windows"],
                     "bytes_per_window": round(bytes_per_window(
                         big["workers_peak"], small["workers_peak"], big["open_windows"]), 1),
@@ -417,19 +421,29 @@ def markdown(res: dict[str, Any]) -> str:
             f"{r['load_start']}→{r['load_end']} | {exact} ({r.get('checked', '–')}) |")
     lines += ["", "## Bytes per open window", "",
               "| side | round | workers' peak growth, MiB | open windows | bytes per open "
-              "window |", "|---|--:|--:|--:|--:|"]
+              "window | by Pss |", "|---|--:|--:|--:|--:|--:|"]
     for x in res["per_round"]:
+        by_pss = x.get("bytes_per_window_pss")
         lines.append(f"| {x['side']} | {x['round']} | {_mib(x['growth'])} | "
-                     f"{x['open_windows']:,} | **{x['bytes_per_window']:.0f}** |")
+                     f"{x['open_windows']:,} | **{x['bytes_per_window']:.0f}** | "
+                     f"{'–' if by_pss is None else f'{by_pss:.0f}'} |")
     if not res["per_round"]:
-        lines.append("| (no round finished) | | | | |")
-    lines.append("")
+        lines.append("| (no round finished) | | | | | |")
+    lines += ["", "\"By Pss\": the same difference of peaks with each worker's `Pss` "
+              "(/proc/PID/smaps_rollup: a page shared by n processes counts 1/n in each) "
+              "summed instead of its VmRSS: pages a forked worker shares with the daemon "
+              "count once, so an idle worker more or less in a run adds its own pages only. "
+              "Not the issue's measure; shown beside it.", ""]
     for name, side in sides.items():
         xs = [x["bytes_per_window"] for x in res["per_round"] if x["side"] == name]
         if xs:
+            ps = [x["bytes_per_window_pss"] for x in res["per_round"]
+                  if x["side"] == name and x.get("bytes_per_window_pss") is not None]
+            by_pss = "" if not ps else (
+                f"; by Pss {statistics.median(ps):.0f} ({min(ps):.0f}–{max(ps):.0f})")
             lines.append(f"- {name} ({harness.commit_text(side)}): median "
                          f"**{statistics.median(xs):.0f}** bytes per open window "
-                         f"({min(xs):.0f}–{max(xs):.0f} over {len(xs)} round(s))")
+                         f"({min(xs):.0f}–{max(xs):.0f} over {len(xs)} round(s)){by_pss}")
     if "base" in sides:
         a = {x["round"]: x["bytes_per_window"] for x in res["per_round"]
              if x["side"] == "this"}
@@ -439,6 +453,16 @@ def markdown(res: dict[str, Any]) -> str:
         if rs:
             lines.append(f"- this ÷ base, round by round: **{statistics.median(rs):.2f}** "
                          f"(rounds: {', '.join(f'{x:.2f}' for x in rs)})")
+        pa_ = {x["round"]: x.get("bytes_per_window_pss") for x in res["per_round"]
+               if x["side"] == "this"}
+        pb_ = {x["round"]: x.get("bytes_per_window_pss") for x in res["per_round"]
+               if x["side"] == "base"}
+        prs = [pa_[i] / pb_[i] for i in sorted(set(pa_) & set(pb_))
+               if pa_[i] is not None and pb_[i]]
+        if prs:
+            lines.append(f"- by Pss, this ÷ base, round by round: "
+                         f"{statistics.median(prs):.2f} "
+                         f"(rounds: {', '.join(f'{x:.2f}' for x in prs)})")
     j = res["judgement"]
     lines += ["", "## Target (issue 40)", "",
               f"- {j['target']}: **{j['state']}** — {j['text']}"]
@@ -511,7 +535,7 @@ def run_once(work: Path, inp: Input, side: Side, round_i: int, partitions: int,
 
     r = harness.Run([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                     log, stdout=summary, env=side.env(), cwd=side.cwd, watch=True,
-                    on_new=seen)
+                    on_new=seen, pss=True)
     m = r.wait(timeout, "the run's end")
     procs = [] if r.watch is None else [*r.watch.procs.values(), *r.watch.gone]
     python = [p for p in procs if p.kind in PYTHON_KINDS]
@@ -522,6 +546,7 @@ def run_once(work: Path, inp: Input, side: Side, round_i: int, partitions: int,
         "wall_s": m.wall_s, "cpu_s": m.cpu_s, "cpu_kind": m.cpu_kind,
         "peak_rss_kind": m.peak_rss_kind, "peak_rss_total": m.peak_rss_total,
         "workers_peak": m.peak_rss_kind.get(WORKERS, 0),
+        "workers_peak_pss": m.peak_pss_kind.get(WORKERS),
         "daemon_peak": sum(p.peak_rss for p in daemons) if daemons else None,
         "daemons": len(daemons), "worker_processes": len(workers),
         "largest_worker_peak": max((p.peak_rss for p in workers), default=None),

@@ -73,6 +73,14 @@ def test_measure_reads_a_real_process_tree(tmp_path: Path) -> None:
     assert m.peak_rss_kind["other"] >= 80 * 2**20  # its child, another python
     assert m.peak_rss_total >= 240 * 2**20  # both at once
     assert m.wall_s >= 1.2 and m.cpu_s > 0 and set(m.cpu_kind) == {"driver", "other"}
+    assert m.peak_pss_kind == {}  # not asked for
+    run = h.Run([sys.executable, "-c", CHILD, "", "0"], tmp_path / "p.log", watch=True,
+                pss=True)
+    with_pss = run.wait(60, "the child's end")
+    assert with_pss.status == "ok"
+    # each process's own pages (none shared here but the interpreter's): about its RSS
+    assert with_pss.peak_pss_kind["driver"] >= 150 * 2**20
+    assert with_pss.peak_pss_kind["other"] >= 75 * 2**20
 
     oom = h.measure([sys.executable, "-c", CHILD, "java.lang.OutOfMemoryError", "1"],
                     tmp_path / "b.log", timeout=60)
@@ -80,6 +88,29 @@ def test_measure_reads_a_real_process_tree(tmp_path: Path) -> None:
     late = h.measure([sys.executable, "-c", "import time; time.sleep(30)"],
                      tmp_path / "c.log", timeout=0.5)
     assert late.status == "timeout" and late.wall_s < 10
+
+
+FORKED = """
+import os, time
+big = bytearray(120 * 2**20)
+for i in range(0, len(big), 4096):
+    big[i] = 1
+if os.fork() == 0:  # the child shares every page of big with its parent (copy on write)
+    time.sleep(1.5)
+    os._exit(0)
+os.wait()
+"""
+
+
+def test_pss_counts_a_page_shared_by_a_fork_once(tmp_path: Path) -> None:
+    m = h.Run([sys.executable, "-c", FORKED], tmp_path / "f.log", watch=True,
+              pss=True).wait(60, "the fork's end")
+    assert m.status == "ok"
+    # both processes are "driver"-rooted: the root and its forked child ("other")
+    rss = m.peak_rss_kind["driver"] + m.peak_rss_kind.get("other", 0)
+    pss = m.peak_pss_kind["driver"] + m.peak_pss_kind.get("other", 0)
+    assert rss >= 230 * 2**20  # RSS counts the shared 120 MiB in each process
+    assert pss >= 120 * 2**20 and rss - pss >= 100 * 2**20  # Pss counts them once
 
 
 def test_measure_counts_the_cpu_of_other_processes(tmp_path: Path) -> None:

@@ -254,6 +254,33 @@ def test_benchmarks_md_shows_the_section_and_its_target(tmp_path: Path) -> None:
     assert "| met | `python -m bench --only memory` |" in md
 
 
+def test_bytes_per_window_by_pss_beside() -> None:
+    small = 400 * MIB
+    runs = [rec("this", 0, "small", small, open_windows=5_000),
+            rec("this", 0, "big", small + 224 * 5_000_000),
+            rec("base", 0, "small", small, open_windows=5_000),
+            rec("base", 0, "big", small + 336 * 5_000_000)]
+    for r, pss in zip(runs, (200 * MIB, 200 * MIB + 100 * 5_000_000, 200 * MIB,
+                             200 * MIB + 200 * 5_000_000), strict=True):
+        r["workers_peak_pss"] = pss
+    rounds = mb.per_round(runs)
+    assert [(r["side"], r["bytes_per_window"], r["bytes_per_window_pss"])
+            for r in rounds] == [("base", 336.0, 200.0), ("this", 224.0, 100.0)]
+    md = mb.markdown(result(runs, base=True))
+    assert "| this | 0 | 1,068.1 | 5,000,000 | **224** | 100 |" in md
+    assert "(224–224 over 1 round(s)); by Pss 100 (100–100)" in md
+    assert "- by Pss, this ÷ base, round by round: 0.50 (rounds: 0.50)" in md
+    # the judgement stays the measure (RSS)
+    assert "**missed** — 224 bytes per open window" in md
+    # a run without Pss (an older result, or no smaps_rollup): none by Pss, no ratio
+    del runs[0]["workers_peak_pss"]
+    rounds = mb.per_round(runs)
+    assert [r["bytes_per_window_pss"] for r in rounds] == [200.0, None]
+    md = mb.markdown(result(runs, base=True))
+    assert "| this | 0 | 1,068.1 | 5,000,000 | **224** | – |" in md
+    assert "by Pss, this ÷ base" not in md
+
+
 def test_split_daemons_by_parent() -> None:
     from bench.harness import Proc
 
