@@ -30,7 +30,10 @@ worker shares with the daemon count in each process, in both runs alike. Then
 
     bytes per open window = (big run's workers' peak − small run's) / open windows
 
-(the big run's open windows). ``--rounds`` rounds (default 2); ``--base TREE`` (a git
+(the big run's open windows). Beside it, not the issue's measure: the same difference
+with each worker's ``Pss`` summed (``peak_pss_kind``, :func:`bench.harness.pss`), which
+counts a page a forked worker shares with the daemon once, so that one idle worker more
+or less in a run (5 or 6 are forked) adds only its own pages. ``--rounds`` rounds (default 2); ``--base TREE`` (a git
 worktree of another commit) runs that tree side by side, first on ``PYTHONPATH`` and the
 working directory of its processes, the sides' order rotated every round
 (:func:`bench.harness.order`).
