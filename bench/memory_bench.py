@@ -33,10 +33,10 @@ worker shares with the daemon count in each process, in both runs alike. Then
 (the big run's open windows). Beside it, not the issue's measure: the same difference
 with each worker's ``Pss`` summed (``peak_pss_kind``, :func:`bench.harness.pss`), which
 counts a page a forked worker shares with the daemon once, so that one idle worker more
-or less in a run (5 or 6 are forked) adds only its own pages. ``--rounds`` rounds (default 2); ``--base TREE`` (a git
-worktree of another commit) runs that tree side by side, first on ``PYTHONPATH`` and the
-working directory of its processes, the sides' order rotated every round
-(:func:`bench.harness.order`).
+or less in a run (5 or 6 are forked) adds only its own pages. ``--rounds`` rounds
+(default 2); ``--base TREE`` (a git worktree of another commit) runs that tree side by
+side, first on ``PYTHONPATH`` and the working directory of its processes, the sides'
+order rotated every round (:func:`bench.harness.order`).
 
 Exactness (cheap, outside the measured runs): every run's own summary (``--json``):
 completed, every row through the operators, no late row, ``results`` (windows closed) =

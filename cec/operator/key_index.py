@@ -70,7 +70,7 @@ class KeyWindows:
         of key ``k``"). So the live keys are found from the rows of the registered keys,
         O(keys * max_open), without a scan of the slot arrays; :data:`LOOK_ROWS` rows at
         a time, so that the look's temporaries stay small whatever the keys (at 1.25 M
-        keys, the whole table at once made about 40 MB of them: docs/PROFILE.md)."""
+        keys, the whole table at once made 35 MiB of them: docs/PROFILE.md)."""
         keep = np.zeros(n_keys, dtype=np.bool_)
         h = min(n_keys, self.table.shape[0])  # size-1 count windows never grow the table
         for lo in range(0, h, LOOK_ROWS):

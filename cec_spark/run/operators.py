@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -117,19 +118,23 @@ RECORD_ROW_BYTES = 10
 MMAP_THRESHOLD_VAR = "CEC_MMAP_THRESHOLD"
 
 
+_MALLOPT = _libc("mallopt")
+
+
 def _threshold_setting() -> int:
     raw = os.environ.get(MMAP_THRESHOLD_VAR, "").strip()
     try:
         return int(raw) if raw else MMAP_THRESHOLD
-    except ValueError:
-        return MMAP_THRESHOLD  # a worker has no one to tell
+    except ValueError:  # said in the task's log (the executor's stderr), not fatal
+        print(f"cec: {MMAP_THRESHOLD_VAR}={raw!r} is not a number of bytes; using "
+              f"{MMAP_THRESHOLD}", file=sys.stderr)
+        return MMAP_THRESHOLD
 
 
 def set_mmap_threshold(size: int) -> bool:
     """glibc's ``mallopt(M_MMAP_THRESHOLD, size)``; False where it is not glibc or the
-    call was refused."""
-    opt = _libc("mallopt")
-    return opt is not None and opt(_M_MMAP_THRESHOLD, size) == 1
+    call was refused (glibc takes at most 32 MiB)."""
+    return _MALLOPT is not None and _MALLOPT(_M_MMAP_THRESHOLD, size) == 1
 
 
 class HeapBound:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,13 +54,14 @@ PROBE = textwrap.dedent('''
 ''')
 
 
-def _probe(mode: str, **env: str) -> dict[str, float | None]:
+def _probe(mode: str, **env: str) -> dict[str, Any]:
     run_env = {k: v for k, v in os.environ.items() if k != "CEC_MMAP_THRESHOLD"}
     run_env.update(env)
     got = subprocess.run([sys.executable, "-c", PROBE, mode], cwd=REPO, env=run_env,
                          capture_output=True, text=True, timeout=120, check=False)
     assert got.returncode == 0, got.stderr[-3000:]
-    out: dict[str, float | None] = json.loads(got.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = json.loads(got.stdout.strip().splitlines()[-1])
+    out["stderr"] = got.stderr
     return out
 
 
@@ -68,10 +70,10 @@ pytestmark = pytest.mark.skipif(
     reason="glibc's mallopt and /proc")
 
 
-def _kept(got: dict[str, float | None]) -> float:
+def _kept(got: dict[str, Any]) -> float:
     kept = got["kept"]
     assert kept is not None and (got["held"] or 0) >= 40, got  # the arrays were there
-    return kept
+    return float(kept)
 
 
 def test_freed_blocks_above_the_records_go_back() -> None:
@@ -97,3 +99,6 @@ def test_the_variable() -> None:
     assert off["size"] == 0 and _kept(off) >= 40, off
     low = _probe("bound", CEC_MMAP_THRESHOLD=str(256 << 10))
     assert low["size"] == 256 << 10 and _kept(low) <= 4, low
+    bad = _probe("bound", CEC_MMAP_THRESHOLD="1M")  # said, and the default taken
+    assert bad["size"] == 1 << 20 and _kept(bad) <= 4, bad
+    assert "CEC_MMAP_THRESHOLD='1M' is not a number of bytes" in bad["stderr"], bad
