@@ -538,7 +538,7 @@ def run_once(work: Path, inp: Input, side: Side, round_i: int, partitions: int,
 
     r = harness.Run([*CEC, "run", "pipeline", str(spec), "--log-dir", str(run), "--json"],
                     log, stdout=summary, env=side.env(), cwd=side.cwd, watch=True,
-                    on_new=seen, pss=True)
+                    on_new=seen, pss=frozenset({WORKERS}))
     m = r.wait(timeout, "the run's end")
     procs = [] if r.watch is None else [*r.watch.procs.values(), *r.watch.gone]
     python = [p for p in procs if p.kind in PYTHON_KINDS]

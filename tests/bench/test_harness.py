@@ -75,12 +75,15 @@ def test_measure_reads_a_real_process_tree(tmp_path: Path) -> None:
     assert m.wall_s >= 1.2 and m.cpu_s > 0 and set(m.cpu_kind) == {"driver", "other"}
     assert m.peak_pss_kind == {}  # not asked for
     run = h.Run([sys.executable, "-c", CHILD, "", "0"], tmp_path / "p.log", watch=True,
-                pss=True)
+                pss=frozenset({"driver", "other"}))
     with_pss = run.wait(60, "the child's end")
     assert with_pss.status == "ok"
     # each process's own pages (none shared here but the interpreter's): about its RSS
     assert with_pss.peak_pss_kind["driver"] >= 150 * 2**20
     assert with_pss.peak_pss_kind["other"] >= 75 * 2**20
+    only = h.Run([sys.executable, "-c", CHILD, "", "0"], tmp_path / "q.log", watch=True,
+                 pss=frozenset({"other"})).wait(60, "the child's end")
+    assert set(only.peak_pss_kind) == {"other"}, only.peak_pss_kind  # the kinds asked for
 
     oom = h.measure([sys.executable, "-c", CHILD, "java.lang.OutOfMemoryError", "1"],
                     tmp_path / "b.log", timeout=60)
@@ -104,7 +107,7 @@ os.wait()
 
 def test_pss_counts_a_page_shared_by_a_fork_once(tmp_path: Path) -> None:
     m = h.Run([sys.executable, "-c", FORKED], tmp_path / "f.log", watch=True,
-              pss=True).wait(60, "the fork's end")
+              pss=frozenset({"driver", "other"})).wait(60, "the fork's end")
     assert m.status == "ok"
     # both processes are "driver"-rooted: the root and its forked child ("other")
     rss = m.peak_rss_kind["driver"] + m.peak_rss_kind.get("other", 0)
