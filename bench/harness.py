@@ -172,33 +172,31 @@ def stat(pid: int | str, tid: int | str | None = None) -> Stat | None:
         return None
 
 
-def rss(pid: int | str) -> int:
-    """Resident memory of a process in bytes (``VmRSS`` of /proc/PID/status); 0 if it is
-    gone or a zombie (no ``VmRSS`` line)."""
+def _proc_bytes(path: str, field: str) -> int:
+    """The ``field: N kB`` line of a /proc file in bytes; 0 if the file cannot be read
+    (the process is gone) or has no such line."""
     try:
-        text = Path(f"/proc/{pid}/status").read_text()
+        text = Path(path).read_text()
     except OSError:
         return 0
     for line in text.splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field):
             parts = line.split()
             return int(parts[1]) * 1024 if len(parts) > 1 and parts[1].isdigit() else 0
     return 0
+
+
+def rss(pid: int | str) -> int:
+    """Resident memory of a process in bytes (``VmRSS`` of /proc/PID/status); 0 if it is
+    gone or a zombie (no ``VmRSS`` line)."""
+    return _proc_bytes(f"/proc/{pid}/status", "VmRSS:")
 
 
 def pss(pid: int | str) -> int:
     """Proportional set size of a process in bytes (``Pss`` of /proc/PID/smaps_rollup:
     each resident page divided by the processes that map it, so a sum over processes
     counts a page once); 0 if it is gone or the kernel has no smaps_rollup."""
-    try:
-        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
-    except OSError:
-        return 0
-    for line in text.splitlines():
-        if line.startswith("Pss:"):
-            parts = line.split()
-            return int(parts[1]) * 1024 if len(parts) > 1 and parts[1].isdigit() else 0
-    return 0
+    return _proc_bytes(f"/proc/{pid}/smaps_rollup", "Pss:")
 
 
 def cmdline(pid: int) -> str:
@@ -281,6 +279,18 @@ class Proc:
     peak_rss: int = 0  # the most bytes resident at any look
 
 
+def _peaks_by_kind(sample: list[tuple[str, int]], peaks: dict[str, int]) -> int:
+    """One look's (kind, bytes) per process summed per kind into ``peaks`` (each kind's
+    largest sum so far); the look's sum over every kind."""
+    by_kind: dict[str, int] = collections.defaultdict(int)
+    for kind, n in sample:
+        by_kind[kind] += n
+    for kind, total in by_kind.items():
+        if total > peaks.get(kind, -1):
+            peaks[kind] = total
+    return sum(by_kind.values())
+
+
 @dataclass
 class Watch:
     """A process tree as seen every ``every`` seconds (each process's CPU kept at its last
@@ -318,23 +328,13 @@ class Watch:
 
     def record_rss(self, sample: list[tuple[str, int]]) -> None:
         """One look's (kind, bytes) per live process into the peaks (no I/O)."""
-        by_kind: dict[str, int] = collections.defaultdict(int)
-        for kind, n in sample:
-            by_kind[kind] += n
-        for kind, total in by_kind.items():
-            if total > self.peak_rss_kind.get(kind, -1):
-                self.peak_rss_kind[kind] = total
-        self.peak_rss_total = max(self.peak_rss_total, sum(by_kind.values()))
+        total = _peaks_by_kind(sample, self.peak_rss_kind)
+        self.peak_rss_total = max(self.peak_rss_total, total)
         self.looks += 1
 
     def record_pss(self, sample: list[tuple[str, int]]) -> None:
         """One look's (kind, Pss bytes) per live process into :attr:`peak_pss_kind`."""
-        by_kind: dict[str, int] = collections.defaultdict(int)
-        for kind, n in sample:
-            by_kind[kind] += n
-        for kind, total in by_kind.items():
-            if total > self.peak_pss_kind.get(kind, -1):
-                self.peak_pss_kind[kind] = total
+        _peaks_by_kind(sample, self.peak_pss_kind)
 
     def cpu_by_kind(self) -> dict[str, float]:
         """CPU seconds per process kind (each process at its last looked-at value)."""

@@ -349,6 +349,15 @@ def per_round(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def this_over_base(rounds: Sequence[dict[str, Any]], key: str) -> list[float]:
+    """``key`` of this side over the base's, for each round both have it (the base's
+    above 0), in round order."""
+    a = {x["round"]: x.get(key) for x in rounds if x["side"] == "this"}
+    b = {x["round"]: x.get(key) for x in rounds if x["side"] == "base"}
+    pairs = [(a[i], b[i]) for i in sorted(set(a) & set(b))]
+    return [float(x) / y for x, y in pairs if x is not None and y is not None and y > 0]
+
+
 def max_or_none(xs: Sequence[float | None]) -> float | None:
     return None if not xs or any(x is None for x in xs) else max(
         x for x in xs if x is not None)
@@ -448,20 +457,11 @@ def markdown(res: dict[str, Any]) -> str:
                          f"**{statistics.median(xs):.0f}** bytes per open window "
                          f"({min(xs):.0f}–{max(xs):.0f} over {len(xs)} round(s)){by_pss}")
     if "base" in sides:
-        a = {x["round"]: x["bytes_per_window"] for x in res["per_round"]
-             if x["side"] == "this"}
-        b = {x["round"]: x["bytes_per_window"] for x in res["per_round"]
-             if x["side"] == "base"}
-        rs = [a[i] / b[i] for i in sorted(set(a) & set(b)) if b[i] > 0]
+        rs = this_over_base(res["per_round"], "bytes_per_window")
         if rs:
             lines.append(f"- this ÷ base, round by round: **{statistics.median(rs):.2f}** "
                          f"(rounds: {', '.join(f'{x:.2f}' for x in rs)})")
-        pa_ = {x["round"]: x.get("bytes_per_window_pss") for x in res["per_round"]
-               if x["side"] == "this"}
-        pb_ = {x["round"]: x.get("bytes_per_window_pss") for x in res["per_round"]
-               if x["side"] == "base"}
-        prs = [pa_[i] / pb_[i] for i in sorted(set(pa_) & set(pb_))
-               if pa_[i] is not None and pb_[i]]
+        prs = this_over_base(res["per_round"], "bytes_per_window_pss")
         if prs:
             lines.append(f"- by Pss, this ÷ base, round by round: "
                          f"{statistics.median(prs):.2f} "

@@ -193,12 +193,17 @@ def result(runs: list[dict[str, Any]], base: bool = False) -> dict[str, Any]:
                          for p in r["problems"]]}
 
 
-def test_markdown() -> None:
-    small = 400 * MIB
-    runs = [rec("this", 0, "small", small, open_windows=5_000),
+def one_round_each(small: int) -> list[dict[str, Any]]:
+    """A round of each side: 224 (this) and 336 (base) bytes per open window."""
+    return [rec("this", 0, "small", small, open_windows=5_000),
             rec("this", 0, "big", small + 224 * 5_000_000),
             rec("base", 0, "small", small, open_windows=5_000),
             rec("base", 0, "big", small + 336 * 5_000_000)]
+
+
+def test_markdown() -> None:
+    small = 400 * MIB
+    runs = one_round_each(small)
     md = mb.markdown(result(runs, base=True))
     assert md.startswith("# Peak memory per open window, as a user sees it (issue 40)")
     assert "10,000,000 rows, 5,000,000 keys" in md
@@ -255,11 +260,7 @@ def test_benchmarks_md_shows_the_section_and_its_target(tmp_path: Path) -> None:
 
 
 def test_bytes_per_window_by_pss_beside() -> None:
-    small = 400 * MIB
-    runs = [rec("this", 0, "small", small, open_windows=5_000),
-            rec("this", 0, "big", small + 224 * 5_000_000),
-            rec("base", 0, "small", small, open_windows=5_000),
-            rec("base", 0, "big", small + 336 * 5_000_000)]
+    runs = one_round_each(400 * MIB)
     for r, pss in zip(runs, (200 * MIB, 200 * MIB + 100 * 5_000_000, 200 * MIB,
                              200 * MIB + 200 * 5_000_000), strict=True):
         r["workers_peak_pss"] = pss
