@@ -206,10 +206,13 @@ def spark_summary(events: list[dict[str, Any]]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     work: Path = args.work
     work.mkdir(parents=True, exist_ok=True)
-    data = work / f"data-{args.rows}"
-    if not data.exists():
-        make_data(data, args.rows, args.keys, 100_000)
-    spec = cec_spec(work, data, False, args.partitions)
+    if args.spec is not None:  # a spec of the user's, e.g. the growth benchmark's CSV one
+        spec = args.spec
+    else:
+        data = work / f"data-{args.rows}"
+        if not data.exists():
+            make_data(data, args.rows, args.keys, 100_000)
+        spec = cec_spec(work, data, False, args.partitions)
     run_dir, evdir, stacks = work / "run", work / "events", work / "stacks"
     for d in (run_dir, evdir, stacks):
         shutil.rmtree(d, ignore_errors=True)
@@ -286,8 +289,9 @@ def report(res: dict[str, Any], args: argparse.Namespace) -> str:
     app = ev["app_start"] or jvm_first
     spy_rate = f"at {args.rate} Hz per Python process" if args.py_spy else "off"
     command = " ".join(["python", *res["cmd"][1:]])
-    lines = [f"# profile: cec run pipeline, {args.rows:,} rows, {args.keys:,} keys, "
-             f"P = {args.partitions}, 10 s tumbling avg",
+    what = (f"spec {args.spec}" if args.spec is not None else
+            f"{args.rows:,} rows, {args.keys:,} keys, P = {args.partitions}, 10 s tumbling avg")
+    lines = [f"# profile: cec run pipeline, {what}",
              "",
              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(t0))}; {os.cpu_count()} CPUs; "
              f"load (1 min) {res['load_start']:.2f} at start, {res['load_end']:.2f} at end; "
@@ -384,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conf", action="append", default=[])
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--spec", type=Path, default=None,
+                    help="profile this pipeline spec instead of making parquet data "
+                         "(--rows, --keys and --partitions are then the spec's)")
     args = ap.parse_args(argv)
     harness.byte_compiled(None)
     res = run(args)

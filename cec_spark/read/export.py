@@ -33,6 +33,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -192,11 +193,18 @@ def check_consumer(consumer: str) -> None:
 
 class ResultFile:
     """The export file written from sorted tables, in order, as one write of their
-    concatenation writes it; counts the rows and distinct keys (nulls last, one key)."""
+    concatenation writes it; counts the rows and distinct keys (nulls last, one key).
+
+    The writes (CSV's text, parquet's encoding and compression) run on a thread of
+    their own, one table at a time, while the caller merges the next rows: 10 M results
+    measured 1.3 s of parquet writes beside 1.1 s of merging, in one thread. A write's
+    error is raised at the next write or at :meth:`close`."""
 
     def __init__(self, path: Path, fmt: str, window_end: str) -> None:
         self.path, self.fmt, self._end = path, fmt, window_end
         self._writer: Any = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._writing: Future[None] | None = None  # the table being written
         self._pending: list[pa.Table] = []  # parquet: rows of the next row group
         self._pending_rows = 0
         self.rows = self.keys = 0
@@ -208,7 +216,7 @@ class ResultFile:
         self._count_keys(table.column("key"))
         self.rows += table.num_rows
         if self.fmt == "csv":
-            self._write(with_timestamps(table, iso=True))
+            self._submit(lambda: self._write(with_timestamps(table, iso=True)))
             return
         self._pending.append(table)
         self._pending_rows += table.num_rows
@@ -228,18 +236,42 @@ class ResultFile:
         if self._pending_rows or (self.rows == 0 and self.fmt != "csv"):
             self._write_group(pa.concat_tables(self._pending))
         self._pending, self._pending_rows = [], 0
+        self._settle()
         self.abandon()
 
     def abandon(self) -> None:
-        """The file closed as it is (a failed export leaves it unfinished)."""
+        """The file closed as it is (a failed export leaves it unfinished), once the
+        write under way ended (its error, if any, is not raised again here)."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.exception()  # waits; the error, if any, was or will be raised
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self._writer is not None:
             self._writer.close()
             self._writer = None
 
+    def _settle(self) -> None:
+        """Wait for the write under way; raise its error."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.result()
+
+    def _submit(self, write: Callable[[], None]) -> None:
+        """``write`` on the writer's thread, after the write before it."""
+        self._settle()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="cec-export-write")
+        self._writing = self._pool.submit(write)
+
     def _write_group(self, rows: pa.Table) -> None:
-        # one chunk, as the whole table's slice was: the pages are cut as they were
-        table = with_timestamps(rows.combine_chunks(), iso=False)  # (no copy if it is)
-        self._write(table.replace_schema_metadata({"cec.window_end": self._end}))
+        def write() -> None:
+            # one chunk, as the whole table's slice was: the pages are cut as they were
+            table = with_timestamps(rows.combine_chunks(), iso=False)  # (no copy if it is)
+            self._write(table.replace_schema_metadata({"cec.window_end": self._end}))
+
+        self._submit(write)
 
     def _write(self, table: pa.Table) -> None:
         if self._writer is None:
@@ -300,13 +332,16 @@ def export(root: Path | str, out: Path | str, fmt: str | None = None,
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.sort-", dir=out.parent))
+    runs = SortedRuns(spill, sort_rows=sort_rows)
     try:
-        runs = SortedRuns(spill, sort_rows=sort_rows)
         last = read_results(layout, after, runs.add)
         file = ResultFile(tmp, fmt, end)
         write_all(file, runs.sorted(), empty_results(result_key_type(layout)))
     finally:
-        shutil.rmtree(spill, ignore_errors=True)
+        try:
+            runs.close()  # (a run still being written when another error came)
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
     tmp.replace(out)
     if consumer is not None:  # the file is complete: acknowledge what it holds
         write_ack(layout, consumer, last)
