@@ -73,15 +73,30 @@ def xxhash64_int64(keys: np.ndarray, seed: int = SPARK_SEED) -> np.ndarray:
     return h.view(np.int64)
 
 
+TABLE_SPAN = 1 << 22
+"""int64 keys whose range is at most this wide get their partitions from a table."""
+
+
 class Partitioner:
     """The key partition of Spark SQL (:func:`cec_spark.ingest.query.partition_expr`):
     ``pmod(xxhash64(key), G)`` then ``kg * P div G`` (``pmod(xxhash64(key), P)`` without key
-    groups). An int64 key array is hashed vectorized; other keys one hash per distinct
-    key (cached)."""
+    groups). Other keys than int64 ones: one hash per distinct key (cached).
+
+    **int64 keys, the table.** Where a batch's keys span at most :data:`TABLE_SPAN`
+    values, their partitions come from a table indexed by ``key - base`` (one gather),
+    and only the keys it does not hold yet are hashed (vectorized) and written in it.
+    The table covers the keys seen so far, twice that when it grows (at most
+    ``TABLE_SPAN`` entries: 4 MiB for P < 128); a batch that spans more is hashed
+    whole. 1 M keys of 100 k distinct values: 3 ms against 23 for hashing them all.
+    """
 
     def __init__(self, partitions: int, key_groups: int | None) -> None:
         self.partitions, self.groups = partitions, key_groups
         self.cache: dict[Any, int] = {}
+        self._base = 0
+        self._table: np.ndarray | None = None  # partition of key base + i; -1: not known
+        self._dtype = np.int8 if partitions < 1 << 7 else \
+            np.int16 if partitions < 1 << 15 else np.int32
 
     def of_hash(self, h: int) -> int:
         if self.groups is None:
@@ -101,14 +116,54 @@ class Partitioner:
                  // self.groups).astype(np.int32)  # key group -> partition
         return owner[kg]
 
+    def of_int64(self, k: np.ndarray) -> np.ndarray:
+        """:meth:`of_hash` of each int64 key's hash (the table where it fits), int32."""
+        if len(k) == 0:
+            return np.empty(0, np.int32)
+        lo, hi = int(k.min()), int(k.max())
+        table = self._table
+        if table is None or lo < self._base or hi >= self._base + len(table):
+            if hi - lo >= TABLE_SPAN:
+                return self.of_hashes(xxhash64_int64(k))
+            table = self._grow(lo, hi)
+        at = k - np.int64(self._base)
+        parts = table[at]
+        new = np.flatnonzero(parts < 0)
+        if len(new):
+            got = self.of_hashes(xxhash64_int64(k[new])).astype(table.dtype)
+            parts[new] = got
+            table[at[new]] = got
+        return parts.astype(np.int32)
+
+    def _grow(self, lo: int, hi: int) -> np.ndarray:
+        """A table that covers ``[lo, hi]`` (at most TABLE_SPAN wide) and, where they
+        fit beside it, the keys the old one held (their partitions kept); twice as wide
+        as it needs, at most TABLE_SPAN."""
+        old = self._table
+        if old is not None:
+            olo, ohi = min(lo, self._base), max(hi, self._base + len(old) - 1)
+            if ohi - olo < TABLE_SPAN:
+                lo, hi = olo, ohi
+            else:  # the old keys and these do not fit one table: start over
+                old = None
+        need = hi - lo + 1
+        span = min(TABLE_SPAN, max(1 << 12, 2 * need))
+        base = min(max(lo - (span - need) // 2, -(1 << 63)), (1 << 63) - span)
+        table = np.full(span, -1, self._dtype)
+        if old is not None:
+            table[self._base - base:self._base - base + len(old)] = old
+        self._base, self._table = base, table
+        return table
+
     def __call__(self, keys: pa.Array) -> pa.Array:
         if isinstance(keys, pa.ChunkedArray):
             keys = keys.combine_chunks()
         if pa.types.is_int64(keys.type):
-            parts = self.of_hashes(xxhash64_int64(
-                keys.fill_null(0).to_numpy(zero_copy_only=False)))
-            if keys.null_count:  # xxhash64(NULL) is the seed
-                parts[keys.is_null().to_numpy(zero_copy_only=False)] = self.of_hash(SPARK_SEED)
+            if not keys.null_count:
+                return pa.array(self.of_int64(keys.to_numpy()), pa.int32())
+            parts = self.of_int64(keys.fill_null(0).to_numpy(zero_copy_only=False))
+            # xxhash64(NULL) is the seed
+            parts[keys.is_null().to_numpy(zero_copy_only=False)] = self.of_hash(SPARK_SEED)
             return pa.array(parts, pa.int32())
         enc = pc.dictionary_encode(keys)
         values = enc.dictionary.to_pylist()

@@ -15,6 +15,7 @@ import pytest
 from cec.spec import load_spec
 from cec_spark.ingest.project import (
     PART,
+    TABLE_SPAN,
     Partitioner,
     Projector,
     direct_reason,
@@ -93,3 +94,30 @@ def test_what_python_cannot_match_runs_the_spark_query(tmp_path: Path) -> None:
     floats = ColumnTypes(cols.names, ("float64", "int64", "int64"))
     spec = _spec(tmp_path)
     assert "item_id" in (direct_reason(spec, settings_for(spec, floats, None)) or "")
+
+
+@pytest.mark.parametrize(("partitions", "groups"), [(4, 128), (3, None), (200, 1000)])
+def test_the_partition_table_gives_the_hashed_partitions(partitions: int,
+                                                         groups: int | None) -> None:
+    """Batches whose keys fit the table, move it, widen it, overflow it and sit at the
+    int64 ends: every partition is the hashed one."""
+    rng = np.random.default_rng(partitions)
+    edge = (1 << 63) - 1
+    batches = [rng.integers(0, 100, 5000), rng.integers(0, 100, 5000),  # reuse the table
+               rng.integers(90, 3000, 5000),  # wider: grows, keeps the known keys
+               rng.integers(-5000, 10, 5000),  # moves below
+               rng.integers(0, 1 << 40, 5000),  # too wide: hashed whole
+               rng.integers(1 << 40, (1 << 40) + 100, 50),  # far from the table: a new one
+               np.array([edge, edge - 1, edge - 5000], np.int64),
+               np.array([-edge - 1, -edge, 0], np.int64),
+               np.array([], np.int64)]
+    part = Partitioner(partitions, groups)
+    for keys in batches:
+        got = part(pa.array(keys.astype(np.int64), pa.int64())).to_numpy().tolist()
+        assert got == partitions_of(keys.tolist(), partitions, groups or partitions).tolist()
+        table = part._table
+        assert table is None or len(table) <= TABLE_SPAN
+    # nulls still hash as the seed, with the table in use
+    got = part(pa.array([None, 3, None, 4], pa.int64())).to_numpy().tolist()
+    assert got[0] == got[2] == part.of_hash(42)
+    assert got[1::2] == partitions_of([3, 4], partitions, groups or partitions).tolist()
