@@ -381,9 +381,13 @@ class Watch:
                     proc = None
                     if parent_kind is None and pid != self.root:
                         continue  # reached only as a known pid: not of the tree
-                if proc is None or proc.kind == "other":
+                if proc is None or proc.kind == "other" or (
+                        proc.kind == "jvm" and st.comm != "java"
+                        and "java" in proc.cmd.split(" ", maxsplit=1)[0]):
                     # a process may exec (spark-submit's shell becomes the JVM): looked at
-                    # again until it is known
+                    # again until it is known. A child the JVM forked is seen as java
+                    # until it execs (the Python worker daemon): its kind, and so its
+                    # forks' kinds, are taken again when its executable changed
                     cmd = cmdline(pid)
                     kind = "driver" if pid == self.root else kind_of(cmd, parent_kind)
                     if proc is None or kind != proc.kind:

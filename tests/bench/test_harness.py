@@ -5,6 +5,7 @@ child processes (Python, no Spark), each a second or two."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -301,3 +302,42 @@ def test_byte_compiled_writes_every_package_and_fails_on_bad_source(tmp_path: Pa
     (tmp_path / "cec" / "bad.py").write_text("def (:\n")
     with pytest.raises(subprocess.CalledProcessError):
         h.byte_compiled(tmp_path)
+
+
+
+def test_a_process_seen_as_java_before_it_execs_python_is_taken_again(tmp_path: Path) -> None:
+    """The JVM forks the Python worker daemon, which then execs: a look between the fork
+    and the exec sees a java process. Once it runs Python it is a daemon, and what it
+    forks are its workers (once, every worker was taken for a daemon)."""
+    java = tmp_path / "java"
+    java.symlink_to("/bin/sh")  # a process named java until it execs
+    go, forked = tmp_path / "go", tmp_path / "forked"
+    daemon = ("import os, time\n"
+              "if os.fork() == 0:\n"
+              f"    open({str(forked)!r}, 'w').close()\n"
+              "time.sleep(60)\n")
+    script = (f"while [ ! -e {go} ]; do sleep 0.01; done; "
+              f"exec {sys.executable} -c {shlex.quote(daemon)} pyspark.daemon")
+    root = subprocess.Popen([sys.executable, "-c",
+                             "import subprocess, sys; subprocess.Popen(sys.argv[1:]).wait()",
+                             str(java), "-c", script], start_new_session=True)
+    try:
+        w = Watch(root.pid)
+        deadline = time.monotonic() + 60
+        jvm: list[int] = []
+        while time.monotonic() < deadline and not jvm:
+            w.look()
+            jvm = [pid for pid, p in w.procs.items() if p.kind == "jvm"]
+            time.sleep(0.02)
+        assert len(jvm) == 1 and h.stat(jvm[0]).comm == "java"  # type: ignore[union-attr]
+        go.write_text("")
+        kinds: dict[int, str] = {}
+        while time.monotonic() < deadline and not (forked.exists() and len(kinds) == 2):
+            w.look()
+            kinds = {pid: p.kind for pid, p in w.procs.items() if p.kind.startswith("py-")}
+            time.sleep(0.02)
+        assert kinds.pop(jvm[0]) == "py-daemon"
+        assert list(kinds.values()) == ["py-worker"]
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait(10)
