@@ -87,7 +87,7 @@ class Partitioner:
     and only the keys it does not hold yet are hashed (vectorized) and written in it.
     The table covers the keys seen so far, twice that when it grows (at most
     ``TABLE_SPAN`` entries: 4 MiB for P < 128); a batch that spans more is hashed
-    whole. 1 M keys of 100 k distinct values: 3 ms against 23 for hashing them all.
+    whole. 1 M keys of 100 k distinct values: 6 ms against 23 for hashing them all.
     """
 
     def __init__(self, partitions: int, key_groups: int | None) -> None:
