@@ -511,9 +511,9 @@ def run_flink(data: Path, work: Path, parallelism: int, *,
 def flink_command(data: Path, work: Path, parallelism: int, *,
                   checkpoint_interval_s: float | None = 1.0, state_backend: str = "hashmap",
                   sliding: bool = False, csv: Path | None = None) -> list[str]:
-    """One failure-free run as a single command for an outside timer (farm-bench
-    ``--vs``): ``sh -c`` that empties the output and checkpoint folders and execs the
-    child, the same job :func:`run_flink` runs (input converted, job file written now).
+    """One failure-free run as a single command for an outside timer (one that runs
+    two commands in turn): ``sh -c`` that empties the output and checkpoint folders and
+    execs the child, the same job :func:`run_flink` runs (input converted, job file written now).
     ``csv``: read this :func:`shared_csv` folder (one file with a header line) instead
     of the K files :func:`flink_input` makes of ``data``."""
     python = flink_python()
@@ -692,7 +692,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--install", action="store_true", help="only make the Flink venv")
     ap.add_argument("--command", action="store_true",
                     help="only print one failure-free run (the first --parallelism) as a "
-                    "shell command for farm-bench --vs; its output lands in "
+                    "shell command for an outside timer; its output lands in "
                     "WORK/flink-cmd-pK-out")
     args = ap.parse_args(argv)
     try:
