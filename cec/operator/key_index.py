@@ -19,6 +19,8 @@ Key compaction (:meth:`cec.operator.vector.VectorOperator._maybe_compact`) uses
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import numpy.typing as npt
 
@@ -72,9 +74,7 @@ class KeyWindows:
         a time, so that the look's temporaries stay small whatever the keys (at 1.25 M
         keys, the whole table at once made 35 MiB of them: docs/PROFILE.md)."""
         keep = np.zeros(n_keys, dtype=np.bool_)
-        h = min(n_keys, self.table.shape[0])  # size-1 count windows never grow the table
-        for lo in range(0, h, LOOK_ROWS):
-            hi = min(h, lo + LOOK_ROWS)
+        for lo, hi in self._blocks(n_keys):
             keep[lo:hi] = self._current(lo, hi, slots)[0].any(axis=1)
         return keep
 
@@ -84,12 +84,18 @@ class KeyWindows:
         entry that is not a current window set to -1."""
         keep = np.zeros(n_keys, dtype=np.bool_)
         rows = np.full((n_keys, self.max_open), -1, dtype=np.int32)
-        h = min(n_keys, self.table.shape[0])
-        for lo in range(0, h, LOOK_ROWS):
-            hi = min(h, lo + LOOK_ROWS)
+        for lo, hi in self._blocks(n_keys):
             cur, rows[lo:hi] = self._current(lo, hi, slots)
             keep[lo:hi] = cur.any(axis=1)
         return keep, rows
+
+    def _blocks(self, n_keys: int) -> Iterator[tuple[int, int]]:
+        """The table's rows of keys below ``n_keys``, :data:`LOOK_ROWS` at a time, as
+        ``(lo, hi)``: keys the table has no row for have no window (size-1 count
+        windows never grow the table)."""
+        h = min(n_keys, self.table.shape[0])
+        for lo in range(0, h, LOOK_ROWS):
+            yield lo, min(h, lo + LOOK_ROWS)
 
     def compact(self, keep: npt.NDArray[np.bool_], rows: I32, slots: WindowSlots) -> None:
         """Keep only the keys in ``keep``; kept key ``k`` becomes ``cumsum(keep)[k] - 1``.
