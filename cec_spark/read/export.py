@@ -33,7 +33,6 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ import pyarrow.parquet as pq
 
 from cec.errors import UsageError
 from cec.records import RESULT_TYPES
-from cec_spark.read.sorted_runs import SORT_ROWS, SortedRuns, sort_results
+from cec_spark.read.sorted_runs import SORT_ROWS, InFlight, SortedRuns, sort_results
 from cec_spark.report import ExportResult
 from cec_spark.rundir.acks import ack_key, read_ack, write_ack
 from cec_spark.rundir.layout import RunLayout
@@ -203,8 +202,7 @@ class ResultFile:
     def __init__(self, path: Path, fmt: str, window_end: str) -> None:
         self.path, self.fmt, self._end = path, fmt, window_end
         self._writer: Any = None
-        self._pool: ThreadPoolExecutor | None = None
-        self._writing: Future[None] | None = None  # the table being written
+        self._writing: InFlight[None] = InFlight("cec-export-write")  # the table being written
         self._pending: list[pa.Table] = []  # parquet: rows of the next row group
         self._pending_rows = 0
         self.rows = self.keys = 0
@@ -216,7 +214,7 @@ class ResultFile:
         self._count_keys(table.column("key"))
         self.rows += table.num_rows
         if self.fmt == "csv":
-            self._submit(lambda: self._write(with_timestamps(table, iso=True)))
+            self._writing.submit(lambda: self._write(with_timestamps(table, iso=True)))
             return
         self._pending.append(table)
         self._pending_rows += table.num_rows
@@ -236,34 +234,16 @@ class ResultFile:
         if self._pending_rows or (self.rows == 0 and self.fmt != "csv"):
             self._write_group(pa.concat_tables(self._pending))
         self._pending, self._pending_rows = [], 0
-        self._settle()
+        self._writing.close()
         self.abandon()
 
     def abandon(self) -> None:
         """The file closed as it is (a failed export leaves it unfinished), once the
         write under way ended (its error, if any, is not raised again here)."""
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            writing.exception()  # waits; the error, if any, was or will be raised
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        self._writing.close(quiet=True)
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-
-    def _settle(self) -> None:
-        """Wait for the write under way; raise its error."""
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            writing.result()
-
-    def _submit(self, write: Callable[[], None]) -> None:
-        """``write`` on the writer's thread, after the write before it."""
-        self._settle()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="cec-export-write")
-        self._writing = self._pool.submit(write)
 
     def _write_group(self, rows: pa.Table) -> None:
         def write() -> None:
@@ -271,7 +251,7 @@ class ResultFile:
             table = with_timestamps(rows.combine_chunks(), iso=False)  # (no copy if it is)
             self._write(table.replace_schema_metadata({"cec.window_end": self._end}))
 
-        self._submit(write)
+        self._writing.submit(write)
 
     def _write(self, table: pa.Table) -> None:
         if self._writer is None:

@@ -40,10 +40,10 @@ against 364 (medians of 6), the export's wall 0.72 of one thread's.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -98,6 +98,57 @@ def quick_order(table: pa.Table) -> np.ndarray | None:
     return order
 
 
+T = TypeVar("T")
+
+
+class InFlight(Generic[T]):
+    """Work done on a thread of its own, one piece at a time, behind its caller (the
+    export's runs, :class:`SortedRuns`; its file's writes,
+    :class:`cec_spark.read.export.ResultFile`): a piece is started once the one before
+    it ended, whose result is then handed back and whose error is raised."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._pool: ThreadPoolExecutor | None = None
+        self._piece: Future[T] | None = None
+
+    @property
+    def busy(self) -> bool:
+        """A piece is under way (or ended and not settled yet)."""
+        return self._piece is not None
+
+    def settle(self) -> T | None:
+        """Wait for the piece under way: its result (None if there is none); its error
+        raised."""
+        piece, self._piece = self._piece, None
+        return None if piece is None else piece.result()
+
+    def submit(self, work: Callable[[], T]) -> T | None:
+        """``work`` started on the thread once the piece before it ended (that piece's
+        result is returned; its error raised, and then ``work`` is not started)."""
+        done = self.settle()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix=self._name)
+        self._piece = self._pool.submit(work)
+        return done
+
+    def close(self, *, quiet: bool = False) -> T | None:
+        """Wait for the piece under way and end the thread; idempotent. The piece's
+        result, its error raised unless ``quiet`` (another error is already on its way:
+        the piece's own was or will be raised by the caller's)."""
+        try:
+            if quiet:
+                piece, self._piece = self._piece, None
+                if piece is not None:
+                    piece.exception()  # waits
+                return None
+            return self.settle()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+
+
 class SortedRuns:
     """Rows added in any order, given back sorted (module docstring); run files go to
     ``directory`` (made on the first spill; the caller removes it)."""
@@ -112,30 +163,20 @@ class SortedRuns:
         self._held_rows = 0
         self._runs: list[Path] = []
         self._files = 0
-        self._pool: ThreadPoolExecutor | None = None
-        self._writing: Future[Path] | None = None  # the run being sorted and written
+        self._writing: InFlight[Path] = InFlight("cec-export-sort")  # the run being written
         self.rows = 0
 
     @property
     def spilled(self) -> int:
         """Run files written or being written so far."""
-        return len(self._runs) + (self._writing is not None)
+        return len(self._runs) + self._writing.busy
 
     def close(self) -> None:
         """Wait for the run being written, if any (its error, if one, is raised), and
-        stop the thread; the caller then removes the directory. Idempotent."""
-        try:
-            self._settle()
-        finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
-                self._pool = None
-
-    def _settle(self) -> None:
-        """The run being written, once written, is the last run."""
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            self._runs.append(writing.result())
+        end the thread; the caller then removes the directory. Idempotent."""
+        path = self._writing.close()
+        if path is not None:
+            self._runs.append(path)
 
     def add(self, rows: pa.Table) -> None:
         """Rows to sort; held until ``sort_rows`` are, then sorted and spilled."""
@@ -171,12 +212,10 @@ class SortedRuns:
         run before it is written)."""
         table = pa.concat_tables(self._held)
         self._held, self._held_rows = [], 0
-        self._settle()
         path = self._next_path()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="cec-export-sort")
-        self._writing = self._pool.submit(
-            lambda: self._write_run(iter([sort_results(table)]), path))
+        done = self._writing.submit(lambda: self._write_run(iter([sort_results(table)]), path))
+        if done is not None:
+            self._runs.append(done)
 
     def _next_path(self) -> Path:
         path = self._dir / f"run-{self._files:06d}.arrow"
