@@ -36,7 +36,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from storage_log.cache import ID_FILE, cache_name, ensure_log_id, renew_log_id
+from storage_log.cache import (
+    ID_FILE,
+    cache_name,
+    ensure_log_id,
+    note_origin,
+    prune_daily,
+    renew_log_id,
+)
 from storage_log.cache import index_root as cache_root
 from storage_log.durable import fsync_dir
 from storage_log.entry import EMPTY, Committed, Snapshot
@@ -105,8 +112,11 @@ def open_for_writing(directory: Path, *, repair: bool, index_root: str | os.Path
             ident = renew_log_id(directory)
             report.files_rebuilt.append(f"{directory / ID_FILE} replaced by a new id (it "
                                         f"names the log's index caches only): {exc}")
-        index = open_index(cache_root(index_root) / cache_name(directory, ident), report,
+        root = cache_root(index_root)
+        index = open_index(root / cache_name(directory, ident), report,
                            force_rebuild=repair)
+        note_origin(root / cache_name(directory, ident), directory)
+        prune_daily(root)  # the indexes of logs that are gone (storage_log.cache)
         try:
             state = reconcile(directory, index, report, repair=repair)
         except BaseException:

@@ -21,6 +21,9 @@ How cec uses it, safely:
   used: later starts delete parts whose process is gone.
 * The JVM's own CDS messages are silenced; an archive that does not match (a changed
   class path) is ignored by the JVM, which then starts the slow way.
+* An archive's file time is when it was last used (refreshed once a day); one of
+  another key unused for 30 days (an old JDK, Spark or virtual environment) is
+  removed by the next start.
 
 A user's own ``spark.driver.extraJavaOptions`` replaces cec's, archive included.
 """
@@ -32,6 +35,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +45,9 @@ from pyspark import SparkContext
 
 QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 DUMP_WAIT_S = 120.0
+#: an archive of another key not used for this long is removed (see _drop_unused)
+UNUSED_S = 30 * 24 * 3600.0
+USED_RESOLUTION_S = 24 * 3600.0
 
 
 def cache_dir() -> Path:
@@ -96,7 +103,9 @@ def plan() -> Archive | None:
         return None
     root = cache_dir()
     final = root / f"jvm-{key}.jsa"
+    _drop_unused(root, final)
     if final.is_file():
+        _mark_used(final)
         return Archive(f"-XX:SharedArchiveFile={final} {QUIET}")
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -105,6 +114,25 @@ def plan() -> Archive | None:
     _drop_stale_parts(root)
     part = root / f"jvm-{key}.{os.getpid()}.part"
     return Archive(f"-XX:ArchiveClassesAtExit={part} {QUIET}", part, final)
+
+
+def _mark_used(final: Path) -> None:
+    """The archive's time is when it was last used (refreshed at most once a day)."""
+    with contextlib.suppress(OSError):
+        if time.time() - final.stat().st_mtime > USED_RESOLUTION_S:
+            os.utime(final)
+
+
+def _drop_unused(root: Path, keep: Path) -> None:
+    """Remove the archives of other JDKs or Spark installations (another key) not used
+    for :data:`UNUSED_S`: an upgrade or a new virtual environment leaves its old one
+    behind, about 150 MB each. One removed while a JVM maps it stays mapped there."""
+    now = time.time()
+    with contextlib.suppress(OSError):
+        for path in root.glob("jvm-*.jsa"):
+            with contextlib.suppress(OSError):
+                if path != keep and now - path.stat().st_mtime > UNUSED_S:
+                    path.unlink()
 
 
 def _drop_stale_parts(root: Path) -> None:

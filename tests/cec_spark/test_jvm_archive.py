@@ -98,3 +98,21 @@ def test_finish_without_a_dump_does_nothing(cache: Path) -> None:
     first.final.write_bytes(b"archive")
     jvm_archive.finish(jvm_archive.plan())  # mapping an archive: nothing to wait for
     assert first.final.read_bytes() == b"archive"
+
+
+def test_archives_of_other_keys_unused_for_long_are_removed(cache: Path) -> None:
+    cache.mkdir(parents=True)
+    key = jvm_archive.archive_key()
+    mine = cache / f"jvm-{key}.jsa"
+    recent, old = cache / "jvm-0000000000000001.jsa", cache / "jvm-0000000000000002.jsa"
+    notes = cache / "notes.jsa.txt"
+    month_ago = os.stat(cache).st_mtime - jvm_archive.UNUSED_S - 60
+    for p in (mine, recent, old, notes):
+        p.write_bytes(b"archive")
+    for p in (mine, old, notes):
+        os.utime(p, (month_ago, month_ago))
+    plan = jvm_archive.plan()
+    assert plan is not None and plan.part is None  # this key's own: used, not removed
+    assert mine.exists() and recent.exists() and notes.exists() and not old.exists()
+    # using it made it recent again: it outlives another month of disuse by others
+    assert os.stat(mine).st_mtime > month_ago + jvm_archive.UNUSED_S
