@@ -274,6 +274,7 @@ class Proc:
     first_seen: float
     last_seen: float
     start: int = 0  # its start time in clock ticks (with the pid, one process)
+    comm: str = ""  # its executable's name when its kind was taken
     cpu: float = 0.0
     rss: int = 0  # bytes resident at the last look
     peak_rss: int = 0  # the most bytes resident at any look
@@ -381,13 +382,11 @@ class Watch:
                     proc = None
                     if parent_kind is None and pid != self.root:
                         continue  # reached only as a known pid: not of the tree
-                if proc is None or proc.kind == "other" or (
-                        proc.kind == "jvm" and st.comm != "java"
-                        and "java" in proc.cmd.split(" ", maxsplit=1)[0]):
-                    # a process may exec (spark-submit's shell becomes the JVM): looked at
-                    # again until it is known. A child the JVM forked is seen as java
-                    # until it execs (the Python worker daemon): its kind, and so its
-                    # forks' kinds, are taken again when its executable changed
+                if proc is None or proc.kind == "other" or st.comm != proc.comm:
+                    # a process may exec: its kind (and so its forks' kinds) is taken again
+                    # whenever its executable's name changed. spark-submit's shell becomes
+                    # the JVM; a child the JVM forked is seen as java until it execs (the
+                    # Python worker daemon). One not known yet is looked at every time
                     cmd = cmdline(pid)
                     kind = "driver" if pid == self.root else kind_of(cmd, parent_kind)
                     if proc is None or kind != proc.kind:
@@ -396,10 +395,9 @@ class Watch:
                         self.procs[pid] = proc
                         if self.on_new is not None:
                             self.on_new(proc)
-                elif proc.kind == "jvm" and "java" not in proc.cmd.split(" ", maxsplit=1)[0]:
-                    # named jvm by its arguments while still a launcher script (spark-submit
-                    # runs spark-class, which execs java): its command read again until java
-                    proc.cmd = cmdline(pid) or proc.cmd
+                    else:
+                        proc.cmd = cmd or proc.cmd
+                    proc.comm = st.comm
                 proc.cpu, proc.last_seen = st.cpu_s, now
                 if proc.kind != "py-spy":
                     proc.rss = rss(pid)
