@@ -113,9 +113,9 @@ def open_for_writing(directory: Path, *, repair: bool, index_root: str | os.Path
             report.files_rebuilt.append(f"{directory / ID_FILE} replaced by a new id (it "
                                         f"names the log's index caches only): {exc}")
         root = cache_root(index_root)
-        index = open_index(root / cache_name(directory, ident), report,
-                           force_rebuild=repair)
-        note_origin(root / cache_name(directory, ident), directory)
+        index_dir = root / cache_name(directory, ident)
+        index = open_index(index_dir, report, force_rebuild=repair)
+        note_origin(index_dir, directory)
         prune_daily(root)  # the indexes of logs that are gone (storage_log.cache)
         try:
             state = reconcile(directory, index, report, repair=repair)

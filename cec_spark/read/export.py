@@ -136,9 +136,10 @@ def read_results(layout: RunLayout, after: dict[str, int] | None,
     log's last output seq read. A rescaled run's results are those of every
     generation: each old generation's logs up to the end its successor recorded.
     ``run_file``: the run's run.toml, already read (a big run's takes 0.15 s to parse)."""
-    spec, settings = run_file or read_run_file(layout)
+    run_file = run_file or read_run_file(layout)
+    spec = run_file[0]
     count_window = spec.aggregate.window.kind == "count"
-    key_type = pa.int64() if settings.key_type == "int64" else pa.string()
+    key_type = result_key_type(layout, run_file)
     last: dict[str, int] = {}
     for gen, p, path, end in layout.output_logs(spec.run.partitions):
         name = ack_key(gen, p)
