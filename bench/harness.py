@@ -249,7 +249,9 @@ def kind_of(cmd: str, parent_kind: str | None) -> str:
         return "jvm"
     if "pyspark.daemon" in cmd or "pyspark/daemon" in cmd:
         return "py-worker" if parent_kind in ("py-daemon", "py-worker") else "py-daemon"
-    if "pyspark.worker" in cmd:
+    # cec's worker daemon names pyspark.worker; the zygote of a local run (which becomes
+    # that daemon and forks the workers, cec_spark/driver/zygote.py) is one too
+    if "pyspark.worker" in cmd or "cec_spark.driver.zygote" in cmd:
         return "py-worker"
     return "other"
 

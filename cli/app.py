@@ -152,15 +152,15 @@ _OWN_PROCESS = [False]
 
 
 def _start_spark_early(spec: PipelineSpec | None) -> None:
-    """Start the run's Spark driver now, in the background, so that the JVM starts
-    while the command prepares the run (:func:`cec_spark.run.session.start_early`), with
-    the spec the command's plan is made of (it is read once)."""
+    """Start the run's Spark driver and its worker daemon's imports now, while the command
+    prepares the run, with the spec its plan is made of (it is read once)."""
     if not _OWN_PROCESS[0] or spec is None:
         return
-    from cec_spark.run.rto import measure_startup  # noqa: PLC0415 - Spark only when needed
-    from cec_spark.run.session import start_early  # noqa: PLC0415 - Spark only when needed
-
+    from cec_spark.driver import zygote  # noqa: PLC0415 - Spark only when needed
+    from cec_spark.run.rto import measure_startup  # noqa: PLC0415
+    from cec_spark.run.session import start_early  # noqa: PLC0415
     measure_startup()  # this process is the command: its start-up is one
+    zygote.spawn(spec.run.effective_master)  # the worker daemon's imports, begun now
     start_early(spec.run.effective_master, spec.run.partitions, spec.run.spark_conf)
 
 

@@ -10,8 +10,9 @@
 ``looks``      run files read again only when a ``stat`` says they changed; the upstream logs
 ``display``    what the progress view shows: the table, the plain line, compact numbers
 ``daemon``     Spark's Python worker daemon with cec's modules imported once
+``zygote``     a local run's daemon imports begun before the JVM, handed over to Spark's daemon
 =============  =================================================================================
 
 First read: ``runner.py``. Only the driver process imports this package (and the worker
-daemon, which preloads the executor modules).
+daemon, which preloads the executor modules, and the zygote that does it for the daemon).
 """

@@ -46,16 +46,17 @@ def _installed_same_pyspark() -> bool:
     return m is not None and m.group(1) == installed
 
 
-def _spark_archive(path: str) -> bool:
-    """Spark's own entries on a worker's PYTHONPATH: its pyspark and py4j zips, and a
-    jar (PythonUtils puts the spark-core jar there; it holds no Python module)."""
-    name = os.path.basename(path)
-    return (path.endswith(".zip") and name.startswith(("pyspark", "py4j"))) or \
-        path.endswith(".jar")
-
+from cec_spark.driver.zygote import ENV as _ZYGOTE  # noqa: E402 - the standard library only
+from cec_spark.driver.zygote import hand_over, spark_archive  # noqa: E402
 
 if _installed_same_pyspark():
-    _ARCHIVES = [p for p in sys.path if _spark_archive(p)]
+    # A local run's early start made these imports already, in a zygote
+    # (cec_spark.driver.zygote): it becomes this daemon, and this process waits for it
+    if __name__ == "__main__" and os.environ.get(_ZYGOTE, "0") != "0":
+        _status = hand_over(os.environ[_ZYGOTE])
+        if _status is not None:
+            os._exit(_status)
+    _ARCHIVES = [p for p in sys.path if spark_archive(p)]
     sys.path[:] = [p for p in sys.path if p not in _ARCHIVES]
     # ... and their importers, cached by the imports above (the jar's too: the stdlib's
     # copy module tries `from org.python.core import ...`, and the jar's org/ directory

@@ -30,6 +30,7 @@ from cec_spark.ingest.writer import (
     chunk_writer,
     job_chunks,
 )
+from cec_spark.run.lazy_session import sql_setting
 from cec_spark.run.operators import release_freed
 from cec_spark.run.plan import RunPlan
 from cec_spark.rundir.run_file import value_column
@@ -287,7 +288,7 @@ class IngestQuery:
             # the batches the reader makes: Spark's Arrow batch size, as the Spark query's
             key = "spark.sql.execution.arrow.maxRecordsPerBatch"
             sc = self.spark.sparkContext
-            sc.setLocalProperty(BATCH_PROPERTY, str(self.spark.conf.get(key) or 1 << 18))
+            sc.setLocalProperty(BATCH_PROPERTY, str(sql_setting(self.spark, key) or 1 << 18))
             try:
                 out = self._run_reused(chunks)
             finally:

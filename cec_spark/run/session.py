@@ -39,6 +39,7 @@ import threading
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 from pyspark import SparkConf, SparkContext
 from pyspark.java_gateway import launch_gateway
@@ -47,6 +48,7 @@ from pyspark.sql import SparkSession
 from cec.errors import CecError, UsageError
 from cec.spec.model import is_local_master
 from cec_spark.run import jvm_archive
+from cec_spark.run.lazy_session import LazySession
 
 ARROW_BATCH_ROWS = 1 << 19
 #: the driver's (and a cluster's executors') JIT: the client compiler only (see above)
@@ -101,6 +103,19 @@ FIXED = {
 _WRITING: list[jvm_archive.Archive] = []
 
 
+def worker_environment(master: str) -> None:
+    """What this process's environment gives the JVM and the Python worker daemon it
+    starts (they inherit it): the daemon single-threaded when it forks (see
+    :mod:`cec_spark.driver.daemon`), this interpreter for the workers."""
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if is_local_master(master):  # else Spark warns that the host name resolves to loopback
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
+
 def build_session(master: str, partitions: int, conf: Mapping[str, str] | None = None, *,
                   app_name: str = "cec", write_archive: bool = False,
                   warm: bool = False) -> SparkSession:
@@ -115,7 +130,10 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
 
     With ``warm`` (the early start of a command) and a local master, a one-task job
     starts the Python worker daemon as soon as the SparkContext is up
-    (:func:`_warm_daemon`): the daemon's imports then overlap the SparkSession's start.
+    (:func:`_warm_daemon`), and, when ``conf`` sets no ``spark.sql.*`` (nothing of the
+    user's for the SQL state to check), the session's SQL part is made at its first
+    use only (:class:`~cec_spark.run.lazy_session.LazySession`): a run of RDD jobs
+    never makes it, and its jobs start once the context is up.
     """
     conf = dict(conf or {})
     for key, (value, why) in FIXED.items():
@@ -124,43 +142,48 @@ def build_session(master: str, partitions: int, conf: Mapping[str, str] | None =
     # PySpark 4.3 warns about pandas 3 on every Arrow UDF; cec moves Arrow, not pandas.
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas",
                             category=FutureWarning)
-    # The JVM and the Python worker daemon it starts inherit this environment: keep
-    # the daemon single-threaded when it forks (see cec_spark.driver.daemon).
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
-    os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    if is_local_master(master):  # else Spark warns that the host name resolves to loopback
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    worker_environment(master)
 
     settings = {**default_conf(master, partitions), **conf}
-    archive = None
-    if SparkContext._gateway is None and "spark.driver.extraJavaOptions" not in conf:
-        archive = jvm_archive.plan()
-        if archive is not None and archive.part is not None and not write_archive:
-            archive = None  # nobody would wait for the dump: don't pay for it
-        if archive is not None:
-            settings["spark.driver.extraJavaOptions"] += " " + archive.options
+    archive = _class_archive(conf, write_archive)
+    if archive is not None:
+        settings["spark.driver.extraJavaOptions"] += " " + archive.options
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
         if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
             _launch_quiet_gateway(master, app_name, settings)
+        lazy = None
         if warm and is_local_master(master) and SparkContext._active_spark_context is None:
-            _warm_daemon(master, app_name, settings)
-        spark = builder.getOrCreate()  # with the context _warm_daemon made, if so
-        # the SQL settings are checked when the session's SQL state is made, which the
-        # first SQL use would do: a bad one (spark.sql.shuffle.partitions=abc) failed the
-        # ingest's job 5 times, about 34 s, then exit 1, after the run was created
-        spark.conf.get("spark.sql.session.timeZone")
+            sc = _warm_daemon(master, app_name, settings)
+            if not any(k.startswith("spark.sql.") for k in conf):  # none to check now
+                lazy = LazySession(sc, builder.getOrCreate)
+        if lazy is not None:
+            spark = cast(SparkSession, lazy)
+        else:
+            spark = builder.getOrCreate()  # with the context _warm_daemon made, if so
+            # the SQL settings are checked when the session's SQL state is made, which
+            # the first SQL use would do: a bad one (spark.sql.shuffle.partitions=abc)
+            # failed the ingest's job 5 times, about 34 s, then exit 1, after the run
+            # was created
+            spark.conf.get("spark.sql.session.timeZone")
     except Exception as exc:
         raise _start_error(exc, master, conf) from exc
     spark.sparkContext.setLogLevel("ERROR")
     if archive is not None and archive.part is not None:
         _WRITING[:] = [archive]
     return spark
+
+
+def _class_archive(conf: Mapping[str, str], write: bool) -> jvm_archive.Archive | None:
+    """The class archive a new driver JVM maps (or writes, if ``write``), if any."""
+    if SparkContext._gateway is not None or "spark.driver.extraJavaOptions" in conf:
+        return None
+    archive = jvm_archive.plan()
+    if archive is not None and archive.part is not None and not write:
+        return None  # nobody would wait for the dump: don't pay for it
+    return archive
 
 
 def _spark_conf(master: str, app_name: str, settings: Mapping[str, str], *,
@@ -177,7 +200,7 @@ def _spark_conf(master: str, app_name: str, settings: Mapping[str, str], *,
 _WARMING: list[threading.Thread] = []
 
 
-def _warm_daemon(master: str, app_name: str, settings: Mapping[str, str]) -> None:
+def _warm_daemon(master: str, app_name: str, settings: Mapping[str, str]) -> SparkContext:
     """Make the SparkContext (as ``getOrCreate`` would), then start the Python worker
     daemon in a thread: a job of one task that does nothing.
 
@@ -196,6 +219,7 @@ def _warm_daemon(master: str, app_name: str, settings: Mapping[str, str]) -> Non
     thread = threading.Thread(target=run, name="cec-warm-daemon", daemon=True)
     _WARMING[:] = [thread]
     thread.start()
+    return sc
 
 
 #: What the JVM itself writes on stderr before any of its logging is configured:
@@ -296,6 +320,8 @@ class _EarlyStart:
         assert self.spark is not None
         # the JVM's active session is per thread: make it this thread's too, as if
         # this thread had built it
+        if isinstance(self.spark, LazySession):  # nothing made yet to make active
+            return self.spark
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.spark._jsparkSession)

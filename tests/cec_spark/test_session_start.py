@@ -129,9 +129,57 @@ ONE_DAEMON = textwrap.dedent('''
     print("OK")
 ''')
 
+# A local start as `cec run` makes it: the zygote made the daemon's imports, and its
+# workers fork from it; the SQL session is made at its first use only, and a setting
+# is read without making it.
+LAZY = textwrap.dedent('''
+    import os, time
+    from cec_spark.driver import zygote
+    from cec_spark.run import session as s
+    from cec_spark.run.lazy_session import LazySession, sql_setting
 
-@pytest.mark.parametrize("code", [CHILD, MISMATCH, ONE_DAEMON],
-                         ids=["taken", "other-settings", "one-daemon"])
+    zygote.spawn("local[2]")
+    z = zygote._SPAWNED[0]
+    assert os.environ[zygote.ENV]
+    s.start_early("local[2]", 2, {})
+    spark = s.session_for("local[2]", 2, {})
+    assert isinstance(spark, LazySession) and not spark.made
+    sc = spark.sparkContext
+
+    def parent(rows):
+        yield open(f"/proc/{os.getppid()}/cmdline", "rb").read().decode()
+
+    assert "cec_spark.driver.zygote" in sc.parallelize([0], 1).mapPartitions(parent).collect()[0]
+    def no_session():
+        return sc._jvm.org.apache.spark.sql.SparkSession.getDefaultSession().isEmpty()
+
+    assert no_session()
+    assert sql_setting(spark, "spark.sql.session.timeZone") == "UTC"
+    assert sql_setting(spark, "spark.sql.shuffle.partitions") == "2"
+    assert not spark.made and no_session()
+    assert spark.range(0, 4, 1, 2).count() == 4          # the first SQL use makes it
+    assert spark.made and not no_session()
+    assert sql_setting(spark, "spark.sql.session.timeZone") == "UTC"
+    s.stop_session(spark)
+    z.wait(30)                                           # the daemon ended with Spark
+    print("OK")
+''')
+
+# A user's spark.sql.* setting is checked at the start: the session is made there.
+EAGER = textwrap.dedent('''
+    from cec_spark.run import session as s
+    from cec_spark.run.lazy_session import LazySession
+    s.start_early("local[2]", 2, {"spark.sql.shuffle.partitions": "3"})
+    spark = s.session_for("local[2]", 2, {"spark.sql.shuffle.partitions": "3"})
+    assert not isinstance(spark, LazySession)
+    s.stop_session(spark)
+    print("OK")
+''')
+
+
+@pytest.mark.parametrize("code", [CHILD, MISMATCH, ONE_DAEMON, LAZY, EAGER],
+                         ids=["taken", "other-settings", "one-daemon", "lazy-and-zygote",
+                              "eager-with-sql-settings"])
 def test_session_started_early(code: str) -> None:
     got = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
                          text=True, timeout=300, check=False)
