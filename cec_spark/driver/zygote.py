@@ -39,6 +39,8 @@ import tempfile
 ENV = "CEC_WORKER_ZYGOTE"
 #: seconds an unclaimed zygote waits before it ends
 UNCLAIMED_S = 300.0
+#: seconds a daemon waits for the zygote's answer (its imports) before it imports itself
+ANSWER_S = 120.0
 #: the most a hand-over's message may be (the daemon's environment as JSON)
 _MAX_MSG = 1 << 20
 
@@ -65,8 +67,12 @@ def spawn(master: str) -> None:
     env.setdefault("PYTHONHASHSEED", "0")
     env["PYTHONUNBUFFERED"] = "YES"
     try:
+        # not the driver's stdout or stderr: a caller reading them to their end would
+        # wait for this process too (a daemon that cannot be served imports for itself,
+        # and says why there)
         proc = subprocess.Popen([sys.executable, "-m", "cec_spark.driver.zygote", path],
-                                stdin=subprocess.PIPE, env=env, close_fds=True)
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=env, close_fds=True)
     except OSError:
         return
     _SPAWNED.append(proc)
@@ -103,15 +109,16 @@ def hand_over(path: str) -> int | None:
         try:
             conn.sendmsg([len(msg).to_bytes(4, "big") + msg],
                          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds.tobytes())])
-            conn.shutdown(socket.SHUT_WR)
+            conn.settimeout(ANSWER_S)  # the zygote's imports may still be running
             answer = b""
-            while chunk := conn.recv(64):  # the zygote's imports may still be running
+            while not answer.endswith(b"\n") and (chunk := conn.recv(64)):
                 answer += chunk
-        except OSError:
+            if not answer.startswith(b"pid "):
+                return None
+            pid = int(answer[4:])
+            conn.sendall(b"go\n")  # only now does the zygote take the streams
+        except (OSError, ValueError):  # a timeout among them: it takes nothing then
             return None
-    if not answer.startswith(b"pid "):
-        return None
-    pid = int(answer[4:])
     stopped = [False]
 
     def forward(signum: int, _frame: object) -> None:
@@ -162,21 +169,27 @@ def _paths_served(env: dict[str, object]) -> bool:
 def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]] | None:
     """One hand-over: its message and the three descriptors passed with it."""
     fds = array.array("i")
-    msg, anc, _flags, _addr = conn.recvmsg(_MAX_MSG, socket.CMSG_LEN(3 * fds.itemsize))
-    for level, kind, payload in anc:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
-    data = msg
-    while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
-        more = conn.recv(_MAX_MSG)
-        if not more:
-            break
-        data += more
-    if len(fds) != 3 or len(data) < 4 or len(data) != 4 + int.from_bytes(data[:4], "big"):
+    message: object = None
+    try:
+        conn.settimeout(ANSWER_S)
+        data, anc, _flags, _addr = conn.recvmsg(_MAX_MSG, socket.CMSG_LEN(3 * fds.itemsize))
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            more = conn.recv(_MAX_MSG)
+            if not more:
+                break
+            data += more
+        if len(data) >= 4 and len(data) == 4 + int.from_bytes(data[:4], "big"):
+            message = json.loads(data[4:])
+    except (OSError, ValueError):
+        message = None
+    if len(fds) != 3 or not isinstance(message, dict):
         for fd in fds:
             os.close(fd)
         return None
-    return json.loads(data[4:]), list(fds)
+    return message, list(fds)
 
 
 def _serve(path: str) -> None:
@@ -197,6 +210,31 @@ def _serve(path: str) -> None:
 
     gc.collect()
     gc.freeze()  # as cec_spark.driver.daemon does before its first fork
+    message, fds, conn = _claim(listener, path, started)
+    listener.close()
+    _remove(path)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    env = message["env"]
+    assert isinstance(env, dict)
+    os.environ.clear()
+    os.environ.update({str(k): str(v) for k, v in env.items()})
+    with contextlib.suppress(OSError):
+        os.chdir(str(message.get("cwd", ".")))
+    argv = message.get("argv")
+    if isinstance(argv, list) and argv:  # the daemon's: PySpark's names the worker module
+        sys.argv[:] = [str(a) for a in argv]
+    conn.close()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    daemon.manager()
+
+
+def _claim(listener: socket.socket, path: str, started: dict[str, str]
+           ) -> tuple[dict[str, object], list[int], socket.socket]:
+    """The first hand-over this process can serve (its message, the daemon's three
+    descriptors, the connection); this process ends if the driver does first, or if
+    nobody comes for :data:`UNCLAIMED_S`."""
     while True:
         ready = select.select([listener.fileno(), 0], [], [], UNCLAIMED_S)[0]
         if not ready or (0 in ready and not os.read(0, 1 << 12)):
@@ -206,35 +244,25 @@ def _serve(path: str) -> None:
             continue
         conn, _ = listener.accept()
         got = _receive(conn)
-        env = got[0].get("env") if got is not None else None
-        if (got is None or not isinstance(env, dict) or not _paths_served(env)
-                or got[0].get("python") != [sys.executable, sys.version]
-                or _import_time(env) != _import_time(started)):
-            with contextlib.suppress(OSError):
-                conn.sendall(b"no")
-            conn.close()
-            if got is not None:
-                for fd in got[1]:
-                    os.close(fd)
-            continue
-        break
-    listener.close()
-    _remove(path)
-    message, fds = got
-    for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
-    os.environ.clear()
-    os.environ.update({str(k): str(v) for k, v in env.items()})
-    with contextlib.suppress(OSError):
-        os.chdir(str(message.get("cwd", ".")))
-    argv = message.get("argv")
-    if isinstance(argv, list) and argv:  # the daemon's: PySpark's names the worker module
-        sys.argv[:] = [str(a) for a in argv]
-    conn.sendall(b"pid %d" % os.getpid())
-    conn.close()
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    daemon.manager()
+        if got is not None:
+            env = got[0].get("env")
+            if (isinstance(env, dict) and _paths_served(env)
+                    and got[0].get("python") == [sys.executable, sys.version]
+                    and _import_time(env) == _import_time(started) and _agreed(conn)):
+                return got[0], got[1], conn
+            for fd in got[1]:
+                os.close(fd)
+        conn.close()
+
+
+def _agreed(conn: socket.socket) -> bool:
+    """Tell the daemon this process's pid and hear it agree: one that gave up waiting
+    (:data:`ANSWER_S`) has imported for itself, and its streams must not be taken."""
+    try:
+        conn.sendall(b"pid %d\n" % os.getpid())
+        return conn.recv(3) == b"go\n"
+    except OSError:
+        return False
 
 
 def _remove(path: str) -> None:

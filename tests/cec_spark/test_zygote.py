@@ -3,10 +3,11 @@
 A zygote is started as the early start starts it; a process stands in for the one
 Spark starts as its daemon (``python -m cec_spark.driver.daemon``: it calls
 :func:`~cec_spark.driver.zygote.hand_over`). A hand-over whose import-time environment
-differs is refused and the zygote waits for the next; an accepted one makes the zygote
-PySpark's daemon on the stand-in's pipes: it writes its port where Spark reads it, and
-ends (with the stand-in) when that standard input closes, as Spark's end closes it. An
-unclaimed zygote ends with its driver.
+differs is refused, one whose daemon gave up waiting is not taken, and the zygote waits
+for the next; an accepted one makes the zygote PySpark's daemon on the stand-in's
+pipes: it writes its port where Spark reads it, and ends (with the stand-in) when that
+standard input closes, as Spark's end closes it. An unclaimed zygote ends with its
+driver.
 """
 
 from __future__ import annotations
@@ -30,6 +31,20 @@ STAND_IN = (
     "    sys.stderr.write('refused\\n')\n"
     "    sys.exit(7)\n"
     "sys.exit(status)\n"
+)
+
+# the first half of hand_over: the message and the descriptors sent, the answer read,
+# and no "go"
+GAVE_UP = (
+    "import array, json, os, socket, sys\n"
+    "c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+    "c.connect(sys.argv[1])\n"
+    "m = json.dumps({'env': dict(os.environ), 'cwd': os.getcwd(),\n"
+    "                'python': [sys.executable, sys.version], 'argv': sys.argv}).encode()\n"
+    "c.sendmsg([len(m).to_bytes(4, 'big') + m],\n"
+    "          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [0, 1, 2]).tobytes())])\n"
+    "sys.stdout.buffer.write(c.recv(64))\n"
+    "c.close()\n"
 )
 
 
@@ -81,6 +96,13 @@ def test_refused_then_served_then_ended_with_spark_pipe(tmp_path: Path) -> None:
         got = subprocess.run([sys.executable, "-c", STAND_IN, path], env=other,
                              capture_output=True, timeout=120, check=False, cwd=REPO)
         assert got.returncode == 7 and b"refused" in got.stderr, got
+        assert proc.poll() is None and os.path.exists(path)
+        # a daemon that gave up waiting (it imports for itself) never says "go": the
+        # zygote takes nothing of it and waits for the next
+        gave_up = subprocess.run([sys.executable, "-c", GAVE_UP, path], env=_env(),
+                                 capture_output=True, timeout=120, check=False, cwd=REPO)
+        assert gave_up.returncode == 0 and gave_up.stdout.startswith(b"pid "), gave_up
+        time.sleep(0.5)
         assert proc.poll() is None and os.path.exists(path)
         # Spark's own archives on the daemon's PYTHONPATH are no obstacle
         env = {**_env(), "PYTHONPATH": os.pathsep.join([str(REPO), "/x/lib/pyspark.zip",
