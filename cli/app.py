@@ -152,8 +152,7 @@ _OWN_PROCESS = [False]
 
 
 def _start_spark_early(spec: PipelineSpec | None) -> None:
-    """Start the run's Spark driver and its worker daemon's imports now, while the command
-    prepares the run, with the spec its plan is made of (it is read once)."""
+    """Start the run's Spark driver and its daemon's imports now (the spec read once)."""
     if not _OWN_PROCESS[0] or spec is None:
         return
     from cec_spark.driver import zygote  # noqa: PLC0415 - Spark only when needed
@@ -233,7 +232,7 @@ def run_pipeline(
 def _start_standby(master: str | None, conf: list[str]) -> Callable[[RunLayout], None]:
     """``--standby``: once the run's ``run.toml`` and driver lease exist, start ``cec
     standby --from-log RUN`` in a session of its own (a kill of this process or of its
-    process group leaves it), stdin closed, its output appended to ``RUN/standby.log``."""
+    group leaves it; not this driver's daemon zygote), its output in ``RUN/standby.log``."""
     def start(layout: RunLayout) -> None:
         from cec_spark.rundir.drivers import latest_driver  # noqa: PLC0415 - when it runs
 
@@ -244,8 +243,9 @@ def _start_standby(master: str | None, conf: list[str]) -> Callable[[RunLayout],
         for item in conf:
             args += ["--conf", item]
         log = layout.standby_log
+        env = {k: v for k, v in os.environ.items() if k != "CEC_WORKER_ZYGOTE"}
         with open(log, "ab") as out:
-            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out,
+            proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, env=env,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         err_console.print(f"cec: standby started (pid {proc.pid}); its messages: {log}",
                           highlight=False, soft_wrap=True)
