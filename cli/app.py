@@ -234,8 +234,8 @@ def _start_standby(master: str | None, conf: list[str]) -> Callable[[RunLayout],
     standby --from-log RUN`` in a session of its own (a kill of this process or of its
     group leaves it; not this driver's daemon zygote), its output in ``RUN/standby.log``."""
     def start(layout: RunLayout) -> None:
-        from cec_spark.rundir.drivers import latest_driver  # noqa: PLC0415 - when it runs
-
+        from cec_spark.driver.zygote import ENV  # noqa: PLC0415 - when it runs
+        from cec_spark.rundir.drivers import latest_driver  # noqa: PLC0415
         args = [sys.executable, "-m", "cli.app", "standby", "--from-log", str(layout.root),
                 "--for-driver", str(latest_driver(layout))]
         if master is not None:
@@ -243,7 +243,7 @@ def _start_standby(master: str | None, conf: list[str]) -> Callable[[RunLayout],
         for item in conf:
             args += ["--conf", item]
         log = layout.standby_log
-        env = {k: v for k, v in os.environ.items() if k != "CEC_WORKER_ZYGOTE"}
+        env = {k: v for k, v in os.environ.items() if k != ENV}
         with open(log, "ab") as out:
             proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=out, env=env,
                                     stderr=subprocess.STDOUT, start_new_session=True)
