@@ -34,6 +34,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 
 #: the environment variable naming the zygote's socket (``0``: no zygote)
 ENV = "CEC_WORKER_ZYGOTE"
@@ -43,6 +44,10 @@ UNCLAIMED_S = 300.0
 ANSWER_S = 120.0
 #: the most a hand-over's message may be (the daemon's environment as JSON)
 _MAX_MSG = 1 << 20
+
+#: a zygote's folder (its socket's) older than this is one a SIGKILL left behind
+STALE_S = 3600.0
+_PREFIX = "cec-zygote-"
 
 # the driver's end of each zygote's standard input: it closes when the driver ends
 _SPAWNED: list[subprocess.Popen[bytes]] = []
@@ -60,7 +65,8 @@ def spawn(master: str) -> None:
     if os.environ.get(ENV) or _SPAWNED or not is_local_master(master):
         return
     worker_environment(master)
-    folder = tempfile.mkdtemp(prefix="cec-zygote-")  # 0700: only this user connects
+    _remove_stale()
+    folder = tempfile.mkdtemp(prefix=_PREFIX)  # 0700: only this user connects
     path = os.path.join(folder, "s")
     env = dict(os.environ)
     # what Spark gives its daemon and what the interpreter reads at its start
@@ -68,15 +74,32 @@ def spawn(master: str) -> None:
     env["PYTHONUNBUFFERED"] = "YES"
     try:
         # not the driver's stdout or stderr: a caller reading them to their end would
-        # wait for this process too (a daemon that cannot be served imports for itself,
-        # and says why there)
+        # wait for this process too (a zygote whose imports fail ends; the daemon then
+        # imports for itself, and the same error shows there, in Spark's task error)
         proc = subprocess.Popen([sys.executable, "-m", "cec_spark.driver.zygote", path],
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env=env, close_fds=True)
     except OSError:
+        os.rmdir(folder)
         return
     _SPAWNED.append(proc)
     os.environ[ENV] = path
+
+
+def _remove_stale() -> None:
+    """Remove this user's zygote folders older than :data:`STALE_S`: a zygote removes
+    its own when it is claimed or ends, and lives unclaimed for at most
+    :data:`UNCLAIMED_S` between two connections, so an older one was left by a zygote
+    killed outright (SIGKILL to its driver's process group)."""
+    root = tempfile.gettempdir()
+    now = time.time()
+    with contextlib.suppress(OSError), os.scandir(root) as entries:
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                st = entry.stat(follow_symlinks=False)
+                if (entry.name.startswith(_PREFIX) and entry.is_dir(follow_symlinks=False)
+                        and st.st_uid == os.getuid() and now - st.st_mtime > STALE_S):
+                    _remove(os.path.join(entry.path, "s"))
 
 
 def _import_time(env: dict[str, str]) -> dict[str, str]:
@@ -201,12 +224,16 @@ def _serve(path: str) -> None:
     listener.bind(path)  # before the imports: a daemon that comes early waits on them
     listener.listen(4)
     started = dict(os.environ)
-    import gc  # noqa: PLC0415
+    try:
+        import gc  # noqa: PLC0415
 
-    from pyspark import daemon  # noqa: PLC0415
+        from pyspark import daemon  # noqa: PLC0415
 
-    import cec_spark.ingest.job  # noqa: PLC0415 - the daemon's imports
-    import cec_spark.run.task  # noqa: PLC0415, F401
+        import cec_spark.ingest.job  # noqa: PLC0415 - the daemon's imports
+        import cec_spark.run.task  # noqa: PLC0415, F401
+    except BaseException:  # a daemon coming now finds no socket: it imports for itself
+        _remove(path)
+        raise
 
     gc.collect()
     gc.freeze()  # as cec_spark.driver.daemon does before its first fork

@@ -7,7 +7,7 @@ differs is refused, one whose daemon gave up waiting is not taken, and the zygot
 for the next; an accepted one makes the zygote PySpark's daemon on the stand-in's
 pipes: it writes its port where Spark reads it, and ends (with the stand-in) when that
 standard input closes, as Spark's end closes it. An unclaimed zygote ends with its
-driver.
+driver, and the folder of one killed outright is removed at a later start.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -132,3 +133,18 @@ def test_an_unclaimed_zygote_ends_with_its_driver(tmp_path: Path) -> None:
     proc.stdin.close()  # the driver's end of its pipe, as when the driver exits
     assert _gone(proc, 60) == 0
     assert not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
+
+
+def test_folders_a_killed_zygote_left_are_removed_at_the_next_spawn(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    old, fresh, other = (tmp_path / "cec-zygote-old", tmp_path / "cec-zygote-new",
+                         tmp_path / "not-a-zygote")
+    for d in (old, fresh, other):
+        d.mkdir()
+        (d / "s").touch()
+    hours_ago = time.time() - 2 * 3600
+    for d in (old, other):
+        os.utime(d, (hours_ago, hours_ago))
+    zygote._remove_stale()
+    assert not old.exists() and fresh.exists() and other.exists()
