@@ -57,8 +57,13 @@ if TYPE_CHECKING:
     #: a run's run.toml as read_run_file gives it
     RunFile = tuple[PipelineSpec, RunSettings]
 
-#: the record types whose rows are results
-_RESULT_TYPES = pa.array(RESULT_TYPES, pa.int8())
+#: the record types whose rows are results. Made from a buffer: ``pa.array`` of a list
+#: (or of a numpy array) imports pandas, to ask whether it is a pandas object, and `cec
+#: run pipeline --out` imports this module before it launches the JVM: that launch came
+#: 0.4-0.7 s later (pandas is imported later all the same, by pyarrow's first
+#: ``to_numpy``, while the JVM starts)
+_RESULT_TYPES = pa.Array.from_buffers(pa.int8(), len(RESULT_TYPES),
+                                      [None, pa.py_buffer(bytes(RESULT_TYPES))])
 
 COLUMNS = ("key", "window_start", "window_end", "count", "value")
 
