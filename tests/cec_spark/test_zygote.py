@@ -148,3 +148,22 @@ def test_folders_a_killed_zygote_left_are_removed_at_the_next_spawn(
         os.utime(d, (hours_ago, hours_ago))
     zygote._remove_stale()
     assert not old.exists() and fresh.exists() and other.exists()
+
+
+@pytest.mark.parametrize(("setting", "master"), [("0", "local[2]"), (None, "spark://127.0.0.1:7077")])
+def test_off_or_a_cluster_master_starts_no_zygote(
+        setting: str | None, master: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CEC_WORKER_ZYGOTE=0`` turns the zygote off, and a cluster's master (whose
+    executors' daemons the driver does not start) starts none: no process, no folder,
+    and the variable as it was (the daemon then imports for itself)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(zygote, "_SPAWNED", [])
+    if setting is None:
+        monkeypatch.delenv(zygote.ENV, raising=False)
+    else:
+        monkeypatch.setenv(zygote.ENV, setting)
+    zygote.spawn(master)
+    assert zygote._SPAWNED == []
+    assert os.environ.get(zygote.ENV) == setting
+    assert not any(p.name.startswith("cec-zygote-") for p in tmp_path.iterdir())
