@@ -80,7 +80,7 @@ def spawn(master: str) -> None:
                                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, env=env, close_fds=True)
     except OSError:
-        os.rmdir(folder)
+        _remove(path)  # the folder, empty: no socket was made
         return
     _SPAWNED.append(proc)
     os.environ[ENV] = path
