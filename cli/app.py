@@ -208,19 +208,19 @@ def run_pipeline(
     """Run a pipeline spec on Spark until its bounded source ends or Ctrl-C."""
     from cec.spec import parse_conf  # noqa: PLC0415 - the library when a command runs
     from cec_spark.read.export import export_format  # noqa: PLC0415
+    from cec_spark.read.export_ahead import ReadAhead  # noqa: PLC0415
 
     fmt = export_format(out or "", fmt)  # before the run, not after it
     spec = cec_spark.api.load(spec_path, partitions=partitions, master=master,
                               conf=parse_conf(conf or []), rto=rto,
                               standby=standby)  # read once
     _start_spark_early(spec)
-    started = _start_standby(master, conf or []) if standby else None
-    outcome = cec_spark.api.run(spec, run_dir, spec_path=spec_path, max_tuples=max_tuples,
-                                progress=not json_out, keep_session=False,
-                                on_started=started).outcome
-    if out is not None and not outcome.interrupted:  # in this process: no second start
-        exported = cec_spark.api.export(outcome.run_dir, out, fmt)
-        outcome = dataclasses.replace(outcome, export=exported)
+    with ReadAhead(out, fmt, _start_standby(master, conf or []) if standby else None) as ahead:
+        outcome = cec_spark.api.run(spec, run_dir, spec_path=spec_path, max_tuples=max_tuples,
+                                    progress=not json_out, keep_session=False,
+                                    on_started=ahead.started, on_ended=ahead.ended).outcome
+        if out is not None and not outcome.interrupted:  # in this process: no second start
+            outcome = dataclasses.replace(outcome, export=ahead.result(outcome.run_dir))
     _show(outcome, json_out, "per_partition", RUN_COLUMNS)
     if outcome.interrupted:
         if out is not None:  # `cec recover` resumes it
@@ -230,9 +230,8 @@ def run_pipeline(
 
 
 def _start_standby(master: str | None, conf: list[str]) -> Callable[[RunLayout], None]:
-    """``--standby``: once the run's ``run.toml`` and driver lease exist, start ``cec
-    standby --from-log RUN`` in a session of its own (a kill of this process or of its
-    group leaves it; not this driver's daemon zygote), its output in ``RUN/standby.log``."""
+    """``--standby``: once the run's ``run.toml`` and lease exist, ``cec standby --from-log
+    RUN`` in a session of its own (not this driver's daemon zygote), to ``RUN/standby.log``."""
     def start(layout: RunLayout) -> None:
         from cec_spark.driver.zygote import ENV  # noqa: PLC0415 - when it runs
         from cec_spark.rundir.drivers import latest_driver  # noqa: PLC0415

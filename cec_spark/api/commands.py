@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from cec.spec import PipelineSpec
 from cec_spark.api.launch import ORIGIN, Run, results, run_spec, run_stream
 from cec_spark.read.export import export as _export
-from cec_spark.report import ExportResult, ExtentResult, LogReport, RecoverResult
+from cec_spark.report import ExportResult, ExtentResult, LogReport, RecoverResult, RunResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -63,7 +63,8 @@ def stored_spec(run_dir: Path | str, *, master: str | None = None,
 def run(what: Stream | PipelineSpec, run_dir: Path | str | None = None, *,
         spec_path: Path | str | None = None, max_tuples: int | None = None,
         progress: bool = False, keep_session: bool = True,
-        on_started: Callable[[RunLayout], None] | None = None) -> Run:
+        on_started: Callable[[RunLayout], None] | None = None,
+        on_ended: Callable[[RunResult], None] | None = None) -> Run:
     """Run a pipeline (a :class:`~cec_spark.api.builder.Stream`, or a spec from
     :func:`load`) into ``run_dir``.
 
@@ -74,11 +75,14 @@ def run(what: Stream | PipelineSpec, run_dir: Path | str | None = None, *,
     start the run's own and stop it at the end. Errors are :mod:`cec.errors`' (a bad
     spec or input: exit status 2). ``on_started``: called with the run's layout once
     its ``run.toml`` and driver lease exist (``cec run pipeline --standby`` starts a
-    standby there).
+    standby there); ``on_ended``: with the run's result once it ended (not failed),
+    while its own session stops (``keep_session`` False: ``cec run pipeline --out``
+    writes its file there).
     """
     if isinstance(what, PipelineSpec):
         return run_spec(what, spec_path or ORIGIN, run_dir, max_tuples=max_tuples,
-                        progress=progress, keep_session=keep_session, on_started=on_started)
+                        progress=progress, keep_session=keep_session, on_started=on_started,
+                        on_ended=on_ended)
     return run_stream(what, run_dir, max_tuples=max_tuples, progress=progress,
                       keep_session=keep_session)
 

@@ -143,7 +143,8 @@ def _objective(spec: PipelineSpec, pipeline: Pipeline) -> PipelineSpec:
 def run_spec(spec: PipelineSpec, spec_path: Path | str, run_dir: Path | str | None, *,
              max_tuples: int | None, progress: bool, keep_session: bool,
              options_call: str = ".options()",
-             on_started: Callable[[RunLayout], None] | None = None) -> Run:
+             on_started: Callable[[RunLayout], None] | None = None,
+             on_ended: Callable[[RunResult], None] | None = None) -> Run:
     """Plan the run, then hand the plan to the driver: on the run's own session
     (``keep_session`` False, the command line) or on this process's (:func:`_run_lent`)."""
     from pyspark.sql import SparkSession  # noqa: PLC0415 - lazy
@@ -154,7 +155,7 @@ def run_spec(spec: PipelineSpec, spec_path: Path | str, run_dir: Path | str | No
     if not keep_session:
         plan = plan_new_run(spec, spec_path, run_dir, max_tuples=max_tuples)
         return Run(plan.layout.root, run_plan(plan, progress=progress,
-                                              on_started=on_started))
+                                              on_started=on_started, on_ended=on_ended))
     from cec_spark.api.session import on_session  # noqa: PLC0415 - lazy
 
     spark = SparkSession.getActiveSession()

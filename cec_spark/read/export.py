@@ -52,6 +52,7 @@ from storage_log.log import StreamLog
 
 if TYPE_CHECKING:
     from cec.spec import PipelineSpec
+    from cec_spark.read.export_ahead import ReadAhead
     from cec_spark.rundir.run_file import RunSettings
 
     #: a run's run.toml as read_run_file gives it
@@ -157,24 +158,31 @@ def read_results(layout: RunLayout, after: dict[str, int] | None,
                 raise UsageError(f"{path}: the output after seq {since} that this consumer "
                                  f"has not acknowledged starts before the log's first "
                                  f"record {log.first_seq} (trimmed without its ack?)")
-            upto = log.last_seq
-            if end is not None and upto is not None:
-                upto = end if end < upto else upto
-                if upto < 0:
-                    upto = None
-            batches = log.read_forward(after_seq=since) if since >= 0 and upto is not None \
-                else ([] if upto is None else log.read_forward())
-            for raw in batches:
-                # seq strictly increases within a record (the log's invariant): its first
-                # row's is its least
-                if raw.num_rows and upto is not None and raw.column("seq")[0].as_py() > upto:
-                    break
-                rows = result_rows(raw, count_window, key_type, upto)
-                if rows is not None:
-                    add(rows)
-            if upto is not None:
-                last[name] = max(since, upto)
+            last[name] = log_results(log, since, end, count_window, key_type, add)
     return last
+
+
+def log_results(log: StreamLog, since: int, end: int | None, count_window: bool,
+                key_type: pa.DataType, add: Callable[[pa.Table], Any]) -> int:
+    """Each batch of the results in ``log`` with output seq after ``since`` (-1: all),
+    up to ``end`` (None: the last committed) to ``add``; the last seq read (``since``
+    when there was none)."""
+    upto = log.last_seq
+    if end is not None and upto is not None:
+        upto = end if end < upto else upto
+        if upto < 0:
+            upto = None
+    if upto is None or upto <= since:
+        return since
+    for raw in log.read_forward(after_seq=since) if since >= 0 else log.read_forward():
+        # seq strictly increases within a record (the log's invariant): its first
+        # row's is its least
+        if raw.num_rows and raw.column("seq")[0].as_py() > upto:
+            break
+        rows = result_rows(raw, count_window, key_type, upto)
+        if rows is not None:
+            add(rows)
+    return upto
 
 
 def result_rows(raw: pa.RecordBatch, count_window: bool, key_type: pa.DataType,
@@ -319,13 +327,17 @@ def export_format(out: Path | str, fmt: str | None) -> str:
 
 
 def export(root: Path | str, out: Path | str, fmt: str | None = None,
-           consumer: str | None = None, *, sort_rows: int = SORT_ROWS) -> ExportResult:
+           consumer: str | None = None, *, sort_rows: int = SORT_ROWS,
+           ahead: ReadAhead | None = None) -> ExportResult:
     """Write the results of the run in ``root`` to ``out``; a summary.
 
     With ``consumer`` only the results that consumer has not acknowledged yet are
     written, then acknowledged (``RUN/consumers/NAME.json``): output retention never
     deletes what a registered consumer has not acknowledged. ``sort_rows``: results
     sorted in memory at once (more are spilled in sorted runs beside ``out``).
+    ``ahead``: what was read while the run went on (``cec run pipeline --out``,
+    :mod:`cec_spark.read.export_ahead`), read on from, when its output logs' writers
+    are still those it read (else everything is read again).
     """
     fmt = export_format(out, fmt)
     if consumer is not None:
@@ -337,10 +349,22 @@ def export(root: Path | str, out: Path | str, fmt: str | None = None,
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.sort-", dir=out.parent))
-    runs = SortedRuns(spill, sort_rows=sort_rows)
+    begun = None if ahead is None or consumer is not None else ahead.take()
+    if begun is not None:
+        runs, spill = begun.runs, begun.spill
+    else:
+        spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.sort-", dir=out.parent))
+        runs = SortedRuns(spill, sort_rows=sort_rows)
     try:
-        last = read_results(layout, after, runs.add, run_file)
+        if begun is not None:
+            last = read_results(layout, begun.last, runs.add, run_file)
+            if not begun.unchanged():  # a writer came since: read it all again
+                runs.close()
+                shutil.rmtree(spill, ignore_errors=True)
+                runs = SortedRuns(spill, sort_rows=sort_rows)
+                last = read_results(layout, after, runs.add, run_file)
+        else:
+            last = read_results(layout, after, runs.add, run_file)
         file = ResultFile(tmp, fmt, end)
         write_all(file, runs.sorted(), empty_results(result_key_type(layout, run_file)))
     finally:
