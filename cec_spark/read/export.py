@@ -33,6 +33,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,11 +49,11 @@ from cec_spark.report import ExportResult
 from cec_spark.rundir.acks import ack_key, read_ack, write_ack
 from cec_spark.rundir.layout import RunLayout
 from cec_spark.rundir.run_file import read_run_file
+from storage_log.epoch import list_epochs
 from storage_log.log import StreamLog
 
 if TYPE_CHECKING:
     from cec.spec import PipelineSpec
-    from cec_spark.read.export_ahead import ReadAhead
     from cec_spark.rundir.run_file import RunSettings
 
     #: a run's run.toml as read_run_file gives it
@@ -326,17 +327,34 @@ def export_format(out: Path | str, fmt: str | None) -> str:
     return fmt
 
 
+@dataclass
+class Begun:
+    """What was read ahead, handed to the export: the sorted runs and their spill
+    directory (the export owns both from here), each log's last seq read, and each
+    log's epochs when it was first read."""
+
+    runs: SortedRuns
+    spill: Path
+    last: dict[str, int]
+    epochs: dict[Path, tuple[int, ...]] = field(default_factory=dict)
+
+    def unchanged(self) -> bool:
+        """Every log read has the writers it had when it was first read."""
+        return all(tuple(list_epochs(path)) == seen for path, seen in self.epochs.items())
+
+
+
 def export(root: Path | str, out: Path | str, fmt: str | None = None,
            consumer: str | None = None, *, sort_rows: int = SORT_ROWS,
-           ahead: ReadAhead | None = None) -> ExportResult:
+           ahead: Callable[[], Begun | None] | None = None) -> ExportResult:
     """Write the results of the run in ``root`` to ``out``; a summary.
 
     With ``consumer`` only the results that consumer has not acknowledged yet are
     written, then acknowledged (``RUN/consumers/NAME.json``): output retention never
     deletes what a registered consumer has not acknowledged. ``sort_rows``: results
     sorted in memory at once (more are spilled in sorted runs beside ``out``).
-    ``ahead``: what was read while the run went on (``cec run pipeline --out``,
-    :mod:`cec_spark.read.export_ahead`), read on from, when its output logs' writers
+    ``ahead``: gives what was read while the run went on (``cec run pipeline --out``,
+    :mod:`cec_spark.read.export_ahead`), read on from when its output logs' writers
     are still those it read (else everything is read again).
     """
     fmt = export_format(out, fmt)
@@ -349,7 +367,7 @@ def export(root: Path | str, out: Path | str, fmt: str | None = None,
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
-    begun = None if ahead is None or consumer is not None else ahead.take()
+    begun = None if ahead is None or consumer is not None else ahead()
     if begun is not None:
         runs, spill = begun.runs, begun.spill
     else:

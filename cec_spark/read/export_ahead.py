@@ -15,10 +15,11 @@ What was read stays valid only while each log's writer is the one it was read fr
 new writer (a retried or recovered operator task, a repair) takes a new **epoch**
 (:mod:`storage_log.epoch`), which may fence off records a reader had seen. So each log's
 epochs are listed before it is read, and again at the end
-(:meth:`Begun.unchanged`): if they differ, the export reads everything again. It reads
-everything again too if the read-ahead failed (a damaged record: the export then meets
-it and says so), and a run whose output is trimmed as it goes (``[run].output_keep_mb``
-or ``output_keep_s``) is not read ahead at all, since its export reads what is left.
+(:meth:`~cec_spark.read.export.Begun.unchanged`): if they differ, the export reads
+everything again. It reads everything again too if the read-ahead failed (a damaged
+record: the export then meets it and says so), and a run whose output is trimmed as it
+goes (``[run].output_keep_mb`` or ``output_keep_s``) is not read ahead at all, since
+its export reads what is left.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ import os
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from cec_spark.read.export import export, log_results, result_key_type
+from cec_spark.read.export import Begun, export, log_results, result_key_type
 from cec_spark.read.sorted_runs import SORT_ROWS, SortedRuns
 from cec_spark.rundir.acks import ack_key
 from cec_spark.rundir.run_file import read_run_file
@@ -51,22 +52,6 @@ if TYPE_CHECKING:
 EVERY_S = 0.5
 #: the read-ahead's nice value (Linux: a thread's own, inherited by the threads it starts)
 NICE = 19
-
-
-@dataclass
-class Begun:
-    """What was read ahead, handed to the export: the sorted runs and their spill
-    directory (the export owns both from here), each log's last seq read, and each
-    log's epochs when it was first read."""
-
-    runs: SortedRuns
-    spill: Path
-    last: dict[str, int]
-    epochs: dict[Path, tuple[int, ...]] = field(default_factory=dict)
-
-    def unchanged(self) -> bool:
-        """Every log read has the writers it had when it was first read."""
-        return all(tuple(list_epochs(path)) == seen for path, seen in self.epochs.items())
 
 
 class ReadAhead:
@@ -123,7 +108,7 @@ class ReadAhead:
         if self.out is None or result.interrupted:
             return
         try:
-            self._exported = export(result.run_dir, self.out, self.fmt, ahead=self)
+            self._exported = export(result.run_dir, self.out, self.fmt, ahead=self.take)
         except BaseException as exc:  # raised by result(), on the command's thread
             self._exported = exc
 
@@ -135,7 +120,7 @@ class ReadAhead:
             raise done
         if done is None:
             assert self.out is not None
-            return export(run_dir, self.out, self.fmt, ahead=self)
+            return export(run_dir, self.out, self.fmt, ahead=self.take)
         return done
 
     def take(self) -> Begun | None:

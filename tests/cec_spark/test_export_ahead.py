@@ -107,7 +107,7 @@ def test_results_read_while_the_logs_grow_give_the_export_after_them(
         gate.set()
         for w in writers:
             w.join()
-        got = export(layout.root, out, ahead=ahead)
+        got = export(layout.root, out, ahead=ahead.take)
         assert ahead._begun is None  # taken: the export went on from it
     assert _spills(out.parent) == []
     want = _reference(layout, tmp_path / f"want.{fmt}")
@@ -136,7 +136,7 @@ def test_a_new_writer_on_a_log_read_ahead_makes_the_export_read_it_all_again(
             return read(layout, after, add, run_file)  # type: ignore[arg-type]
 
         monkeypatch.setattr(export_mod, "read_results", counted)
-        export(layout.root, out, ahead=ahead)
+        export(layout.root, out, ahead=ahead.take)
     assert calls == [None]  # read from the start, not from what was read ahead
     assert spill is not None and not spill.exists()
     assert out.read_bytes() == _reference(layout, tmp_path / "want.csv")
@@ -157,7 +157,7 @@ def test_a_change_found_only_by_the_export_s_last_look_reads_it_all_again(
         monkeypatch.setattr(ahead, "take", lambda: begun)
         _write(layout, 0, _records(0, 100, 5), None)  # a new epoch on partition 0
         assert not begun.unchanged()
-        export(layout.root, out, ahead=ahead)
+        export(layout.root, out, ahead=ahead.take)
     assert _spills(tmp_path) == []
     assert out.read_bytes() == _reference(layout, tmp_path / "want.parquet")
 
@@ -178,7 +178,7 @@ def test_a_failed_read_ahead_is_not_used(tmp_path: Path,
         _wait_for("the failure", lambda: ahead._failed)
         assert ahead.take() is None
         assert _spills(tmp_path) == []
-        export(layout.root, out, ahead=ahead)
+        export(layout.root, out, ahead=ahead.take)
     assert out.read_bytes() == _reference(layout, tmp_path / "want.csv")
 
 
