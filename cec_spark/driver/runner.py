@@ -143,7 +143,7 @@ def run_plan(plan: RunPlan, *, progress: bool = True,
 def _end(spark: SparkSession | None, result: RunResult,
          on_ended: Callable[[RunResult], None] | None) -> None:
     """``spark`` stopped (None: not the run's own) while ``on_ended(result)`` runs: the
-    JVM's stop (0.1-0.3 s) and ``--out``'s file are written side by side."""
+    JVM stops (0.1-0.3 s) on a thread while ``--out``'s file is written."""
     if on_ended is None or spark is None:
         if spark is not None:
             stop_session(spark)
