@@ -374,14 +374,11 @@ def export(root: Path | str, out: Path | str, fmt: str | None = None,
         spill = Path(tempfile.mkdtemp(prefix=f".{out.name}.sort-", dir=out.parent))
         runs = SortedRuns(spill, sort_rows=sort_rows)
     try:
-        if begun is not None:
-            last = read_results(layout, begun.last, runs.add, run_file)
-            if not begun.unchanged():  # a writer came since: read it all again
-                runs.close()
-                shutil.rmtree(spill, ignore_errors=True)
-                runs = SortedRuns(spill, sort_rows=sort_rows)
-                last = read_results(layout, after, runs.add, run_file)
-        else:
+        last = read_results(layout, after if begun is None else begun.last, runs.add, run_file)
+        if begun is not None and not begun.unchanged():  # a writer came since: read it all
+            runs.close()
+            shutil.rmtree(spill, ignore_errors=True)
+            runs = SortedRuns(spill, sort_rows=sort_rows)
             last = read_results(layout, after, runs.add, run_file)
         file = ResultFile(tmp, fmt, end)
         write_all(file, runs.sorted(), empty_results(result_key_type(layout, run_file)))

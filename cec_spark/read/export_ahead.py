@@ -135,8 +135,7 @@ class ReadAhead:
 
     def close(self) -> None:
         """End the reading; remove what was read and not taken. Idempotent."""
-        self._end_thread()
-        begun, self._begun = self._begun, None
+        begun = self.take()
         if begun is not None:
             _discard(begun)
 

@@ -70,6 +70,18 @@ def _write(layout: RunLayout, p: int, rows: pa.RecordBatch, gate: threading.Even
             time.sleep(0.001)
 
 
+def _written(tmp: Path, rows: int) -> RunLayout:
+    """A new run whose every output log holds ``rows`` rows, its writers ended."""
+    layout = _new_run(tmp)
+    for p in range(P):
+        _write(layout, p, _records(p, rows, p), None)
+    return layout
+
+
+def _every_log_read(ahead: ReadAhead) -> bool:
+    return ahead._begun is not None and len(ahead._begun.last) == P
+
+
 def _reference(layout: RunLayout, out: Path) -> bytes:
     export(layout.root, out)
     return out.read_bytes()
@@ -117,14 +129,12 @@ def test_results_read_while_the_logs_grow_give_the_export_after_them(
 
 def test_a_new_writer_on_a_log_read_ahead_makes_the_export_read_it_all_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    layout = _new_run(tmp_path)
+    layout = _written(tmp_path, 300)
     out = tmp_path / "results.csv"
-    for p in range(P):
-        _write(layout, p, _records(p, 300, p), None)
     calls: list[dict[str, int] | None] = []
     with ReadAhead(out, every_s=0.01) as ahead:
         ahead.started(layout)
-        _wait_for("every log", lambda: ahead._begun is not None and len(ahead._begun.last) == P)
+        _wait_for("every log", lambda: _every_log_read(ahead))
         # a retried task: a new writer (a new epoch) on partition 1, which appends more
         _write(layout, 1, _records(1, 200, 9), None)
         spill = ahead._begun.spill if ahead._begun is not None else None
@@ -145,13 +155,11 @@ def test_a_new_writer_on_a_log_read_ahead_makes_the_export_read_it_all_again(
 def test_a_change_found_only_by_the_export_s_last_look_reads_it_all_again(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A new writer between the read-ahead's end and the export's read of the rest."""
-    layout = _new_run(tmp_path)
+    layout = _written(tmp_path, 200)
     out = tmp_path / "results.parquet"
-    for p in range(P):
-        _write(layout, p, _records(p, 200, p), None)
     with ReadAhead(out, every_s=0.01) as ahead:
         ahead.started(layout)
-        _wait_for("every log", lambda: ahead._begun is not None and len(ahead._begun.last) == P)
+        _wait_for("every log", lambda: _every_log_read(ahead))
         begun = ahead.take()
         assert begun is not None
         monkeypatch.setattr(ahead, "take", lambda: begun)
@@ -164,10 +172,8 @@ def test_a_change_found_only_by_the_export_s_last_look_reads_it_all_again(
 
 def test_a_failed_read_ahead_is_not_used(tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    layout = _new_run(tmp_path)
+    layout = _written(tmp_path, 200)
     out = tmp_path / "results.csv"
-    for p in range(P):
-        _write(layout, p, _records(p, 200, p), None)
 
     def broken(*args: object) -> int:
         raise OSError("a damaged record")
@@ -247,9 +253,7 @@ def test_ended_writes_the_file_keeps_its_error_and_skips_an_interrupted_run(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    layout = _new_run(tmp_path)
-    for p in range(P):
-        _write(layout, p, _records(p, 100, p), None)
+    layout = _written(tmp_path, 100)
     out = tmp_path / "results.csv"
     with ReadAhead(out, "csv") as ahead:
         ahead.ended(SimpleNamespace(interrupted=True, run_dir=str(layout.root)))  # type: ignore[arg-type]
